@@ -10,7 +10,9 @@ uint64_t TensorInfo::num_elements() const {
   return std::accumulate(shape.begin(), shape.end(), uint64_t{1}, std::multiplies<>());
 }
 
-std::string TensorInfo::shape_string() const { return fmt::format("[{}]", fmt::join(shape, ", ")); }
+std::string TensorInfo::shape_string() const {
+  return fmt::format("[{}]", fmt::join(shape, ", "));
+}
 
 const Value* GgufFile::find(std::string_view key) const {
   auto it = metadata_index_.find(key);

@@ -10,8 +10,8 @@
 namespace inferd::gguf {
 namespace {
 
-constexpr int kMaxArrayDepth = 8;           // nested arrays deeper than this are not real files
-constexpr uint32_t kMaxDims = 4;            // ggml tensors have at most four dimensions
+constexpr int kMaxArrayDepth = 8;            // nested arrays deeper than this are not real files
+constexpr uint32_t kMaxDims = 4;             // ggml tensors have at most four dimensions
 constexpr uint64_t kMaxNameBytes = 1 << 16;  // keys and tensor names are short identifiers
 
 // Smallest encoded size of one value of `type`; used to reject counts that cannot fit.
@@ -19,29 +19,38 @@ uint64_t min_encoded_size(ValueType type) {
   switch (type) {
     case ValueType::UINT8:
     case ValueType::INT8:
-    case ValueType::BOOL: return 1;
+    case ValueType::BOOL:
+      return 1;
     case ValueType::UINT16:
-    case ValueType::INT16: return 2;
+    case ValueType::INT16:
+      return 2;
     case ValueType::UINT32:
     case ValueType::INT32:
-    case ValueType::FLOAT32: return 4;
-    case ValueType::STRING: return 8;  // length prefix
-    case ValueType::ARRAY: return 12;  // element type + count
+    case ValueType::FLOAT32:
+      return 4;
+    case ValueType::STRING:
+      return 8;  // length prefix
+    case ValueType::ARRAY:
+      return 12;  // element type + count
     case ValueType::UINT64:
     case ValueType::INT64:
-    case ValueType::FLOAT64: return 8;
+    case ValueType::FLOAT64:
+      return 8;
   }
   return 1;
 }
 
-bool is_known_value_type(uint32_t raw) { return raw <= static_cast<uint32_t>(ValueType::FLOAT64); }
+bool is_known_value_type(uint32_t raw) {
+  return raw <= static_cast<uint32_t>(ValueType::FLOAT64);
+}
 
 }  // namespace
 
 // Reads little-endian fields from the file, failing with the field name and byte offset.
 class Parser {
  public:
-  Parser(std::span<const uint8_t> bytes, std::string name) : bytes_(bytes), name_(std::move(name)) {}
+  Parser(std::span<const uint8_t> bytes, std::string name)
+      : bytes_(bytes), name_(std::move(name)) {}
 
   GgufFile parse() {
     GgufFile file;
@@ -94,10 +103,12 @@ class Parser {
     uint64_t at = pos_;
     std::string out = read_string(field);
     if (out.empty()) error_at(at, fmt::format("{} is empty", field));
-    if (out.size() > kMaxNameBytes) error_at(at, fmt::format("{} is {} bytes long", field, out.size()));
+    if (out.size() > kMaxNameBytes)
+      error_at(at, fmt::format("{} is {} bytes long", field, out.size()));
     size_t bad = utf8_valid_prefix(out);
     if (bad != out.size()) {
-      error_at(at + 8 + bad, fmt::format("{} is not valid UTF-8 (bad byte at index {})", field, bad));
+      error_at(at + 8 + bad,
+               fmt::format("{} is not valid UTF-8 (bad byte at index {})", field, bad));
     }
     return out;
   }
@@ -146,30 +157,43 @@ class Parser {
   ValueType read_value_type(std::string_view field) {
     uint64_t at = pos_;
     auto raw = read<uint32_t>(field);
-    if (!is_known_value_type(raw)) error_at(at, fmt::format("{}: unknown value type {}", field, raw));
+    if (!is_known_value_type(raw))
+      error_at(at, fmt::format("{}: unknown value type {}", field, raw));
     return static_cast<ValueType>(raw);
   }
 
   Value read_value(ValueType type, std::string_view key, int depth) {
     switch (type) {
-      case ValueType::UINT8: return Value::of_unsigned(type, read<uint8_t>(key));
-      case ValueType::INT8: return Value::of_signed(type, read<int8_t>(key));
-      case ValueType::UINT16: return Value::of_unsigned(type, read<uint16_t>(key));
-      case ValueType::INT16: return Value::of_signed(type, read<int16_t>(key));
-      case ValueType::UINT32: return Value::of_unsigned(type, read<uint32_t>(key));
-      case ValueType::INT32: return Value::of_signed(type, read<int32_t>(key));
-      case ValueType::UINT64: return Value::of_unsigned(type, read<uint64_t>(key));
-      case ValueType::INT64: return Value::of_signed(type, read<int64_t>(key));
-      case ValueType::FLOAT32: return Value::of_float(type, read<float>(key));
-      case ValueType::FLOAT64: return Value::of_float(type, read<double>(key));
+      case ValueType::UINT8:
+        return Value::of_unsigned(type, read<uint8_t>(key));
+      case ValueType::INT8:
+        return Value::of_signed(type, read<int8_t>(key));
+      case ValueType::UINT16:
+        return Value::of_unsigned(type, read<uint16_t>(key));
+      case ValueType::INT16:
+        return Value::of_signed(type, read<int16_t>(key));
+      case ValueType::UINT32:
+        return Value::of_unsigned(type, read<uint32_t>(key));
+      case ValueType::INT32:
+        return Value::of_signed(type, read<int32_t>(key));
+      case ValueType::UINT64:
+        return Value::of_unsigned(type, read<uint64_t>(key));
+      case ValueType::INT64:
+        return Value::of_signed(type, read<int64_t>(key));
+      case ValueType::FLOAT32:
+        return Value::of_float(type, read<float>(key));
+      case ValueType::FLOAT64:
+        return Value::of_float(type, read<double>(key));
       case ValueType::BOOL: {
         uint64_t at = pos_;
         auto raw = read<uint8_t>(key);
         if (raw > 1) error_at(at, fmt::format("'{}': bool value {} is neither 0 nor 1", key, raw));
         return Value::of_bool(raw != 0);
       }
-      case ValueType::STRING: return Value::of_string(read_string(fmt::format("'{}'", key)));
-      case ValueType::ARRAY: return Value::of_array(read_array(key, depth + 1));
+      case ValueType::STRING:
+        return Value::of_string(read_string(fmt::format("'{}'", key)));
+      case ValueType::ARRAY:
+        return Value::of_array(read_array(key, depth + 1));
     }
     error_at(pos_, fmt::format("'{}': unknown value type", key));
   }
@@ -184,8 +208,9 @@ class Parser {
     uint64_t count_at = pos_;
     auto count = read<uint64_t>(fmt::format("element count of '{}'", key));
     if (count > remaining() / min_encoded_size(array.element_type)) {
-      error_at(count_at, fmt::format("'{}': array of {} {} elements cannot fit in the {} bytes left",
-                                     key, count, value_type_name(array.element_type), remaining()));
+      error_at(count_at,
+               fmt::format("'{}': array of {} {} elements cannot fit in the {} bytes left", key,
+                           count, value_type_name(array.element_type), remaining()));
     }
     array.items.reserve(count);
     for (uint64_t i = 0; i < count; ++i) {
@@ -237,8 +262,9 @@ class Parser {
     info.offset = read<uint64_t>(fmt::format("offset of tensor '{}'", info.name));
     offset_field_at_.push_back(offset_at);
     if (info.offset % file.alignment_ != 0) {
-      error_at(offset_at, fmt::format("tensor '{}': data offset {} is not a multiple of the alignment {}",
-                                      info.name, info.offset, file.alignment_));
+      error_at(offset_at,
+               fmt::format("tensor '{}': data offset {} is not a multiple of the alignment {}",
+                           info.name, info.offset, file.alignment_));
     }
     file.tensor_index_.emplace(info.name, file.tensors_.size());
     file.tensors_.push_back(std::move(info));
@@ -248,11 +274,13 @@ class Parser {
     uint64_t type_at = pos_;
     auto raw_type = read<uint32_t>(fmt::format("type of tensor '{}'", info.name));
     auto type = dtype_info(raw_type);
-    if (!type) error_at(type_at, fmt::format("tensor '{}': unknown tensor type {}", info.name, raw_type));
+    if (!type)
+      error_at(type_at, fmt::format("tensor '{}': unknown tensor type {}", info.name, raw_type));
     info.type = static_cast<DType>(raw_type);
     if (info.shape[0] % type->block_size != 0) {
-      error_at(type_at, fmt::format("tensor '{}': row length {} is not a multiple of the {} block size {}",
-                                    info.name, info.shape[0], type->name, type->block_size));
+      error_at(type_at,
+               fmt::format("tensor '{}': row length {} is not a multiple of the {} block size {}",
+                           info.name, info.shape[0], type->name, type->block_size));
     }
     auto bytes = row_bytes(info.type, num_elements);
     if (!bytes) error_at(type_at, fmt::format("tensor '{}': byte size overflows", info.name));
@@ -266,8 +294,9 @@ class Parser {
     file.data_offset_ = data_offset;
     if (file.tensors_.empty()) return;
     if (data_offset > bytes_.size()) {
-      error_at(end_of_infos, fmt::format("data section would start at {}, past the end of the file ({} bytes)",
-                                         data_offset, bytes_.size()));
+      error_at(end_of_infos,
+               fmt::format("data section would start at {}, past the end of the file ({} bytes)",
+                           data_offset, bytes_.size()));
     }
     uint64_t data_size = bytes_.size() - data_offset;
     std::vector<const TensorInfo*> by_offset;
@@ -302,8 +331,8 @@ class Parser {
   uint64_t pos_ = 0;
   uint64_t tensor_count_ = 0;
   uint64_t kv_count_ = 0;
-  uint64_t alignment_at_ = 0;               // where the general.alignment value was read
-  std::vector<uint64_t> offset_field_at_;   // per tensor: where its offset field was read
+  uint64_t alignment_at_ = 0;              // where the general.alignment value was read
+  std::vector<uint64_t> offset_field_at_;  // per tensor: where its offset field was read
 };
 
 GgufFile GgufFile::parse(std::span<const uint8_t> bytes, std::string name) {

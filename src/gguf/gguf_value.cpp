@@ -9,19 +9,32 @@ namespace inferd::gguf {
 
 std::string_view value_type_name(ValueType type) {
   switch (type) {
-    case ValueType::UINT8: return "uint8";
-    case ValueType::INT8: return "int8";
-    case ValueType::UINT16: return "uint16";
-    case ValueType::INT16: return "int16";
-    case ValueType::UINT32: return "uint32";
-    case ValueType::INT32: return "int32";
-    case ValueType::FLOAT32: return "float32";
-    case ValueType::BOOL: return "bool";
-    case ValueType::STRING: return "string";
-    case ValueType::ARRAY: return "array";
-    case ValueType::UINT64: return "uint64";
-    case ValueType::INT64: return "int64";
-    case ValueType::FLOAT64: return "float64";
+    case ValueType::UINT8:
+      return "uint8";
+    case ValueType::INT8:
+      return "int8";
+    case ValueType::UINT16:
+      return "uint16";
+    case ValueType::INT16:
+      return "int16";
+    case ValueType::UINT32:
+      return "uint32";
+    case ValueType::INT32:
+      return "int32";
+    case ValueType::FLOAT32:
+      return "float32";
+    case ValueType::BOOL:
+      return "bool";
+    case ValueType::STRING:
+      return "string";
+    case ValueType::ARRAY:
+      return "array";
+    case ValueType::UINT64:
+      return "uint64";
+    case ValueType::INT64:
+      return "int64";
+    case ValueType::FLOAT64:
+      return "float64";
   }
   return "unknown";
 }
@@ -35,8 +48,10 @@ bool is_integer_type(ValueType type) {
     case ValueType::UINT32:
     case ValueType::INT32:
     case ValueType::UINT64:
-    case ValueType::INT64: return true;
-    default: return false;
+    case ValueType::INT64:
+      return true;
+    default:
+      return false;
   }
 }
 
@@ -136,9 +151,11 @@ std::string Value::to_string(size_t max_items) const {
       if (string_.size() <= kMaxChars) return fmt::format("\"{}\"", string_);
       return fmt::format("\"{}...\" ({} bytes)", string_.substr(0, kMaxChars), string_.size());
     }
-    case ValueType::BOOL: return unsigned_ != 0 ? "true" : "false";
+    case ValueType::BOOL:
+      return unsigned_ != 0 ? "true" : "false";
     case ValueType::FLOAT32:
-    case ValueType::FLOAT64: return fmt::format("{}", float_);
+    case ValueType::FLOAT64:
+      return fmt::format("{}", float_);
     case ValueType::ARRAY: {
       std::string out = "[";
       const auto& items = array_->items;
@@ -170,7 +187,9 @@ std::vector<int64_t> Array::ints(std::string_view what) const {
   out.reserve(items.size());
   for (size_t i = 0; i < items.size(); ++i) {
     auto v = items[i].as_int();
-    if (!v) fail("{}: element {} is not an integer (array of {})", what, i, value_type_name(element_type));
+    if (!v)
+      fail("{}: element {} is not an integer (array of {})", what, i,
+           value_type_name(element_type));
     out.push_back(*v);
   }
   return out;
@@ -181,7 +200,8 @@ std::vector<float> Array::floats(std::string_view what) const {
   out.reserve(items.size());
   for (size_t i = 0; i < items.size(); ++i) {
     auto v = items[i].as_float();
-    if (!v) fail("{}: element {} is not a number (array of {})", what, i, value_type_name(element_type));
+    if (!v)
+      fail("{}: element {} is not a number (array of {})", what, i, value_type_name(element_type));
     out.push_back(static_cast<float>(*v));
   }
   return out;

@@ -30,19 +30,44 @@ void put_value(ByteSink& out, const Value& value);
 
 void put_scalar(ByteSink& out, const Value& value) {
   switch (value.type()) {
-    case ValueType::UINT8: out.put<uint8_t>(static_cast<uint8_t>(*value.as_uint())); break;
-    case ValueType::INT8: out.put<int8_t>(static_cast<int8_t>(*value.as_int())); break;
-    case ValueType::UINT16: out.put<uint16_t>(static_cast<uint16_t>(*value.as_uint())); break;
-    case ValueType::INT16: out.put<int16_t>(static_cast<int16_t>(*value.as_int())); break;
-    case ValueType::UINT32: out.put<uint32_t>(static_cast<uint32_t>(*value.as_uint())); break;
-    case ValueType::INT32: out.put<int32_t>(static_cast<int32_t>(*value.as_int())); break;
-    case ValueType::UINT64: out.put<uint64_t>(*value.as_uint()); break;
-    case ValueType::INT64: out.put<int64_t>(*value.as_int()); break;
-    case ValueType::FLOAT32: out.put<float>(static_cast<float>(*value.as_float())); break;
-    case ValueType::FLOAT64: out.put<double>(*value.as_float()); break;
-    case ValueType::BOOL: out.put<uint8_t>(*value.as_bool() ? 1 : 0); break;
-    case ValueType::STRING: out.put_string(*value.as_string()); break;
-    case ValueType::ARRAY: break;
+    case ValueType::UINT8:
+      out.put<uint8_t>(static_cast<uint8_t>(*value.as_uint()));
+      break;
+    case ValueType::INT8:
+      out.put<int8_t>(static_cast<int8_t>(*value.as_int()));
+      break;
+    case ValueType::UINT16:
+      out.put<uint16_t>(static_cast<uint16_t>(*value.as_uint()));
+      break;
+    case ValueType::INT16:
+      out.put<int16_t>(static_cast<int16_t>(*value.as_int()));
+      break;
+    case ValueType::UINT32:
+      out.put<uint32_t>(static_cast<uint32_t>(*value.as_uint()));
+      break;
+    case ValueType::INT32:
+      out.put<int32_t>(static_cast<int32_t>(*value.as_int()));
+      break;
+    case ValueType::UINT64:
+      out.put<uint64_t>(*value.as_uint());
+      break;
+    case ValueType::INT64:
+      out.put<int64_t>(*value.as_int());
+      break;
+    case ValueType::FLOAT32:
+      out.put<float>(static_cast<float>(*value.as_float()));
+      break;
+    case ValueType::FLOAT64:
+      out.put<double>(*value.as_float());
+      break;
+    case ValueType::BOOL:
+      out.put<uint8_t>(*value.as_bool() ? 1 : 0);
+      break;
+    case ValueType::STRING:
+      out.put_string(*value.as_string());
+      break;
+    case ValueType::ARRAY:
+      break;
   }
 }
 

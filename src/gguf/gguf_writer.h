@@ -31,10 +31,10 @@ class GgufWriter {
                   std::span<const uint8_t> data);
 
   struct Layout {
-    uint64_t header_end = 0;                    // first metadata entry starts here
-    std::vector<uint64_t> metadata_starts;      // per entry: offset of its key length
-    std::vector<uint64_t> tensor_info_starts;   // per tensor: offset of its name length
-    uint64_t data_start = 0;                    // aligned start of the data section
+    uint64_t header_end = 0;                   // first metadata entry starts here
+    std::vector<uint64_t> metadata_starts;     // per entry: offset of its key length
+    std::vector<uint64_t> tensor_info_starts;  // per tensor: offset of its name length
+    uint64_t data_start = 0;                   // aligned start of the data section
   };
   std::vector<uint8_t> build(Layout* layout = nullptr) const;
   void write(const std::string& path) const;

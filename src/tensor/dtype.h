@@ -49,7 +49,7 @@ enum class DType : uint32_t {
 
 struct DTypeInfo {
   std::string_view name;
-  uint32_t block_size;  // elements per block (1 for plain types)
+  uint32_t block_size;   // elements per block (1 for plain types)
   uint32_t block_bytes;  // bytes per block
 };
 

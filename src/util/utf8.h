@@ -13,6 +13,8 @@ size_t utf8_sequence_length(unsigned char lead);
 // UTF-8 (no overlong forms, no surrogates, nothing above U+10FFFF).
 size_t utf8_valid_prefix(std::string_view text);
 
-inline bool is_valid_utf8(std::string_view text) { return utf8_valid_prefix(text) == text.size(); }
+inline bool is_valid_utf8(std::string_view text) {
+  return utf8_valid_prefix(text) == text.size();
+}
 
 }  // namespace inferd

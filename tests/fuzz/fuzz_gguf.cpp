@@ -10,7 +10,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   try {
     auto file = inferd::gguf::GgufFile::parse({data, size}, "fuzz");
     volatile uint64_t sink = 0;
-    for (const auto& [key, value] : file.metadata()) sink = sink + key.size() + value.to_string().size();
+    for (const auto& [key, value] : file.metadata())
+      sink = sink + key.size() + value.to_string().size();
     for (const auto& tensor : file.tensors()) {
       if (tensor.num_bytes > 0) sink = sink + tensor.data[0] + tensor.data[tensor.num_bytes - 1];
     }

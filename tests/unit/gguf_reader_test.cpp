@@ -172,46 +172,55 @@ TEST_P(GgufMalformed, GivesCleanError) {
 }
 
 // Offsets inside the sample file, from its layout.
-uint64_t kv_start(const GgufWriter::Layout& l, size_t i) { return l.metadata_starts.at(i); }
-uint64_t info_start(const GgufWriter::Layout& l, size_t i) { return l.tensor_info_starts.at(i); }
+uint64_t kv_start(const GgufWriter::Layout& l, size_t i) {
+  return l.metadata_starts.at(i);
+}
+uint64_t info_start(const GgufWriter::Layout& l, size_t i) {
+  return l.tensor_info_starts.at(i);
+}
 // Tensor "a": name length(8) + "a"(1) + n_dims(4) + 2 dims(16) + type(4) -> offset field at +33.
 constexpr uint64_t kTensorATypeField = 8 + 1 + 4 + 16;
 constexpr uint64_t kTensorAOffsetField = kTensorATypeField + 4;
 
-void truncate_to(std::vector<uint8_t>& b, uint64_t size) { b.resize(size); }
+void truncate_to(std::vector<uint8_t>& b, uint64_t size) {
+  b.resize(size);
+}
 
 const Malformed kMalformed[] = {
     {"Empty", [](auto& b, auto&) { b.clear(); }, "truncated file: magic"},
     {"BadMagic", [](auto& b, auto&) { b[0] = 'X'; }, "not a GGUF file"},
     {"Version1", [](auto& b, auto&) { poke<uint32_t>(b, 4, 1); }, "version 1 is not supported"},
     {"BigEndianVersion", [](auto& b, auto&) { poke<uint32_t>(b, 4, 0x03000000); }, "big-endian"},
-    {"TruncatedInHeader", [](auto& b, auto&) { truncate_to(b, 12); }, "truncated file: tensor_count"},
+    {"TruncatedInHeader", [](auto& b, auto&) { truncate_to(b, 12); },
+     "truncated file: tensor_count"},
     {"HugeTensorCount", [](auto& b, auto&) { poke<uint64_t>(b, 8, ~0ull); }, "tensor_count"},
     {"HugeKvCount", [](auto& b, auto&) { poke<uint64_t>(b, 16, 1ull << 60); }, "metadata_kv_count"},
-    {"TruncatedInKey", [](auto& b, auto& l) { truncate_to(b, kv_start(l, 0) + 10); }, "metadata key #0"},
+    {"TruncatedInKey", [](auto& b, auto& l) { truncate_to(b, kv_start(l, 0) + 10); },
+     "metadata key #0"},
     {"HugeKeyLength", [](auto& b, auto& l) { poke<uint64_t>(b, kv_start(l, 0), 1ull << 62); },
      "metadata key #0 length"},
     {"EmptyKey", [](auto& b, auto& l) { poke<uint64_t>(b, kv_start(l, 0), 0); }, "is empty"},
     {"BadUtf8InKey", [](auto& b, auto& l) { b[kv_start(l, 0) + 8 + 3] = 0xC0; }, "not valid UTF-8"},
-    {"UnknownValueType",
-     [](auto& b, auto& l) { poke<uint32_t>(b, kv_start(l, 0) + 8 + 20, 99); }, "unknown value type 99"},
+    {"UnknownValueType", [](auto& b, auto& l) { poke<uint32_t>(b, kv_start(l, 0) + 8 + 20, 99); },
+     "unknown value type 99"},
     {"TruncatedInStringValue",
      [](auto& b, auto& l) { truncate_to(b, kv_start(l, 0) + 8 + 20 + 4 + 8 + 2); },
      "'general.architecture' length 5 exceeds"},
     {"HugeStringValue",
      [](auto& b, auto& l) { poke<uint64_t>(b, kv_start(l, 0) + 8 + 20 + 4, ~0ull - 3); },
      "exceeds the"},
-    {"BoolNotZeroOrOne",
-     [](auto& b, auto& l) { b[kv_start(l, 11) + 8 + 9 + 4] = 7; }, "bool value 7"},
+    {"BoolNotZeroOrOne", [](auto& b, auto& l) { b[kv_start(l, 11) + 8 + 9 + 4] = 7; },
+     "bool value 7"},
     {"HugeArrayCount",
      [](auto& b, auto& l) { poke<uint64_t>(b, kv_start(l, 12) + 8 + 21 + 4 + 4, 1ull << 61); },
      "cannot fit"},
     {"UnknownArrayElementType",
      [](auto& b, auto& l) { poke<uint32_t>(b, kv_start(l, 12) + 8 + 21 + 4, 13); },
      "unknown value type 13"},
-    {"TruncatedInArray", [](auto& b, auto& l) { truncate_to(b, kv_start(l, 13) - 3); }, "truncated"},
-    {"DuplicateKey",
-     [](auto& b, auto& l) { std::memcpy(&b[kv_start(l, 2) + 8], "test.u8", 7); }, "duplicate metadata key"},
+    {"TruncatedInArray", [](auto& b, auto& l) { truncate_to(b, kv_start(l, 13) - 3); },
+     "truncated"},
+    {"DuplicateKey", [](auto& b, auto& l) { std::memcpy(&b[kv_start(l, 2) + 8], "test.u8", 7); },
+     "duplicate metadata key"},
     {"TruncatedInTensorInfo", [](auto& b, auto& l) { truncate_to(b, info_start(l, 0) + 12); },
      "n_dims of tensor 'a'"},
     {"TooManyDims", [](auto& b, auto& l) { poke<uint32_t>(b, info_start(l, 0) + 9, 5); },
@@ -240,11 +249,14 @@ const Malformed kMalformed[] = {
      [](auto& b, auto& l) { poke<uint64_t>(b, info_start(l, 1) + 8 + 1 + 4 + 8 + 4, ~0ull - 31); },
      "runs past the end"},
     {"OverlappingTensors",
-     [](auto& b, auto& l) { poke<uint64_t>(b, info_start(l, 1) + 8 + 1 + 4 + 8 + 4, 0); }, "overlaps"},
+     [](auto& b, auto& l) { poke<uint64_t>(b, info_start(l, 1) + 8 + 1 + 4 + 8 + 4, 0); },
+     "overlaps"},
     {"DuplicateTensorName", [](auto& b, auto& l) { b[info_start(l, 1) + 8] = 'a'; },
      "duplicate tensor name 'a'"},
-    {"TruncatedInData", [](auto& b, auto& l) { truncate_to(b, l.data_start + 40); }, "runs past the end"},
-    {"BadUtf8InTensorName", [](auto& b, auto& l) { b[info_start(l, 0) + 8] = 0xFF; }, "not valid UTF-8"},
+    {"TruncatedInData", [](auto& b, auto& l) { truncate_to(b, l.data_start + 40); },
+     "runs past the end"},
+    {"BadUtf8InTensorName", [](auto& b, auto& l) { b[info_start(l, 0) + 8] = 0xFF; },
+     "not valid UTF-8"},
     {"TensorOffsetFieldTruncated",
      [](auto& b, auto& l) { truncate_to(b, info_start(l, 0) + kTensorAOffsetField + 3); },
      "offset of tensor 'a'"},

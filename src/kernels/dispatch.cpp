@@ -1,0 +1,71 @@
+// Chooses the kernel table once: the best ISA this CPU supports, unless INFERD_ISA names one.
+#include <cstdlib>
+
+#include "kernels/kernels.h"
+#include "kernels/ref/quant_ref.h"
+#include "util/error.h"
+
+namespace inferd::kernels {
+
+const WeightKernels* KernelTable::for_weight(DType type) const {
+  const WeightKernels* k = nullptr;
+  switch (type) {
+    case DType::Q4_0:
+      k = &q4_0;
+      break;
+    case DType::Q4_1:
+      k = &q4_1;
+      break;
+    case DType::Q8_0:
+      k = &q8_0;
+      break;
+    case DType::F16:
+      k = &f16;
+      break;
+    case DType::BF16:
+      k = &bf16;
+      break;
+    case DType::F32:
+      k = &f32;
+      break;
+    default:
+      return nullptr;
+  }
+  return k->dot != nullptr ? k : nullptr;
+}
+
+const KernelTable& reference_kernels() {
+  static const KernelTable table = [] {
+    KernelTable t;
+    t.isa = "ref";
+    t.q4_0 = {DType::Q8_0, ref::quantize_row_q8_0, ref::dot_q4_0_q8_0, ref::dequantize_row_q4_0};
+    t.q4_1 = {DType::Q8_1, ref::quantize_row_q8_1, ref::dot_q4_1_q8_1, ref::dequantize_row_q4_1};
+    t.q8_0 = {DType::Q8_0, ref::quantize_row_q8_0, ref::dot_q8_0_q8_0, ref::dequantize_row_q8_0};
+    t.f16 = {DType::F16, ref::quantize_row_f16, ref::dot_f16_f16, ref::dequantize_row_f16};
+    t.bf16 = {DType::BF16, ref::quantize_row_bf16, ref::dot_bf16_bf16, ref::dequantize_row_bf16};
+    t.f32 = {DType::F32, ref::quantize_row_f32, ref::dot_f32_f32, ref::dequantize_row_f32};
+    return t;
+  }();
+  return table;
+}
+
+std::vector<const KernelTable*> available_kernels() {
+  return {&reference_kernels()};
+}
+
+const KernelTable& active_kernels() {
+  static const KernelTable* chosen = [] {
+    auto tables = available_kernels();
+    const char* forced = std::getenv("INFERD_ISA");
+    if (forced == nullptr || *forced == '\0') return tables.back();
+    std::string choices;
+    for (const KernelTable* t : tables) {
+      if (t->isa == forced) return t;
+      choices += (choices.empty() ? "" : ", ") + std::string(t->isa);
+    }
+    fail("INFERD_ISA={} is not available on this CPU (choices: {})", forced, choices);
+  }();
+  return *chosen;
+}
+
+}  // namespace inferd::kernels

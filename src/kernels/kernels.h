@@ -1,0 +1,44 @@
+// KernelTable: the function pointers every compute path goes through, one table per ISA,
+// chosen once at start-up from cpuid (INFERD_ISA=ref|avx2|avx512 forces one).
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+#include <vector>
+
+#include "tensor/dtype.h"
+
+namespace inferd::kernels {
+
+// Converts one row of n floats into an activation format (Q8_0, Q8_1, F16, BF16, F32).
+using QuantizeRowFn = void (*)(const float* x, void* out, int64_t n);
+// Dot product of one weight row (its own format) with one activation row (its paired format).
+using DotFn = float (*)(int64_t n, const void* weight_row, const void* activation_row);
+// Expands one weight row to floats.
+using DequantizeRowFn = void (*)(const void* row, float* out, int64_t n);
+
+// How one weight type is multiplied: activations are first converted to `activation_type`.
+struct WeightKernels {
+  DType activation_type = DType::F32;
+  QuantizeRowFn quantize_activation = nullptr;
+  DotFn dot = nullptr;
+  DequantizeRowFn dequantize = nullptr;
+};
+
+struct KernelTable {
+  std::string_view isa;
+  WeightKernels q4_0, q4_1, q8_0, f16, bf16, f32;
+
+  // Kernels for a weight type; nullptr when the type has no matmul support yet.
+  const WeightKernels* for_weight(DType type) const;
+};
+
+// The reference table: plain scalar C++, the definition of correct for every other ISA.
+const KernelTable& reference_kernels();
+// Every table this CPU can run, reference first.
+std::vector<const KernelTable*> available_kernels();
+// The table in use: the best available, or the one INFERD_ISA names (an unknown or
+// unsupported name is an inferd::Error listing the choices).
+const KernelTable& active_kernels();
+
+}  // namespace inferd::kernels

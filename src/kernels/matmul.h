@@ -1,0 +1,49 @@
+// Matrix multiplication of a weight matrix (any supported GGUF type, rows = outputs) with a
+// batch of float activations: Y[t, r] = W[r, :] . X[t, :]. Activations are converted once per
+// row into the weight type's paired format and reused for every weight row.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "kernels/kernels.h"
+#include "tensor/dtype.h"
+#include "util/thread_pool.h"
+
+namespace inferd::kernels {
+
+// A non-owning view of a 2-D weight: `rows` rows of `cols` values each, stored in `type`.
+struct WeightMatrix {
+  DType type = DType::F32;
+  int64_t rows = 0;  // output features (N)
+  int64_t cols = 0;  // input features (K), a whole number of blocks
+  size_t row_bytes = 0;
+  const uint8_t* data = nullptr;
+
+  const uint8_t* row(int64_t r) const { return data + static_cast<size_t>(r) * row_bytes; }
+};
+
+// Scratch for converted activations; sized once for the largest batch so matmul never
+// allocates in the decode loop.
+class ActivationScratch {
+ public:
+  // Room for `max_tokens` rows of up to `max_cols` values in any activation format.
+  void reserve(int64_t max_tokens, int64_t max_cols);
+  uint8_t* data() { return buffer_.data(); }
+  size_t size() const { return buffer_.size(); }
+
+ private:
+  std::vector<uint8_t> buffer_;
+};
+
+// y: [n_tokens, w.rows], x: [n_tokens, w.cols] (row stride w.cols).
+void matmul(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y,
+            ActivationScratch& scratch, ThreadPool& pool,
+            const KernelTable& table = active_kernels());
+
+// Copies row r of a weight matrix into floats (embedding look-up).
+void dequantize_row(const WeightMatrix& w, int64_t r, float* out,
+                    const KernelTable& table = active_kernels());
+
+}  // namespace inferd::kernels

@@ -1,0 +1,83 @@
+#include "kernels/ops.h"
+
+#include <cmath>
+
+#include "util/error.h"
+
+namespace inferd::kernels {
+
+void rms_norm(const float* x, const float* weight, float* out, int64_t n, float eps) {
+  double sum = 0;  // ggml accumulates the squares in double too
+  for (int64_t i = 0; i < n; ++i) sum += double(x[i]) * x[i];
+  const float scale = 1.0f / std::sqrt(static_cast<float>(sum / double(n)) + eps);
+  for (int64_t i = 0; i < n; ++i) out[i] = x[i] * scale * weight[i];
+}
+
+void silu_mul(float* a, const float* b, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) a[i] = a[i] / (1.0f + std::exp(-a[i])) * b[i];
+}
+
+void gelu_mul(float* a, const float* b, int64_t n) {
+  constexpr float kSqrt2OverPi = 0.7978845608028654f;
+  constexpr float kCoef = 0.044715f;
+  for (int64_t i = 0; i < n; ++i) {
+    const float x = a[i];
+    a[i] = 0.5f * x * (1.0f + std::tanh(kSqrt2OverPi * x * (1.0f + kCoef * x * x))) * b[i];
+  }
+}
+
+void add_inplace(float* a, const float* b, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) a[i] += b[i];
+}
+
+void scale_inplace(float* a, float s, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) a[i] *= s;
+}
+
+RopeTable::RopeTable(int64_t max_positions, int rot_dims, float freq_base, float freq_scale)
+    : max_positions_(max_positions), rot_dims_(rot_dims) {
+  if (rot_dims <= 0 || rot_dims % 2 != 0)
+    fail("rope: dimension count {} must be even and positive", rot_dims);
+  const int half = rot_dims / 2;
+  cos_.resize(static_cast<size_t>(max_positions * half));
+  sin_.resize(cos_.size());
+  const float theta_scale = std::pow(freq_base, -2.0f / static_cast<float>(rot_dims));
+  for (int64_t p = 0; p < max_positions; ++p) {
+    float theta = static_cast<float>(p);
+    for (int i = 0; i < half; ++i) {
+      const float angle = freq_scale * theta;
+      cos_[static_cast<size_t>(p * half + i)] = std::cos(angle);
+      sin_[static_cast<size_t>(p * half + i)] = std::sin(angle);
+      theta *= theta_scale;
+    }
+  }
+}
+
+// Pair i is (i0, i1) = (2i, 2i+1) in normal mode and (i, i + half) in neox mode.
+template <bool kNeox>
+static void rotate(float* x, int n_heads, int head_dim, int half, const float* c, const float* s) {
+  for (int h = 0; h < n_heads; ++h) {
+    float* v = x + static_cast<int64_t>(h) * head_dim;
+    for (int i = 0; i < half; ++i) {
+      const int i0 = kNeox ? i : 2 * i;
+      const int i1 = kNeox ? i + half : 2 * i + 1;
+      const float x0 = v[i0], x1 = v[i1];
+      v[i0] = x0 * c[i] - x1 * s[i];
+      v[i1] = x0 * s[i] + x1 * c[i];
+    }
+  }
+}
+
+void RopeTable::apply_normal(float* x, int n_heads, int head_dim, int64_t pos) const {
+  const int half = rot_dims_ / 2;
+  const size_t row = static_cast<size_t>(pos * half);
+  rotate<false>(x, n_heads, head_dim, half, &cos_[row], &sin_[row]);
+}
+
+void RopeTable::apply_neox(float* x, int n_heads, int head_dim, int64_t pos) const {
+  const int half = rot_dims_ / 2;
+  const size_t row = static_cast<size_t>(pos * half);
+  rotate<true>(x, n_heads, head_dim, half, &cos_[row], &sin_[row]);
+}
+
+}  // namespace inferd::kernels

@@ -1,0 +1,32 @@
+// Scalar reference kernels for the 32-wide block formats and the float formats.
+#pragma once
+
+#include <cstdint>
+
+namespace inferd::kernels::ref {
+
+void quantize_row_q8_0(const float* x, void* out, int64_t n);
+void quantize_row_q8_1(const float* x, void* out, int64_t n);
+void quantize_row_f16(const float* x, void* out, int64_t n);
+void quantize_row_bf16(const float* x, void* out, int64_t n);
+void quantize_row_f32(const float* x, void* out, int64_t n);
+
+float dot_q4_0_q8_0(int64_t n, const void* w, const void* a);
+float dot_q4_1_q8_1(int64_t n, const void* w, const void* a);
+float dot_q8_0_q8_0(int64_t n, const void* w, const void* a);
+float dot_f16_f16(int64_t n, const void* w, const void* a);
+float dot_bf16_bf16(int64_t n, const void* w, const void* a);
+float dot_f32_f32(int64_t n, const void* w, const void* a);
+
+void dequantize_row_q4_0(const void* row, float* out, int64_t n);
+void dequantize_row_q4_1(const void* row, float* out, int64_t n);
+void dequantize_row_q8_0(const void* row, float* out, int64_t n);
+void dequantize_row_f16(const void* row, float* out, int64_t n);
+void dequantize_row_bf16(const void* row, float* out, int64_t n);
+void dequantize_row_f32(const void* row, float* out, int64_t n);
+
+// Weight-side quantizers (tests build quantized weights with these).
+void quantize_row_q4_0(const float* x, void* out, int64_t n);
+void quantize_row_q4_1(const float* x, void* out, int64_t n);
+
+}  // namespace inferd::kernels::ref

@@ -1,0 +1,39 @@
+#include "kv/kv_cache.h"
+
+#include "tensor/half.h"
+#include "util/error.h"
+
+namespace inferd::kv {
+
+KvCache::KvCache(const KvCacheConfig& config)
+    : config_(config),
+      pool_(config.num_blocks),
+      block_stride_(static_cast<size_t>(config.block_size) * static_cast<size_t>(config.head_dim)) {
+  if (config.dtype != DType::F16) fail("KV cache: only F16 storage is implemented");
+  if (config.n_layers <= 0 || config.n_kv_heads <= 0 || config.head_dim <= 0 ||
+      config.block_size <= 0) {
+    fail("KV cache: invalid shape (layers {}, kv heads {}, head dim {}, block size {})",
+         config.n_layers, config.n_kv_heads, config.head_dim, config.block_size);
+  }
+  size_t total = static_cast<size_t>(config.n_layers) * static_cast<size_t>(config.num_blocks) *
+                 static_cast<size_t>(config.n_kv_heads) * block_stride_;
+  keys_.assign(total, 0);
+  values_.assign(total, 0);
+}
+
+void KvCache::write(int layer, int64_t slot, const float* k, const float* v) {
+  const auto block = static_cast<int32_t>(slot / config_.block_size);
+  const auto pos = static_cast<size_t>(slot % config_.block_size);
+  for (int h = 0; h < config_.n_kv_heads; ++h) {
+    uint16_t* kd = keys_.data() + offset(layer, block, h) + pos * config_.head_dim;
+    uint16_t* vd = values_.data() + offset(layer, block, h) + pos * config_.head_dim;
+    const float* ks = k + static_cast<size_t>(h) * config_.head_dim;
+    const float* vs = v + static_cast<size_t>(h) * config_.head_dim;
+    for (int d = 0; d < config_.head_dim; ++d) {
+      kd[d] = fp32_to_fp16(ks[d]);
+      vd[d] = fp32_to_fp16(vs[d]);
+    }
+  }
+}
+
+}  // namespace inferd::kv

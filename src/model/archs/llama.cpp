@@ -1,0 +1,196 @@
+// Llama: RMSNorm, RoPE (normal pairs), grouped-query attention, SwiGLU feed-forward, optional
+// tied output embedding. Covers Llama 2/3, SmolLM, TinyLlama and other `llama` GGUF files.
+#include <cmath>
+#include <vector>
+
+#include "kernels/attention.h"
+#include "kernels/matmul.h"
+#include "kernels/ops.h"
+#include "model/registry.h"
+#include "model/weights.h"
+#include "util/error.h"
+
+namespace inferd::model {
+namespace {
+
+using kernels::WeightMatrix;
+
+struct LlamaLayer {
+  const float* attn_norm;  // [n_embd]
+  WeightMatrix wq;         // [n_heads * head_dim, n_embd]
+  WeightMatrix wk;         // [n_kv_heads * head_dim, n_embd]
+  WeightMatrix wv;         // [n_kv_heads * head_dim, n_embd]
+  WeightMatrix wo;         // [n_embd, n_heads * head_dim]
+  const float* ffn_norm;   // [n_embd]
+  WeightMatrix w_gate;     // [n_ff, n_embd]
+  WeightMatrix w_up;       // [n_ff, n_embd]
+  WeightMatrix w_down;     // [n_embd, n_ff]
+};
+
+// Work buffers for up to max_tokens tokens, allocated once.
+struct LlamaWorkspace {
+  std::vector<float> x;     // [T, n_embd] residual stream
+  std::vector<float> h;     // [T, n_embd] normed input of a sub-layer
+  std::vector<float> q;     // [T, n_heads * head_dim]
+  std::vector<float> k;     // [T, n_kv_heads * head_dim]
+  std::vector<float> v;     // [T, n_kv_heads * head_dim]
+  std::vector<float> attn;  // [T, n_heads * head_dim]
+  std::vector<float> proj;  // [T, n_embd] output of wo / w_down
+  std::vector<float> gate;  // [T, n_ff]
+  std::vector<float> up;    // [T, n_ff]
+  std::vector<float> last;  // [R, n_embd] rows that need logits
+  kernels::ActivationScratch scratch;
+};
+
+class Llama final : public Model {
+ public:
+  Llama(const gguf::GgufFile& file, const ModelOptions& options)
+      : config_(ModelConfig::from_gguf(file)), max_tokens_(options.max_batch_tokens) {
+    const ModelConfig& c = config_;
+    if (c.head_dim > 256)
+      fail("{}: head size {} is above the supported 256", file.name(), c.head_dim);
+    WeightLoader w(file);
+    const int64_t q_dim = int64_t{c.n_heads} * c.head_dim;
+    const int64_t kv_dim = int64_t{c.n_kv_heads} * c.head_dim;
+    token_embd_ = w.matrix("token_embd.weight", c.n_vocab, c.n_embd);
+    output_norm_ = w.vector("output_norm.weight", c.n_embd);
+    output_ = w.has("output.weight") ? w.matrix("output.weight", c.n_vocab, c.n_embd) : token_embd_;
+    for (int i = 0; i < c.n_layers; ++i) {
+      const std::string p = "blk." + std::to_string(i) + ".";
+      layers_.push_back({w.vector(p + "attn_norm.weight", c.n_embd),
+                         w.matrix(p + "attn_q.weight", q_dim, c.n_embd),
+                         w.matrix(p + "attn_k.weight", kv_dim, c.n_embd),
+                         w.matrix(p + "attn_v.weight", kv_dim, c.n_embd),
+                         w.matrix(p + "attn_output.weight", c.n_embd, q_dim),
+                         w.vector(p + "ffn_norm.weight", c.n_embd),
+                         w.matrix(p + "ffn_gate.weight", c.n_ff, c.n_embd),
+                         w.matrix(p + "ffn_up.weight", c.n_ff, c.n_embd),
+                         w.matrix(p + "ffn_down.weight", c.n_embd, c.n_ff)});
+    }
+    const int64_t max_context = options.max_context > 0 ? options.max_context : c.context_length;
+    rope_ = kernels::RopeTable(max_context, c.rope_dims, c.rope_freq_base, c.rope_freq_scale);
+    allocate_workspace();
+  }
+
+  const ModelConfig& config() const override { return config_; }
+
+  void forward(const Batch& batch, kv::KvCache& cache, float* logits, ThreadPool& pool) override {
+    const ModelConfig& c = config_;
+    const int64_t T = batch.num_tokens();
+    if (T > max_tokens_)
+      fail("batch of {} tokens exceeds the {} the model was sized for", T, max_tokens_);
+    LlamaWorkspace& ws = ws_;
+    for (int64_t t = 0; t < T; ++t) {
+      const int32_t token = batch.tokens[static_cast<size_t>(t)];
+      if (token < 0 || token >= c.n_vocab)
+        fail("token id {} is outside the vocabulary of {}", token, c.n_vocab);
+      if (batch.positions[static_cast<size_t>(t)] >= rope_.max_positions()) {
+        fail("position {} is beyond the context of {}", batch.positions[static_cast<size_t>(t)],
+             rope_.max_positions());
+      }
+      kernels::dequantize_row(token_embd_, token, &ws.x[static_cast<size_t>(t * c.n_embd)]);
+    }
+    for (int l = 0; l < c.n_layers; ++l) {
+      attention_block(l, batch, cache, pool);
+      feed_forward_block(l, T, pool);
+    }
+    compute_logits(batch, logits, pool);
+  }
+
+ private:
+  void allocate_workspace() {
+    const ModelConfig& c = config_;
+    const auto T = static_cast<size_t>(max_tokens_);
+    const size_t q_dim = size_t(c.n_heads) * c.head_dim, kv_dim = size_t(c.n_kv_heads) * c.head_dim;
+    ws_.x.resize(T * c.n_embd);
+    ws_.h.resize(T * c.n_embd);
+    ws_.q.resize(T * q_dim);
+    ws_.k.resize(T * kv_dim);
+    ws_.v.resize(T * kv_dim);
+    ws_.attn.resize(T * q_dim);
+    ws_.proj.resize(T * c.n_embd);
+    ws_.gate.resize(T * c.n_ff);
+    ws_.up.resize(T * c.n_ff);
+    ws_.last.resize(T * c.n_embd);
+    ws_.scratch.reserve(max_tokens_, std::max<int64_t>({c.n_embd, c.n_ff, int64_t(q_dim)}));
+  }
+
+  void attention_block(int l, const Batch& batch, kv::KvCache& cache, ThreadPool& pool) {
+    const ModelConfig& c = config_;
+    const LlamaLayer& layer = layers_[static_cast<size_t>(l)];
+    LlamaWorkspace& ws = ws_;
+    const int64_t T = batch.num_tokens();
+    const int64_t q_dim = int64_t{c.n_heads} * c.head_dim,
+                  kv_dim = int64_t{c.n_kv_heads} * c.head_dim;
+    for (int64_t t = 0; t < T; ++t) {
+      kernels::rms_norm(&ws.x[t * c.n_embd], layer.attn_norm, &ws.h[t * c.n_embd], c.n_embd,
+                        c.rms_eps);
+    }
+    kernels::matmul(layer.wq, ws.h.data(), T, ws.q.data(), ws.scratch, pool);  // q: [T, q_dim]
+    kernels::matmul(layer.wk, ws.h.data(), T, ws.k.data(), ws.scratch, pool);  // k: [T, kv_dim]
+    kernels::matmul(layer.wv, ws.h.data(), T, ws.v.data(), ws.scratch, pool);  // v: [T, kv_dim]
+    for (int64_t t = 0; t < T; ++t) {
+      const int32_t pos = batch.positions[static_cast<size_t>(t)];
+      rope_.apply_normal(&ws.q[t * q_dim], c.n_heads, c.head_dim, pos);
+      rope_.apply_normal(&ws.k[t * kv_dim], c.n_kv_heads, c.head_dim, pos);
+      cache.write(l, batch.slots[static_cast<size_t>(t)], &ws.k[t * kv_dim], &ws.v[t * kv_dim]);
+    }
+    const kernels::AttentionShape shape{c.n_heads, c.n_kv_heads, c.head_dim,
+                                        1.0f / std::sqrt(static_cast<float>(c.head_dim))};
+    for (const BatchSequence& seq : batch.sequences) {
+      pool.parallel_for(seq.token_end - seq.token_begin, 1, [&](int64_t begin, int64_t end) {
+        for (int64_t t = seq.token_begin + begin; t < seq.token_begin + end; ++t) {
+          kernels::attend_one(&ws.q[t * q_dim], cache, l, seq.block_table,
+                              batch.positions[static_cast<size_t>(t)], shape, &ws.attn[t * q_dim]);
+        }
+      });
+    }
+    kernels::matmul(layer.wo, ws.attn.data(), T, ws.proj.data(), ws.scratch, pool);  // [T, n_embd]
+    kernels::add_inplace(ws.x.data(), ws.proj.data(), T * c.n_embd);
+  }
+
+  void feed_forward_block(int l, int64_t T, ThreadPool& pool) {
+    const ModelConfig& c = config_;
+    const LlamaLayer& layer = layers_[static_cast<size_t>(l)];
+    LlamaWorkspace& ws = ws_;
+    for (int64_t t = 0; t < T; ++t) {
+      kernels::rms_norm(&ws.x[t * c.n_embd], layer.ffn_norm, &ws.h[t * c.n_embd], c.n_embd,
+                        c.rms_eps);
+    }
+    kernels::matmul(layer.w_gate, ws.h.data(), T, ws.gate.data(), ws.scratch, pool);  // [T, n_ff]
+    kernels::matmul(layer.w_up, ws.h.data(), T, ws.up.data(), ws.scratch, pool);      // [T, n_ff]
+    kernels::silu_mul(ws.gate.data(), ws.up.data(), T * c.n_ff);
+    kernels::matmul(layer.w_down, ws.gate.data(), T, ws.proj.data(), ws.scratch,
+                    pool);  // [T, n_embd]
+    kernels::add_inplace(ws.x.data(), ws.proj.data(), T * c.n_embd);
+  }
+
+  void compute_logits(const Batch& batch, float* logits, ThreadPool& pool) {
+    const ModelConfig& c = config_;
+    LlamaWorkspace& ws = ws_;
+    const auto R = static_cast<int64_t>(batch.logit_rows.size());
+    for (int64_t r = 0; r < R; ++r) {
+      const int64_t t = batch.logit_rows[static_cast<size_t>(r)];
+      kernels::rms_norm(&ws.x[t * c.n_embd], output_norm_, &ws.last[r * c.n_embd], c.n_embd,
+                        c.rms_eps);
+    }
+    kernels::matmul(output_, ws.last.data(), R, logits, ws.scratch, pool);  // [R, n_vocab]
+  }
+
+  ModelConfig config_;
+  int64_t max_tokens_;
+  WeightMatrix token_embd_;   // [n_vocab, n_embd]
+  const float* output_norm_;  // [n_embd]
+  WeightMatrix output_;       // [n_vocab, n_embd], token_embd_ when tied
+  std::vector<LlamaLayer> layers_;
+  kernels::RopeTable rope_;
+  LlamaWorkspace ws_;
+};
+
+}  // namespace
+
+std::unique_ptr<Model> make_llama(const gguf::GgufFile& file, const ModelOptions& options) {
+  return std::make_unique<Llama>(file, options);
+}
+
+}  // namespace inferd::model

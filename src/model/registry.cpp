@@ -1,0 +1,36 @@
+#include "model/registry.h"
+
+#include <fmt/ranges.h>
+
+#include "util/error.h"
+
+namespace inferd::model {
+namespace {
+
+using Factory = std::unique_ptr<Model> (*)(const gguf::GgufFile&, const ModelOptions&);
+struct Entry {
+  const char* architecture;
+  Factory make;
+};
+constexpr Entry kArchitectures[] = {
+    {"llama", make_llama},
+};
+
+}  // namespace
+
+std::vector<std::string> known_architectures() {
+  std::vector<std::string> out;
+  for (const Entry& e : kArchitectures) out.emplace_back(e.architecture);
+  return out;
+}
+
+std::unique_ptr<Model> load_model(const gguf::GgufFile& file, const ModelOptions& options) {
+  std::string arch = file.architecture();
+  for (const Entry& e : kArchitectures) {
+    if (arch == e.architecture) return e.make(file, options);
+  }
+  fail("{}: unknown architecture '{}' (inferd runs: {})", file.name(), arch,
+       fmt::join(known_architectures(), ", "));
+}
+
+}  // namespace inferd::model

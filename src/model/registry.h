@@ -1,0 +1,21 @@
+// The architecture registry: `general.architecture` -> the function that builds that Model.
+// Adding an architecture is one file in archs/ plus one line in registry.cpp.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "model/model.h"
+
+namespace inferd::model {
+
+// Builds the model for the file's architecture; the file must outlive the model (weights
+// stay in its map). An unknown architecture is an inferd::Error listing the known ones.
+std::unique_ptr<Model> load_model(const gguf::GgufFile& file, const ModelOptions& options);
+std::vector<std::string> known_architectures();
+
+// Constructors of each architecture (archs/<arch>.cpp).
+std::unique_ptr<Model> make_llama(const gguf::GgufFile& file, const ModelOptions& options);
+
+}  // namespace inferd::model

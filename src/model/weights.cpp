@@ -1,0 +1,50 @@
+#include "model/weights.h"
+
+#include "util/error.h"
+
+namespace inferd::model {
+
+const gguf::TensorInfo& WeightLoader::find(const std::string& name) const {
+  const gguf::TensorInfo* t = file_.find_tensor(name);
+  if (t == nullptr) fail("{}: tensor '{}' is missing", file_.name(), name);
+  return *t;
+}
+
+kernels::WeightMatrix WeightLoader::matrix(const std::string& name, int64_t rows,
+                                           int64_t cols) const {
+  const gguf::TensorInfo& t = find(name);
+  bool shape_ok =
+      (t.shape.size() == 2 && t.shape[0] == uint64_t(cols) && t.shape[1] == uint64_t(rows)) ||
+      (rows == 1 && t.shape.size() == 1 && t.shape[0] == uint64_t(cols));
+  if (!shape_ok) {
+    fail("{}: tensor '{}' has shape {}, expected [{}, {}]", file_.name(), name, t.shape_string(),
+         cols, rows);
+  }
+  if (kernels::active_kernels().for_weight(t.type) == nullptr) {
+    fail("{}: tensor '{}' has type {}, which inferd cannot multiply yet", file_.name(), name,
+         dtype_name(t.type));
+  }
+  kernels::WeightMatrix w;
+  w.type = t.type;
+  w.rows = rows;
+  w.cols = cols;
+  w.row_bytes = static_cast<size_t>(*row_bytes(t.type, cols));
+  w.data = t.data;
+  return w;
+}
+
+const float* WeightLoader::vector(const std::string& name, int64_t n) const {
+  const gguf::TensorInfo& t = find(name);
+  if (t.shape.size() != 1 || t.shape[0] != uint64_t(n)) {
+    fail("{}: tensor '{}' has shape {}, expected [{}]", file_.name(), name, t.shape_string(), n);
+  }
+  if (t.type != DType::F32) {
+    fail("{}: tensor '{}' has type {}, expected F32", file_.name(), name, dtype_name(t.type));
+  }
+  if (reinterpret_cast<uintptr_t>(t.data) % alignof(float) != 0) {
+    fail("{}: tensor '{}' data is not 4-byte aligned", file_.name(), name);
+  }
+  return reinterpret_cast<const float*>(t.data);
+}
+
+}  // namespace inferd::model

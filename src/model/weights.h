@@ -1,0 +1,28 @@
+// Weight look-up by GGUF tensor name with shape checks. An absent tensor or a wrong shape is
+// an inferd::Error naming the tensor, the expected and the found shape.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "gguf/gguf.h"
+#include "kernels/matmul.h"
+
+namespace inferd::model {
+
+class WeightLoader {
+ public:
+  explicit WeightLoader(const gguf::GgufFile& file) : file_(file) {}
+
+  bool has(const std::string& name) const { return file_.find_tensor(name) != nullptr; }
+  // A [rows, cols] matrix (GGUF shape [cols, rows]) whose type the kernels can multiply.
+  kernels::WeightMatrix matrix(const std::string& name, int64_t rows, int64_t cols) const;
+  // An F32 vector of n values (norm weights).
+  const float* vector(const std::string& name, int64_t n) const;
+
+ private:
+  const gguf::TensorInfo& find(const std::string& name) const;
+  const gguf::GgufFile& file_;
+};
+
+}  // namespace inferd::model

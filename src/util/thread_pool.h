@@ -1,0 +1,66 @@
+// ThreadPool: persistent workers that run one parallel region at a time. The caller thread
+// is worker 0; a region costs two spin-then-sleep barriers and no allocation.
+#pragma once
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+#include <thread>
+#include <type_traits>
+#include <vector>
+
+namespace inferd {
+
+class ThreadPool {
+ public:
+  // `num_threads` counts the caller; 1 means no extra threads.
+  explicit ThreadPool(int num_threads);
+  ~ThreadPool();
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  int num_threads() const { return num_threads_; }
+
+  // Runs fn(thread_index, num_threads) on every thread and returns when all are done.
+  // `fn` must not throw. It is called through a plain pointer: nothing is copied or allocated.
+  template <typename Fn>
+  void run(Fn&& fn) {
+    using F = std::remove_reference_t<Fn>;
+    run_raw([](void* ctx, int t, int n) { (*static_cast<F*>(ctx))(t, n); },
+            const_cast<void*>(static_cast<const void*>(&fn)));
+  }
+
+  // Splits [0, count) into contiguous chunks, one per thread, aligned to `grain`.
+  template <typename Fn>
+  void parallel_for(int64_t count, int64_t grain, Fn&& fn) {
+    if (num_threads_ == 1 || count <= grain) {
+      fn(int64_t{0}, count);
+      return;
+    }
+    run([&](int thread, int threads) {
+      int64_t chunks = (count + grain - 1) / grain;
+      int64_t begin = chunks * thread / threads * grain;
+      int64_t end = std::min(count, chunks * (thread + 1) / threads * grain);
+      if (begin < end) fn(begin, end);
+    });
+  }
+
+ private:
+  using RawJob = void (*)(void* ctx, int thread, int threads);
+  void run_raw(RawJob job, void* ctx);
+  void worker_loop(int index);
+
+  int num_threads_;
+  std::vector<std::thread> workers_;
+  RawJob job_ = nullptr;
+  void* job_ctx_ = nullptr;
+  std::atomic<uint64_t> generation_{0};  // bumped to start a region
+  std::atomic<int> pending_{0};          // workers still running the current region
+  std::atomic<bool> stop_{false};
+  std::mutex mutex_;
+  std::condition_variable wake_;
+};
+
+}  // namespace inferd

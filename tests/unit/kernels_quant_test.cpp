@@ -1,0 +1,167 @@
+// Quantized-format kernels: the reference against plain float math, and every ISA table this
+// CPU has against the reference, on random data of odd sizes.
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "kernels/kernels.h"
+#include "kernels/ref/quant_ref.h"
+
+namespace inferd::kernels {
+namespace {
+
+std::vector<float> random_floats(int64_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, scale);
+  std::vector<float> out(static_cast<size_t>(n));
+  for (float& v : out) v = dist(rng);
+  return out;
+}
+
+size_t row_size(DType type, int64_t n) {
+  return static_cast<size_t>(*row_bytes(type, n));
+}
+
+double float_dot(const std::vector<float>& a, const std::vector<float>& b) {
+  double s = 0;
+  for (size_t i = 0; i < a.size(); ++i) s += double(a[i]) * b[i];
+  return s;
+}
+
+struct Case {
+  DType weight;
+  const char* name;
+};
+const Case kWeightTypes[] = {{DType::Q4_0, "Q4_0"}, {DType::Q4_1, "Q4_1"}, {DType::Q8_0, "Q8_0"},
+                             {DType::F16, "F16"},   {DType::BF16, "BF16"}, {DType::F32, "F32"}};
+
+// Reference quantizer for building test weights of each type.
+std::vector<uint8_t> make_weights(DType type, const std::vector<float>& x) {
+  std::vector<uint8_t> out(row_size(type, static_cast<int64_t>(x.size())));
+  const int64_t n = static_cast<int64_t>(x.size());
+  switch (type) {
+    case DType::Q4_0:
+      ref::quantize_row_q4_0(x.data(), out.data(), n);
+      break;
+    case DType::Q4_1:
+      ref::quantize_row_q4_1(x.data(), out.data(), n);
+      break;
+    case DType::Q8_0:
+      ref::quantize_row_q8_0(x.data(), out.data(), n);
+      break;
+    case DType::F16:
+      ref::quantize_row_f16(x.data(), out.data(), n);
+      break;
+    case DType::BF16:
+      ref::quantize_row_bf16(x.data(), out.data(), n);
+      break;
+    default:
+      ref::quantize_row_f32(x.data(), out.data(), n);
+      break;
+  }
+  return out;
+}
+
+// Relative error a format may add to a dot product of normal random vectors.
+double tolerance(DType type) {
+  switch (type) {
+    case DType::Q4_0:
+    case DType::Q4_1:
+      return 0.15;
+    case DType::Q8_0:
+      return 0.02;
+    case DType::BF16:
+      return 0.02;
+    case DType::F16:
+      return 2e-3;
+    default:
+      return 1e-5;
+  }
+}
+
+TEST(KernelsRef, DequantizeRoundTripIsClose) {
+  const auto& ref = reference_kernels();
+  for (const Case& c : kWeightTypes) {
+    const int64_t n = 32 * 7;
+    auto x = random_floats(n, 3);
+    auto w = make_weights(c.weight, x);
+    std::vector<float> back(static_cast<size_t>(n));
+    ref.for_weight(c.weight)->dequantize(w.data(), back.data(), n);
+    double err = 0, norm = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      err += std::pow(back[i] - x[i], 2);
+      norm += x[i] * x[i];
+    }
+    EXPECT_LT(std::sqrt(err / norm), tolerance(c.weight)) << c.name;
+  }
+}
+
+TEST(KernelsRef, DotMatchesFloatMath) {
+  const auto& ref = reference_kernels();
+  for (const Case& c : kWeightTypes) {
+    for (int64_t blocks : {1, 3, 17, 48}) {
+      const int64_t n = 32 * blocks;
+      auto w_f = random_floats(n, 11 + static_cast<uint32_t>(blocks));
+      auto a_f = random_floats(n, 99 + static_cast<uint32_t>(blocks));
+      auto w = make_weights(c.weight, w_f);
+      const WeightKernels& k = *ref.for_weight(c.weight);
+      std::vector<uint8_t> a(row_size(k.activation_type, n));
+      k.quantize_activation(a_f.data(), a.data(), n);
+      double expected = float_dot(w_f, a_f);
+      double got = k.dot(n, w.data(), a.data());
+      EXPECT_NEAR(got, expected, tolerance(c.weight) * std::sqrt(double(n)) + 1e-4)
+          << c.name << " n=" << n;
+    }
+  }
+}
+
+TEST(KernelsRef, Q4_1FoldsTheMinimumThroughQ8_1Sum) {
+  // A constant row: q = 0 everywhere, so the whole value comes from m * s.
+  std::vector<float> w_f(32, 0.75f), a_f(32, 0.0f);
+  for (int i = 0; i < 32; ++i) a_f[i] = float(i) / 31.0f;
+  auto w = make_weights(DType::Q4_1, w_f);
+  std::vector<uint8_t> a(row_size(DType::Q8_1, 32));
+  ref::quantize_row_q8_1(a_f.data(), a.data(), 32);
+  EXPECT_NEAR(ref::dot_q4_1_q8_1(32, w.data(), a.data()), 0.75 * 16.0, 0.02);
+}
+
+// Every other ISA against the reference, bit-for-bit on integer block sums up to float
+// rounding; float formats within a few ulps of a long sum.
+TEST(KernelsIsa, EveryTableMatchesReference) {
+  const auto& ref = reference_kernels();
+  for (const KernelTable* table : available_kernels()) {
+    for (const Case& c : kWeightTypes) {
+      const WeightKernels* k = table->for_weight(c.weight);
+      ASSERT_NE(k, nullptr) << table->isa << " " << c.name;
+      const WeightKernels& r = *ref.for_weight(c.weight);
+      ASSERT_EQ(k->activation_type, r.activation_type);
+      for (int64_t n : {32, 96, 544, 1536, 2080}) {
+        auto w = make_weights(c.weight, random_floats(n, 5 + static_cast<uint32_t>(n)));
+        auto a_f = random_floats(n, 7 + static_cast<uint32_t>(n), 3.0f);
+        std::vector<uint8_t> a(row_size(k->activation_type, n)), a_ref(a.size());
+        k->quantize_activation(a_f.data(), a.data(), n);
+        r.quantize_activation(a_f.data(), a_ref.data(), n);
+        EXPECT_EQ(a, a_ref) << table->isa << " " << c.name << " activation n=" << n;
+        float got = k->dot(n, w.data(), a_ref.data());
+        float want = r.dot(n, w.data(), a_ref.data());
+        EXPECT_NEAR(got, want, 1e-4 * (std::fabs(want) + std::sqrt(double(n))))
+            << table->isa << " " << c.name << " dot n=" << n;
+        std::vector<float> out(static_cast<size_t>(n)), out_ref(out.size());
+        k->dequantize(w.data(), out.data(), n);
+        r.dequantize(w.data(), out_ref.data(), n);
+        EXPECT_EQ(out, out_ref) << table->isa << " " << c.name << " dequantize n=" << n;
+      }
+    }
+  }
+}
+
+TEST(KernelsIsa, ForcedIsaMustExist) {
+  EXPECT_EQ(reference_kernels().isa, "ref");
+  EXPECT_EQ(available_kernels().front()->isa, "ref");
+  EXPECT_EQ(reference_kernels().for_weight(DType::Q6_K), nullptr);
+}
+
+}  // namespace
+}  // namespace inferd::kernels
