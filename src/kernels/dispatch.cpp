@@ -1,8 +1,10 @@
 // Chooses the kernel table once: the best ISA this CPU supports, unless INFERD_ISA names one.
 #include <cstdlib>
 
+#include "kernels/cpu_features.h"
 #include "kernels/kernels.h"
 #include "kernels/ref/quant_ref.h"
+#include "kernels/x86_avx2/quant_avx2.h"
 #include "util/error.h"
 
 namespace inferd::kernels {
@@ -49,8 +51,30 @@ const KernelTable& reference_kernels() {
   return table;
 }
 
+// AVX2 + FMA + F16C: int8 dot products through maddubs; dequantization stays scalar
+// (it runs once per embedding row, not in the matmuls).
+static const KernelTable& avx2_kernels() {
+  static const KernelTable table = [] {
+    KernelTable t = reference_kernels();
+    t.isa = "avx2";
+    t.q4_0.quantize_activation = avx2::quantize_row_q8_0;
+    t.q4_0.dot = avx2::dot_q4_0_q8_0;
+    t.q4_1.quantize_activation = avx2::quantize_row_q8_1;
+    t.q4_1.dot = avx2::dot_q4_1_q8_1;
+    t.q8_0.quantize_activation = avx2::quantize_row_q8_0;
+    t.q8_0.dot = avx2::dot_q8_0_q8_0;
+    t.f16.dot = avx2::dot_f16_f16;
+    t.bf16.dot = avx2::dot_bf16_bf16;
+    t.f32.dot = avx2::dot_f32_f32;
+    return t;
+  }();
+  return table;
+}
+
 std::vector<const KernelTable*> available_kernels() {
-  return {&reference_kernels()};
+  std::vector<const KernelTable*> tables{&reference_kernels()};
+  if (cpu_features().has_avx2_set()) tables.push_back(&avx2_kernels());
+  return tables;
 }
 
 const KernelTable& active_kernels() {

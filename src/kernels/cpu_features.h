@@ -1,0 +1,27 @@
+// What this CPU (and its OS) can run, read once from cpuid: decides which kernel tables the
+// dispatcher may choose. The build machine's CPU is never assumed.
+#pragma once
+
+#include <string>
+
+namespace inferd::kernels {
+
+struct CpuFeatures {
+  bool avx2 = false;
+  bool fma = false;
+  bool f16c = false;
+  bool avx512f = false;
+  bool avx512bw = false;
+  bool avx512vl = false;
+  bool avx512vnni = false;
+  bool avx512bf16 = false;
+  bool amx_int8 = false;
+  bool amx_bf16 = false;
+
+  bool has_avx2_set() const { return avx2 && fma && f16c; }
+  std::string describe() const;  // "AVX2 FMA F16C AVX512F ..."
+};
+
+const CpuFeatures& cpu_features();
+
+}  // namespace inferd::kernels
