@@ -1,0 +1,77 @@
+// Engine: the step loop. Owns the model, KV cache, scheduler and runner; each step schedules
+// tokens, runs one batched forward, samples, checks stops and streams text to each request.
+// `inferd run` drives it with one request, the server with many: there is no other path.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "engine/model_runner.h"
+#include "engine/request.h"
+#include "engine/scheduler.h"
+#include "engine/sequence.h"
+#include "gguf/gguf.h"
+#include "kv/kv_cache.h"
+#include "model/model.h"
+#include "tokenizer/tokenizer.h"
+#include "util/thread_pool.h"
+
+namespace inferd::engine {
+
+struct EngineConfig {
+  int threads = 2;
+  int64_t context = 0;  // tokens per sequence (prompt + output); 0: the model's, capped at 4096
+  int64_t max_batched_tokens = 512;
+  int max_seqs = 16;
+  int block_size = 16;
+  int32_t kv_blocks = 0;  // 0: enough for max_seqs sequences of `context` tokens
+};
+
+class Engine {
+ public:
+  // `file` must outlive the engine: weights are used in place from its map.
+  Engine(const gguf::GgufFile& file, const EngineConfig& config);
+  ~Engine();
+
+  // Validates and queues a request. A prompt that is empty, or that with max_tokens does not fit
+  // the context, or bad sampling parameters: inferd::Error naming the limit; nothing is queued.
+  uint64_t add_request(Request request);
+  // One scheduler step; finished requests get on_finish before it returns.
+  void step();
+  bool idle() const { return scheduler_->idle(); }
+  // Runs steps until every queued request has finished.
+  void run_until_idle();
+
+  const tokenizer::Tokenizer& tokenizer() const { return *tokenizer_; }
+  const model::ModelConfig& model_config() const { return model_->config(); }
+  const EngineConfig& config() const { return config_; }
+  const kv::KvCache& kv_cache() const { return *cache_; }
+  size_t num_running() const { return scheduler_->num_running(); }
+  size_t num_waiting() const { return scheduler_->num_waiting(); }
+
+ private:
+  struct Active;
+  using Clock = std::chrono::steady_clock;
+
+  void process_output(Active& active, std::span<float> logits);
+  bool emit_token(Active& active, int32_t token);
+  void finish(Active& active, FinishReason reason, std::string error = {});
+  void reap_cancelled();
+
+  EngineConfig config_;
+  std::unique_ptr<tokenizer::Tokenizer> tokenizer_;
+  std::unique_ptr<model::Model> model_;
+  std::unique_ptr<kv::KvCache> cache_;
+  std::unique_ptr<ThreadPool> pool_;
+  std::unique_ptr<Scheduler> scheduler_;
+  std::unique_ptr<ModelRunner> runner_;
+  std::map<uint64_t, std::unique_ptr<Active>> active_;
+  std::vector<ScheduledSequence> scheduled_;
+  std::vector<uint64_t> finished_ids_;
+  uint64_t next_id_ = 1;
+};
+
+}  // namespace inferd::engine

@@ -1,0 +1,40 @@
+// ModelRunner: flattens one scheduled step into a ragged Batch (tokens, positions, KV slots,
+// per-sequence block tables) and runs the model. Buffers are sized once for the largest step.
+#pragma once
+
+#include <span>
+#include <vector>
+
+#include "engine/scheduler.h"
+#include "kv/kv_cache.h"
+#include "model/model.h"
+#include "util/thread_pool.h"
+
+namespace inferd::engine {
+
+class ModelRunner {
+ public:
+  ModelRunner(model::Model& model, kv::KvCache& cache, ThreadPool& pool, int64_t max_batch_tokens,
+              int max_seqs);
+
+  // Runs the step. Afterwards logits_for(i) holds the next-token logits of scheduled[i] when
+  // that step computes its last uncomputed token (wants_logits(i)).
+  void run(std::span<const ScheduledSequence> scheduled);
+  bool wants_logits(size_t i) const { return logit_index_[i] >= 0; }
+  std::span<float> logits_for(size_t i);
+
+ private:
+  model::Model& model_;
+  kv::KvCache& cache_;
+  ThreadPool& pool_;
+  int n_vocab_;
+  std::vector<int32_t> tokens_;                  // [max_batch_tokens]
+  std::vector<int32_t> positions_;               // [max_batch_tokens]
+  std::vector<int64_t> slots_;                   // [max_batch_tokens]
+  std::vector<model::BatchSequence> sequences_;  // [max_seqs]
+  std::vector<int32_t> logit_rows_;              // [max_seqs]
+  std::vector<int32_t> logit_index_;             // per scheduled sequence: row in logits_ or -1
+  std::vector<float> logits_;                    // [max_seqs, n_vocab]
+};
+
+}  // namespace inferd::engine

@@ -1,0 +1,60 @@
+// Request: what a caller asks the engine for (prompt ids, sampling, limits) and the channel
+// the engine streams its answer into. One type serves `inferd run` and the HTTP server.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "sampling/sampling_params.h"
+
+namespace inferd::engine {
+
+enum class FinishReason { kStop, kLength, kCancelled, kError };
+std::string_view finish_reason_name(FinishReason reason);  // "stop", "length", ...
+
+struct RequestStats {
+  int64_t prompt_tokens = 0;
+  int64_t completion_tokens = 0;
+  double queue_s = 0;    // arrival -> first scheduled
+  double ttft_s = 0;     // arrival -> first generated token
+  double prefill_s = 0;  // first scheduled -> first generated token
+  double decode_s = 0;   // first -> last generated token
+  double e2e_s = 0;      // arrival -> finish
+  double mean_itl_s() const {
+    return completion_tokens > 1 ? decode_s / static_cast<double>(completion_tokens - 1) : 0.0;
+  }
+};
+
+struct RequestResult {
+  FinishReason finish_reason = FinishReason::kStop;
+  std::string error;  // set when finish_reason is kError
+  RequestStats stats;
+  std::vector<int32_t> output_tokens;
+};
+
+// Receives a request's output on the engine thread. Implementations must be quick and must
+// not throw (the CLI writes to stdout; the server hands pieces to its connection).
+class OutputChannel {
+ public:
+  virtual ~OutputChannel() = default;
+  // Text that is final: whole UTF-8 characters, never part of a stop string.
+  virtual void on_text(std::string_view text) = 0;
+  // Exactly once, last.
+  virtual void on_finish(const RequestResult& result) = 0;
+  // Polled every step; true cancels the request and frees its KV blocks.
+  virtual bool cancelled() const { return false; }
+};
+
+struct Request {
+  std::vector<int32_t> prompt;
+  sampling::SamplingParams sampling;
+  int64_t max_tokens = 256;
+  std::vector<std::string> stop;  // stop strings; never part of the output
+  bool ignore_eos = false;
+  std::shared_ptr<OutputChannel> output;
+};
+
+}  // namespace inferd::engine

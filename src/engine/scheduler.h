@@ -1,0 +1,58 @@
+// Scheduler: decides each step which sequences run and how many of their tokens, under a
+// token budget and a cap on running sequences, reserving KV blocks for them (vLLM V1 style).
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <vector>
+
+#include "engine/sequence.h"
+#include "kv/block_pool.h"
+
+namespace inferd::engine {
+
+struct SchedulerConfig {
+  int64_t max_batched_tokens = 512;  // tokens per forward step (also the prefill chunk size)
+  int max_seqs = 16;                 // sequences running at once
+  int block_size = 16;
+};
+
+struct ScheduledSequence {
+  Sequence* seq;
+  int64_t num_new_tokens;  // tokens [num_computed, num_computed + num_new_tokens) run this step
+};
+
+class Scheduler {
+ public:
+  Scheduler(const SchedulerConfig& config, kv::BlockPool& pool);
+
+  // Queues a sequence (FCFS). The caller keeps ownership; the pointer must stay valid until
+  // the sequence is finished or removed.
+  void add(Sequence* seq);
+  // Plans one step into `out` (cleared first). Running sequences go first, then waiting ones
+  // as long as budget, sequence slots and KV blocks allow. When blocks run out for a running
+  // sequence, the newest running sequence is preempted: its blocks are freed and it goes back
+  // to the front of the queue to be recomputed later.
+  void schedule(std::vector<ScheduledSequence>& out);
+  // Releases a sequence's blocks and forgets it (finished or cancelled).
+  void remove(Sequence* seq);
+
+  size_t num_waiting() const { return waiting_.size(); }
+  size_t num_running() const { return running_.size(); }
+  bool idle() const { return waiting_.empty() && running_.empty(); }
+  const SchedulerConfig& config() const { return config_; }
+
+ private:
+  // Blocks so that positions [0, num_computed + n) have a home; false when the pool is short.
+  bool reserve_blocks(Sequence& seq, int64_t n);
+  void free_blocks(Sequence& seq);
+  void preempt(Sequence& seq);
+  int64_t blocks_needed(const Sequence& seq, int64_t n) const;
+
+  SchedulerConfig config_;
+  kv::BlockPool& pool_;
+  std::deque<Sequence*> waiting_;
+  std::vector<Sequence*> running_;  // in admission order: the last one is the newest
+};
+
+}  // namespace inferd::engine

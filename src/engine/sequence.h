@@ -1,0 +1,30 @@
+// Sequence: one request's tokens and progress through the engine. The scheduler only looks
+// at num_tokens() and num_computed: a prompt is many uncomputed tokens, a decode step one.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "engine/request.h"
+
+namespace inferd::engine {
+
+enum class SequenceStatus { kWaiting, kRunning, kFinished };
+
+struct Sequence {
+  uint64_t id = 0;
+  Request request;
+  SequenceStatus status = SequenceStatus::kWaiting;
+  std::vector<int32_t> tokens;  // prompt, then generated tokens; capacity reserved at admission
+  int64_t num_prompt_tokens = 0;
+  int64_t num_computed = 0;          // tokens whose K/V are in the cache
+  std::vector<int32_t> block_table;  // KV block of positions [i * block_size, (i+1) * block_size)
+  int num_preemptions = 0;
+
+  int64_t num_tokens() const { return static_cast<int64_t>(tokens.size()); }
+  int64_t num_generated() const { return num_tokens() - num_prompt_tokens; }
+  int64_t num_uncomputed() const { return num_tokens() - num_computed; }
+};
+
+}  // namespace inferd::engine

@@ -1,0 +1,61 @@
+// Sampler: the chain that turns one row of logits into the next token. Order (vLLM's):
+// logit bias, penalties (repetition, frequency, presence), then greedy argmax or temperature,
+// min-p, top-k, top-p and a seeded draw. All buffers are allocated at construction.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "sampling/rng.h"
+#include "sampling/sampling_params.h"
+
+namespace inferd::sampling {
+
+struct TokenLogprob {
+  int32_t token = -1;
+  float logprob = 0;
+};
+
+class Sampler {
+ public:
+  // Throws inferd::Error for invalid parameters.
+  Sampler(const SamplingParams& params, int32_t n_vocab);
+
+  // Chooses the next token. `logits` ([n_vocab]) is modified in place: afterwards it holds the
+  // biased and penalised logits, the distribution logprobs are reported from.
+  int32_t sample(std::span<float> logits, std::span<const int32_t> prompt,
+                 std::span<const int32_t> output);
+
+  // Log-probability of the token chosen by the last sample(), under softmax of the penalised
+  // logits (the model's distribution; temperature and truncation are not applied, as OpenAI
+  // reports logprobs).
+  float last_logprob() const { return last_logprob_; }
+  // The `out.size()` most likely tokens of the last sample()'s penalised logits, most likely
+  // first. Returns how many were written.
+  size_t top_logprobs(std::span<const float> logits, std::span<TokenLogprob> out);
+
+  const SamplingParams& params() const { return params_; }
+
+ private:
+  struct Candidate {
+    float logit;
+    int32_t token;
+  };
+
+  void apply_bias_and_penalties(std::span<float> logits, std::span<const int32_t> prompt,
+                                std::span<const int32_t> output);
+  int32_t draw(std::span<const float> logits);
+  size_t keep_top_p(size_t count, float max_logit);
+
+  SamplingParams params_;
+  int32_t n_vocab_;
+  Rng rng_;
+  std::vector<Candidate> candidates_;  // [n_vocab]
+  std::vector<int32_t> counts_;        // [n_vocab] occurrences in the penalty window
+  std::vector<int32_t> touched_;       // ids whose count is non-zero, to reset cheaply
+  float last_logsumexp_ = 0;
+  float last_logprob_ = 0;
+};
+
+}  // namespace inferd::sampling

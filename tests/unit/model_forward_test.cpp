@@ -1,0 +1,161 @@
+// The Llama forward pass on a tiny random model: a prompt run in one batch, in chunks, token
+// by token, or next to another sequence in the same ragged batch must give the same logits,
+// and the model must reject bad files with errors that name the tensor.
+#include <cmath>
+
+#include <gtest/gtest.h>
+
+#include "model/registry.h"
+#include "tiny_model.h"
+#include "util/error.h"
+
+namespace inferd::model {
+namespace {
+
+// Runs `tokens` of one sequence through the model in pieces of `chunk` tokens, starting at an
+// empty cache, and returns the logits after the last token.
+class Runner {
+ public:
+  Runner(Model& model, int32_t num_blocks)
+      : model_(model), cache_(model.kv_config(num_blocks, 4)), pool_(2) {}
+
+  std::vector<int32_t> new_sequence(int64_t max_tokens) {
+    std::vector<int32_t> table;
+    for (int64_t i = 0; i < (max_tokens + 3) / 4; ++i) table.push_back(*cache_.pool().allocate());
+    return table;
+  }
+
+  std::vector<float> run(const std::vector<int32_t>& tokens, int64_t chunk) {
+    auto table = new_sequence(static_cast<int64_t>(tokens.size()));
+    std::vector<float> logits(static_cast<size_t>(model_.config().n_vocab));
+    for (int64_t start = 0; start < static_cast<int64_t>(tokens.size()); start += chunk) {
+      const int64_t n = std::min<int64_t>(chunk, static_cast<int64_t>(tokens.size()) - start);
+      std::vector<int32_t> pos, rows{static_cast<int32_t>(n - 1)};
+      std::vector<int64_t> slots;
+      for (int64_t i = 0; i < n; ++i) {
+        pos.push_back(static_cast<int32_t>(start + i));
+        slots.push_back(int64_t{table[static_cast<size_t>((start + i) / 4)]} * 4 + (start + i) % 4);
+      }
+      BatchSequence seq{0, n, table};
+      Batch batch{{tokens.data() + start, static_cast<size_t>(n)}, pos, slots, {&seq, 1}, rows};
+      model_.forward(batch, cache_, logits.data(), pool_);
+    }
+    return logits;
+  }
+
+  Model& model_;
+  kv::KvCache cache_;
+  ThreadPool pool_;
+};
+
+std::vector<int32_t> prompt(int n, int seed) {
+  std::vector<int32_t> out;
+  for (int i = 0; i < n; ++i) out.push_back((i * 37 + seed * 11) % 96);
+  return out;
+}
+
+void expect_close(const std::vector<float>& a, const std::vector<float>& b, float tol) {
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(a[i], b[i], tol) << "logit " << i;
+}
+
+TEST(LlamaForward, ChunkedAndTokenByTokenMatchOneBatch) {
+  auto bytes = testing::make_tiny_llama({});
+  auto file = gguf::GgufFile::parse(bytes);
+  auto model = load_model(file, {64, 256});
+  Runner runner(*model, 64);
+  auto tokens = prompt(23, 1);
+  auto whole = runner.run(tokens, 23);
+  expect_close(runner.run(tokens, 5), whole, 1e-4f);
+  expect_close(runner.run(tokens, 1), whole, 1e-4f);
+  float spread = 0;
+  for (float v : whole) spread = std::max(spread, std::fabs(v - whole[0]));
+  EXPECT_GT(spread, 1e-2f);  // the logits are not trivially constant
+}
+
+TEST(LlamaForward, RaggedBatchMatchesSequencesAlone) {
+  for (DType type : {DType::F32, DType::Q8_0, DType::Q4_1}) {
+    testing::TinyLlamaSpec spec;
+    spec.matrix_type = type;
+    auto bytes = testing::make_tiny_llama(spec);
+    auto file = gguf::GgufFile::parse(bytes);
+    auto model = load_model(file, {64, 256});
+    Runner runner(*model, 64);
+    auto a = prompt(9, 2), b = prompt(14, 3);
+    auto alone_a = runner.run(a, 9), alone_b = runner.run(b, 14);
+    // Both prompts in one batch, each with its own blocks.
+    auto table_a = runner.new_sequence(9), table_b = runner.new_sequence(14);
+    std::vector<int32_t> tokens(a);
+    tokens.insert(tokens.end(), b.begin(), b.end());
+    std::vector<int32_t> pos;
+    std::vector<int64_t> slots;
+    for (int i = 0; i < 9; ++i)
+      pos.push_back(i), slots.push_back(int64_t{table_a[i / 4]} * 4 + i % 4);
+    for (int i = 0; i < 14; ++i)
+      pos.push_back(i), slots.push_back(int64_t{table_b[i / 4]} * 4 + i % 4);
+    BatchSequence seqs[2] = {{0, 9, table_a}, {9, 23, table_b}};
+    std::vector<int32_t> rows{8, 22};
+    Batch batch{tokens, pos, slots, seqs, rows};
+    std::vector<float> logits(2 * 96);
+    model->forward(batch, runner.cache_, logits.data(), runner.pool_);
+    // Quantized activations are rounded per row, so batching must not change anything.
+    expect_close({logits.begin(), logits.begin() + 96}, alone_a, 1e-4f);
+    expect_close({logits.begin() + 96, logits.end()}, alone_b, 1e-4f);
+  }
+}
+
+TEST(LlamaForward, MissingTensorIsNamed) {
+  auto bytes = testing::make_tiny_llama({});
+  auto file = gguf::GgufFile::parse(bytes);
+  gguf::GgufWriter w;
+  for (const auto& [key, value] : file.metadata()) w.set(key, value);
+  for (const auto& t : file.tensors()) {
+    if (t.name != "blk.1.ffn_up.weight")
+      w.add_tensor(t.name, t.type, t.shape, {t.data, t.num_bytes});
+  }
+  auto broken = w.build();
+  auto broken_file = gguf::GgufFile::parse(broken);
+  try {
+    load_model(broken_file, {});
+    FAIL() << "loaded a model with a missing tensor";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("blk.1.ffn_up.weight"), std::string::npos) << e.what();
+  }
+}
+
+TEST(LlamaForward, WrongShapeAndUnknownArchitectureAreErrors) {
+  testing::TinyLlamaSpec spec;
+  auto bytes = testing::make_tiny_llama(spec);
+  auto file = gguf::GgufFile::parse(bytes);
+  gguf::GgufWriter w;
+  for (const auto& [key, value] : file.metadata()) {
+    if (key == "llama.feed_forward_length") {
+      w.set_u32(key, 256);
+    } else {
+      w.set(key, value);
+    }
+  }
+  for (const auto& t : file.tensors()) w.add_tensor(t.name, t.type, t.shape, {t.data, t.num_bytes});
+  auto wrong = w.build();
+  auto wrong_file = gguf::GgufFile::parse(wrong);
+  try {
+    load_model(wrong_file, {});
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("expected [64, 256]"), std::string::npos) << e.what();
+  }
+  gguf::GgufWriter other;
+  other.set_string("general.architecture", "mamba");
+  auto other_bytes = other.build();
+  auto other_file = gguf::GgufFile::parse(other_bytes);
+  try {
+    load_model(other_file, {});
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("unknown architecture 'mamba'"), std::string::npos)
+        << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace inferd::model

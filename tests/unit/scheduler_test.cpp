@@ -1,0 +1,129 @@
+// Scheduler and BlockPool: token budget, sequence cap, chunked prefill, FCFS admission,
+// preemption of the newest sequence when blocks run out, and block accounting.
+#include <gtest/gtest.h>
+
+#include "engine/scheduler.h"
+#include "util/error.h"
+
+namespace inferd::engine {
+namespace {
+
+Sequence make_seq(uint64_t id, int prompt_len) {
+  Sequence s;
+  s.id = id;
+  s.tokens.assign(static_cast<size_t>(prompt_len), 1);
+  s.num_prompt_tokens = prompt_len;
+  return s;
+}
+
+// Applies a step as the engine would: tokens computed, and one sampled token appended to
+// every sequence whose step reached its end.
+void complete_step(const std::vector<ScheduledSequence>& step) {
+  for (const auto& s : step) {
+    s.seq->num_computed += s.num_new_tokens;
+    if (s.seq->num_computed == s.seq->num_tokens()) s.seq->tokens.push_back(2);
+  }
+}
+
+TEST(BlockPool, AllocateRetainRelease) {
+  kv::BlockPool pool(3);
+  auto a = pool.allocate(), b = pool.allocate(), c = pool.allocate();
+  ASSERT_TRUE(a && b && c);
+  EXPECT_FALSE(pool.allocate());
+  pool.retain(*a);
+  pool.release(*a);
+  EXPECT_EQ(pool.num_free(), 0);
+  pool.release(*a);
+  EXPECT_EQ(pool.num_free(), 1);
+  EXPECT_THROW(pool.release(*a), Error);
+  EXPECT_EQ(*pool.allocate(), *a);
+}
+
+TEST(Scheduler, ChunkedPrefillUnderTokenBudget) {
+  kv::BlockPool pool(100);
+  Scheduler sched({8, 4, 4}, pool);
+  Sequence s = make_seq(1, 20);
+  sched.add(&s);
+  std::vector<ScheduledSequence> step;
+  std::vector<int64_t> chunks;
+  while (s.num_generated() == 0) {
+    sched.schedule(step);
+    ASSERT_EQ(step.size(), 1u);
+    chunks.push_back(step[0].num_new_tokens);
+    complete_step(step);
+  }
+  EXPECT_EQ(chunks, (std::vector<int64_t>{8, 8, 4}));
+  sched.schedule(step);  // decode: one token
+  ASSERT_EQ(step.size(), 1u);
+  EXPECT_EQ(step[0].num_new_tokens, 1);
+  EXPECT_EQ(s.block_table.size(), 6u);  // 21 positions in blocks of 4
+}
+
+TEST(Scheduler, DecodesFirstThenAdmitsInArrivalOrder) {
+  kv::BlockPool pool(100);
+  Scheduler sched({10, 2, 4}, pool);
+  Sequence a = make_seq(1, 6), b = make_seq(2, 6), c = make_seq(3, 3);
+  sched.add(&a);
+  std::vector<ScheduledSequence> step;
+  sched.schedule(step);
+  complete_step(step);  // a prefilled, now decoding
+  sched.add(&b);
+  sched.add(&c);
+  sched.schedule(step);
+  ASSERT_EQ(step.size(), 2u);  // max_seqs = 2: c must wait
+  EXPECT_EQ(step[0].seq, &a);
+  EXPECT_EQ(step[0].num_new_tokens, 1);
+  EXPECT_EQ(step[1].seq, &b);
+  EXPECT_EQ(step[1].num_new_tokens, 6);
+  EXPECT_EQ(sched.num_waiting(), 1u);
+  complete_step(step);
+  sched.remove(&a);
+  sched.schedule(step);
+  ASSERT_EQ(step.size(), 2u);
+  EXPECT_EQ(step[1].seq, &c);
+}
+
+TEST(Scheduler, PreemptsNewestWhenBlocksRunOut) {
+  kv::BlockPool pool(4);  // 16 slots in blocks of 4
+  Scheduler sched({64, 4, 4}, pool);
+  Sequence a = make_seq(1, 8), b = make_seq(2, 8);
+  sched.add(&a);
+  sched.add(&b);
+  std::vector<ScheduledSequence> step;
+  sched.schedule(step);
+  ASSERT_EQ(step.size(), 2u);
+  EXPECT_EQ(pool.num_free(), 0);
+  complete_step(step);  // both now need a 9th slot: a new block each
+  sched.schedule(step);
+  // b (newest) is preempted and its blocks go to a.
+  ASSERT_EQ(step.size(), 1u);
+  EXPECT_EQ(step[0].seq, &a);
+  EXPECT_EQ(b.num_computed, 0);
+  EXPECT_EQ(b.num_preemptions, 1);
+  EXPECT_TRUE(b.block_table.empty());
+  EXPECT_EQ(sched.num_waiting(), 1u);
+  complete_step(step);
+  sched.remove(&a);
+  EXPECT_EQ(pool.num_free(), 4);
+  sched.schedule(step);  // b comes back and recomputes prompt + its generated token
+  ASSERT_EQ(step.size(), 1u);
+  EXPECT_EQ(step[0].seq, &b);
+  EXPECT_EQ(step[0].num_new_tokens, 9);
+}
+
+TEST(Scheduler, RemoveWhileWaitingFreesNothingTwice) {
+  kv::BlockPool pool(8);
+  Scheduler sched({4, 1, 4}, pool);
+  Sequence a = make_seq(1, 3), b = make_seq(2, 3);
+  sched.add(&a);
+  sched.add(&b);
+  std::vector<ScheduledSequence> step;
+  sched.schedule(step);
+  sched.remove(&b);  // cancelled while queued
+  sched.remove(&a);  // cancelled while running
+  EXPECT_EQ(pool.num_free(), 8);
+  EXPECT_TRUE(sched.idle());
+}
+
+}  // namespace
+}  // namespace inferd::engine

@@ -1,0 +1,97 @@
+// A tiny random Llama written as a GGUF in memory, for tests that need a model but not the
+// real one: 2 layers, hidden 64, 4 query heads over 2 kv heads of 16, vocabulary 96.
+#pragma once
+
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "gguf/gguf.h"
+#include "gguf/gguf_writer.h"
+#include "kernels/ref/quant_ref.h"
+
+namespace inferd::testing {
+
+struct TinyLlamaSpec {
+  int n_layers = 2, n_embd = 64, n_heads = 4, n_kv_heads = 2, n_ff = 128, n_vocab = 96;
+  int64_t context = 256;
+  DType matrix_type = DType::F32;  // F32, F16, Q8_0, Q4_0 or Q4_1
+  bool tied_output = true;
+  uint32_t seed = 1;
+};
+
+inline std::vector<uint8_t> encode_rows(DType type, const std::vector<float>& values) {
+  std::vector<uint8_t> out(*row_bytes(type, static_cast<int64_t>(values.size())));
+  const auto n = static_cast<int64_t>(values.size());
+  switch (type) {
+    case DType::F16:
+      kernels::ref::quantize_row_f16(values.data(), out.data(), n);
+      break;
+    case DType::Q8_0:
+      kernels::ref::quantize_row_q8_0(values.data(), out.data(), n);
+      break;
+    case DType::Q4_0:
+      kernels::ref::quantize_row_q4_0(values.data(), out.data(), n);
+      break;
+    case DType::Q4_1:
+      kernels::ref::quantize_row_q4_1(values.data(), out.data(), n);
+      break;
+    default:
+      std::memcpy(out.data(), values.data(), out.size());
+      break;
+  }
+  return out;
+}
+
+inline std::vector<uint8_t> make_tiny_llama(const TinyLlamaSpec& s) {
+  std::mt19937 rng(s.seed);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  auto random = [&](size_t n, float scale) {
+    std::vector<float> v(n);
+    for (float& x : v) x = dist(rng) * scale;
+    return v;
+  };
+  gguf::GgufWriter w;
+  w.set_string("general.architecture", "llama");
+  w.set_string("general.name", "tiny-llama");
+  w.set_u32("llama.block_count", s.n_layers);
+  w.set_u32("llama.embedding_length", s.n_embd);
+  w.set_u32("llama.feed_forward_length", s.n_ff);
+  w.set_u32("llama.attention.head_count", s.n_heads);
+  w.set_u32("llama.attention.head_count_kv", s.n_kv_heads);
+  w.set_u32("llama.context_length", static_cast<uint32_t>(s.context));
+  w.set_f32("llama.rope.freq_base", 10000.0f);
+  w.set_f32("llama.attention.layer_norm_rms_epsilon", 1e-5f);
+  w.set_u32("llama.vocab_size", s.n_vocab);
+  const int head_dim = s.n_embd / s.n_heads;
+  const auto E = static_cast<size_t>(s.n_embd), F = static_cast<size_t>(s.n_ff);
+  const size_t Q = static_cast<size_t>(s.n_heads * head_dim),
+               KV = static_cast<size_t>(s.n_kv_heads * head_dim);
+  auto matrix = [&](const std::string& name, size_t rows, size_t cols, float scale) {
+    w.add_tensor(name, s.matrix_type, {cols, rows},
+                 encode_rows(s.matrix_type, random(rows * cols, scale)));
+  };
+  auto norm = [&](const std::string& name) {
+    std::vector<float> v(E);
+    for (float& x : v) x = 1.0f + 0.1f * dist(rng);
+    w.add_tensor(name, DType::F32, {E}, encode_rows(DType::F32, v));
+  };
+  matrix("token_embd.weight", static_cast<size_t>(s.n_vocab), E, 1.0f);
+  norm("output_norm.weight");
+  if (!s.tied_output) matrix("output.weight", static_cast<size_t>(s.n_vocab), E, 0.2f);
+  for (int l = 0; l < s.n_layers; ++l) {
+    const std::string p = "blk." + std::to_string(l) + ".";
+    norm(p + "attn_norm.weight");
+    matrix(p + "attn_q.weight", Q, E, 0.3f);
+    matrix(p + "attn_k.weight", KV, E, 0.3f);
+    matrix(p + "attn_v.weight", KV, E, 0.3f);
+    matrix(p + "attn_output.weight", E, Q, 0.2f);
+    norm(p + "ffn_norm.weight");
+    matrix(p + "ffn_gate.weight", F, E, 0.2f);
+    matrix(p + "ffn_up.weight", F, E, 0.2f);
+    matrix(p + "ffn_down.weight", E, F, 0.2f);
+  }
+  return w.build();
+}
+
+}  // namespace inferd::testing
