@@ -4,13 +4,17 @@
 
 namespace inferd {
 namespace {
-// Spin this many rounds before sleeping: a decode step starts a region every few microseconds,
-// and waking a sleeping thread costs far more than a short spin.
-constexpr int kSpinRounds = 20000;
+
+// Spin briefly before blocking: a decode step starts a region every few tens of microseconds,
+// and a futex wake-up costs more than that. When the machine is oversubscribed, spinning only
+// steals time from the thread being waited for, so the spin is short and then the waiter
+// blocks on the atomic (a futex; notify is a no-op while nobody waits).
+constexpr int kSpinRounds = 4000;
 
 inline void cpu_relax() {
   _mm_pause();
 }
+
 }  // namespace
 
 ThreadPool::ThreadPool(int num_threads) : num_threads_(num_threads < 1 ? 1 : num_threads) {
@@ -18,12 +22,9 @@ ThreadPool::ThreadPool(int num_threads) : num_threads_(num_threads < 1 ? 1 : num
 }
 
 ThreadPool::~ThreadPool() {
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    stop_.store(true);
-    generation_.fetch_add(1);
-  }
-  wake_.notify_all();
+  stop_.store(true, std::memory_order_release);
+  generation_.fetch_add(1, std::memory_order_acq_rel);
+  generation_.notify_all();
   for (auto& w : workers_) w.join();
 }
 
@@ -35,18 +36,16 @@ void ThreadPool::run_raw(RawJob job, void* ctx) {
   job_ = job;
   job_ctx_ = ctx;
   pending_.store(num_threads_ - 1, std::memory_order_relaxed);
-  {
-    // The lock pairs with the sleeping workers' predicate check so no wake-up is lost.
-    std::lock_guard<std::mutex> lock(mutex_);
-    generation_.fetch_add(1, std::memory_order_release);
-  }
-  wake_.notify_all();
+  generation_.fetch_add(1, std::memory_order_acq_rel);
+  generation_.notify_all();
   job(ctx, 0, num_threads_);
-  for (int spins = 0; pending_.load(std::memory_order_acquire) != 0; ++spins) {
+  for (int spins = 0;; ++spins) {
+    const int left = pending_.load(std::memory_order_acquire);
+    if (left == 0) break;
     if (spins < kSpinRounds) {
       cpu_relax();
     } else {
-      std::this_thread::yield();
+      pending_.wait(left, std::memory_order_acquire);
     }
   }
   job_ = nullptr;
@@ -56,19 +55,17 @@ void ThreadPool::run_raw(RawJob job, void* ctx) {
 void ThreadPool::worker_loop(int index) {
   uint64_t seen = 0;
   while (true) {
-    int spins = 0;
-    while (generation_.load(std::memory_order_acquire) == seen && spins < kSpinRounds) {
-      cpu_relax();
-      ++spins;
-    }
-    if (generation_.load(std::memory_order_acquire) == seen) {
-      std::unique_lock<std::mutex> lock(mutex_);
-      wake_.wait(lock, [&] { return generation_.load(std::memory_order_acquire) != seen; });
+    for (int spins = 0; generation_.load(std::memory_order_acquire) == seen; ++spins) {
+      if (spins < kSpinRounds) {
+        cpu_relax();
+      } else {
+        generation_.wait(seen, std::memory_order_acquire);
+      }
     }
     seen = generation_.load(std::memory_order_acquire);
-    if (stop_.load()) return;
+    if (stop_.load(std::memory_order_acquire)) return;
     job_(job_ctx_, index, num_threads_);
-    pending_.fetch_sub(1, std::memory_order_acq_rel);
+    if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) pending_.notify_one();
   }
 }
 

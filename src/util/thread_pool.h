@@ -1,12 +1,11 @@
 // ThreadPool: persistent workers that run one parallel region at a time. The caller thread
-// is worker 0; a region costs two spin-then-sleep barriers and no allocation.
+// is worker 0; a region costs two spin-then-block handshakes (C++20 atomic wait) and no
+// allocation.
 #pragma once
 
 #include <algorithm>
 #include <atomic>
-#include <condition_variable>
 #include <cstdint>
-#include <mutex>
 #include <thread>
 #include <type_traits>
 #include <vector>
@@ -59,8 +58,6 @@ class ThreadPool {
   std::atomic<uint64_t> generation_{0};  // bumped to start a region
   std::atomic<int> pending_{0};          // workers still running the current region
   std::atomic<bool> stop_{false};
-  std::mutex mutex_;
-  std::condition_variable wake_;
 };
 
 }  // namespace inferd

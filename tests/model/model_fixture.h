@@ -1,0 +1,67 @@
+// Shared set-up of the model tests: the real default model (INFERD_MODEL or the cache path),
+// skipped with a message when it is absent, and a collecting OutputChannel.
+#pragma once
+
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "engine/engine.h"
+#include "gguf/gguf.h"
+
+namespace inferd::testing {
+
+inline std::string model_path() {
+  if (const char* env = std::getenv("INFERD_MODEL"); env != nullptr && *env != '\0') return env;
+  const char* home = std::getenv("HOME");
+  return std::string(home ? home : ".") + "/.cache/inferd/models/SmolLM2-135M-Instruct.Q4_1.gguf";
+}
+
+inline std::string source_dir() {
+  if (const char* env = std::getenv("INFERD_SOURCE_DIR"); env != nullptr && *env != '\0')
+    return env;
+  return INFERD_SOURCE_DIR;
+}
+
+// Collects the streamed text and the final record of one request.
+class CollectOutput final : public engine::OutputChannel {
+ public:
+  void on_text(std::string_view text) override {
+    text_.append(text);
+    ++pieces_;
+  }
+  void on_finish(const engine::RequestResult& result) override {
+    result_ = result;
+    ++finishes_;
+  }
+  bool cancelled() const override { return cancel_; }
+
+  std::string text_;
+  int pieces_ = 0;
+  int finishes_ = 0;
+  bool cancel_ = false;
+  engine::RequestResult result_;
+};
+
+class ModelTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    if (!std::filesystem::exists(model_path())) return;
+    file_ = new gguf::GgufFile(gguf::GgufFile::open(model_path()));
+  }
+  static void TearDownTestSuite() {
+    delete file_;
+    file_ = nullptr;
+  }
+  void SetUp() override {
+    if (file_ == nullptr)
+      GTEST_SKIP() << "model not found at " << model_path() << " (run scripts/fetch-model)";
+  }
+  static gguf::GgufFile* file_;
+};
+
+inline gguf::GgufFile* ModelTest::file_ = nullptr;
+
+}  // namespace inferd::testing
