@@ -5,13 +5,17 @@
 
 #include <CLI/CLI.hpp>
 
+#include "util/paths.h"
+
 namespace inferd::app {
 
 void register_inspect(CLI::App& app);
 void register_tokenize(CLI::App& app);
 void register_detokenize(CLI::App& app);
+void register_run(CLI::App& app);
+void register_chat(CLI::App& app);
+void register_perplexity(CLI::App& app);
 
-// The default model: $INFERD_MODEL, else the file scripts/fetch-model caches.
-std::string default_model_path();
+using inferd::default_model_path;  // util/paths.h
 
 }  // namespace inferd::app

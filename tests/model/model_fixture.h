@@ -10,13 +10,12 @@
 
 #include "engine/engine.h"
 #include "gguf/gguf.h"
+#include "util/paths.h"
 
 namespace inferd::testing {
 
 inline std::string model_path() {
-  if (const char* env = std::getenv("INFERD_MODEL"); env != nullptr && *env != '\0') return env;
-  const char* home = std::getenv("HOME");
-  return std::string(home ? home : ".") + "/.cache/inferd/models/SmolLM2-135M-Instruct.Q4_1.gguf";
+  return default_model_path();
 }
 
 inline std::string source_dir() {

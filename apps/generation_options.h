@@ -1,0 +1,38 @@
+// Command-line options shared by `inferd run` and `inferd chat`: model, engine shape and
+// sampling, registered on a CLI11 subcommand and turned into engine and request settings.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "engine/engine.h"
+#include "engine/request.h"
+
+namespace inferd::app {
+
+struct GenerationOptions {
+  std::string model;
+  int64_t max_tokens = 256;
+  int64_t context = 0;
+  int threads = 0;  // 0: the default for this machine
+  sampling::SamplingParams sampling;
+  std::vector<std::string> stop;
+  bool ignore_eos = false;
+  std::string chat_template;  // built-in name or file; empty: the model's own
+  std::string system_prompt;
+  bool quiet_stats = false;
+
+  void add_to(CLI::App& cmd);
+  engine::EngineConfig engine_config() const;
+  // A request for these options; `output` receives the text.
+  engine::Request make_request(std::vector<int32_t> prompt,
+                               std::shared_ptr<engine::OutputChannel> output) const;
+};
+
+// The thread count used when none is given: the number of cores, at most 4 (small models
+// gain nothing past that and lose to synchronisation).
+int default_threads();
+
+}  // namespace inferd::app

@@ -1,0 +1,49 @@
+#include "stream_output.h"
+
+#include <fstream>
+#include <sstream>
+
+#include <fmt/format.h>
+
+#include "util/error.h"
+
+namespace inferd::app {
+
+void print_stats(const engine::RequestResult& result, const engine::Engine& engine) {
+  const engine::RequestStats& s = result.stats;
+  const double prefill_tps = s.prefill_s > 0 ? double(s.prompt_tokens) / s.prefill_s : 0.0;
+  const double decode_tps = s.decode_s > 0 ? double(s.completion_tokens - 1) / s.decode_s : 0.0;
+  fmt::print(
+      stderr,
+      "\n[inferd] prompt {} tokens, TTFT {:.1f} ms, prefill {:.1f} tok/s | generated {} tokens, "
+      "decode {:.1f} tok/s, mean ITL {:.2f} ms | finish: {} | {} threads\n",
+      s.prompt_tokens, s.ttft_s * 1e3, prefill_tps, s.completion_tokens, decode_tps,
+      s.mean_itl_s() * 1e3, engine::finish_reason_name(result.finish_reason),
+      engine.config().threads);
+  if (result.finish_reason == engine::FinishReason::kError)
+    fmt::print(stderr, "[inferd] error: {}\n", result.error);
+}
+
+tokenizer::ChatTemplate load_chat_template(const gguf::GgufFile& file,
+                                           const std::string& override_name) {
+  if (override_name.empty()) return tokenizer::ChatTemplate::from_gguf(file);
+  if (auto builtin = tokenizer::ChatTemplate::builtin(override_name)) return *builtin;
+  std::ifstream in(override_name);
+  if (!in)
+    fail("--chat-template '{}' is neither a built-in template (chatml) nor a readable file",
+         override_name);
+  std::stringstream text;
+  text << in.rdbuf();
+  return tokenizer::ChatTemplate(text.str());
+}
+
+std::string render_chat(const tokenizer::Tokenizer& tokenizer,
+                        const tokenizer::ChatTemplate& chat_template,
+                        const std::vector<tokenizer::ChatMessage>& messages) {
+  const auto& ids = tokenizer.vocab().special();
+  const std::string bos = ids.bos >= 0 ? tokenizer.token_piece(ids.bos) : std::string();
+  const std::string eos = ids.eos >= 0 ? tokenizer.token_piece(ids.eos) : std::string();
+  return chat_template.render(messages, true, bos, eos);
+}
+
+}  // namespace inferd::app

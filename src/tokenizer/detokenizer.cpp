@@ -1,0 +1,33 @@
+#include "tokenizer/detokenizer.h"
+
+#include "tokenizer/utf8_scan.h"
+
+namespace inferd::tokenizer {
+
+std::string IncrementalDetokenizer::push(int32_t id) {
+  const std::string& piece = tokenizer_.token_piece(id);
+  if (skip_special_ && tokenizer_.is_special(id)) return {};
+  pending_ += piece;
+  std::string out;
+  size_t pos = 0;
+  while (pos < pending_.size()) {
+    Utf8Unit unit = scan_utf8(pending_, pos);
+    if (unit.kind == Utf8Unit::Kind::kTruncated) break;  // wait for the next token
+    if (unit.kind == Utf8Unit::Kind::kValid) {
+      out.append(pending_, pos, unit.length);
+    } else {
+      out.append(kReplacementUtf8);
+    }
+    pos += unit.length;
+  }
+  pending_.erase(0, pos);
+  return out;
+}
+
+std::string IncrementalDetokenizer::flush() {
+  std::string out = pending_.empty() ? std::string() : std::string(kReplacementUtf8);
+  pending_.clear();
+  return out;
+}
+
+}  // namespace inferd::tokenizer

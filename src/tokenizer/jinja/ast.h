@@ -1,0 +1,67 @@
+// Jinja syntax tree: expressions and statements as parsed from a template, each node keeping
+// its line and column for error messages.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tokenizer/jinja/value.h"
+
+namespace inferd::jinja {
+
+struct Location {
+  int line = 1;
+  int column = 1;
+};
+
+struct Expr;
+using ExprPtr = std::unique_ptr<Expr>;
+
+struct Expr {
+  enum class Kind {
+    kLiteral,      // value
+    kName,         // name
+    kList,         // items
+    kDict,         // keys[i]: items[i]
+    kAttribute,    // object.name
+    kSubscript,    // object[items[0]]
+    kSlice,        // object[items[0]:items[1]:items[2]] (null items for absent bounds)
+    kCall,         // object(items..., keyword args in names/keyword_values)
+    kFilter,       // object | name(items...)
+    kTest,         // object is [not] name(items...)
+    kUnary,        // op object
+    kBinary,       // items[0] op items[1]
+    kConditional,  // items[0] if items[1] else items[2]
+  };
+  Kind kind;
+  Location where;
+  Value value;
+  std::string name;      // name, attribute, filter or test name, or operator
+  bool negated = false;  // `is not`
+  ExprPtr object;
+  std::vector<ExprPtr> items;
+  std::vector<ExprPtr> keys;
+  std::vector<std::string> keyword_names;
+  std::vector<ExprPtr> keyword_values;
+};
+
+struct Stmt;
+using StmtList = std::vector<std::unique_ptr<Stmt>>;
+
+struct Stmt {
+  enum class Kind { kText, kOutput, kIf, kFor, kSet, kSetBlock, kMacro };
+  Kind kind;
+  Location where;
+  std::string text;  // kText
+  ExprPtr expr;      // kOutput value, kIf/kFor condition or iterable, kSet value
+  std::vector<std::string>
+      targets;                      // kFor loop variables, kSet target (["ns", "attr"] for ns.attr)
+  std::vector<ExprPtr> conditions;  // kIf: condition of each branch (null for else)
+  std::vector<StmtList> branches;   // kIf branches; kFor body and else; kMacro/kSetBlock body
+  ExprPtr loop_filter;              // kFor: `for x in y if cond`
+  std::vector<std::string> parameters;  // kMacro parameter names
+  std::vector<ExprPtr> defaults;        // kMacro default values (null when none)
+};
+
+}  // namespace inferd::jinja

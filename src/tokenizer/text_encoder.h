@@ -1,0 +1,22 @@
+// TextEncoder: the model-specific half of a tokenizer (byte-level BPE today, SentencePiece
+// later). It turns plain text into ids and ids back into bytes; special tokens are not its job.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace inferd::tokenizer {
+
+class TextEncoder {
+ public:
+  virtual ~TextEncoder() = default;
+  // Appends the ids of `text`, which holds no special tokens. Any bytes are accepted, valid
+  // UTF-8 or not. Must be safe to call from several threads at once.
+  virtual void encode(std::string_view text, std::vector<int32_t>& out) const = 0;
+  // The bytes that a normal or byte token stands for.
+  virtual std::string token_bytes(int32_t id) const = 0;
+};
+
+}  // namespace inferd::tokenizer

@@ -1,0 +1,33 @@
+// Step-by-step UTF-8 scanning for the tokenizer: one code point, one invalid run or one cut-off
+// sequence at a time, and the U+FFFD substitution policy shared by encoder and detokenizer.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <string_view>
+
+namespace inferd::tokenizer {
+
+inline constexpr std::string_view kReplacementUtf8 = "\xEF\xBF\xBD";  // U+FFFD
+
+struct Utf8Unit {
+  enum class Kind {
+    kValid,      // a well-formed code point of `length` bytes
+    kInvalid,    // `length` bytes that can never become a code point (a maximal subpart)
+    kTruncated,  // the text ends inside a sequence that is well-formed so far
+  };
+  Kind kind = Kind::kValid;
+  size_t length = 0;
+  char32_t code_point = 0;  // only for kValid
+};
+
+// Reads the unit that starts at `pos` (< text.size()). Invalid input is split into "maximal
+// subparts" as Unicode recommends, so "\xE4\xB8A" yields one invalid unit then 'A'.
+Utf8Unit scan_utf8(std::string_view text, size_t pos);
+
+void append_utf8(std::string& out, char32_t code_point);
+
+// `text` with every invalid or cut-off unit replaced by U+FFFD; the result is valid UTF-8.
+std::string sanitize_utf8(std::string_view text);
+
+}  // namespace inferd::tokenizer
