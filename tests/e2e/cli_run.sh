@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# End-to-end: `inferd run` streams a greedy answer and its timing line; a stop string ends the
+# text before it; a prompt longer than the context is one clear error; `inferd chat` keeps
+# history across turns, /reset clears it, end of input exits; tokenize/detokenize round-trip.
+set -euo pipefail
+inferd="$1"
+model="${INFERD_MODEL:-}"
+if [[ -z "$model" || ! -f "$model" ]]; then echo "SKIP: no model (set INFERD_MODEL)"; exit 77; fi
+tmp="$(mktemp -d)"
+trap 'rm -rf "$tmp"' EXIT
+cd "$tmp"
+
+out="$("$inferd" run -m "$model" -p "The capital of France is" -n 16 --temp 0 2>err.txt)"
+grep -q "Paris" <<<"$out"
+grep -Eq "prompt 5 tokens, TTFT [0-9.]+ ms, prefill [0-9.]+ tok/s \| generated 16 tokens, decode [0-9.]+ tok/s, mean ITL" err.txt
+
+stopped="$("$inferd" run -m "$model" -p "The capital of France is" -n 16 --temp 0 --stop "aris" --no-stats)"
+[[ "$stopped" == *" P" ]] || { echo "stop string not honoured: '$stopped'"; exit 1; }
+! grep -q "aris" <<<"$stopped"
+
+long="$(printf 'word %.0s' $(seq 1 300))"
+set +e
+err="$("$inferd" run -m "$model" -c 128 -p "$long" -n 8 2>&1 >/dev/null)"
+code=$?
+set -e
+[[ $code == 1 ]]
+grep -q "more than the context of 128" <<<"$err"
+
+# History: the second turn's prompt holds the first turn; after /reset the prompt is short again.
+printf 'My name is Ada.\nWhat is my name?\n/reset\nMy name is Ada.\n' |
+  "$inferd" chat -m "$model" --temp 0 -n 24 >/dev/null 2>chat_err.txt
+grep -q "history cleared" chat_err.txt
+mapfile -t prompts < <(grep -Eo "prompt [0-9]+ tokens" chat_err.txt | grep -Eo "[0-9]+")
+[[ ${#prompts[@]} == 3 ]]
+(( prompts[1] > prompts[0] + 10 ))
+[[ ${prompts[2]} == "${prompts[0]}" ]]
+
+ids="$("$inferd" tokenize -m "$model" --json "Grüße, 世界!" | python3 -c 'import json,sys; print(" ".join(map(str, json.load(sys.stdin)["ids"])))')"
+[[ "$("$inferd" detokenize -m "$model" $ids)" == "Grüße, 世界!" ]]
+echo "run e2e ok"
