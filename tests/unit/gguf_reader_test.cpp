@@ -160,6 +160,10 @@ struct Malformed {
   std::string expected;  // a fragment the error message must contain
 };
 
+void PrintTo(const Malformed& m, std::ostream* os) {
+  *os << m.name;
+}
+
 class GgufMalformed : public ::testing::TestWithParam<Malformed> {};
 
 TEST_P(GgufMalformed, GivesCleanError) {

@@ -18,7 +18,8 @@ void quantize_row_q8_0(const float* x, void* out, int64_t n) {
     float amax = 0;
     for (int j = 0; j < kQK; ++j) amax = std::max(amax, std::fabs(x[j]));
     const float d = amax / 127.0f;
-    const float inv = d != 0 ? 1.0f / d : 0.0f;
+    const float inv =
+        amax != 0 ? 127.0f / amax : 0.0f;  // 127 / amax, not 1 / d: as llama.cpp rounds
     blocks[b].d = fp32_to_fp16(d);
     for (int j = 0; j < kQK; ++j) blocks[b].qs[j] = static_cast<int8_t>(std::nearbyint(x[j] * inv));
   }
@@ -30,7 +31,8 @@ void quantize_row_q8_1(const float* x, void* out, int64_t n) {
     float amax = 0;
     for (int j = 0; j < kQK; ++j) amax = std::max(amax, std::fabs(x[j]));
     const float d = amax / 127.0f;
-    const float inv = d != 0 ? 1.0f / d : 0.0f;
+    const float inv =
+        amax != 0 ? 127.0f / amax : 0.0f;  // 127 / amax, not 1 / d: as llama.cpp rounds
     int sum = 0;
     for (int j = 0; j < kQK; ++j) {
       blocks[b].qs[j] = static_cast<int8_t>(std::nearbyint(x[j] * inv));

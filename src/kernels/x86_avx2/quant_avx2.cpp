@@ -79,17 +79,19 @@ inline __m256 dot_u8_i8(__m256i a, __m256i b) {
 void quantize_row_q8_0(const float* x, void* out, int64_t n) {
   auto* blocks = static_cast<BlockQ8_0*>(out);
   for (int64_t b = 0; b < n / kQK; ++b, x += kQK) {
-    const float d = hmax_abs(x) / 127.0f;
+    const float amax = hmax_abs(x);
+    const float d = amax / 127.0f;
     blocks[b].d = f2h(d);
-    quantize_block(x, d != 0 ? 1.0f / d : 0.0f, blocks[b].qs);
+    quantize_block(x, amax != 0 ? 127.0f / amax : 0.0f, blocks[b].qs);
   }
 }
 
 void quantize_row_q8_1(const float* x, void* out, int64_t n) {
   auto* blocks = static_cast<BlockQ8_1*>(out);
   for (int64_t b = 0; b < n / kQK; ++b, x += kQK) {
-    const float d = hmax_abs(x) / 127.0f;
-    const int sum = hsum_i32(quantize_block(x, d != 0 ? 1.0f / d : 0.0f, blocks[b].qs));
+    const float amax = hmax_abs(x);
+    const float d = amax / 127.0f;
+    const int sum = hsum_i32(quantize_block(x, amax != 0 ? 127.0f / amax : 0.0f, blocks[b].qs));
     blocks[b].d = f2h(d);
     blocks[b].s = f2h(d * static_cast<float>(sum));
   }
