@@ -15,6 +15,7 @@ void register_detokenize(CLI::App& app);
 void register_run(CLI::App& app);
 void register_chat(CLI::App& app);
 void register_perplexity(CLI::App& app);
+void register_bench(CLI::App& app);
 
 using inferd::default_model_path;  // util/paths.h
 

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <limits>
 
+#include "kernels/kernels.h"
 #include "tensor/half.h"
 
 namespace inferd::kernels {
@@ -14,7 +15,7 @@ constexpr int kMaxBlockSize = 256;
 // One head: online softmax over the blocks, accumulating sum_j p_j v_j in float.
 void attend_head(const float* q, const kv::KvCache& cache, int layer,
                  std::span<const int32_t> block_table, int64_t pos, int kv_head, int head_dim,
-                 float scale, float* out) {
+                 float scale, float* out, const KernelTable& k) {
   // Queries are rounded to f16 like the keys, as llama.cpp does before its f16 dot products.
   float q16[kMaxHeadDim];
   for (int d = 0; d < head_dim; ++d) q16[d] = fp16_to_fp32(fp32_to_fp16(q[d]));
@@ -30,10 +31,7 @@ void attend_head(const float* q, const kv::KvCache& cache, int layer,
     const uint16_t* values = cache.values(layer, block_table[static_cast<size_t>(b)], kv_head);
     float block_max = running_max;
     for (int j = 0; j < count; ++j) {
-      const uint16_t* k = keys + static_cast<size_t>(j) * head_dim;
-      float dot = 0;
-      for (int d = 0; d < head_dim; ++d) dot += q16[d] * fp16_to_fp32(k[d]);
-      scores[j] = dot * scale;
+      scores[j] = k.dot_f16_f32(head_dim, keys + static_cast<size_t>(j) * head_dim, q16) * scale;
       block_max = std::max(block_max, scores[j]);
     }
     const float correction = std::exp(running_max - block_max);
@@ -42,8 +40,7 @@ void attend_head(const float* q, const kv::KvCache& cache, int layer,
     for (int j = 0; j < count; ++j) {
       const float p = std::exp(scores[j] - block_max);
       running_sum += p;
-      const uint16_t* v = values + static_cast<size_t>(j) * head_dim;
-      for (int d = 0; d < head_dim; ++d) acc[d] += p * fp16_to_fp32(v[d]);
+      k.axpy_f16(head_dim, p, values + static_cast<size_t>(j) * head_dim, acc);
     }
     running_max = block_max;
   }
@@ -57,10 +54,11 @@ void attend_one(const float* q, const kv::KvCache& cache, int layer,
                 std::span<const int32_t> block_table, int64_t pos, const AttentionShape& shape,
                 float* out) {
   const int group = shape.n_heads / shape.n_kv_heads;
+  const KernelTable& table = active_kernels();
   for (int h = 0; h < shape.n_heads; ++h) {
     attend_head(q + static_cast<int64_t>(h) * shape.head_dim, cache, layer, block_table, pos,
                 h / group, shape.head_dim, shape.scale,
-                out + static_cast<int64_t>(h) * shape.head_dim);
+                out + static_cast<int64_t>(h) * shape.head_dim, table);
   }
 }
 

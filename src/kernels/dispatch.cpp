@@ -46,6 +46,8 @@ const KernelTable& reference_kernels() {
     t.f16 = {DType::F16, ref::quantize_row_f16, ref::dot_f16_f16, ref::dequantize_row_f16};
     t.bf16 = {DType::BF16, ref::quantize_row_bf16, ref::dot_bf16_bf16, ref::dequantize_row_bf16};
     t.f32 = {DType::F32, ref::quantize_row_f32, ref::dot_f32_f32, ref::dequantize_row_f32};
+    t.dot_f16_f32 = ref::dot_f16_f32;
+    t.axpy_f16 = ref::axpy_f16;
     return t;
   }();
   return table;
@@ -66,6 +68,8 @@ static const KernelTable& avx2_kernels() {
     t.f16.dot = avx2::dot_f16_f16;
     t.bf16.dot = avx2::dot_bf16_bf16;
     t.f32.dot = avx2::dot_f32_f32;
+    t.dot_f16_f32 = avx2::dot_f16_f32;
+    t.axpy_f16 = avx2::axpy_f16;
     return t;
   }();
   return table;

@@ -25,9 +25,15 @@ struct WeightKernels {
   DequantizeRowFn dequantize = nullptr;
 };
 
+// Attention primitives over fp16 K/V rows: dot(k, q) and acc += a * v, for n values.
+using DotF16F32Fn = float (*)(int64_t n, const uint16_t* k, const float* q);
+using AxpyF16Fn = void (*)(int64_t n, float a, const uint16_t* v, float* acc);
+
 struct KernelTable {
   std::string_view isa;
   WeightKernels q4_0, q4_1, q8_0, f16, bf16, f32;
+  DotF16F32Fn dot_f16_f32 = nullptr;
+  AxpyF16Fn axpy_f16 = nullptr;
 
   // Kernels for a weight type; nullptr when the type has no matmul support yet.
   const WeightKernels* for_weight(DType type) const;

@@ -1,0 +1,92 @@
+#include "bench_roofline.h"
+
+#include <chrono>
+#include <thread>
+#include <vector>
+
+#include <fmt/format.h>
+
+namespace inferd::app {
+
+ModelFootprint model_footprint(const gguf::GgufFile& file) {
+  ModelFootprint f;
+  const bool tied = file.find_tensor("output.weight") == nullptr;
+  for (const gguf::TensorInfo& t : file.tensors()) {
+    f.total_bytes += t.num_bytes;
+    f.parameters += t.num_elements();
+    // Decode reads every 2-D matrix once per token. The embedding table is only looked up
+    // (one row) unless it doubles as the output matrix.
+    const bool embedding = t.name == "token_embd.weight";
+    if (t.shape.size() == 2 && (!embedding || tied)) {
+      f.matmul_bytes += t.num_bytes;
+      f.matmul_parameters += t.num_elements();
+    }
+  }
+  return f;
+}
+
+double measure_read_bandwidth(int threads) {
+  constexpr size_t kBytes = size_t{1} << 30;  // 1 GiB: far beyond any last-level cache
+  std::vector<uint64_t> buffer(kBytes / sizeof(uint64_t), 1);
+  double best = 0;
+  for (int run = 0; run < 3; ++run) {
+    std::vector<std::thread> workers;
+    std::vector<uint64_t> sums(static_cast<size_t>(threads));
+    const auto begin = std::chrono::steady_clock::now();
+    for (int t = 0; t < threads; ++t) {
+      workers.emplace_back([&, t] {
+        const size_t n = buffer.size() / static_cast<size_t>(threads);
+        const uint64_t* p = buffer.data() + n * static_cast<size_t>(t);
+        uint64_t a = 0, b = 0, c = 0, d = 0;  // independent chains so loads overlap
+        for (size_t i = 0; i + 4 <= n; i += 4) {
+          a += p[i];
+          b += p[i + 1];
+          c += p[i + 2];
+          d += p[i + 3];
+        }
+        sums[static_cast<size_t>(t)] = a + b + c + d;
+      });
+    }
+    for (auto& w : workers) w.join();
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
+    uint64_t total = 0;
+    for (uint64_t s : sums) total += s;
+    if (total == 0) return 0;  // keeps the loads from being optimised away
+    best = std::max(best, double(kBytes) / seconds);
+  }
+  return best;
+}
+
+void print_roofline(const ModelFootprint& f, const model::Model& model, const nlohmann::json& tests,
+                    int threads) {
+  const model::ModelConfig& c = model.config();
+  const double bandwidth = measure_read_bandwidth(threads);
+  fmt::print("\nroofline ({} threads, measured read bandwidth {:.1f} GB/s):\n", threads,
+             bandwidth / 1e9);
+  for (const auto& t : tests) {
+    const int64_t np = t["n_prompt"], ng = t["n_gen"];
+    const double tps = t["avg_ts"];
+    if (ng > 0) {
+      // KV read per token: on average half the generated context, K and V, every layer.
+      const double kv = double(ng) / 2 * c.n_layers * 2.0 * c.n_kv_heads * c.head_dim * 2;
+      const double per_token = double(f.matmul_bytes) + kv;
+      const double achieved = per_token * tps;
+      fmt::print(
+          "  tg{}: {:.1f} MB read per token ({:.1f} MB weights + {:.2f} MB KV), {:.1f} GB/s = "
+          "{:.0f}% of "
+          "bandwidth; bound {:.0f} tok/s\n",
+          ng, per_token / 1e6, f.matmul_bytes / 1e6, kv / 1e6, achieved / 1e9,
+          100 * achieved / bandwidth, bandwidth / per_token);
+    }
+    if (np > 0) {
+      const double attention =
+          2.0 * 2 * c.n_layers * c.n_heads * c.head_dim * double(np) / 2;  // QK and PV, causal
+      const double flops = tps * (2.0 * double(f.matmul_parameters) + attention);
+      fmt::print("  pp{}: {:.1f} GFLOP/s ({:.2f} GFLOP per token)\n", np, flops / 1e9,
+                 (2.0 * double(f.matmul_parameters) + attention) / 1e9);
+    }
+  }
+}
+
+}  // namespace inferd::app

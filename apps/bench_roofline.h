@@ -1,0 +1,31 @@
+// The physical limits `inferd bench` reports against: bytes of weights (and KV) read per
+// decoded token, the machine's measured read bandwidth, and prefill FLOPs.
+#pragma once
+
+#include <cstdint>
+
+#include <nlohmann/json.hpp>
+
+#include "gguf/gguf.h"
+#include "model/model.h"
+
+namespace inferd::app {
+
+struct ModelFootprint {
+  uint64_t total_bytes = 0;        // all tensors
+  uint64_t parameters = 0;         // all tensor elements
+  uint64_t matmul_bytes = 0;       // 2-D weights a decode step streams (output once even when tied)
+  uint64_t matmul_parameters = 0;  // their elements: 2 FLOPs each per token
+};
+
+ModelFootprint model_footprint(const gguf::GgufFile& file);
+
+// Read bandwidth of this machine in bytes/s: `threads` threads summing a buffer far larger
+// than the caches; the best of a few runs.
+double measure_read_bandwidth(int threads);
+
+// Prints the roofline summary for the pp/tg results in `tests` (llama-bench JSON objects).
+void print_roofline(const ModelFootprint& footprint, const model::Model& model,
+                    const nlohmann::json& tests, int threads);
+
+}  // namespace inferd::app
