@@ -64,13 +64,18 @@ std::string ChatTemplate::render(const std::vector<ChatMessage>& messages,
   globals.set("add_generation_prompt", jinja::Value(add_generation_prompt));
   globals.set("bos_token", jinja::Value(bos_token));
   globals.set("eos_token", jinja::Value(eos_token));
+  // apply_chat_template passes tools and documents, None when the request has none.
+  globals.set("tools", jinja::Value::none());
+  globals.set("documents", jinja::Value::none());
   globals.set("raise_exception",
-              jinja::Value(jinja::Function([](std::vector<jinja::Value>& args) -> jinja::Value {
+              jinja::Value(jinja::Function([](const jinja::Args& args) -> jinja::Value {
+                const jinja::Value* message = args.get(0, "message");
                 fail("the chat template refused the messages: {}",
-                     args.empty() ? "" : args[0].to_string());
+                     message != nullptr ? message->to_string() : "");
               })));
-  globals.set("strftime_now", jinja::Value(jinja::Function([](std::vector<jinja::Value>& args) {
-                const std::string format = args.empty() ? "%Y-%m-%d" : args[0].to_string();
+  globals.set("strftime_now", jinja::Value(jinja::Function([](const jinja::Args& args) {
+                const jinja::Value* f = args.get(0, "format");
+                const std::string format = f != nullptr ? f->to_string() : "%Y-%m-%d";
                 std::time_t now = std::time(nullptr);
                 char buffer[128];
                 std::tm tm{};

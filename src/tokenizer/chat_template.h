@@ -1,5 +1,16 @@
 // ChatTemplate: renders chat messages into one prompt string with the model's Jinja template
 // (`tokenizer.chat_template`), as Hugging Face's apply_chat_template does.
+//
+// The interpreter (src/tokenizer/jinja) follows jinja2 with HF's settings (trim_blocks,
+// lstrip_blocks, loopcontrols, default Undefined, HF's tojson, raise_exception, strftime_now;
+// tools and documents are None). Not supported, each an error or noted difference:
+// - statements: include/import/extends/block, call, filter, with, raw, recursive loops,
+//   tuple assignment (`set a, b = ...`), macro varargs/kwargs/caller;
+// - tuples are lists (a tuple prints as [..], not (..)); dict keys are strings;
+// - integers are 64-bit (overflow is an error, where Python would grow them);
+// - upper/lower/title/capitalize change ASCII letters only;
+// - filters beyond the common set (no batch, slice, dictsort, wordwrap, center, format, ...);
+// - `%` string formatting and str.format.
 #pragma once
 
 #include <memory>

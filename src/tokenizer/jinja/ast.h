@@ -31,14 +31,17 @@ struct Expr {
     kFilter,       // object | name(items...)
     kTest,         // object is [not] name(items...)
     kUnary,        // op object
-    kBinary,       // items[0] op items[1]
+    kBinary,       // items[0] op items[1] (arithmetic, `~`, `and`, `or`)
+    kCompare,      // items[0] ops[0] items[1] ops[1] items[2] ... (chained, as in Python)
     kConditional,  // items[0] if items[1] else items[2]
   };
   Kind kind;
   Location where;
   Value value;
-  std::string name;      // name, attribute, filter or test name, or operator
-  bool negated = false;  // `is not`
+  std::string name;              // name, attribute, filter or test name, or operator
+  std::vector<std::string> ops;  // kCompare: "==", "<", "in", "not in", ...
+  int depth = 1;                 // height of this subtree, capped by the parser
+  bool negated = false;          // `is not`
   ExprPtr object;
   std::vector<ExprPtr> items;
   std::vector<ExprPtr> keys;

@@ -1,6 +1,8 @@
+// Template splitting: text and tags, with Jinja's whitespace rules under HF's settings
+// (trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=False).
 #include "tokenizer/jinja/lexer.h"
 
-#include <cctype>
+#include <algorithm>
 
 #include "util/error.h"
 
@@ -10,180 +12,160 @@ void syntax_error(Location where, const std::string& message) {
   fail("chat template line {}, column {}: {}", where.line, where.column, message);
 }
 
-namespace {
-
-Location location_of(std::string_view source, size_t offset) {
-  Location loc;
-  for (size_t i = 0; i < offset && i < source.size(); ++i) {
-    if (source[i] == '\n') {
-      ++loc.line;
-      loc.column = 1;
-    } else {
-      ++loc.column;
-    }
+LineIndex::LineIndex(std::string_view source) {
+  line_starts_.push_back(0);
+  for (size_t i = 0; i < source.size(); ++i) {
+    if (source[i] == '\n') line_starts_.push_back(i + 1);
   }
-  return loc;
 }
 
-void rstrip(std::string& s) {
-  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.pop_back();
-}
-
-// lstrip_blocks: drop spaces and tabs between the start of the line and a block tag.
-void strip_line_indent(std::string& s) {
-  size_t i = s.size();
-  while (i > 0 && (s[i - 1] == ' ' || s[i - 1] == '\t')) --i;
-  if (i == 0 || s[i - 1] == '\n') s.resize(i);
-}
-
-}  // namespace
-
-std::vector<Segment> split_template(std::string_view source) {
-  std::vector<Segment> out;
-  std::string text;
-  bool strip_next = false;    // a `-` closed the previous tag
-  bool trim_newline = false;  // trim_blocks after a block tag
-  size_t pos = 0;
-  while (pos < source.size()) {
-    const size_t open = source.find('{', pos);
-    const bool is_tag =
-        open != std::string_view::npos && open + 1 < source.size() &&
-        (source[open + 1] == '{' || source[open + 1] == '%' || source[open + 1] == '#');
-    const size_t text_end =
-        open == std::string_view::npos ? source.size() : (is_tag ? open : open + 1);
-    std::string piece(source.substr(pos, text_end - pos));
-    if (strip_next)
-      piece.erase(0, piece.find_first_not_of(" \t\r\n") == std::string::npos
-                         ? piece.size()
-                         : piece.find_first_not_of(" \t\r\n"));
-    if (trim_newline && !piece.empty() && piece[0] == '\n') piece.erase(0, 1);
-    if (!piece.empty()) strip_next = trim_newline = false;
-    text += piece;
-    pos = text_end;
-    if (!is_tag) continue;
-    const char kind = source[open + 1];
-    const std::string_view close = kind == '{' ? "}}" : kind == '%' ? "%}" : "#}";
-    const size_t end = source.find(close, open + 2);
-    if (end == std::string_view::npos)
-      syntax_error(location_of(source, open), "tag is never closed");
-    size_t inner_begin = open + 2, inner_end = end;
-    const bool strip_before = inner_begin < inner_end && source[inner_begin] == '-';
-    const bool keep_indent = inner_begin < inner_end && source[inner_begin] == '+';
-    if (strip_before || keep_indent) ++inner_begin;
-    strip_next = inner_end > inner_begin && source[inner_end - 1] == '-';
-    if (strip_next) --inner_end;
-    if (strip_before) {
-      rstrip(text);
-    } else if (kind != '{' && !keep_indent) {
-      strip_line_indent(text);
-    }
-    trim_newline = kind != '{';
-    if (!text.empty()) out.push_back({Segment::Kind::kText, std::move(text), {}});
-    text.clear();
-    if (kind != '#') {
-      out.push_back({kind == '{' ? Segment::Kind::kExpression : Segment::Kind::kStatement,
-                     std::string(source.substr(inner_begin, inner_end - inner_begin)),
-                     location_of(source, open)});
-    }
-    pos = end + 2;
-  }
-  // Like Jinja's default (keep_trailing_newline=False), one newline at the very end is dropped.
-  if (!text.empty() && text.back() == '\n') text.pop_back();
-  if (!text.empty()) out.push_back({Segment::Kind::kText, std::move(text), {}});
-  return out;
+Location LineIndex::at(size_t offset) const {
+  auto it = std::upper_bound(line_starts_.begin(), line_starts_.end(), offset);
+  const auto line = static_cast<size_t>(it - line_starts_.begin());  // >= 1
+  return {static_cast<int>(line), static_cast<int>(offset - line_starts_[line - 1]) + 1};
 }
 
 namespace {
 
-bool is_name_start(char c) {
-  return std::isalpha(static_cast<unsigned char>(c)) || c == '_';
-}
-bool is_name_char(char c) {
-  return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
-}
-
-std::string read_string(const std::string& s, size_t& i, Location where) {
-  const char quote = s[i++];
+// Jinja lexes with every "\r\n" and "\r" turned into "\n", and drops one final newline.
+std::string normalize_newlines(std::string_view source) {
   std::string out;
-  while (i < s.size() && s[i] != quote) {
-    char c = s[i++];
-    if (c == '\\' && i < s.size()) {
-      const char e = s[i++];
-      switch (e) {
-        case 'n':
-          c = '\n';
-          break;
-        case 't':
-          c = '\t';
-          break;
-        case 'r':
-          c = '\r';
-          break;
-        default:
-          c = e;
-          break;
-      }
+  out.reserve(source.size());
+  for (size_t i = 0; i < source.size(); ++i) {
+    if (source[i] == '\r') {
+      out += '\n';
+      if (i + 1 < source.size() && source[i + 1] == '\n') ++i;
+    } else {
+      out += source[i];
     }
-    out += c;
   }
-  if (i >= s.size()) syntax_error(where, "string literal is never closed");
-  ++i;
+  if (!out.empty() && out.back() == '\n') out.pop_back();
   return out;
+}
+
+bool is_space(char c) {
+  return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
+}
+
+// Offset of the tag opening at or after `from` ("{{", "{%" or "{#"), or npos.
+size_t find_tag(const std::string& s, size_t from) {
+  for (size_t i = s.find('{', from); i != std::string::npos; i = s.find('{', i + 1)) {
+    if (i + 1 < s.size() && (s[i + 1] == '{' || s[i + 1] == '%' || s[i + 1] == '#')) return i;
+  }
+  return std::string::npos;
+}
+
+// Offset of the closing delimiter of the tag whose contents start at `from`. Quotes and
+// brackets are skipped, as Jinja's lexer does: `{{ '}}' }}` and `{{ {'a': {}} }}` are one tag.
+size_t find_close(const std::string& s, size_t from, char kind) {
+  if (kind == '#') return s.find("#}", from);
+  const char closer = kind == '{' ? '}' : '%';
+  int depth = 0;
+  // With unbalanced brackets (`{{ f(1 }}`) the first closer ends the tag, and the expression
+  // parser reports what is missing.
+  size_t first_close = std::string::npos;
+  for (size_t i = from; i < s.size(); ++i) {
+    const char c = s[i];
+    if (c == closer && i + 1 < s.size() && s[i + 1] == '}' && first_close == std::string::npos)
+      first_close = i;
+    if (c == '\'' || c == '"') {
+      for (++i; i < s.size() && s[i] != c; ++i) {
+        if (s[i] == '\\') ++i;
+      }
+      if (i >= s.size()) return first_close;
+    } else if (c == closer && i + 1 < s.size() && s[i + 1] == '}' && depth == 0) {
+      return i;
+    } else if (c == '(' || c == '[' || c == '{') {
+      ++depth;
+    } else if ((c == ')' || c == ']' || c == '}') && depth > 0) {
+      --depth;
+    }
+  }
+  return first_close;
+}
+
+// lstrip_blocks: spaces and tabs between the start of a line and a block or comment tag go.
+// The text must begin a line itself (`line_starting`) unless it contains a newline.
+void strip_line_indent(std::string& text, bool line_starting) {
+  const size_t line_begin = text.rfind('\n') == std::string::npos ? 0 : text.rfind('\n') + 1;
+  if (line_begin == 0 && !line_starting) return;
+  for (size_t i = line_begin; i < text.size(); ++i) {
+    if (text[i] == '\n' || !is_space(text[i])) return;
+  }
+  text.resize(line_begin);
+}
+
+struct Tag {
+  char kind;           // '{', '%' or '#'
+  size_t inner_begin;  // contents, without delimiters and whitespace-control signs
+  size_t inner_end;
+  size_t after;       // first offset after the closing delimiter
+  bool strip_before;  // `{%-`
+  bool keep_indent;   // `{%+`
+  bool strip_after;   // `-%}`
+  bool keep_newline;  // `+%}`
+};
+
+Tag read_tag(const std::string& s, size_t open, const LineIndex& lines) {
+  Tag t{};
+  t.kind = s[open + 1];
+  size_t close = find_close(s, open + 2, t.kind);
+  if (close == std::string::npos) {
+    const char* expected = t.kind == '{' ? "}}" : t.kind == '%' ? "%}" : "#}";
+    syntax_error(lines.at(open), std::string("tag is never closed (expected '") + expected + "')");
+  }
+  t.after = close + 2;
+  t.inner_begin = open + 2;
+  t.inner_end = close;
+  if (t.inner_begin < t.inner_end && (s[t.inner_begin] == '-' || s[t.inner_begin] == '+')) {
+    (s[t.inner_begin] == '-' ? t.strip_before : t.keep_indent) = true;
+    ++t.inner_begin;
+  }
+  // `+%}` (keep the newline) exists for blocks and comments only; `+}}` is not a sign.
+  const bool plus_ok = t.kind != '{';
+  if (t.inner_end > t.inner_begin &&
+      (s[t.inner_end - 1] == '-' || (plus_ok && s[t.inner_end - 1] == '+'))) {
+    (s[t.inner_end - 1] == '-' ? t.strip_after : t.keep_newline) = true;
+    --t.inner_end;
+  }
+  return t;
 }
 
 }  // namespace
 
-std::vector<Token> tokenize_tag(const Segment& tag) {
-  static const char* const kOperators[] = {"==", "!=", "<=", ">=", "//", "**", "+", "-", "*",
-                                           "/",  "%",  "~",  "<",  ">",  "(",  ")", "[", "]",
-                                           "{",  "}",  ",",  ".",  ":",  "|",  "="};
-  std::vector<Token> out;
-  const std::string& s = tag.text;
-  size_t i = 0;
-  while (true) {
-    while (i < s.size() && std::isspace(static_cast<unsigned char>(s[i]))) ++i;
-    Location where{tag.where.line, tag.where.column + static_cast<int>(i) + 2};
-    if (i >= s.size()) break;
-    const char c = s[i];
-    if (is_name_start(c)) {
-      size_t j = i;
-      while (j < s.size() && is_name_char(s[j])) ++j;
-      out.push_back({Token::Kind::kName, s.substr(i, j - i), {}, where});
-      i = j;
-    } else if (std::isdigit(static_cast<unsigned char>(c))) {
-      size_t j = i;
-      while (j < s.size() && std::isdigit(static_cast<unsigned char>(s[j]))) ++j;
-      bool is_float =
-          j + 1 < s.size() && s[j] == '.' && std::isdigit(static_cast<unsigned char>(s[j + 1]));
-      if (is_float) {
-        ++j;
-        while (j < s.size() && std::isdigit(static_cast<unsigned char>(s[j]))) ++j;
-      }
-      const std::string digits = s.substr(i, j - i);
-      Value number =
-          is_float ? Value(std::stod(digits)) : Value(static_cast<int64_t>(std::stoll(digits)));
-      out.push_back({Token::Kind::kNumber, digits, number, where});
-      i = j;
-    } else if (c == '\'' || c == '"') {
-      out.push_back({Token::Kind::kString, read_string(s, i, where), {}, where});
-    } else {
-      bool matched = false;
-      for (const char* op : kOperators) {
-        const size_t len = std::char_traits<char>::length(op);
-        if (s.compare(i, len, op) == 0) {
-          out.push_back({Token::Kind::kOperator, op, {}, where});
-          i += len;
-          matched = true;
-          break;
-        }
-      }
-      if (!matched) syntax_error(where, std::string("unexpected character '") + c + "'");
+Lexed split_template(std::string_view raw) {
+  Lexed out{normalize_newlines(raw), {}, LineIndex("")};
+  const std::string& s = out.source;
+  out.lines = LineIndex(s);
+  size_t pos = 0;
+  while (pos <= s.size()) {
+    const size_t open = find_tag(s, pos);
+    std::string text = s.substr(pos, (open == std::string::npos ? s.size() : open) - pos);
+    const bool line_starting = pos == 0 || s[pos - 1] == '\n';
+    if (open == std::string::npos) {
+      if (!text.empty()) out.segments.push_back({Segment::Kind::kText, text, pos, {}});
+      break;
+    }
+    const Tag tag = read_tag(s, open, out.lines);
+    if (tag.strip_before) {
+      while (!text.empty() && is_space(text.back())) text.pop_back();
+    } else if (tag.kind != '{' && !tag.keep_indent) {
+      strip_line_indent(text, line_starting);
+    }
+    if (!text.empty()) out.segments.push_back({Segment::Kind::kText, text, pos, {}});
+    if (tag.kind != '#') {
+      out.segments.push_back(
+          {tag.kind == '{' ? Segment::Kind::kExpression : Segment::Kind::kStatement,
+           s.substr(tag.inner_begin, tag.inner_end - tag.inner_begin), tag.inner_begin,
+           out.lines.at(open)});
+    }
+    pos = tag.after;
+    if (tag.strip_after) {
+      while (pos < s.size() && is_space(s[pos])) ++pos;
+    } else if (tag.kind != '{' && !tag.keep_newline && pos < s.size() && s[pos] == '\n') {
+      ++pos;  // trim_blocks
     }
   }
-  out.push_back({Token::Kind::kEnd,
-                 "",
-                 {},
-                 {tag.where.line, tag.where.column + static_cast<int>(s.size()) + 2}});
   return out;
 }
 

@@ -1,4 +1,4 @@
-// Template lexer: splits a template into text and tags, applying whitespace control (`-`)
+// Template lexer: splits a template into text and tags, applying whitespace control (`-`, `+`)
 // and HF's trim_blocks / lstrip_blocks, then splits tag contents into expression tokens.
 #pragma once
 
@@ -10,15 +10,32 @@
 
 namespace inferd::jinja {
 
+// Maps byte offsets of the (newline-normalized) source to 1-based line and column (in bytes).
+class LineIndex {
+ public:
+  explicit LineIndex(std::string_view source);
+  Location at(size_t offset) const;
+
+ private:
+  std::vector<size_t> line_starts_;
+};
+
 struct Segment {
   enum class Kind { kText, kExpression, kStatement };
   Kind kind;
-  std::string text;  // raw text, or the tag's contents without delimiters
-  Location where;
+  std::string text;  // the text, or the tag's contents without delimiters and `-`/`+`
+  size_t offset;     // where `text` starts in the normalized source
+  Location where;    // where the segment (the tag's opening delimiter) starts
+};
+
+struct Lexed {
+  std::string source;  // newline-normalized, as Jinja lexes it
+  std::vector<Segment> segments;
+  LineIndex lines;
 };
 
 // Splits the template; comments are dropped. Throws inferd::Error for an unclosed tag.
-std::vector<Segment> split_template(std::string_view source);
+Lexed split_template(std::string_view source);
 
 struct Token {
   enum class Kind { kName, kNumber, kString, kOperator, kEnd };
@@ -29,7 +46,7 @@ struct Token {
 };
 
 // Tokenizes the contents of one tag. Throws inferd::Error naming the location of bad input.
-std::vector<Token> tokenize_tag(const Segment& tag);
+std::vector<Token> tokenize_tag(const Segment& tag, const LineIndex& lines);
 
 [[noreturn]] void syntax_error(Location where, const std::string& message);
 

@@ -1,3 +1,5 @@
+// Jinja values: truthiness, Python's str() and repr(), equality, and JSON as HF's tojson
+// writes it. Containers nest at most kMaxNesting deep here, so printing never overflows.
 #include "tokenizer/jinja/value.h"
 
 #include <algorithm>
@@ -5,77 +7,103 @@
 
 #include <fmt/format.h>
 
+#include "util/error.h"
+
 namespace inferd::jinja {
+namespace {
 
-const Value* Dict::find(const std::string& key) const {
-  for (const auto& [k, v] : items) {
-    if (k == key) return &v;
-  }
-  return nullptr;
+constexpr int kMaxNesting = 100;
+
+void check_nesting(int depth) {
+  if (depth > kMaxNesting) fail("chat template: a value is nested more than {} deep", kMaxNesting);
 }
 
-void Dict::set(const std::string& key, Value value) {
-  for (auto& [k, v] : items) {
-    if (k == key) {
-      v = std::move(value);
-      return;
-    }
-  }
-  items.emplace_back(key, std::move(value));
-}
-
-bool Value::truthy() const {
-  if (is_undefined() || is_none()) return false;
-  if (is_bool()) return as_bool();
-  if (is_int()) return as_int() != 0;
-  if (is_float()) return as_number() != 0.0;
-  if (is_string()) return !as_string().empty();
-  if (is_list()) return !as_list().empty();
-  if (is_dict()) return !as_dict().items.empty();
-  return true;
-}
-
-static std::string float_to_string(double v) {
-  if (std::isfinite(v) && v == std::floor(v) && std::fabs(v) < 1e16)
-    return fmt::format("{:.1f}", v);
+// Python's repr() of a float: the shortest text that reads back, with ".0" on integral
+// values and an exponent from 1e16 up.
+std::string float_text(double v) {
+  if (std::isnan(v)) return "nan";
+  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
+  if (v == std::floor(v) && std::fabs(v) < 1e16) return fmt::format("{:.1f}", v);
   return fmt::format("{}", v);
 }
 
-std::string Value::to_string() const {
-  if (is_undefined()) return "";
-  if (is_none()) return "None";
-  if (is_bool()) return as_bool() ? "True" : "False";
-  if (is_int()) return std::to_string(as_int());
-  if (is_float()) return float_to_string(as_number());
-  if (is_string()) return as_string();
-  if (is_callable()) return "<function>";
-  // Python's repr of containers, with single-quoted strings.
-  auto repr = [](const Value& v) {
-    return v.is_string() ? "'" + v.as_string() + "'" : v.to_string();
-  };
+std::string string_repr(const std::string& s) {
+  const bool has_single = s.find('\'') != std::string::npos;
+  const char quote = has_single && s.find('"') == std::string::npos ? '"' : '\'';
+  std::string out(1, quote);
+  for (size_t i = 0; i < s.size(); ++i) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    if (c == '\\' || c == static_cast<unsigned char>(quote)) {
+      out += '\\';
+      out += static_cast<char>(c);
+    } else if (c == '\n' || c == '\r' || c == '\t') {
+      out += c == '\n' ? "\\n" : c == '\r' ? "\\r" : "\\t";
+    } else if (c < 0x20 || c == 0x7f) {
+      out += fmt::format("\\x{:02x}", c);
+    } else if (const auto next = i + 1 < s.size() ? static_cast<unsigned char>(s[i + 1]) : 0;
+               c == 0xC2 && next >= 0x80 && (next <= 0xA0 || next == 0xAD)) {
+      // C1 controls, no-break space and soft hyphen are not printable to Python.
+      out += fmt::format("\\x{:02x}", static_cast<unsigned char>(s[++i]));
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  return out + quote;
+}
+
+std::string container_text(const Value& v, int depth);
+
+std::string repr_at(const Value& v, int depth) {
+  if (v.is_string()) return string_repr(v.as_string());
+  if (v.is_list() || v.is_dict()) return container_text(v, depth);
+  return v.to_string();
+}
+
+std::string container_text(const Value& v, int depth) {
+  check_nesting(depth);
   std::string out;
-  if (is_list()) {
+  if (v.is_list()) {
     out = "[";
-    for (size_t i = 0; i < as_list().size(); ++i) {
+    for (size_t i = 0; i < v.as_list().size(); ++i) {
       if (i > 0) out += ", ";
-      out += repr(as_list()[i]);
+      out += repr_at(v.as_list()[i], depth + 1);
     }
     return out + "]";
   }
+  if (v.as_dict().is_namespace) return "<Namespace>";
   out = "{";
-  const auto& items = as_dict().items;
+  const auto& items = v.as_dict().items;
   for (size_t i = 0; i < items.size(); ++i) {
-    out += i > 0 ? ", '" : "'";
-    out += items[i].first;
-    out += "': ";
-    out += repr(items[i].second);
+    if (i > 0) out += ", ";
+    out += string_repr(items[i].first) + ": " + repr_at(items[i].second, depth + 1);
   }
   return out + "}";
 }
 
-static std::string json_string(const std::string& s) {
+// Code point of the UTF-8 sequence at s[i] (advancing i); a stray byte stands for itself.
+uint32_t decode(const std::string& s, size_t& i) {
+  const auto lead = static_cast<unsigned char>(s[i++]);
+  const int extra = lead >= 0xF0 ? 3 : lead >= 0xE0 ? 2 : lead >= 0xC0 ? 1 : 0;
+  uint32_t cp = extra == 0 ? lead : lead & (0x3F >> extra);
+  for (int k = 0; k < extra && i < s.size(); ++k) cp = (cp << 6) | (s[i++] & 0x3F);
+  return cp;
+}
+
+std::string json_string(const std::string& s, bool ensure_ascii) {
   std::string out = "\"";
-  for (unsigned char c : s) {
+  for (size_t i = 0; i < s.size();) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    if (c >= 0x80 && ensure_ascii) {
+      const uint32_t cp = decode(s, i);
+      if (cp >= 0x10000) {
+        out += fmt::format("\\u{:04x}\\u{:04x}", 0xD800 + ((cp - 0x10000) >> 10),
+                           0xDC00 + ((cp - 0x10000) & 0x3FF));
+      } else {
+        out += fmt::format("\\u{:04x}", cp);
+      }
+      continue;
+    }
+    ++i;
     switch (c) {
       case '"':
         out += "\\\"";
@@ -109,43 +137,61 @@ static std::string json_string(const std::string& s) {
   return out + "\"";
 }
 
-std::string Value::to_json(int indent, int depth) const {
-  if (is_undefined() || is_none()) return "null";
-  if (is_bool()) return as_bool() ? "true" : "false";
-  if (is_int()) return std::to_string(as_int());
-  if (is_float()) return float_to_string(as_number());
-  if (is_string()) return json_string(as_string());
-  if (is_callable()) return "null";
-  std::string pad, close;  // newline and indentation before an item and before the closing bracket
-  if (indent >= 0) {
-    pad.assign(static_cast<size_t>(indent * (depth + 1)) + 1, ' ');
-    pad[0] = '\n';
-    close.assign(static_cast<size_t>(indent * depth) + 1, ' ');
-    close[0] = '\n';
+}  // namespace
+
+const Value* Dict::find(const std::string& key) const {
+  for (const auto& [k, v] : items) {
+    if (k == key) return &v;
   }
-  const std::string sep = indent >= 0 ? "," : ", ";
-  std::string out;
-  if (is_list()) {
-    if (as_list().empty()) return "[]";
-    out = "[";
-    for (size_t i = 0; i < as_list().size(); ++i) {
-      if (i > 0) out += sep;
-      out += pad;
-      out += as_list()[i].to_json(indent, depth + 1);
+  return nullptr;
+}
+
+void Dict::set(const std::string& key, Value value) {
+  for (auto& [k, v] : items) {
+    if (k == key) {
+      v = std::move(value);
+      return;
     }
-    return out + close + "]";
   }
-  const auto& items = as_dict().items;
-  if (items.empty()) return "{}";
-  out = "{";
-  for (size_t i = 0; i < items.size(); ++i) {
-    if (i > 0) out += sep;
-    out += pad;
-    out += json_string(items[i].first);
-    out += ": ";
-    out += items[i].second.to_json(indent, depth + 1);
+  items.emplace_back(key, std::move(value));
+}
+
+const Value* Args::get(size_t index, const char* name) const {
+  if (index < positional.size()) return &positional[index];
+  return keyword(name);
+}
+
+const Value* Args::keyword(const char* name) const {
+  for (const auto& [k, v] : keywords) {
+    if (k == name) return &v;
   }
-  return out + close + "}";
+  return nullptr;
+}
+
+bool Value::truthy() const {
+  if (is_undefined() || is_none()) return false;
+  if (is_bool()) return as_bool();
+  if (is_int()) return as_int() != 0;
+  if (is_float()) return as_number() != 0.0;
+  if (is_string()) return !as_string().empty();
+  if (is_list()) return !as_list().empty();
+  if (is_dict()) return !as_dict().items.empty();
+  return true;
+}
+
+std::string Value::to_string() const {
+  if (is_undefined()) return "";
+  if (is_none()) return "None";
+  if (is_bool()) return as_bool() ? "True" : "False";
+  if (is_int()) return std::to_string(as_int());
+  if (is_float()) return float_text(as_number());
+  if (is_string()) return as_string();
+  if (is_callable()) return "<function>";
+  return container_text(*this, 0);
+}
+
+std::string Value::repr() const {
+  return repr_at(*this, 0);
 }
 
 std::string Value::type_name() const {
@@ -156,8 +202,52 @@ std::string Value::type_name() const {
   if (is_float()) return "float";
   if (is_string()) return "string";
   if (is_list()) return "list";
-  if (is_dict()) return "dict";
+  if (is_dict()) return as_dict().is_namespace ? "namespace" : "dict";
   return "function";
+}
+
+std::string to_json(const Value& v, const JsonOptions& options, int depth) {
+  check_nesting(depth);
+  if (v.is_none()) return "null";
+  if (v.is_bool()) return v.as_bool() ? "true" : "false";
+  if (v.is_int()) return std::to_string(v.as_int());
+  if (v.is_float()) {
+    if (std::isnan(v.as_number())) return "NaN";
+    if (std::isinf(v.as_number())) return v.as_number() > 0 ? "Infinity" : "-Infinity";
+    return float_text(v.as_number());
+  }
+  if (v.is_string()) return json_string(v.as_string(), options.ensure_ascii);
+  if (v.is_undefined() || v.is_callable() || (v.is_dict() && v.as_dict().is_namespace))
+    fail("chat template: tojson cannot write a {}", v.type_name());
+  std::string pad, close;  // newline and indentation before an item and before the closer
+  if (options.indent >= 0) {
+    pad = "\n" + std::string(static_cast<size_t>(options.indent) * (depth + 1), ' ');
+    close = "\n" + std::string(static_cast<size_t>(options.indent) * depth, ' ');
+  }
+  const std::string sep = !options.item_separator.empty() ? options.item_separator
+                          : options.indent >= 0           ? ","
+                                                          : ", ";
+  std::string out;
+  if (v.is_list()) {
+    if (v.as_list().empty()) return "[]";
+    out = "[";
+    for (size_t i = 0; i < v.as_list().size(); ++i) {
+      out += (i > 0 ? sep : "") + pad + to_json(v.as_list()[i], options, depth + 1);
+    }
+    return out + close + "]";
+  }
+  auto items = v.as_dict().items;
+  if (items.empty()) return "{}";
+  if (options.sort_keys) {
+    std::stable_sort(items.begin(), items.end(),
+                     [](const auto& a, const auto& b) { return a.first < b.first; });
+  }
+  out = "{";
+  for (size_t i = 0; i < items.size(); ++i) {
+    out += (i > 0 ? sep : "") + pad + json_string(items[i].first, options.ensure_ascii) +
+           options.key_separator + to_json(items[i].second, options, depth + 1);
+  }
+  return out + close + "}";
 }
 
 std::vector<std::string> characters(const std::string& s) {
@@ -179,20 +269,46 @@ std::vector<std::string> characters(const std::string& s) {
   return out;
 }
 
-bool equal(const Value& a, const Value& b) {
-  if (a.is_number() && b.is_number()) return a.as_number() == b.as_number();
-  if (a.is_bool() && b.is_bool()) return a.as_bool() == b.as_bool();
+namespace {
+
+bool equal_at(const Value& a, const Value& b, int depth) {
+  check_nesting(depth);
+  // Python's bool is an int: True == 1.
+  if ((a.is_number() || a.is_bool()) && (b.is_number() || b.is_bool())) {
+    const double x = a.is_bool() ? a.as_bool() : a.as_number();
+    const double y = b.is_bool() ? b.as_bool() : b.as_number();
+    if (a.is_int() && b.is_int()) return a.as_int() == b.as_int();
+    return x == y;
+  }
   if (a.is_string() && b.is_string()) return a.as_string() == b.as_string();
-  if ((a.is_none() || a.is_undefined()) && (b.is_none() || b.is_undefined()))
-    return a.is_none() == b.is_none();
+  if (a.is_none() || b.is_none()) return a.is_none() && b.is_none();
+  if (a.is_undefined() || b.is_undefined()) return a.is_undefined() && b.is_undefined();
   if (a.is_list() && b.is_list()) {
-    if (a.as_list().size() != b.as_list().size()) return false;
-    for (size_t i = 0; i < a.as_list().size(); ++i) {
-      if (!equal(a.as_list()[i], b.as_list()[i])) return false;
+    const List &x = a.as_list(), &y = b.as_list();
+    if (x.size() != y.size()) return false;
+    for (size_t i = 0; i < x.size(); ++i) {
+      if (!equal_at(x[i], y[i], depth + 1)) return false;
     }
     return true;
   }
+  if (a.is_dict() && b.is_dict()) {
+    if (a.as_dict().is_namespace || b.as_dict().is_namespace) return &a.as_dict() == &b.as_dict();
+    const auto& x = a.as_dict().items;
+    if (x.size() != b.as_dict().items.size()) return false;
+    for (const auto& [k, v] : x) {
+      const Value* other = b.as_dict().find(k);
+      if (other == nullptr || !equal_at(v, *other, depth + 1)) return false;
+    }
+    return true;
+  }
+  if (a.is_callable() && b.is_callable()) return &a.as_callable() == &b.as_callable();
   return false;
+}
+
+}  // namespace
+
+bool equal(const Value& a, const Value& b) {
+  return equal_at(a, b, 0);
 }
 
 }  // namespace inferd::jinja

@@ -1,4 +1,4 @@
-// Jinja values: none, undefined, bool, int, float, string, list, dict (insertion-ordered,
+// Jinja values: undefined, none, bool, int, float, string, list, dict (insertion-ordered,
 // also used for namespace objects) and built-in callables. Lists and dicts are shared.
 #pragma once
 
@@ -13,6 +13,7 @@
 namespace inferd::jinja {
 
 class Value;
+struct Args;
 using List = std::vector<Value>;
 struct Dict {
   std::vector<std::pair<std::string, Value>> items;
@@ -20,14 +21,18 @@ struct Dict {
   const Value* find(const std::string& key) const;
   void set(const std::string& key, Value value);
 };
-using Function = std::function<Value(std::vector<Value>& args)>;
+using Function = std::function<Value(const Args& args)>;
 
-struct Undefined {};
+// What a missing variable or key evaluates to; `name` says what was missing, for errors.
+struct Undefined {
+  std::string name;
+};
 
 class Value {
  public:
   Value() : data_(Undefined{}) {}
   static Value none() { return Value(std::monostate{}); }
+  static Value undefined(std::string name) { return Value(Undefined{std::move(name)}); }
   Value(bool v) : data_(v) {}  // NOLINT: implicit on purpose, values are built inline
   Value(int64_t v) : data_(v) {}
   Value(int v) : data_(int64_t{v}) {}
@@ -58,22 +63,44 @@ class Value {
   List& as_list() const { return *std::get<std::shared_ptr<List>>(data_); }
   Dict& as_dict() const { return *std::get<std::shared_ptr<Dict>>(data_); }
   Function& as_callable() const { return *std::get<std::shared_ptr<Function>>(data_); }
+  const std::string& undefined_name() const { return std::get<Undefined>(data_).name; }
 
   bool truthy() const;
-  // Python-like str(): what {{ value }} prints. Undefined and none print as "" and "None".
+  // Python's str(): what {{ value }} prints. Undefined prints as "", none as "None".
   std::string to_string() const;
-  // JSON text, as HF's tojson filter writes it (non-ASCII kept, ", " and ": " separators).
-  std::string to_json(int indent = -1, int depth = 0) const;
+  // Python's repr(), as str() of a container shows its items: 'text' with escapes.
+  std::string repr() const;
   std::string type_name() const;
 
  private:
   explicit Value(std::monostate v) : data_(v) {}
+  explicit Value(Undefined v) : data_(std::move(v)) {}
   std::variant<Undefined, std::monostate, bool, int64_t, double, std::string, std::shared_ptr<List>,
                std::shared_ptr<Dict>, std::shared_ptr<Function>>
       data_;
 };
 
+// Arguments of a call: positional, then keyword (`tojson(indent=2)`).
+struct Args {
+  std::vector<Value> positional;
+  std::vector<std::pair<std::string, Value>> keywords;
+  // The argument at `index` or named `name`; nullptr when neither was given.
+  const Value* get(size_t index, const char* name) const;
+  const Value* keyword(const char* name) const;
+};
+
+// Python's ==, where 1 == 1.0 == True.
 bool equal(const Value& a, const Value& b);
+
+// JSON as HF's tojson writes it: json.dumps with ensure_ascii=False; `indent` < 0 for one line.
+struct JsonOptions {
+  bool ensure_ascii = false;  // write non-ASCII characters as \uXXXX
+  int indent = -1;
+  bool sort_keys = false;
+  std::string item_separator;  // empty: json.dumps' default ", " (or "," when indenting)
+  std::string key_separator = ": ";
+};
+std::string to_json(const Value& v, const JsonOptions& options, int depth = 0);
 
 // A string's characters (UTF-8 code points), since Jinja strings index and measure by
 // character as Python's do.
