@@ -97,7 +97,6 @@ nlohmann::json to_json(const TestResult& t, const BenchArgs& args, const model::
   char when[32];
   std::time_t now = std::time(nullptr);
   std::strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
-  (void)args;
   return {{"build_commit", "inferd"},
           {"cpu_info", kernels::cpu_features().describe()},
           {"backends", fmt::format("CPU ({})", kernels::active_kernels().isa)},
