@@ -75,9 +75,8 @@ TestResult run_test(model::Model& model, kv::KvCache& cache, ThreadPool& pool,
   return result;
 }
 
-nlohmann::json to_json(const TestResult& t, const BenchArgs& args, const model::Model& model,
-                       const std::string& path, uint64_t model_bytes, uint64_t params,
-                       int threads) {
+nlohmann::json to_json(const TestResult& t, const model::Model& model, const std::string& path,
+                       uint64_t model_bytes, uint64_t params, int threads) {
   const double tokens = static_cast<double>(t.n_prompt + t.n_gen);
   std::vector<double> ts, ns;
   for (double s : t.seconds) {
@@ -138,8 +137,7 @@ void bench(const BenchArgs& args) {
   if (args.n_gen > 0)
     results.push_back(run_test(*model, cache, pool, table, 0, args.n_gen, args.repetitions));
   for (const TestResult& t : results) {
-    out.push_back(
-        to_json(t, args, *model, path, footprint.total_bytes, footprint.parameters, threads));
+    out.push_back(to_json(t, *model, path, footprint.total_bytes, footprint.parameters, threads));
   }
   if (args.json) {
     fmt::print("{}\n", out.dump(2));
