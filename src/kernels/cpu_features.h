@@ -19,6 +19,7 @@ struct CpuFeatures {
   bool amx_bf16 = false;
 
   bool has_avx2_set() const { return avx2 && fma && f16c; }
+  bool has_avx512_vnni_set() const { return avx512f && avx512bw && avx512vl && avx512vnni; }
   std::string describe() const;  // "AVX2 FMA F16C AVX512F ..."
 };
 

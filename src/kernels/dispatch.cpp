@@ -3,8 +3,11 @@
 
 #include "kernels/cpu_features.h"
 #include "kernels/kernels.h"
+#include "kernels/ref/gemm_ref.h"
 #include "kernels/ref/quant_ref.h"
+#include "kernels/x86_avx2/gemm_avx2.h"
 #include "kernels/x86_avx2/quant_avx2.h"
+#include "kernels/x86_avx512/gemm_avx512.h"
 #include "util/error.h"
 
 namespace inferd::kernels {
@@ -48,6 +51,7 @@ const KernelTable& reference_kernels() {
     t.f32 = {DType::F32, ref::quantize_row_f32, ref::dot_f32_f32, ref::dequantize_row_f32};
     t.dot_f16_f32 = ref::dot_f16_f32;
     t.axpy_f16 = ref::axpy_f16;
+    t.packed = ref::packed_kernels();
     return t;
   }();
   return table;
@@ -70,6 +74,18 @@ static const KernelTable& avx2_kernels() {
     t.f32.dot = avx2::dot_f32_f32;
     t.dot_f16_f32 = avx2::dot_f16_f32;
     t.axpy_f16 = avx2::axpy_f16;
+    t.packed = avx2::packed_kernels();
+    return t;
+  }();
+  return table;
+}
+
+// AVX-512 F/BW/VL + VNNI for the packed int8 path; everything else as AVX2.
+static const KernelTable& avx512_kernels() {
+  static const KernelTable table = [] {
+    KernelTable t = avx2_kernels();
+    t.isa = "avx512";
+    t.packed = avx512::packed_kernels();
     return t;
   }();
   return table;
@@ -77,7 +93,9 @@ static const KernelTable& avx2_kernels() {
 
 std::vector<const KernelTable*> available_kernels() {
   std::vector<const KernelTable*> tables{&reference_kernels()};
-  if (cpu_features().has_avx2_set()) tables.push_back(&avx2_kernels());
+  const CpuFeatures& cpu = cpu_features();
+  if (cpu.has_avx2_set()) tables.push_back(&avx2_kernels());
+  if (cpu.has_avx2_set() && cpu.has_avx512_vnni_set()) tables.push_back(&avx512_kernels());
   return tables;
 }
 

@@ -6,6 +6,7 @@
 #include <string_view>
 #include <vector>
 
+#include "kernels/packed.h"
 #include "tensor/dtype.h"
 
 namespace inferd::kernels {
@@ -29,11 +30,24 @@ struct WeightKernels {
 using DotF16F32Fn = float (*)(int64_t n, const uint16_t* k, const float* q);
 using AxpyF16Fn = void (*)(int64_t n, float a, const uint16_t* v, float* acc);
 
+// The packed path (kernels/packed.h): activations become ActQ8 blocks once per row, then one
+// call multiplies a 16-row group by every token.
+using QuantizeActFn = void (*)(const float* x, ActQ8Block* out, int64_t n);
+using GroupGemmFn = void (*)(const uint8_t* group, int64_t blocks, const ActQ8Block* act,
+                             int64_t act_stride, int64_t n_tokens, float* y, int64_t y_stride);
+struct PackedKernels {
+  QuantizeActFn quantize_act = nullptr;
+  GroupGemmFn q4_0 = nullptr;
+  GroupGemmFn q4_1 = nullptr;
+  GroupGemmFn q8_0 = nullptr;
+};
+
 struct KernelTable {
   std::string_view isa;
   WeightKernels q4_0, q4_1, q8_0, f16, bf16, f32;
   DotF16F32Fn dot_f16_f32 = nullptr;
   AxpyF16Fn axpy_f16 = nullptr;
+  PackedKernels packed;
 
   // Kernels for a weight type; nullptr when the type has no matmul support yet.
   const WeightKernels* for_weight(DType type) const;

@@ -1,24 +1,84 @@
 #include "kernels/matmul.h"
 
+#include <algorithm>
+#include <cstring>
+
 #include "util/error.h"
 
 namespace inferd::kernels {
+namespace {
 
-void ActivationScratch::reserve(int64_t max_tokens, int64_t max_cols) {
-  // F32 is the widest activation format (4 bytes a value); block formats are smaller.
-  size_t need = static_cast<size_t>(max_tokens * max_cols) * sizeof(float);
-  if (buffer_.size() < need) buffer_.resize(need);
+// Below this many tokens, converting activations on the calling thread is cheaper than a
+// parallel region.
+constexpr int64_t kSerialQuantizeTokens = 4;
+// Tokens per call for the padded last group of a matrix (its tile lives on the stack).
+constexpr int64_t kMaxTokensPerPartialTile = 8;
+
+void check_scratch(const ActivationScratch& scratch, size_t need, int64_t n_tokens, int64_t cols) {
+  if (need > scratch.size()) {
+    fail("matmul: activation scratch of {} bytes is too small for {} tokens x {} columns",
+         scratch.size(), n_tokens, cols);
+  }
 }
 
-void matmul(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y,
-            ActivationScratch& scratch, ThreadPool& pool, const KernelTable& table) {
+// Multiplies group g of a packed matrix by all tokens. The last group of a matrix whose rows
+// are not a multiple of 16 is computed into a small tile and only its real rows are copied.
+void run_packed_group(const PackedWeights& p, int64_t g, const ActQ8Block* act, int64_t n_tokens,
+                      float* y, const KernelTable& table) {
+  const GroupGemmFn gemm = p.format() == PackedFormat::Q4_0   ? table.packed.q4_0
+                           : p.format() == PackedFormat::Q4_1 ? table.packed.q4_1
+                                                              : table.packed.q8_0;
+  const int64_t blocks = p.blocks_per_row(), rows = p.rows(), row0 = g * kPackRows;
+  if (row0 + kPackRows <= rows) {
+    gemm(p.group(g), blocks, act, blocks, n_tokens, y + row0, rows);
+    return;
+  }
+  float tile[kMaxTokensPerPartialTile * kPackRows];
+  for (int64_t t0 = 0; t0 < n_tokens; t0 += kMaxTokensPerPartialTile) {
+    const int64_t count = std::min<int64_t>(kMaxTokensPerPartialTile, n_tokens - t0);
+    gemm(p.group(g), blocks, act + t0 * blocks, blocks, count, tile, kPackRows);
+    for (int64_t t = 0; t < count; ++t) {
+      std::memcpy(y + (t0 + t) * rows + row0, tile + t * kPackRows,
+                  static_cast<size_t>(rows - row0) * sizeof(float));
+    }
+  }
+}
+
+void matmul_packed(std::span<const MatmulTarget> targets, const float* x, int64_t n_tokens,
+                   ActivationScratch& scratch, ThreadPool& pool, const KernelTable& table) {
+  const int64_t cols = targets[0].w->cols, blocks = cols / kPackCols;
+  check_scratch(scratch, static_cast<size_t>(n_tokens * blocks) * sizeof(ActQ8Block), n_tokens,
+                cols);
+  auto* act = reinterpret_cast<ActQ8Block*>(scratch.data());  // [n_tokens, blocks]
+  const auto quantize = [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t)
+      table.packed.quantize_act(x + t * cols, act + t * blocks, cols);
+  };
+  if (n_tokens <= kSerialQuantizeTokens) {
+    quantize(0, n_tokens);
+  } else {
+    pool.parallel_for(n_tokens, 1, quantize);
+  }
+  int64_t total_groups = 0;
+  for (const MatmulTarget& target : targets) total_groups += target.w->packed->groups();
+  pool.parallel_for(total_groups, 1, [&](int64_t begin, int64_t end) {
+    int64_t first = 0;  // index of the targets' first group in the combined range
+    for (const MatmulTarget& target : targets) {
+      const PackedWeights& p = *target.w->packed;
+      const int64_t lo = std::max(begin, first), hi = std::min(end, first + p.groups());
+      for (int64_t g = lo; g < hi; ++g)
+        run_packed_group(p, g - first, act, n_tokens, target.y, table);
+      first += p.groups();
+    }
+  });
+}
+
+void matmul_rows(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y,
+                 ActivationScratch& scratch, ThreadPool& pool, const KernelTable& table) {
   const WeightKernels* k = table.for_weight(w.type);
   if (k == nullptr) fail("matmul: weight type {} is not supported yet", dtype_name(w.type));
   const size_t act_row = static_cast<size_t>(*row_bytes(k->activation_type, w.cols));
-  if (act_row * static_cast<size_t>(n_tokens) > scratch.size()) {
-    fail("matmul: activation scratch of {} bytes is too small for {} tokens x {} columns",
-         scratch.size(), n_tokens, w.cols);
-  }
+  check_scratch(scratch, act_row * static_cast<size_t>(n_tokens), n_tokens, w.cols);
   uint8_t* act = scratch.data();
   pool.parallel_for(n_tokens, 1, [&](int64_t begin, int64_t end) {
     for (int64_t t = begin; t < end; ++t) {
@@ -35,6 +95,33 @@ void matmul(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y,
       }
     }
   });
+}
+
+}  // namespace
+
+void ActivationScratch::reserve(int64_t max_tokens, int64_t max_cols) {
+  // F32 is the widest activation format (4 bytes a value); block formats are smaller.
+  size_t need = static_cast<size_t>(max_tokens * max_cols) * sizeof(float);
+  if (buffer_.size() < need) buffer_.resize(need);
+}
+
+void matmul_many(std::span<const MatmulTarget> targets, const float* x, int64_t n_tokens,
+                 ActivationScratch& scratch, ThreadPool& pool, const KernelTable& table) {
+  if (targets.empty() || n_tokens == 0) return;
+  const bool all_packed = std::all_of(targets.begin(), targets.end(), [&](const MatmulTarget& t) {
+    return t.w->packed != nullptr && t.w->cols == targets[0].w->cols;
+  });
+  if (all_packed) {
+    matmul_packed(targets, x, n_tokens, scratch, pool, table);
+    return;
+  }
+  for (const MatmulTarget& t : targets) matmul_rows(*t.w, x, n_tokens, t.y, scratch, pool, table);
+}
+
+void matmul(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y,
+            ActivationScratch& scratch, ThreadPool& pool, const KernelTable& table) {
+  const MatmulTarget target{&w, y};
+  matmul_many({&target, 1}, x, n_tokens, scratch, pool, table);
 }
 
 void dequantize_row(const WeightMatrix& w, int64_t r, float* out, const KernelTable& table) {

@@ -1,10 +1,14 @@
 // Matrix multiplication of a weight matrix (any supported GGUF type, rows = outputs) with a
 // batch of float activations: Y[t, r] = W[r, :] . X[t, :]. Activations are converted once per
-// row into the weight type's paired format and reused for every weight row.
+// row into the weight type's paired format and reused for every weight row. Packed weights
+// (kernels/packed.h) go through 16-row group kernels: each thread streams its groups once and
+// multiplies each by all tokens while the group is in L1.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
+#include <span>
 #include <vector>
 
 #include "kernels/kernels.h"
@@ -20,6 +24,8 @@ struct WeightMatrix {
   int64_t cols = 0;  // input features (K), a whole number of blocks
   size_t row_bytes = 0;
   const uint8_t* data = nullptr;
+  // The same weights repacked for the packed int8 path (Q4_0, Q4_1, Q8_0); null otherwise.
+  std::shared_ptr<const PackedWeights> packed;
 
   const uint8_t* row(int64_t r) const { return data + static_cast<size_t>(r) * row_bytes; }
 };
@@ -41,6 +47,18 @@ class ActivationScratch {
 void matmul(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y,
             ActivationScratch& scratch, ThreadPool& pool,
             const KernelTable& table = active_kernels());
+
+// One weight and its output, for matmuls that share an input (q/k/v, gate/up).
+struct MatmulTarget {
+  const WeightMatrix* w;
+  float* y;  // [n_tokens, w->rows]
+};
+
+// y_i = W_i x for every target; all W_i have the same cols. The input is converted once and the
+// row groups of all targets are split over the threads in one parallel region.
+void matmul_many(std::span<const MatmulTarget> targets, const float* x, int64_t n_tokens,
+                 ActivationScratch& scratch, ThreadPool& pool,
+                 const KernelTable& table = active_kernels());
 
 // Copies row r of a weight matrix into floats (embedding look-up).
 void dequantize_row(const WeightMatrix& w, int64_t r, float* out,

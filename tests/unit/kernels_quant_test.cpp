@@ -8,17 +8,12 @@
 
 #include "kernels/kernels.h"
 #include "kernels/ref/quant_ref.h"
+#include "random_data.h"
 
 namespace inferd::kernels {
 namespace {
 
-std::vector<float> random_floats(int64_t n, uint32_t seed, float scale = 1.0f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.0f, scale);
-  std::vector<float> out(static_cast<size_t>(n));
-  for (float& v : out) v = dist(rng);
-  return out;
-}
+using testing::random_floats;
 
 size_t row_size(DType type, int64_t n) {
   return static_cast<size_t>(*row_bytes(type, n));
@@ -166,12 +161,14 @@ TEST(KernelsIsa, AttentionPrimitivesMatchReference) {
       std::vector<uint16_t> k(static_cast<size_t>(n));
       ref::quantize_row_f16(k_f.data(), k.data(), n);
       const float want = ref.dot_f16_f32(n, k.data(), q.data());
-      EXPECT_NEAR(table->dot_f16_f32(n, k.data(), q.data()), want, 1e-5 * (std::fabs(want) + double(n)))
+      EXPECT_NEAR(table->dot_f16_f32(n, k.data(), q.data()), want,
+                  1e-5 * (std::fabs(want) + double(n)))
           << table->isa << " n=" << n;
       std::vector<float> acc = q, acc_ref = q;
       table->axpy_f16(n, 0.37f, k.data(), acc.data());
       ref.axpy_f16(n, 0.37f, k.data(), acc_ref.data());
-      for (int64_t i = 0; i < n; ++i) ASSERT_NEAR(acc[i], acc_ref[i], 1e-6) << table->isa << " n=" << n;
+      for (int64_t i = 0; i < n; ++i)
+        ASSERT_NEAR(acc[i], acc_ref[i], 1e-6) << table->isa << " n=" << n;
     }
   }
 }

@@ -126,9 +126,10 @@ class Llama final : public Model {
       kernels::rms_norm(&ws.x[t * c.n_embd], layer.attn_norm, &ws.h[t * c.n_embd], c.n_embd,
                         c.rms_eps);
     }
-    kernels::matmul(layer.wq, ws.h.data(), T, ws.q.data(), ws.scratch, pool);  // q: [T, q_dim]
-    kernels::matmul(layer.wk, ws.h.data(), T, ws.k.data(), ws.scratch, pool);  // k: [T, kv_dim]
-    kernels::matmul(layer.wv, ws.h.data(), T, ws.v.data(), ws.scratch, pool);  // v: [T, kv_dim]
+    const kernels::MatmulTarget qkv[] = {{&layer.wq, ws.q.data()},   // q: [T, q_dim]
+                                         {&layer.wk, ws.k.data()},   // k: [T, kv_dim]
+                                         {&layer.wv, ws.v.data()}};  // v: [T, kv_dim]
+    kernels::matmul_many(qkv, ws.h.data(), T, ws.scratch, pool);
     for (int64_t t = 0; t < T; ++t) {
       const int32_t pos = batch.positions[static_cast<size_t>(t)];
       rope_.apply_normal(&ws.q[t * q_dim], c.n_heads, c.head_dim, pos);
@@ -157,8 +158,9 @@ class Llama final : public Model {
       kernels::rms_norm(&ws.x[t * c.n_embd], layer.ffn_norm, &ws.h[t * c.n_embd], c.n_embd,
                         c.rms_eps);
     }
-    kernels::matmul(layer.w_gate, ws.h.data(), T, ws.gate.data(), ws.scratch, pool);  // [T, n_ff]
-    kernels::matmul(layer.w_up, ws.h.data(), T, ws.up.data(), ws.scratch, pool);      // [T, n_ff]
+    const kernels::MatmulTarget gate_up[] = {{&layer.w_gate, ws.gate.data()},  // [T, n_ff]
+                                             {&layer.w_up, ws.up.data()}};     // [T, n_ff]
+    kernels::matmul_many(gate_up, ws.h.data(), T, ws.scratch, pool);
     kernels::silu_mul(ws.gate.data(), ws.up.data(), T * c.n_ff);
     kernels::matmul(layer.w_down, ws.gate.data(), T, ws.proj.data(), ws.scratch,
                     pool);  // [T, n_embd]

@@ -1,0 +1,84 @@
+// Weights repacked once at load into 16-row interleaved blocks, and the int8 activation blocks
+// they are multiplied with. One layout serves every ISA: a 512-bit register holds 16 rows x 4
+// columns of int8, so one VNNI instruction does 64 multiply-adds for one token, and the scales
+// of 16 rows load as one vector; AVX2 takes the same bytes as two halves of 8 rows.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "tensor/dtype.h"
+
+namespace inferd::kernels {
+
+constexpr int kPackRows = 16;  // rows interleaved in one packed group
+constexpr int kPackCols = 32;  // columns per block (the GGUF block size)
+
+// 16 rows x 32 columns of 4-bit weights: w = d * q + m, q in [0, 15]. Q4_1 packs as is; Q4_0
+// (w = d * (q - 8)) packs exactly as m = -8 d.
+// qs[c] covers columns 8c .. 8c+7: byte j holds row j / 4; its low nibble is column 8c + j % 4,
+// its high nibble column 8c + 4 + j % 4.
+struct PackedQ4Block {
+  uint16_t d[kPackRows];  // fp16
+  uint16_t m[kPackRows];  // fp16
+  uint8_t qs[4][64];
+};
+static_assert(sizeof(PackedQ4Block) == 320);
+
+// 16 rows x 32 columns of int8 weights: w = d * q. qs[c] covers columns 4c .. 4c+3: byte j holds
+// row j / 4, column 4c + j % 4.
+struct PackedQ8Block {
+  uint16_t d[kPackRows];  // fp16
+  int8_t qs[8][64];
+};
+static_assert(sizeof(PackedQ8Block) == 544);  // not a multiple of 64: kernels load unaligned
+
+// One activation block: x ~= d * q, plus the sum of q scaled two ways to fold a weight offset m.
+// d is rounded to an fp16 value (q is computed with the unrounded d), as in llama.cpp's Q8_0
+// and Q8_1 activations, so both engines round alike. Q4_1 weights use `s`, rounded to fp16
+// like Q8_1's; Q4_0 weights (m = -8 d) use the exact `d_sum`, which keeps their integer
+// offset exact as llama.cpp's Q4_0 x Q8_0 kernel does.
+struct ActQ8Block {
+  float d;
+  float s;      // fp16(d_unrounded * sum(q))
+  float d_sum;  // d * sum(q), exact in float (an 11-bit mantissa times |sum| <= 4064)
+  int8_t qs[kPackCols];
+};
+static_assert(sizeof(ActQ8Block) == 44);
+
+// Which GGUF type a packed matrix came from; Q4_0 and Q4_1 share PackedQ4Block.
+enum class PackedFormat { Q4_0, Q4_1, Q8_0 };
+
+// A whole weight matrix in packed form: groups of 16 rows (the last padded with zero rows),
+// each group `blocks_per_row` packed blocks in column order.
+class PackedWeights {
+ public:
+  PackedFormat format() const { return format_; }
+  int64_t rows() const { return rows_; }
+  int64_t groups() const { return groups_; }
+  int64_t blocks_per_row() const { return blocks_per_row_; }
+  size_t block_bytes() const {
+    return format_ == PackedFormat::Q8_0 ? sizeof(PackedQ8Block) : sizeof(PackedQ4Block);
+  }
+  // The blocks of group g: [blocks_per_row] packed blocks.
+  const uint8_t* group(int64_t g) const {
+    return data_.get() + static_cast<size_t>(g * blocks_per_row_) * block_bytes();
+  }
+
+  // True when a matrix of this type is multiplied through the packed path.
+  static bool supports(DType type);
+  // Repacks rows x cols weights stored as GGUF rows of `type` (Q4_0, Q4_1 or Q8_0).
+  static std::shared_ptr<const PackedWeights> pack(DType type, const uint8_t* data, int64_t rows,
+                                                   int64_t cols, size_t row_bytes);
+
+ private:
+  struct FreeDeleter {
+    void operator()(uint8_t* p) const;
+  };
+  PackedFormat format_ = PackedFormat::Q4_1;
+  int64_t rows_ = 0, groups_ = 0, blocks_per_row_ = 0;
+  std::unique_ptr<uint8_t, FreeDeleter> data_;
+};
+
+}  // namespace inferd::kernels

@@ -1,0 +1,55 @@
+// Splits the tokens of one packed group into tiles of at most kMaxTileTokens and calls the
+// tile kernel instantiated for each count, so every tile keeps its accumulators in registers.
+// Each ISA file instantiates it with tile types from its own anonymous namespace, so the
+// instances never mix ISAs at link time.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/packed.h"
+
+namespace inferd::kernels {
+
+constexpr int kMaxTileTokens = 8;
+
+// Tile<NT>::run(const Block* w, int64_t blocks, const ActQ8Block* act, int64_t act_stride,
+//               float* y, int64_t y_stride) computes NT tokens x 16 rows.
+template <typename Block, template <int> class Tile>
+inline void run_group_tiles(const uint8_t* group, int64_t blocks, const ActQ8Block* act,
+                            int64_t act_stride, int64_t n_tokens, float* y, int64_t y_stride) {
+  const auto* w = reinterpret_cast<const Block*>(group);
+  int64_t t = 0;
+  for (; t + kMaxTileTokens <= n_tokens; t += kMaxTileTokens) {
+    Tile<kMaxTileTokens>::run(w, blocks, act + t * act_stride, act_stride, y + t * y_stride,
+                              y_stride);
+  }
+  const ActQ8Block* a = act + t * act_stride;
+  float* out = y + t * y_stride;
+  switch (n_tokens - t) {
+    case 7:
+      Tile<7>::run(w, blocks, a, act_stride, out, y_stride);
+      break;
+    case 6:
+      Tile<6>::run(w, blocks, a, act_stride, out, y_stride);
+      break;
+    case 5:
+      Tile<5>::run(w, blocks, a, act_stride, out, y_stride);
+      break;
+    case 4:
+      Tile<4>::run(w, blocks, a, act_stride, out, y_stride);
+      break;
+    case 3:
+      Tile<3>::run(w, blocks, a, act_stride, out, y_stride);
+      break;
+    case 2:
+      Tile<2>::run(w, blocks, a, act_stride, out, y_stride);
+      break;
+    case 1:
+      Tile<1>::run(w, blocks, a, act_stride, out, y_stride);
+      break;
+    default:
+      break;
+  }
+}
+
+}  // namespace inferd::kernels

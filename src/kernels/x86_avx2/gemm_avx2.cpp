@@ -1,0 +1,173 @@
+// Compiled with AVX2 flags (src/CMakeLists.txt). No inline function shared with other files
+// is used here: the linker could keep this file's AVX2 copy of it for every caller.
+#include "kernels/x86_avx2/gemm_avx2.h"
+
+#include <immintrin.h>
+
+#include <cstring>
+
+#include "kernels/tile_driver.h"
+
+namespace inferd::kernels::avx2 {
+namespace {
+
+inline float round_to_fp16(float x) {
+  return _cvtsh_ss(_cvtss_sh(x, _MM_FROUND_TO_NEAREST_INT));
+}
+
+inline __m256i broadcast_i32(const int8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, sizeof(v));
+  return _mm256_set1_epi32(v);
+}
+
+inline __m256 load_fp16x8(const uint16_t* p) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+
+// 16 registers only: the tile covers 8 rows (one half of a packed group) at a time and at most
+// 4 tokens. Products of a nibble (<= 15) and an int8 (|q| <= 127) sum to at most 3810 per
+// maddubs lane, so the 8 maddubs of a block accumulate in int16 without saturating.
+template <int NT, float ActQ8Block::*offset_sum>
+void q4_half_tile(const PackedQ4Block* w, int64_t blocks, int half, const ActQ8Block* act,
+                  int64_t act_stride, float* y, int64_t y_stride) {
+  const __m256i low_nibble = _mm256_set1_epi8(0x0F);
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256 acc[NT];
+  for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < blocks; ++b) {
+    __m256i sum16[NT];
+    for (int t = 0; t < NT; ++t) sum16[t] = _mm256_setzero_si256();
+    for (int c = 0; c < 4; ++c) {
+      const __m256i raw =
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[b].qs[c] + 32 * half));
+      const __m256i lo = _mm256_and_si256(raw, low_nibble);
+      const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low_nibble);
+      for (int t = 0; t < NT; ++t) {
+        const int8_t* q = act[t * act_stride + b].qs + 8 * c;
+        sum16[t] = _mm256_add_epi16(sum16[t], _mm256_maddubs_epi16(lo, broadcast_i32(q)));
+        sum16[t] = _mm256_add_epi16(sum16[t], _mm256_maddubs_epi16(hi, broadcast_i32(q + 4)));
+      }
+    }
+    const __m256 d = load_fp16x8(w[b].d + 8 * half);
+    const __m256 m = load_fp16x8(w[b].m + 8 * half);
+    for (int t = 0; t < NT; ++t) {
+      const ActQ8Block& a = act[t * act_stride + b];
+      const __m256 isum = _mm256_cvtepi32_ps(_mm256_madd_epi16(sum16[t], ones));
+      acc[t] = _mm256_fmadd_ps(isum, _mm256_mul_ps(d, _mm256_set1_ps(a.d)), acc[t]);
+      acc[t] = _mm256_fmadd_ps(m, _mm256_set1_ps(a.*offset_sum), acc[t]);
+    }
+  }
+  for (int t = 0; t < NT; ++t) _mm256_storeu_ps(y + t * y_stride + 8 * half, acc[t]);
+}
+
+// Signed weights: maddubs takes |w| and the activation with w's sign; one maddubs can reach
+// 2 * 127 * 127, so each is widened to int32 at once.
+template <int NT>
+void q8_half_tile(const PackedQ8Block* w, int64_t blocks, int half, const ActQ8Block* act,
+                  int64_t act_stride, float* y, int64_t y_stride) {
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256 acc[NT];
+  for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < blocks; ++b) {
+    __m256i isum[NT];
+    for (int t = 0; t < NT; ++t) isum[t] = _mm256_setzero_si256();
+    for (int c = 0; c < 8; ++c) {
+      const __m256i raw =
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[b].qs[c] + 32 * half));
+      const __m256i magnitude = _mm256_abs_epi8(raw);
+      for (int t = 0; t < NT; ++t) {
+        const __m256i q = _mm256_sign_epi8(broadcast_i32(act[t * act_stride + b].qs + 4 * c), raw);
+        isum[t] =
+            _mm256_add_epi32(isum[t], _mm256_madd_epi16(_mm256_maddubs_epi16(magnitude, q), ones));
+      }
+    }
+    const __m256 d = load_fp16x8(w[b].d + 8 * half);
+    for (int t = 0; t < NT; ++t) {
+      const __m256 scale = _mm256_mul_ps(d, _mm256_set1_ps(act[t * act_stride + b].d));
+      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[t]), scale, acc[t]);
+    }
+  }
+  for (int t = 0; t < NT; ++t) _mm256_storeu_ps(y + t * y_stride + 8 * half, acc[t]);
+}
+
+// The driver's tiles go up to 8 tokens; AVX2 runs them as tiles of at most 4.
+template <int NT, typename Block, typename HalfTile>
+void split_tile(const Block* w, int64_t blocks, const ActQ8Block* act, int64_t act_stride, float* y,
+                int64_t y_stride, HalfTile half_tile) {
+  constexpr int kFirst = NT > 4 ? 4 : NT;
+  for (int half = 0; half < 2; ++half) {
+    half_tile.template operator()<kFirst>(w, blocks, half, act, act_stride, y, y_stride);
+    if constexpr (NT > 4) {
+      half_tile.template operator()<NT - 4>(w, blocks, half, act + 4 * act_stride, act_stride,
+                                            y + 4 * y_stride, y_stride);
+    }
+  }
+}
+
+// Q4_0 and Q4_1 differ only in which activation sum their offset m multiplies.
+template <float ActQ8Block::*offset_sum>
+struct Q4Tiles {
+  template <int NT>
+  struct Tile {
+    static void run(const PackedQ4Block* w, int64_t blocks, const ActQ8Block* act,
+                    int64_t act_stride, float* y, int64_t y_stride) {
+      split_tile<NT>(w, blocks, act, act_stride, y, y_stride,
+                     []<int N>(auto... args) { q4_half_tile<N, offset_sum>(args...); });
+    }
+  };
+};
+template <int NT>
+struct Q8Tile {
+  static void run(const PackedQ8Block* w, int64_t blocks, const ActQ8Block* act, int64_t act_stride,
+                  float* y, int64_t y_stride) {
+    split_tile<NT>(w, blocks, act, act_stride, y, y_stride,
+                   []<int N>(auto... args) { q8_half_tile<N>(args...); });
+  }
+};
+
+void quantize_act_q8(const float* x, ActQ8Block* out, int64_t n) {
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  constexpr int kNearest = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+  for (int64_t b = 0; b < n / kPackCols; ++b) {
+    const float* xb = x + b * kPackCols;
+    __m256 v[4];
+    __m256 amax = _mm256_setzero_ps();
+    for (int j = 0; j < 4; ++j) {
+      v[j] = _mm256_loadu_ps(xb + 8 * j);
+      amax = _mm256_max_ps(amax, _mm256_andnot_ps(sign, v[j]));
+    }
+    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps(amax, 1));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+    const float d = _mm_cvtss_f32(m4) / 127.0f;
+    const __m256 inv = _mm256_set1_ps(d != 0 ? 1.0f / d : 0.0f);
+    __m256i q[4];
+    for (int j = 0; j < 4; ++j)
+      q[j] = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(v[j], inv), kNearest));
+    const __m256i lanes =
+        _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
+    // The packs interleave 128-bit lanes; the permute restores column order.
+    __m256i packed =
+        _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
+    packed = _mm256_permutevar8x32_epi32(packed, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out[b].qs), packed);
+    __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(lanes), _mm256_extracti128_si256(lanes, 1));
+    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4E));
+    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xB1));
+    const auto sum = static_cast<float>(_mm_cvtsi128_si32(s4));
+    out[b].d = round_to_fp16(d);
+    out[b].s = round_to_fp16(d * sum);
+    out[b].d_sum = out[b].d * sum;
+  }
+}
+
+}  // namespace
+
+PackedKernels packed_kernels() {
+  return {quantize_act_q8, run_group_tiles<PackedQ4Block, Q4Tiles<&ActQ8Block::d_sum>::Tile>,
+          run_group_tiles<PackedQ4Block, Q4Tiles<&ActQ8Block::s>::Tile>,
+          run_group_tiles<PackedQ8Block, Q8Tile>};
+}
+
+}  // namespace inferd::kernels::avx2

@@ -1,0 +1,166 @@
+// Compiled with AVX-512 flags (src/CMakeLists.txt). No inline function shared with other files
+// is used here: the linker could keep this file's AVX-512 copy of it for every caller.
+#include "kernels/x86_avx512/gemm_avx512.h"
+
+#include "kernels/tile_driver.h"
+
+#include <immintrin.h>
+
+#include <cstring>
+
+// GCC 12's AVX-512 conversion intrinsics start from _mm512_undefined_ps(), which its own
+// -Wmaybe-uninitialized then reports at every call site; the value is never read.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+namespace inferd::kernels::avx512 {
+namespace {
+
+inline float round_to_fp16(float x) {
+  return _cvtsh_ss(_cvtss_sh(x, _MM_FROUND_TO_NEAREST_INT));
+}
+
+inline __m512i broadcast_i32(const int8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, sizeof(v));
+  return _mm512_set1_epi32(v);
+}
+
+inline __m512 load_fp16x16(const uint16_t* p) {
+  return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+}
+
+// Horizontal max / sum by halving (GCC 12's _mm512_reduce_* trip -Wmaybe-uninitialized).
+inline float hmax(__m512 v) {
+  __m256 h = _mm256_max_ps(_mm512_castps512_ps256(v),
+                           _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+  __m128 s = _mm_max_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+  s = _mm_max_ps(s, _mm_movehl_ps(s, s));
+  return _mm_cvtss_f32(_mm_max_ss(s, _mm_movehdup_ps(s)));
+}
+
+inline int32_t hsum(__m512i v) {
+  __m256i h = _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1));
+  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));
+  return _mm_cvtsi128_si32(_mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1)));
+}
+
+// NT tokens x 16 rows. Few tokens (decode) use two integer accumulators per token so the
+// chain of dependent VNNI instructions per block is half as long; many tokens already have
+// NT independent chains and need the registers.
+template <int NT, float ActQ8Block::*offset_sum>
+void q4_tile(const PackedQ4Block* w, int64_t blocks, const ActQ8Block* act, int64_t act_stride,
+             float* y, int64_t y_stride) {
+  constexpr int kAcc = NT < 4 ? 2 : 1;
+  const __m512i low_nibble = _mm512_set1_epi8(0x0F);
+  __m512 acc[NT];
+  for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < blocks; ++b) {
+    __m512i isum[NT][kAcc];
+    for (int t = 0; t < NT; ++t)
+      for (int i = 0; i < kAcc; ++i) isum[t][i] = _mm512_setzero_si512();
+    for (int c = 0; c < 4; ++c) {
+      const __m512i raw = _mm512_loadu_si512(w[b].qs[c]);
+      const __m512i lo = _mm512_and_si512(raw, low_nibble);
+      const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), low_nibble);
+      for (int t = 0; t < NT; ++t) {
+        const int8_t* q = act[t * act_stride + b].qs + 8 * c;
+        isum[t][0] = _mm512_dpbusd_epi32(isum[t][0], lo, broadcast_i32(q));
+        isum[t][kAcc - 1] = _mm512_dpbusd_epi32(isum[t][kAcc - 1], hi, broadcast_i32(q + 4));
+      }
+    }
+    const __m512 d = load_fp16x16(w[b].d);
+    const __m512 m = load_fp16x16(w[b].m);
+    for (int t = 0; t < NT; ++t) {
+      const ActQ8Block& a = act[t * act_stride + b];
+      __m512i s = isum[t][0];
+      if constexpr (kAcc == 2) s = _mm512_add_epi32(s, isum[t][1]);
+      acc[t] =
+          _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(d, _mm512_set1_ps(a.d)), acc[t]);
+      acc[t] = _mm512_fmadd_ps(m, _mm512_set1_ps(a.*offset_sum), acc[t]);
+    }
+  }
+  for (int t = 0; t < NT; ++t) _mm512_storeu_ps(y + t * y_stride, acc[t]);
+}
+
+// Signed int8 weights: VNNI wants one unsigned operand, so it gets |w| and the activation takes
+// w's sign.
+template <int NT>
+void q8_tile(const PackedQ8Block* w, int64_t blocks, const ActQ8Block* act, int64_t act_stride,
+             float* y, int64_t y_stride) {
+  constexpr int kAcc = NT < 4 ? 2 : 1;
+  const __m512i zero = _mm512_setzero_si512();
+  __m512 acc[NT];
+  for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < blocks; ++b) {
+    __m512i isum[NT][kAcc];
+    for (int t = 0; t < NT; ++t)
+      for (int i = 0; i < kAcc; ++i) isum[t][i] = zero;
+    for (int c = 0; c < 8; ++c) {
+      const __m512i raw = _mm512_loadu_si512(w[b].qs[c]);
+      const __m512i magnitude = _mm512_abs_epi8(raw);
+      const __mmask64 negative = _mm512_movepi8_mask(raw);
+      for (int t = 0; t < NT; ++t) {
+        const __m512i q = broadcast_i32(act[t * act_stride + b].qs + 4 * c);
+        const __m512i signed_q = _mm512_mask_sub_epi8(q, negative, zero, q);
+        isum[t][c % kAcc] = _mm512_dpbusd_epi32(isum[t][c % kAcc], magnitude, signed_q);
+      }
+    }
+    const __m512 d = load_fp16x16(w[b].d);
+    for (int t = 0; t < NT; ++t) {
+      __m512i s = isum[t][0];
+      if constexpr (kAcc == 2) s = _mm512_add_epi32(s, isum[t][1]);
+      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s),
+                               _mm512_mul_ps(d, _mm512_set1_ps(act[t * act_stride + b].d)), acc[t]);
+    }
+  }
+  for (int t = 0; t < NT; ++t) _mm512_storeu_ps(y + t * y_stride, acc[t]);
+}
+
+// Q4_0 and Q4_1 differ only in which activation sum their offset m multiplies.
+template <float ActQ8Block::*offset_sum>
+struct Q4Tiles {
+  template <int NT>
+  struct Tile {
+    static void run(const PackedQ4Block* w, int64_t blocks, const ActQ8Block* act,
+                    int64_t act_stride, float* y, int64_t y_stride) {
+      q4_tile<NT, offset_sum>(w, blocks, act, act_stride, y, y_stride);
+    }
+  };
+};
+template <int NT>
+struct Q8Tile {
+  static void run(const PackedQ8Block* w, int64_t blocks, const ActQ8Block* act, int64_t act_stride,
+                  float* y, int64_t y_stride) {
+    q8_tile<NT>(w, blocks, act, act_stride, y, y_stride);
+  }
+};
+
+void quantize_act_q8(const float* x, ActQ8Block* out, int64_t n) {
+  for (int64_t b = 0; b < n / kPackCols; ++b) {
+    const __m512 x0 = _mm512_loadu_ps(x + b * kPackCols);
+    const __m512 x1 = _mm512_loadu_ps(x + b * kPackCols + 16);
+    const __m512 amax = _mm512_max_ps(_mm512_abs_ps(x0), _mm512_abs_ps(x1));
+    const float d = hmax(amax) / 127.0f;
+    const __m512 inv = _mm512_set1_ps(d != 0 ? 1.0f / d : 0.0f);
+    constexpr int kNearest = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+    const __m512i q0 = _mm512_cvt_roundps_epi32(_mm512_mul_ps(x0, inv), kNearest);
+    const __m512i q1 = _mm512_cvt_roundps_epi32(_mm512_mul_ps(x1, inv), kNearest);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out[b].qs), _mm512_cvtsepi32_epi8(q0));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out[b].qs + 16), _mm512_cvtsepi32_epi8(q1));
+    const auto sum = static_cast<float>(hsum(_mm512_add_epi32(q0, q1)));
+    out[b].d = round_to_fp16(d);
+    out[b].s = round_to_fp16(d * sum);
+    out[b].d_sum = out[b].d * sum;
+  }
+}
+
+}  // namespace
+
+PackedKernels packed_kernels() {
+  return {quantize_act_q8, run_group_tiles<PackedQ4Block, Q4Tiles<&ActQ8Block::d_sum>::Tile>,
+          run_group_tiles<PackedQ4Block, Q4Tiles<&ActQ8Block::s>::Tile>,
+          run_group_tiles<PackedQ8Block, Q8Tile>};
+}
+
+}  // namespace inferd::kernels::avx512

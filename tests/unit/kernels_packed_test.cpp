@@ -1,0 +1,184 @@
+// The packed path: the layout against the GGUF rows it came from, the reference group kernels
+// against double-precision math on the same quantized values, and every ISA against the
+// reference on odd shapes (rows not a multiple of 16, token counts around the tile sizes).
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "kernels/matmul.h"
+#include "kernels/packed.h"
+#include "kernels/ref/quant_ref.h"
+#include "random_data.h"
+#include "tensor/half.h"
+#include "tensor/quant_blocks.h"
+#include "util/error.h"
+
+namespace inferd::kernels {
+namespace {
+
+using testing::random_floats;
+
+struct QuantMatrix {
+  std::vector<uint8_t> bytes;
+  WeightMatrix w;
+};
+
+// rows x cols random weights quantized row by row with the reference quantizer, then packed.
+QuantMatrix make_matrix(DType type, int64_t rows, int64_t cols, uint32_t seed) {
+  QuantMatrix m;
+  const auto row_bytes = static_cast<size_t>(*inferd::row_bytes(type, cols));
+  m.bytes.resize(row_bytes * static_cast<size_t>(rows));
+  for (int64_t r = 0; r < rows; ++r) {
+    auto x = random_floats(cols, seed + static_cast<uint32_t>(r));
+    uint8_t* out = m.bytes.data() + static_cast<size_t>(r) * row_bytes;
+    if (type == DType::Q4_0) ref::quantize_row_q4_0(x.data(), out, cols);
+    if (type == DType::Q4_1) ref::quantize_row_q4_1(x.data(), out, cols);
+    if (type == DType::Q8_0) ref::quantize_row_q8_0(x.data(), out, cols);
+  }
+  m.w = {type, rows, cols, row_bytes, m.bytes.data(), nullptr};
+  m.w.packed = PackedWeights::pack(type, m.bytes.data(), rows, cols, row_bytes);
+  return m;
+}
+
+void dequantize(const WeightMatrix& w, int64_t r, float* out) {
+  const WeightKernels* k = reference_kernels().for_weight(w.type);
+  k->dequantize(w.row(r), out, w.cols);
+}
+
+const DType kPackedTypes[] = {DType::Q4_0, DType::Q4_1, DType::Q8_0};
+
+TEST(KernelsPacked, ActivationQuantizersAgreeExactly) {
+  for (const KernelTable* table : available_kernels()) {
+    for (int64_t blocks : {1, 3, 18, 48}) {
+      const int64_t n = blocks * kPackCols;
+      auto x = random_floats(n, 40 + static_cast<uint32_t>(blocks), 4.0f);
+      for (int j = 0; j < kPackCols; ++j) x[static_cast<size_t>(j)] = 0;  // an all-zero block
+      std::vector<ActQ8Block> got(static_cast<size_t>(blocks)), want(got.size());
+      table->packed.quantize_act(x.data(), got.data(), n);
+      reference_kernels().packed.quantize_act(x.data(), want.data(), n);
+      for (int64_t b = 0; b < blocks; ++b) {
+        const ActQ8Block &g = got[static_cast<size_t>(b)], &w = want[static_cast<size_t>(b)];
+        ASSERT_EQ(g.d, w.d) << table->isa << " block " << b;
+        ASSERT_EQ(g.s, w.s) << table->isa << " block " << b;
+        ASSERT_EQ(g.d_sum, w.d_sum) << table->isa << " block " << b;
+        for (int j = 0; j < kPackCols; ++j) ASSERT_EQ(g.qs[j], w.qs[j]) << table->isa;
+      }
+    }
+  }
+}
+
+// The reference group kernel equals, up to float rounding, the double-precision dot product of
+// the dequantized GGUF rows and the dequantized activations: this pins the layout. Q4_1's
+// offset m multiplies the fp16-rounded sum s (as with llama.cpp's Q8_1), not d * sum(q).
+TEST(KernelsPacked, ReferenceMatchesDequantizedMath) {
+  for (DType type : kPackedTypes) {
+    const int64_t rows = 21, cols = 96, tokens = 3, blocks = cols / kPackCols;
+    QuantMatrix m = make_matrix(type, rows, cols, 7);
+    auto x = random_floats(tokens * cols, 8, 2.0f);
+    std::vector<ActQ8Block> act(static_cast<size_t>(tokens * blocks));
+    for (int64_t t = 0; t < tokens; ++t)
+      reference_kernels().packed.quantize_act(&x[static_cast<size_t>(t * cols)],
+                                              &act[static_cast<size_t>(t * blocks)], cols);
+    std::vector<float> y(static_cast<size_t>(tokens * rows));
+    ThreadPool pool(1);
+    ActivationScratch scratch;
+    scratch.reserve(tokens, cols);
+    matmul(m.w, x.data(), tokens, y.data(), scratch, pool, reference_kernels());
+    std::vector<float> wrow(static_cast<size_t>(cols));
+    for (int64_t r = 0; r < rows; ++r) {
+      dequantize(m.w, r, wrow.data());
+      for (int64_t t = 0; t < tokens; ++t) {
+        double want = 0;
+        for (int64_t c = 0; c < cols; ++c) {
+          const ActQ8Block& a = act[static_cast<size_t>(t * blocks + c / kPackCols)];
+          want += double(wrow[static_cast<size_t>(c)]) * a.d * a.qs[c % kPackCols];
+        }
+        for (int64_t b = 0; b < blocks && type == DType::Q4_1; ++b) {
+          const ActQ8Block& a = act[static_cast<size_t>(t * blocks + b)];
+          const auto* w = reinterpret_cast<const BlockQ4_1*>(m.w.row(r)) + b;
+          want += double(fp16_to_fp32(w->m)) * (double(a.s) - double(a.d_sum));
+        }
+        EXPECT_NEAR(y[static_cast<size_t>(t * rows + r)], want, 1e-4 * (1 + std::fabs(want)))
+            << dtype_name(type) << " row " << r << " token " << t;
+      }
+    }
+  }
+}
+
+// The packed path against the per-row kernels of the GGUF formats. The activations differ
+// (fp16 scale there, float here), so a value may round to the neighbouring int8 (about
+// 0.02 each here); a layout error would be off by the size of the dot product (~sqrt(cols)).
+TEST(KernelsPacked, AgreesWithPerRowKernels) {
+  for (DType type : kPackedTypes) {
+    const int64_t rows = 40, cols = 576, tokens = 5;
+    QuantMatrix m = make_matrix(type, rows, cols, 11);
+    WeightMatrix unpacked = m.w;
+    unpacked.packed = nullptr;
+    auto x = random_floats(tokens * cols, 12);
+    std::vector<float> y(static_cast<size_t>(tokens * rows)), y_rows(y.size());
+    ThreadPool pool(1);
+    ActivationScratch scratch;
+    scratch.reserve(tokens, cols);
+    matmul(m.w, x.data(), tokens, y.data(), scratch, pool, reference_kernels());
+    matmul(unpacked, x.data(), tokens, y_rows.data(), scratch, pool, reference_kernels());
+    for (size_t i = 0; i < y.size(); ++i)
+      EXPECT_NEAR(y[i], y_rows[i], 0.005 * std::sqrt(double(cols)) + 0.01 * std::fabs(y_rows[i]))
+          << dtype_name(type) << " " << i;
+  }
+}
+
+TEST(KernelsPacked, EveryIsaMatchesReferenceOnOddShapes) {
+  ThreadPool pool(2);
+  for (const KernelTable* table : available_kernels()) {
+    for (DType type : kPackedTypes) {
+      for (int64_t rows : {1, 15, 16, 17, 50}) {
+        for (int64_t cols : {32, 160, 576}) {
+          QuantMatrix m = make_matrix(type, rows, cols, static_cast<uint32_t>(rows * cols));
+          for (int64_t tokens : {1, 2, 3, 4, 5, 7, 8, 9, 13, 17}) {
+            auto x = random_floats(tokens * cols, static_cast<uint32_t>(tokens), 3.0f);
+            std::vector<float> got(static_cast<size_t>(tokens * rows)), want(got.size());
+            ActivationScratch scratch;
+            scratch.reserve(tokens, cols);
+            matmul(m.w, x.data(), tokens, got.data(), scratch, pool, *table);
+            matmul(m.w, x.data(), tokens, want.data(), scratch, pool, reference_kernels());
+            for (size_t i = 0; i < got.size(); ++i) {
+              ASSERT_NEAR(got[i], want[i], 1e-5 * (std::fabs(want[i]) + std::sqrt(double(cols))))
+                  << table->isa << " " << dtype_name(type) << " rows=" << rows << " cols=" << cols
+                  << " tokens=" << tokens << " i=" << i;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// q, k and v share one input: one combined call gives what three separate calls give.
+TEST(KernelsPacked, MatmulManyEqualsSeparateCalls) {
+  ThreadPool pool(2);
+  const int64_t cols = 64, tokens = 6;
+  QuantMatrix a = make_matrix(DType::Q4_1, 48, cols, 1), b = make_matrix(DType::Q4_1, 17, cols, 2);
+  auto x = random_floats(tokens * cols, 3);
+  ActivationScratch scratch;
+  scratch.reserve(tokens, cols);
+  std::vector<float> ya(static_cast<size_t>(tokens * 48)), yb(static_cast<size_t>(tokens * 17));
+  std::vector<float> ya1(ya.size()), yb1(yb.size());
+  const MatmulTarget targets[] = {{&a.w, ya.data()}, {&b.w, yb.data()}};
+  matmul_many(targets, x.data(), tokens, scratch, pool);
+  matmul(a.w, x.data(), tokens, ya1.data(), scratch, pool);
+  matmul(b.w, x.data(), tokens, yb1.data(), scratch, pool);
+  EXPECT_EQ(ya, ya1);
+  EXPECT_EQ(yb, yb1);
+}
+
+TEST(KernelsPacked, RejectsShapesItCannotPack) {
+  std::vector<uint8_t> bytes(64);
+  EXPECT_THROW(PackedWeights::pack(DType::F16, bytes.data(), 1, 32, 64), Error);
+  EXPECT_THROW(PackedWeights::pack(DType::Q4_1, bytes.data(), 1, 48, 30), Error);
+  EXPECT_FALSE(PackedWeights::supports(DType::F32));
+}
+
+}  // namespace
+}  // namespace inferd::kernels
