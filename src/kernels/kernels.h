@@ -35,11 +35,15 @@ using AxpyF16Fn = void (*)(int64_t n, float a, const uint16_t* v, float* acc);
 using QuantizeActFn = void (*)(const float* x, ActQ8Block* out, int64_t n);
 using GroupGemmFn = void (*)(const uint8_t* group, int64_t blocks, const ActQ8Block* act,
                              int64_t act_stride, int64_t n_tokens, float* y, int64_t y_stride);
+// F16 groups multiply the float activations as they are.
+using GroupGemmF32Fn = void (*)(const uint8_t* group, int64_t blocks, const float* x,
+                                int64_t x_stride, int64_t n_tokens, float* y, int64_t y_stride);
 struct PackedKernels {
   QuantizeActFn quantize_act = nullptr;
   GroupGemmFn q4_0 = nullptr;
   GroupGemmFn q4_1 = nullptr;
   GroupGemmFn q8_0 = nullptr;
+  GroupGemmF32Fn f16 = nullptr;
 };
 
 struct KernelTable {

@@ -21,22 +21,46 @@ void check_scratch(const ActivationScratch& scratch, size_t need, int64_t n_toke
   }
 }
 
+// The input of a packed matmul: float rows for F16 groups, int8 blocks for the others.
+struct PackedInput {
+  const float* x;         // [n_tokens, cols]
+  const ActQ8Block* act;  // [n_tokens, cols / 32], null when no target needs it
+  int64_t cols;
+};
+
+// Runs the group kernel of p's format on tokens [t0, t0 + count) of group g.
+void call_group_kernel(const PackedWeights& p, int64_t g, const PackedInput& in, int64_t t0,
+                       int64_t count, float* y, int64_t y_stride, const KernelTable& table) {
+  const int64_t blocks = p.blocks_per_row();
+  switch (p.format()) {
+    case PackedFormat::F16:
+      table.packed.f16(p.group(g), blocks, in.x + t0 * in.cols, in.cols, count, y, y_stride);
+      return;
+    case PackedFormat::Q4_0:
+      table.packed.q4_0(p.group(g), blocks, in.act + t0 * blocks, blocks, count, y, y_stride);
+      return;
+    case PackedFormat::Q4_1:
+      table.packed.q4_1(p.group(g), blocks, in.act + t0 * blocks, blocks, count, y, y_stride);
+      return;
+    case PackedFormat::Q8_0:
+      table.packed.q8_0(p.group(g), blocks, in.act + t0 * blocks, blocks, count, y, y_stride);
+      return;
+  }
+}
+
 // Multiplies group g of a packed matrix by all tokens. The last group of a matrix whose rows
 // are not a multiple of 16 is computed into a small tile and only its real rows are copied.
-void run_packed_group(const PackedWeights& p, int64_t g, const ActQ8Block* act, int64_t n_tokens,
+void run_packed_group(const PackedWeights& p, int64_t g, const PackedInput& in, int64_t n_tokens,
                       float* y, const KernelTable& table) {
-  const GroupGemmFn gemm = p.format() == PackedFormat::Q4_0   ? table.packed.q4_0
-                           : p.format() == PackedFormat::Q4_1 ? table.packed.q4_1
-                                                              : table.packed.q8_0;
-  const int64_t blocks = p.blocks_per_row(), rows = p.rows(), row0 = g * kPackRows;
+  const int64_t rows = p.rows(), row0 = g * kPackRows;
   if (row0 + kPackRows <= rows) {
-    gemm(p.group(g), blocks, act, blocks, n_tokens, y + row0, rows);
+    call_group_kernel(p, g, in, 0, n_tokens, y + row0, rows, table);
     return;
   }
   float tile[kMaxTokensPerPartialTile * kPackRows];
   for (int64_t t0 = 0; t0 < n_tokens; t0 += kMaxTokensPerPartialTile) {
     const int64_t count = std::min<int64_t>(kMaxTokensPerPartialTile, n_tokens - t0);
-    gemm(p.group(g), blocks, act + t0 * blocks, blocks, count, tile, kPackRows);
+    call_group_kernel(p, g, in, t0, count, tile, kPackRows, table);
     for (int64_t t = 0; t < count; ++t) {
       std::memcpy(y + (t0 + t) * rows + row0, tile + t * kPackRows,
                   static_cast<size_t>(rows - row0) * sizeof(float));
@@ -47,17 +71,24 @@ void run_packed_group(const PackedWeights& p, int64_t g, const ActQ8Block* act, 
 void matmul_packed(std::span<const MatmulTarget> targets, const float* x, int64_t n_tokens,
                    ActivationScratch& scratch, ThreadPool& pool, const KernelTable& table) {
   const int64_t cols = targets[0].w->cols, blocks = cols / kPackCols;
-  check_scratch(scratch, static_cast<size_t>(n_tokens * blocks) * sizeof(ActQ8Block), n_tokens,
-                cols);
-  auto* act = reinterpret_cast<ActQ8Block*>(scratch.data());  // [n_tokens, blocks]
-  const auto quantize = [&](int64_t begin, int64_t end) {
-    for (int64_t t = begin; t < end; ++t)
-      table.packed.quantize_act(x + t * cols, act + t * blocks, cols);
-  };
-  if (n_tokens <= kSerialQuantizeTokens) {
-    quantize(0, n_tokens);
-  } else {
-    pool.parallel_for(n_tokens, 1, quantize);
+  PackedInput in{x, nullptr, cols};
+  const bool needs_int8 = std::any_of(targets.begin(), targets.end(), [](const MatmulTarget& t) {
+    return t.w->packed->format() != PackedFormat::F16;
+  });
+  if (needs_int8) {
+    check_scratch(scratch, static_cast<size_t>(n_tokens * blocks) * sizeof(ActQ8Block), n_tokens,
+                  cols);
+    auto* act = reinterpret_cast<ActQ8Block*>(scratch.data());  // [n_tokens, blocks]
+    const auto quantize = [&](int64_t begin, int64_t end) {
+      for (int64_t t = begin; t < end; ++t)
+        table.packed.quantize_act(x + t * cols, act + t * blocks, cols);
+    };
+    if (n_tokens <= kSerialQuantizeTokens) {
+      quantize(0, n_tokens);
+    } else {
+      pool.parallel_for(n_tokens, 1, quantize);
+    }
+    in.act = act;
   }
   int64_t total_groups = 0;
   for (const MatmulTarget& target : targets) total_groups += target.w->packed->groups();
@@ -67,7 +98,7 @@ void matmul_packed(std::span<const MatmulTarget> targets, const float* x, int64_
       const PackedWeights& p = *target.w->packed;
       const int64_t lo = std::max(begin, first), hi = std::min(end, first + p.groups());
       for (int64_t g = lo; g < hi; ++g)
-        run_packed_group(p, g - first, act, n_tokens, target.y, table);
+        run_packed_group(p, g - first, in, n_tokens, target.y, table);
       first += p.groups();
     }
   });

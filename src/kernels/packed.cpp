@@ -53,12 +53,24 @@ void pack_q8_block(const uint8_t* const rows[kPackRows], int64_t b, PackedQ8Bloc
   for (int r = 0; r < kPackRows; ++r) {
     if (rows[r] == nullptr) {
       out.d[r] = 0;
-      for (int c = 0; c < 8; ++c) std::memset(&out.qs[c][r * 4], 0, 4);
+      for (int c = 0; c < 8; ++c) std::memset(&out.qs[c][r * 4], 128, 4);  // q = 0
       continue;
     }
     const auto& blk = reinterpret_cast<const BlockQ8_0*>(rows[r])[b];
     out.d[r] = blk.d;
-    for (int c = 0; c < 8; ++c) std::memcpy(&out.qs[c][r * 4], &blk.qs[4 * c], 4);
+    for (int c = 0; c < 8; ++c) {
+      for (int k = 0; k < 4; ++k)
+        out.qs[c][r * 4 + k] = static_cast<uint8_t>(blk.qs[4 * c + k] + 128);
+    }
+  }
+}
+
+void pack_f16_block(const uint8_t* const rows[kPackRows], int64_t b, PackedF16Block& out) {
+  for (int r = 0; r < kPackRows; ++r) {
+    const auto* row = reinterpret_cast<const uint16_t*>(rows[r]);
+    for (int k = 0; k < kPackCols; ++k) {
+      out.w[k][r] = row != nullptr ? row[b * kPackCols + k] : uint16_t{0};
+    }
   }
 }
 
@@ -68,20 +80,24 @@ void PackedWeights::FreeDeleter::operator()(uint8_t* p) const {
   std::free(p);
 }
 
-bool PackedWeights::supports(DType type) {
-  return type == DType::Q4_0 || type == DType::Q4_1 || type == DType::Q8_0;
+bool PackedWeights::supports(DType type, int64_t cols) {
+  const bool packable_type =
+      type == DType::Q4_0 || type == DType::Q4_1 || type == DType::Q8_0 || type == DType::F16;
+  return packable_type && cols > 0 && cols % kPackCols == 0;
 }
 
 std::shared_ptr<const PackedWeights> PackedWeights::pack(DType type, const uint8_t* data,
                                                          int64_t rows, int64_t cols,
                                                          size_t row_bytes) {
-  if (!supports(type)) fail("pack: weight type {} has no packed layout", dtype_name(type));
-  if (cols % kPackCols != 0 || rows <= 0) {
+  if (!supports(type, kPackCols))
+    fail("pack: weight type {} has no packed layout", dtype_name(type));
+  if (cols % kPackCols != 0 || cols <= 0 || rows <= 0) {
     fail("pack: a {} x {} matrix is not a whole number of {}-wide blocks", rows, cols, kPackCols);
   }
   auto packed = std::make_shared<PackedWeights>();
   packed->format_ = type == DType::Q8_0   ? PackedFormat::Q8_0
                     : type == DType::Q4_0 ? PackedFormat::Q4_0
+                    : type == DType::F16  ? PackedFormat::F16
                                           : PackedFormat::Q4_1;
   packed->rows_ = rows;
   packed->groups_ = (rows + kPackRows - 1) / kPackRows;
@@ -100,10 +116,15 @@ std::shared_ptr<const PackedWeights> PackedWeights::pack(DType type, const uint8
     uint8_t* out = packed->data_.get() +
                    static_cast<size_t>(g * packed->blocks_per_row_) * packed->block_bytes();
     for (int64_t b = 0; b < packed->blocks_per_row_; ++b) {
-      if (packed->format_ != PackedFormat::Q8_0) {
-        pack_q4_block(type, group_rows, b, reinterpret_cast<PackedQ4Block*>(out)[b]);
-      } else {
-        pack_q8_block(group_rows, b, reinterpret_cast<PackedQ8Block*>(out)[b]);
+      switch (packed->format_) {
+        case PackedFormat::Q8_0:
+          pack_q8_block(group_rows, b, reinterpret_cast<PackedQ8Block*>(out)[b]);
+          break;
+        case PackedFormat::F16:
+          pack_f16_block(group_rows, b, reinterpret_cast<PackedF16Block*>(out)[b]);
+          break;
+        default:
+          pack_q4_block(type, group_rows, b, reinterpret_cast<PackedQ4Block*>(out)[b]);
       }
     }
   }

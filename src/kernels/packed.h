@@ -26,11 +26,12 @@ struct PackedQ4Block {
 };
 static_assert(sizeof(PackedQ4Block) == 320);
 
-// 16 rows x 32 columns of int8 weights: w = d * q. qs[c] covers columns 4c .. 4c+3: byte j holds
-// row j / 4, column 4c + j % 4.
+// 16 rows x 32 columns of int8 weights: w = d * q, stored as q + 128 so that VNNI (unsigned x
+// signed) takes them as they are; kernels subtract 128 * sum(activation) as an integer, which
+// keeps the sum exact. qs[c] covers columns 4c .. 4c+3: byte j holds row j / 4, column 4c + j % 4.
 struct PackedQ8Block {
   uint16_t d[kPackRows];  // fp16
-  int8_t qs[8][64];
+  uint8_t qs[8][64];      // q + 128
 };
 static_assert(sizeof(PackedQ8Block) == 544);  // not a multiple of 64: kernels load unaligned
 
@@ -43,12 +44,21 @@ struct ActQ8Block {
   float d;
   float s;      // fp16(d_unrounded * sum(q))
   float d_sum;  // d * sum(q), exact in float (an 11-bit mantissa times |sum| <= 4064)
+  int32_t sum;  // sum(q)
   int8_t qs[kPackCols];
 };
-static_assert(sizeof(ActQ8Block) == 44);
+static_assert(sizeof(ActQ8Block) == 48);
+
+// 16 rows x 32 columns of fp16 weights, column-major: w[k] holds column k of the 16 rows, so
+// one 32-byte load converts to the 16 rows' weights for one input value. Multiplied with the
+// float activations directly (no conversion of the input).
+struct PackedF16Block {
+  uint16_t w[kPackCols][kPackRows];
+};
+static_assert(sizeof(PackedF16Block) == 1024);
 
 // Which GGUF type a packed matrix came from; Q4_0 and Q4_1 share PackedQ4Block.
-enum class PackedFormat { Q4_0, Q4_1, Q8_0 };
+enum class PackedFormat { Q4_0, Q4_1, Q8_0, F16 };
 
 // A whole weight matrix in packed form: groups of 16 rows (the last padded with zero rows),
 // each group `blocks_per_row` packed blocks in column order.
@@ -59,16 +69,23 @@ class PackedWeights {
   int64_t groups() const { return groups_; }
   int64_t blocks_per_row() const { return blocks_per_row_; }
   size_t block_bytes() const {
-    return format_ == PackedFormat::Q8_0 ? sizeof(PackedQ8Block) : sizeof(PackedQ4Block);
+    switch (format_) {
+      case PackedFormat::Q8_0:
+        return sizeof(PackedQ8Block);
+      case PackedFormat::F16:
+        return sizeof(PackedF16Block);
+      default:
+        return sizeof(PackedQ4Block);
+    }
   }
   // The blocks of group g: [blocks_per_row] packed blocks.
   const uint8_t* group(int64_t g) const {
     return data_.get() + static_cast<size_t>(g * blocks_per_row_) * block_bytes();
   }
 
-  // True when a matrix of this type is multiplied through the packed path.
-  static bool supports(DType type);
-  // Repacks rows x cols weights stored as GGUF rows of `type` (Q4_0, Q4_1 or Q8_0).
+  // True when a matrix of this type and width is multiplied through the packed path.
+  static bool supports(DType type, int64_t cols);
+  // Repacks rows x cols weights stored as GGUF rows of `type` (Q4_0, Q4_1, Q8_0 or F16).
   static std::shared_ptr<const PackedWeights> pack(DType type, const uint8_t* data, int64_t rows,
                                                    int64_t cols, size_t row_bytes);
 

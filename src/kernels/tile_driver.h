@@ -12,10 +12,11 @@ namespace inferd::kernels {
 
 constexpr int kMaxTileTokens = 8;
 
-// Tile<NT>::run(const Block* w, int64_t blocks, const ActQ8Block* act, int64_t act_stride,
-//               float* y, int64_t y_stride) computes NT tokens x 16 rows.
-template <typename Block, template <int> class Tile>
-inline void run_group_tiles(const uint8_t* group, int64_t blocks, const ActQ8Block* act,
+// Tile<NT>::run(const Block* w, int64_t blocks, const Act* act, int64_t act_stride,
+//               float* y, int64_t y_stride) computes NT tokens x 16 rows; Act is ActQ8Block
+// for the int8 formats and float for F16.
+template <typename Block, template <int> class Tile, typename Act = ActQ8Block>
+inline void run_group_tiles(const uint8_t* group, int64_t blocks, const Act* act,
                             int64_t act_stride, int64_t n_tokens, float* y, int64_t y_stride) {
   const auto* w = reinterpret_cast<const Block*>(group);
   int64_t t = 0;
@@ -23,7 +24,7 @@ inline void run_group_tiles(const uint8_t* group, int64_t blocks, const ActQ8Blo
     Tile<kMaxTileTokens>::run(w, blocks, act + t * act_stride, act_stride, y + t * y_stride,
                               y_stride);
   }
-  const ActQ8Block* a = act + t * act_stride;
+  const Act* a = act + t * act_stride;
   float* out = y + t * y_stride;
   switch (n_tokens - t) {
     case 7:

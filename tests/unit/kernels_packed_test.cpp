@@ -36,6 +36,7 @@ QuantMatrix make_matrix(DType type, int64_t rows, int64_t cols, uint32_t seed) {
     if (type == DType::Q4_0) ref::quantize_row_q4_0(x.data(), out, cols);
     if (type == DType::Q4_1) ref::quantize_row_q4_1(x.data(), out, cols);
     if (type == DType::Q8_0) ref::quantize_row_q8_0(x.data(), out, cols);
+    if (type == DType::F16) ref::quantize_row_f16(x.data(), out, cols);
   }
   m.w = {type, rows, cols, row_bytes, m.bytes.data(), nullptr};
   m.w.packed = PackedWeights::pack(type, m.bytes.data(), rows, cols, row_bytes);
@@ -47,7 +48,7 @@ void dequantize(const WeightMatrix& w, int64_t r, float* out) {
   k->dequantize(w.row(r), out, w.cols);
 }
 
-const DType kPackedTypes[] = {DType::Q4_0, DType::Q4_1, DType::Q8_0};
+const DType kPackedTypes[] = {DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::F16};
 
 TEST(KernelsPacked, ActivationQuantizersAgreeExactly) {
   for (const KernelTable* table : available_kernels()) {
@@ -63,6 +64,7 @@ TEST(KernelsPacked, ActivationQuantizersAgreeExactly) {
         ASSERT_EQ(g.d, w.d) << table->isa << " block " << b;
         ASSERT_EQ(g.s, w.s) << table->isa << " block " << b;
         ASSERT_EQ(g.d_sum, w.d_sum) << table->isa << " block " << b;
+        ASSERT_EQ(g.sum, w.sum) << table->isa << " block " << b;
         for (int j = 0; j < kPackCols; ++j) ASSERT_EQ(g.qs[j], w.qs[j]) << table->isa;
       }
     }
@@ -93,7 +95,9 @@ TEST(KernelsPacked, ReferenceMatchesDequantizedMath) {
         double want = 0;
         for (int64_t c = 0; c < cols; ++c) {
           const ActQ8Block& a = act[static_cast<size_t>(t * blocks + c / kPackCols)];
-          want += double(wrow[static_cast<size_t>(c)]) * a.d * a.qs[c % kPackCols];
+          const double input = type == DType::F16 ? double(x[static_cast<size_t>(t * cols + c)])
+                                                  : double(a.d) * a.qs[c % kPackCols];
+          want += double(wrow[static_cast<size_t>(c)]) * input;
         }
         for (int64_t b = 0; b < blocks && type == DType::Q4_1; ++b) {
           const ActQ8Block& a = act[static_cast<size_t>(t * blocks + b)];
@@ -175,9 +179,11 @@ TEST(KernelsPacked, MatmulManyEqualsSeparateCalls) {
 
 TEST(KernelsPacked, RejectsShapesItCannotPack) {
   std::vector<uint8_t> bytes(64);
-  EXPECT_THROW(PackedWeights::pack(DType::F16, bytes.data(), 1, 32, 64), Error);
+  EXPECT_THROW(PackedWeights::pack(DType::BF16, bytes.data(), 1, 32, 64), Error);
   EXPECT_THROW(PackedWeights::pack(DType::Q4_1, bytes.data(), 1, 48, 30), Error);
-  EXPECT_FALSE(PackedWeights::supports(DType::F32));
+  EXPECT_FALSE(PackedWeights::supports(DType::F32, 64));
+  EXPECT_FALSE(PackedWeights::supports(DType::F16, 48));
+  EXPECT_TRUE(PackedWeights::supports(DType::F16, 64));
 }
 
 }  // namespace

@@ -27,6 +27,7 @@ void quantize_act_q8(const float* x, ActQ8Block* out, int64_t n) {
     out[b].d = round_to_fp16(d);
     out[b].s = round_to_fp16(d * static_cast<float>(sum));
     out[b].d_sum = out[b].d * static_cast<float>(sum);
+    out[b].sum = sum;
   }
 }
 
@@ -65,9 +66,24 @@ void gemm_q8_0_group(const uint8_t* group, int64_t blocks, const ActQ8Block* act
       for (int64_t b = 0; b < blocks; ++b) {
         int32_t isum = 0;
         for (int c = 0; c < 8; ++c) {
-          for (int k = 0; k < 4; ++k) isum += w[b].qs[c][r * 4 + k] * a[b].qs[4 * c + k];
+          for (int k = 0; k < 4; ++k) isum += (w[b].qs[c][r * 4 + k] - 128) * a[b].qs[4 * c + k];
         }
         acc += static_cast<float>(isum) * (fp16_to_fp32(w[b].d[r]) * a[b].d);
+      }
+      y[t * y_stride + r] = acc;
+    }
+  }
+}
+
+void gemm_f16_group(const uint8_t* group, int64_t blocks, const float* x, int64_t x_stride,
+                    int64_t n_tokens, float* y, int64_t y_stride) {
+  const auto* w = reinterpret_cast<const PackedF16Block*>(group);
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    for (int r = 0; r < kPackRows; ++r) {
+      float acc = 0;
+      for (int64_t b = 0; b < blocks; ++b) {
+        for (int k = 0; k < kPackCols; ++k)
+          acc += fp16_to_fp32(w[b].w[k][r]) * x[t * x_stride + b * kPackCols + k];
       }
       y[t * y_stride + r] = acc;
     }
@@ -78,7 +94,7 @@ void gemm_q8_0_group(const uint8_t* group, int64_t blocks, const ActQ8Block* act
 
 PackedKernels packed_kernels() {
   return {quantize_act_q8, gemm_q4_group<&ActQ8Block::d_sum>, gemm_q4_group<&ActQ8Block::s>,
-          gemm_q8_0_group};
+          gemm_q8_0_group, gemm_f16_group};
 }
 
 }  // namespace inferd::kernels::ref

@@ -75,9 +75,11 @@ void q8_half_tile(const PackedQ8Block* w, int64_t blocks, int half, const ActQ8B
     for (int c = 0; c < 8; ++c) {
       const __m256i raw =
           _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[b].qs[c] + 32 * half));
-      const __m256i magnitude = _mm256_abs_epi8(raw);
+      const __m256i signed_w = _mm256_xor_si256(raw, _mm256_set1_epi8(-128));  // back to q
+      const __m256i magnitude = _mm256_abs_epi8(signed_w);
       for (int t = 0; t < NT; ++t) {
-        const __m256i q = _mm256_sign_epi8(broadcast_i32(act[t * act_stride + b].qs + 4 * c), raw);
+        const __m256i q =
+            _mm256_sign_epi8(broadcast_i32(act[t * act_stride + b].qs + 4 * c), signed_w);
         isum[t] =
             _mm256_add_epi32(isum[t], _mm256_madd_epi16(_mm256_maddubs_epi16(magnitude, q), ones));
       }
@@ -91,9 +93,34 @@ void q8_half_tile(const PackedQ8Block* w, int64_t blocks, int half, const ActQ8B
   for (int t = 0; t < NT; ++t) _mm256_storeu_ps(y + t * y_stride + 8 * half, acc[t]);
 }
 
+// F16: one converted load gives 8 rows' weights for one input column; each token adds it times
+// that column's value. Few tokens get two accumulators each to shorten the FMA chains.
+template <int NT>
+void f16_half_tile(const PackedF16Block* w, int64_t blocks, int half, const float* x,
+                   int64_t x_stride, float* y, int64_t y_stride) {
+  constexpr int kAcc = NT < 4 ? 2 : 1;
+  __m256 acc[NT][kAcc];
+  for (int t = 0; t < NT; ++t)
+    for (int i = 0; i < kAcc; ++i) acc[t][i] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < blocks; ++b) {
+    for (int k = 0; k < kPackCols; ++k) {
+      const __m256 wk = load_fp16x8(w[b].w[k] + 8 * half);
+      for (int t = 0; t < NT; ++t) {
+        const __m256 xv = _mm256_broadcast_ss(x + t * x_stride + b * kPackCols + k);
+        acc[t][k % kAcc] = _mm256_fmadd_ps(wk, xv, acc[t][k % kAcc]);
+      }
+    }
+  }
+  for (int t = 0; t < NT; ++t) {
+    __m256 sum = acc[t][0];
+    if constexpr (kAcc == 2) sum = _mm256_add_ps(sum, acc[t][1]);
+    _mm256_storeu_ps(y + t * y_stride + 8 * half, sum);
+  }
+}
+
 // The driver's tiles go up to 8 tokens; AVX2 runs them as tiles of at most 4.
-template <int NT, typename Block, typename HalfTile>
-void split_tile(const Block* w, int64_t blocks, const ActQ8Block* act, int64_t act_stride, float* y,
+template <int NT, typename Block, typename Act, typename HalfTile>
+void split_tile(const Block* w, int64_t blocks, const Act* act, int64_t act_stride, float* y,
                 int64_t y_stride, HalfTile half_tile) {
   constexpr int kFirst = NT > 4 ? 4 : NT;
   for (int half = 0; half < 2; ++half) {
@@ -123,6 +150,15 @@ struct Q8Tile {
                   float* y, int64_t y_stride) {
     split_tile<NT>(w, blocks, act, act_stride, y, y_stride,
                    []<int N>(auto... args) { q8_half_tile<N>(args...); });
+  }
+};
+
+template <int NT>
+struct F16Tile {
+  static void run(const PackedF16Block* w, int64_t blocks, const float* x, int64_t x_stride,
+                  float* y, int64_t y_stride) {
+    split_tile<NT>(w, blocks, x, x_stride, y, y_stride,
+                   []<int N>(auto... args) { f16_half_tile<N>(args...); });
   }
 };
 
@@ -159,6 +195,7 @@ void quantize_act_q8(const float* x, ActQ8Block* out, int64_t n) {
     out[b].d = round_to_fp16(d);
     out[b].s = round_to_fp16(d * sum);
     out[b].d_sum = out[b].d * sum;
+    out[b].sum = static_cast<int32_t>(sum);
   }
 }
 
@@ -167,7 +204,7 @@ void quantize_act_q8(const float* x, ActQ8Block* out, int64_t n) {
 PackedKernels packed_kernels() {
   return {quantize_act_q8, run_group_tiles<PackedQ4Block, Q4Tiles<&ActQ8Block::d_sum>::Tile>,
           run_group_tiles<PackedQ4Block, Q4Tiles<&ActQ8Block::s>::Tile>,
-          run_group_tiles<PackedQ8Block, Q8Tile>};
+          run_group_tiles<PackedQ8Block, Q8Tile>, run_group_tiles<PackedF16Block, F16Tile, float>};
 }
 
 }  // namespace inferd::kernels::avx2

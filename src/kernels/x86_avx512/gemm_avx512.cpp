@@ -83,33 +83,30 @@ void q4_tile(const PackedQ4Block* w, int64_t blocks, const ActQ8Block* act, int6
   for (int t = 0; t < NT; ++t) _mm512_storeu_ps(y + t * y_stride, acc[t]);
 }
 
-// Signed int8 weights: VNNI wants one unsigned operand, so it gets |w| and the activation takes
-// w's sign.
+// Weights stored as q + 128 are VNNI's unsigned operand as they are; the offset comes off as
+// 128 * sum(activation) per block, in integers.
 template <int NT>
 void q8_tile(const PackedQ8Block* w, int64_t blocks, const ActQ8Block* act, int64_t act_stride,
              float* y, int64_t y_stride) {
   constexpr int kAcc = NT < 4 ? 2 : 1;
-  const __m512i zero = _mm512_setzero_si512();
   __m512 acc[NT];
   for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
   for (int64_t b = 0; b < blocks; ++b) {
     __m512i isum[NT][kAcc];
     for (int t = 0; t < NT; ++t)
-      for (int i = 0; i < kAcc; ++i) isum[t][i] = zero;
+      for (int i = 0; i < kAcc; ++i) isum[t][i] = _mm512_setzero_si512();
     for (int c = 0; c < 8; ++c) {
       const __m512i raw = _mm512_loadu_si512(w[b].qs[c]);
-      const __m512i magnitude = _mm512_abs_epi8(raw);
-      const __mmask64 negative = _mm512_movepi8_mask(raw);
       for (int t = 0; t < NT; ++t) {
         const __m512i q = broadcast_i32(act[t * act_stride + b].qs + 4 * c);
-        const __m512i signed_q = _mm512_mask_sub_epi8(q, negative, zero, q);
-        isum[t][c % kAcc] = _mm512_dpbusd_epi32(isum[t][c % kAcc], magnitude, signed_q);
+        isum[t][c % kAcc] = _mm512_dpbusd_epi32(isum[t][c % kAcc], raw, q);
       }
     }
     const __m512 d = load_fp16x16(w[b].d);
     for (int t = 0; t < NT; ++t) {
       __m512i s = isum[t][0];
       if constexpr (kAcc == 2) s = _mm512_add_epi32(s, isum[t][1]);
+      s = _mm512_sub_epi32(s, _mm512_set1_epi32(128 * act[t * act_stride + b].sum));
       acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s),
                                _mm512_mul_ps(d, _mm512_set1_ps(act[t * act_stride + b].d)), acc[t]);
     }
@@ -118,6 +115,39 @@ void q8_tile(const PackedQ8Block* w, int64_t blocks, const ActQ8Block* act, int6
 }
 
 // Q4_0 and Q4_1 differ only in which activation sum their offset m multiplies.
+// F16: one converted load gives 16 rows' weights for one input column; each token adds it
+// times that column's value. Few tokens get several accumulators to shorten the FMA chains.
+template <int NT>
+void f16_tile(const PackedF16Block* w, int64_t blocks, const float* x, int64_t x_stride, float* y,
+              int64_t y_stride) {
+  constexpr int kAcc = NT == 1 ? 4 : NT < 4 ? 2 : 1;
+  __m512 acc[NT][kAcc];
+  for (int t = 0; t < NT; ++t)
+    for (int i = 0; i < kAcc; ++i) acc[t][i] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < blocks; ++b) {
+    for (int k = 0; k < kPackCols; ++k) {
+      const __m512 wk = load_fp16x16(w[b].w[k]);
+      for (int t = 0; t < NT; ++t) {
+        const __m512 xv = _mm512_set1_ps(x[t * x_stride + b * kPackCols + k]);
+        acc[t][k % kAcc] = _mm512_fmadd_ps(wk, xv, acc[t][k % kAcc]);
+      }
+    }
+  }
+  for (int t = 0; t < NT; ++t) {
+    __m512 sum = acc[t][0];
+    for (int i = 1; i < kAcc; ++i) sum = _mm512_add_ps(sum, acc[t][i]);
+    _mm512_storeu_ps(y + t * y_stride, sum);
+  }
+}
+
+template <int NT>
+struct F16Tile {
+  static void run(const PackedF16Block* w, int64_t blocks, const float* x, int64_t x_stride,
+                  float* y, int64_t y_stride) {
+    f16_tile<NT>(w, blocks, x, x_stride, y, y_stride);
+  }
+};
+
 template <float ActQ8Block::*offset_sum>
 struct Q4Tiles {
   template <int NT>
@@ -152,6 +182,7 @@ void quantize_act_q8(const float* x, ActQ8Block* out, int64_t n) {
     out[b].d = round_to_fp16(d);
     out[b].s = round_to_fp16(d * sum);
     out[b].d_sum = out[b].d * sum;
+    out[b].sum = static_cast<int32_t>(sum);
   }
 }
 
@@ -160,7 +191,7 @@ void quantize_act_q8(const float* x, ActQ8Block* out, int64_t n) {
 PackedKernels packed_kernels() {
   return {quantize_act_q8, run_group_tiles<PackedQ4Block, Q4Tiles<&ActQ8Block::d_sum>::Tile>,
           run_group_tiles<PackedQ4Block, Q4Tiles<&ActQ8Block::s>::Tile>,
-          run_group_tiles<PackedQ8Block, Q8Tile>};
+          run_group_tiles<PackedQ8Block, Q8Tile>, run_group_tiles<PackedF16Block, F16Tile, float>};
 }
 
 }  // namespace inferd::kernels::avx512
