@@ -1,64 +1,93 @@
 #include "kernels/attention.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
 #include "kernels/kernels.h"
 #include "tensor/half.h"
+#include "util/error.h"
 
 namespace inferd::kernels {
 namespace {
 
 constexpr int kMaxHeadDim = 256;
 constexpr int kMaxBlockSize = 256;
+constexpr int kMaxRows = 16;  // query rows (heads x tokens) of one tile
 
-// One head: online softmax over the blocks, accumulating sum_j p_j v_j in float.
-void attend_head(const float* q, const kv::KvCache& cache, int layer,
-                 std::span<const int32_t> block_table, int64_t pos, int kv_head, int head_dim,
-                 float scale, float* out, const KernelTable& k) {
-  // Queries are rounded to f16 like the keys, as llama.cpp does before its f16 dot products.
-  float q16[kMaxHeadDim];
-  for (int d = 0; d < head_dim; ++d) q16[d] = fp16_to_fp32(fp32_to_fp16(q[d]));
-  float acc[kMaxHeadDim] = {};
-  float running_max = -std::numeric_limits<float>::infinity();
-  float running_sum = 0;
-  const int block_size = cache.block_size();
-  const int64_t n_keys = pos + 1;
-  float scores[kMaxBlockSize];
-  for (int64_t start = 0, b = 0; start < n_keys; start += block_size, ++b) {
-    const int count = static_cast<int>(std::min<int64_t>(block_size, n_keys - start));
-    const uint16_t* keys = cache.keys(layer, block_table[static_cast<size_t>(b)], kv_head);
-    const uint16_t* values = cache.values(layer, block_table[static_cast<size_t>(b)], kv_head);
-    float block_max = running_max;
-    for (int j = 0; j < count; ++j) {
-      scores[j] = k.dot_f16_f32(head_dim, keys + static_cast<size_t>(j) * head_dim, q16) * scale;
-      block_max = std::max(block_max, scores[j]);
-    }
-    const float correction = std::exp(running_max - block_max);
-    running_sum *= correction;
-    for (int d = 0; d < head_dim; ++d) acc[d] *= correction;
-    for (int j = 0; j < count; ++j) {
-      const float p = std::exp(scores[j] - block_max);
-      running_sum += p;
-      k.axpy_f16(head_dim, p, values + static_cast<size_t>(j) * head_dim, acc);
-    }
-    running_max = block_max;
-  }
-  const float inv = 1.0f / running_sum;
-  for (int d = 0; d < head_dim; ++d) out[d] = acc[d] * inv;
-}
+// Per-row state of the online softmax.
+struct RowState {
+  float max = -std::numeric_limits<float>::infinity();
+  float sum = 0;
+};
 
 }  // namespace
 
-void attend_one(const float* q, const kv::KvCache& cache, int layer,
-                std::span<const int32_t> block_table, int64_t pos, const AttentionShape& shape,
-                float* out) {
+int attention_tile_tokens(const AttentionShape& shape) {
   const int group = shape.n_heads / shape.n_kv_heads;
-  const KernelTable& table = active_kernels();
-  for (int h = 0; h < shape.n_heads; ++h) {
-    attend_head(q + static_cast<int64_t>(h) * shape.head_dim, cache, layer, block_table, pos,
-                h / group, shape.head_dim, shape.scale,
-                out + static_cast<int64_t>(h) * shape.head_dim, table);
+  return std::max(1, kMaxRows / group);
+}
+
+void attend_tile(const AttentionTile& tile, const kv::KvCache& cache, int layer,
+                 std::span<const int32_t> block_table, const AttentionShape& shape) {
+  const int group = shape.n_heads / shape.n_kv_heads, head_dim = shape.head_dim;
+  const int rows = group * tile.n_tokens, block_size = cache.block_size();
+  if (rows > kMaxRows || head_dim > kMaxHeadDim || block_size > kMaxBlockSize) {
+    fail("attention: tile of {} rows, head size {} or block size {} is above the limits", rows,
+         head_dim, block_size);
+  }
+  const AttentionKernels& k = active_kernels().attention;
+  const int64_t q_stride = int64_t{shape.n_heads} * head_dim;
+  // Row r = token t * group + head g. Queries are rounded to f16 like the keys, as llama.cpp
+  // does before its f16 dot products.
+  alignas(64) float q[kMaxRows * kMaxHeadDim];         // [rows, head_dim]
+  alignas(64) float acc[kMaxRows * kMaxHeadDim];       // [rows, head_dim]
+  alignas(64) float scores[kMaxRows * kMaxBlockSize];  // [rows, block_size]
+  RowState state[kMaxRows];
+  int32_t last_key[kMaxRows];
+  int32_t max_position = 0;
+  for (int t = 0; t < tile.n_tokens; ++t) {
+    for (int g = 0; g < group; ++g) {
+      const int r = t * group + g;
+      const float* src = tile.q + t * q_stride + int64_t{tile.kv_head * group + g} * head_dim;
+      for (int d = 0; d < head_dim; ++d) q[r * head_dim + d] = fp16_to_fp32(fp32_to_fp16(src[d]));
+      last_key[r] = tile.positions[t];
+    }
+    max_position = std::max(max_position, tile.positions[t]);
+  }
+  std::fill(acc, acc + rows * head_dim, 0.0f);
+  for (int64_t start = 0, b = 0; start <= max_position; start += block_size, ++b) {
+    const int32_t block = block_table[static_cast<size_t>(b)];
+    const int count = static_cast<int>(std::min<int64_t>(block_size, max_position + 1 - start));
+    k.scores(cache.keys(layer, block, tile.kv_head), block_size, head_dim, q, rows, scores);
+    for (int r = 0; r < rows; ++r) {
+      float* s = scores + r * block_size;
+      // Keys past this row's position (causal mask) or past the block's end take no weight.
+      const int valid = static_cast<int>(std::clamp<int64_t>(last_key[r] + 1 - start, 0, count));
+      float block_max = state[r].max;
+      for (int j = 0; j < valid; ++j) {
+        s[j] *= shape.scale;
+        block_max = std::max(block_max, s[j]);
+      }
+      for (int j = valid; j < count; ++j) s[j] = 0;
+      if (valid == 0) continue;
+      const float correction = std::exp(state[r].max - block_max);
+      state[r].sum = state[r].sum * correction + k.exp_sum(s, valid, block_max);
+      if (correction != 1.0f) {
+        for (int d = 0; d < head_dim; ++d) acc[r * head_dim + d] *= correction;
+      }
+      state[r].max = block_max;
+    }
+    k.accumulate(cache.values(layer, block, tile.kv_head), count, head_dim, scores, block_size,
+                 rows, acc);
+  }
+  for (int t = 0; t < tile.n_tokens; ++t) {
+    for (int g = 0; g < group; ++g) {
+      const int r = t * group + g;
+      float* dst = tile.out + t * q_stride + int64_t{tile.kv_head * group + g} * head_dim;
+      const float inv = 1.0f / state[r].sum;
+      for (int d = 0; d < head_dim; ++d) dst[d] = acc[r * head_dim + d] * inv;
+    }
   }
 }
 

@@ -1,5 +1,7 @@
-// Attention of query tokens over one sequence's paged KV cache, flash-style: scores are
-// produced a block at a time with an online softmax, never as a full score matrix.
+// Attention of query tokens over one sequence's paged KV cache, flash-style: scores are made a
+// block of keys at a time with an online softmax, never as a full score matrix. GQA-aware: the
+// query heads that share a kv head are processed together, so each K/V block is read once for
+// all of them and for several query tokens.
 #pragma once
 
 #include <cstdint>
@@ -16,10 +18,21 @@ struct AttentionShape {
   float scale = 0;  // usually 1 / sqrt(head_dim)
 };
 
-// out: [n_heads, head_dim] for one query at position `pos`, attending to positions
-// [0, pos] (causal) of the sequence whose blocks are `block_table`.
-void attend_one(const float* q, const kv::KvCache& cache, int layer,
-                std::span<const int32_t> block_table, int64_t pos, const AttentionShape& shape,
-                float* out);
+// One unit of attention work: the query heads of one kv head, for up to
+// attention_tile_tokens(shape) consecutive tokens of one sequence.
+struct AttentionTile {
+  const float* q;            // [n_tokens, n_heads * head_dim], the tile's first token
+  const int32_t* positions;  // [n_tokens] each token attends to keys [0, position]
+  int n_tokens;
+  int kv_head;
+  float* out;  // [n_tokens, n_heads * head_dim]
+};
+
+// How many tokens one tile takes: as many as keep (query heads per kv head) x tokens rows in
+// registers, at least 1.
+int attention_tile_tokens(const AttentionShape& shape);
+
+void attend_tile(const AttentionTile& tile, const kv::KvCache& cache, int layer,
+                 std::span<const int32_t> block_table, const AttentionShape& shape);
 
 }  // namespace inferd::kernels

@@ -3,8 +3,10 @@
 
 #include "kernels/cpu_features.h"
 #include "kernels/kernels.h"
+#include "kernels/ref/attention_ref.h"
 #include "kernels/ref/gemm_ref.h"
 #include "kernels/ref/quant_ref.h"
+#include "kernels/x86_avx2/attention_avx2.h"
 #include "kernels/x86_avx2/gemm_avx2.h"
 #include "kernels/x86_avx2/quant_avx2.h"
 #include "kernels/x86_avx512/gemm_avx512.h"
@@ -49,8 +51,7 @@ const KernelTable& reference_kernels() {
     t.f16 = {DType::F16, ref::quantize_row_f16, ref::dot_f16_f16, ref::dequantize_row_f16};
     t.bf16 = {DType::BF16, ref::quantize_row_bf16, ref::dot_bf16_bf16, ref::dequantize_row_bf16};
     t.f32 = {DType::F32, ref::quantize_row_f32, ref::dot_f32_f32, ref::dequantize_row_f32};
-    t.dot_f16_f32 = ref::dot_f16_f32;
-    t.axpy_f16 = ref::axpy_f16;
+    t.attention = ref::attention_kernels();
     t.packed = ref::packed_kernels();
     return t;
   }();
@@ -72,8 +73,7 @@ static const KernelTable& avx2_kernels() {
     t.f16.dot = avx2::dot_f16_f16;
     t.bf16.dot = avx2::dot_bf16_bf16;
     t.f32.dot = avx2::dot_f32_f32;
-    t.dot_f16_f32 = avx2::dot_f16_f32;
-    t.axpy_f16 = avx2::axpy_f16;
+    t.attention = avx2::attention_kernels();
     t.packed = avx2::packed_kernels();
     return t;
   }();

@@ -26,9 +26,19 @@ struct WeightKernels {
   DequantizeRowFn dequantize = nullptr;
 };
 
-// Attention primitives over fp16 K/V rows: dot(k, q) and acc += a * v, for n values.
-using DotF16F32Fn = float (*)(int64_t n, const uint16_t* k, const float* q);
-using AxpyF16Fn = void (*)(int64_t n, float a, const uint16_t* v, float* acc);
+// Attention primitives over one KV block (kernels/attention.cpp drives them). Keys are stored
+// transposed, [head_dim, block_size], so scores of one query for a whole block are one vector
+// of fused multiply-adds per dimension; values are [n_keys, head_dim].
+struct AttentionKernels {
+  // s[r, j] = q[r, :] . k[:, j] for n_rows queries [n_rows, head_dim] and all block_size keys.
+  void (*scores)(const uint16_t* keys_t, int block_size, int head_dim, const float* q, int n_rows,
+                 float* s) = nullptr;
+  // acc[r, :] += sum_j p[r * p_stride + j] * v[j, :] over the first n_keys values.
+  void (*accumulate)(const uint16_t* values, int n_keys, int head_dim, const float* p, int p_stride,
+                     int n_rows, float* acc) = nullptr;
+  // x[i] = exp(x[i] - max) for i < n (an x of -inf gives 0); returns the sum.
+  float (*exp_sum)(float* x, int n, float max) = nullptr;
+};
 
 // The packed path (kernels/packed.h): activations become ActQ8 blocks once per row, then one
 // call multiplies a 16-row group by every token.
@@ -49,8 +59,7 @@ struct PackedKernels {
 struct KernelTable {
   std::string_view isa;
   WeightKernels q4_0, q4_1, q8_0, f16, bf16, f32;
-  DotF16F32Fn dot_f16_f32 = nullptr;
-  AxpyF16Fn axpy_f16 = nullptr;
+  AttentionKernels attention;
   PackedKernels packed;
 
   // Kernels for a weight type; nullptr when the type has no matmul support yet.

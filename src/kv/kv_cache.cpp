@@ -25,12 +25,12 @@ void KvCache::write(int layer, int64_t slot, const float* k, const float* v) {
   const auto block = static_cast<int32_t>(slot / config_.block_size);
   const auto pos = static_cast<size_t>(slot % config_.block_size);
   for (int h = 0; h < config_.n_kv_heads; ++h) {
-    uint16_t* kd = keys_.data() + offset(layer, block, h) + pos * config_.head_dim;
+    uint16_t* kd = keys_.data() + offset(layer, block, h) + pos;
     uint16_t* vd = values_.data() + offset(layer, block, h) + pos * config_.head_dim;
     const float* ks = k + static_cast<size_t>(h) * config_.head_dim;
     const float* vs = v + static_cast<size_t>(h) * config_.head_dim;
     for (int d = 0; d < config_.head_dim; ++d) {
-      kd[d] = fp32_to_fp16(ks[d]);
+      kd[static_cast<size_t>(d) * config_.block_size] = fp32_to_fp16(ks[d]);
       vd[d] = fp32_to_fp16(vs[d]);
     }
   }

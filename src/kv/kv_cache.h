@@ -1,5 +1,7 @@
 // KvCache: the K and V storage of every layer, in blocks of `block_size` token slots.
-// A slot is block * block_size + offset; layout per layer and block is [kv_head][offset][dim].
+// A slot is block * block_size + offset. Per layer, block and kv head, keys are stored
+// transposed, [dim][offset], so attention scores a whole block with one vector per dimension;
+// values are [offset][dim].
 #pragma once
 
 #include <cstdint>
@@ -32,10 +34,11 @@ class KvCache {
   // Stores one token's K and V ([n_kv_heads * head_dim] floats each) of `layer` at `slot`.
   void write(int layer, int64_t slot, const float* k, const float* v);
 
-  // [block_size, head_dim] halves of one kv head in one block.
+  // [head_dim, block_size] halves of one kv head in one block (transposed).
   const uint16_t* keys(int layer, int32_t block, int kv_head) const {
     return keys_.data() + offset(layer, block, kv_head);
   }
+  // [block_size, head_dim] halves of one kv head in one block.
   const uint16_t* values(int layer, int32_t block, int kv_head) const {
     return values_.data() + offset(layer, block, kv_head);
   }
@@ -51,8 +54,8 @@ class KvCache {
   KvCacheConfig config_;
   BlockPool pool_;
   size_t block_stride_;           // block_size * head_dim halves
-  std::vector<uint16_t> keys_;    // [n_layers, num_blocks, n_kv_heads, block_size, head_dim] fp16
-  std::vector<uint16_t> values_;  // same shape
+  std::vector<uint16_t> keys_;    // [n_layers, num_blocks, n_kv_heads, head_dim, block_size] fp16
+  std::vector<uint16_t> values_;  // [n_layers, num_blocks, n_kv_heads, block_size, head_dim] fp16
 };
 
 }  // namespace inferd::kv

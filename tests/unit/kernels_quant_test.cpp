@@ -152,27 +152,6 @@ TEST(KernelsIsa, EveryTableMatchesReference) {
   }
 }
 
-TEST(KernelsIsa, AttentionPrimitivesMatchReference) {
-  const auto& ref = reference_kernels();
-  for (const KernelTable* table : available_kernels()) {
-    for (int64_t n : {1, 7, 16, 64, 100, 256}) {
-      auto k_f = random_floats(n, 3 + static_cast<uint32_t>(n));
-      auto q = random_floats(n, 9 + static_cast<uint32_t>(n));
-      std::vector<uint16_t> k(static_cast<size_t>(n));
-      ref::quantize_row_f16(k_f.data(), k.data(), n);
-      const float want = ref.dot_f16_f32(n, k.data(), q.data());
-      EXPECT_NEAR(table->dot_f16_f32(n, k.data(), q.data()), want,
-                  1e-5 * (std::fabs(want) + double(n)))
-          << table->isa << " n=" << n;
-      std::vector<float> acc = q, acc_ref = q;
-      table->axpy_f16(n, 0.37f, k.data(), acc.data());
-      ref.axpy_f16(n, 0.37f, k.data(), acc_ref.data());
-      for (int64_t i = 0; i < n; ++i)
-        ASSERT_NEAR(acc[i], acc_ref[i], 1e-6) << table->isa << " n=" << n;
-    }
-  }
-}
-
 TEST(KernelsIsa, ForcedIsaMustExist) {
   EXPECT_EQ(reference_kernels().isa, "ref");
   EXPECT_EQ(available_kernels().front()->isa, "ref");

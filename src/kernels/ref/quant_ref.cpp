@@ -125,16 +125,6 @@ float dot_f32_f32(int64_t n, const void* w, const void* a) {
   return static_cast<float>(sum);
 }
 
-float dot_f16_f32(int64_t n, const uint16_t* k, const float* q) {
-  float sum = 0;
-  for (int64_t i = 0; i < n; ++i) sum += fp16_to_fp32(k[i]) * q[i];
-  return sum;
-}
-
-void axpy_f16(int64_t n, float a, const uint16_t* v, float* acc) {
-  for (int64_t i = 0; i < n; ++i) acc[i] += a * fp16_to_fp32(v[i]);
-}
-
 void dequantize_row_q4_0(const void* row, float* out, int64_t n) {
   const auto* blocks = static_cast<const BlockQ4_0*>(row);
   for (int64_t b = 0; b < n / kQK; ++b, out += kQK) {

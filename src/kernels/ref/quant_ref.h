@@ -25,9 +25,6 @@ void dequantize_row_f16(const void* row, float* out, int64_t n);
 void dequantize_row_bf16(const void* row, float* out, int64_t n);
 void dequantize_row_f32(const void* row, float* out, int64_t n);
 
-float dot_f16_f32(int64_t n, const uint16_t* k, const float* q);
-void axpy_f16(int64_t n, float a, const uint16_t* v, float* acc);
-
 // Weight-side quantizers (tests build quantized weights with these).
 void quantize_row_q4_0(const float* x, void* out, int64_t n);
 void quantize_row_q4_1(const float* x, void* out, int64_t n);

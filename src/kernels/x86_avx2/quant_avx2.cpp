@@ -194,28 +194,4 @@ float dot_bf16_bf16(int64_t n, const void* w, const void* a) {
   return sum;
 }
 
-float dot_f16_f32(int64_t n, const uint16_t* k, const float* q) {
-  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-  int64_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    const __m256 k0 = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(k + i)));
-    const __m256 k1 = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(k + i + 8)));
-    acc0 = _mm256_fmadd_ps(k0, _mm256_loadu_ps(q + i), acc0);
-    acc1 = _mm256_fmadd_ps(k1, _mm256_loadu_ps(q + i + 8), acc1);
-  }
-  float sum = hsum(_mm256_add_ps(acc0, acc1));
-  for (; i < n; ++i) sum += h2f(k[i]) * q[i];
-  return sum;
-}
-
-void axpy_f16(int64_t n, float a, const uint16_t* v, float* acc) {
-  const __m256 scale = _mm256_set1_ps(a);
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    const __m256 x = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(v + i)));
-    _mm256_storeu_ps(acc + i, _mm256_fmadd_ps(scale, x, _mm256_loadu_ps(acc + i)));
-  }
-  for (; i < n; ++i) acc[i] += a * h2f(v[i]);
-}
-
 }  // namespace inferd::kernels::avx2

@@ -13,7 +13,5 @@ float dot_q8_0_q8_0(int64_t n, const void* w, const void* a);
 float dot_f16_f16(int64_t n, const void* w, const void* a);
 float dot_bf16_bf16(int64_t n, const void* w, const void* a);
 float dot_f32_f32(int64_t n, const void* w, const void* a);
-float dot_f16_f32(int64_t n, const uint16_t* k, const float* q);
-void axpy_f16(int64_t n, float a, const uint16_t* v, float* acc);
 
 }  // namespace inferd::kernels::avx2

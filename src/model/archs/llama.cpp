@@ -138,16 +138,38 @@ class Llama final : public Model {
     }
     const kernels::AttentionShape shape{c.n_heads, c.n_kv_heads, c.head_dim,
                                         1.0f / std::sqrt(static_cast<float>(c.head_dim))};
-    for (const BatchSequence& seq : batch.sequences) {
-      pool.parallel_for(seq.token_end - seq.token_begin, 1, [&](int64_t begin, int64_t end) {
-        for (int64_t t = seq.token_begin + begin; t < seq.token_begin + end; ++t) {
-          kernels::attend_one(&ws.q[t * q_dim], cache, l, seq.block_table,
-                              batch.positions[static_cast<size_t>(t)], shape, &ws.attn[t * q_dim]);
-        }
-      });
-    }
+    attend_all(batch, cache, l, shape, pool);
     kernels::matmul(layer.wo, ws.attn.data(), T, ws.proj.data(), ws.scratch, pool);  // [T, n_embd]
     kernels::add_inplace(ws.x.data(), ws.proj.data(), T * c.n_embd);
+  }
+
+  // Attention of every sequence in the batch, split into tiles (kv head x a few tokens) that run
+  // in one parallel region.
+  void attend_all(const Batch& batch, const kv::KvCache& cache, int l,
+                  const kernels::AttentionShape& shape, ThreadPool& pool) {
+    LlamaWorkspace& ws = ws_;
+    const int64_t q_dim = int64_t{shape.n_heads} * shape.head_dim;
+    const int64_t tile_tokens = kernels::attention_tile_tokens(shape);
+    int64_t total_tiles = 0;
+    for (const BatchSequence& seq : batch.sequences)
+      total_tiles +=
+          (seq.token_end - seq.token_begin + tile_tokens - 1) / tile_tokens * shape.n_kv_heads;
+    pool.parallel_for(total_tiles, 1, [&](int64_t begin, int64_t end) {
+      int64_t first = 0;  // index of the sequence's first tile
+      for (const BatchSequence& seq : batch.sequences) {
+        const int64_t n = seq.token_end - seq.token_begin;
+        const int64_t tiles = (n + tile_tokens - 1) / tile_tokens * shape.n_kv_heads;
+        for (int64_t i = std::max(begin, first); i < std::min(end, first + tiles); ++i) {
+          const int64_t t0 = seq.token_begin + (i - first) / shape.n_kv_heads * tile_tokens;
+          const kernels::AttentionTile tile{
+              &ws.q[t0 * q_dim], &batch.positions[static_cast<size_t>(t0)],
+              static_cast<int>(std::min(tile_tokens, seq.token_end - t0)),
+              static_cast<int>((i - first) % shape.n_kv_heads), &ws.attn[t0 * q_dim]};
+          kernels::attend_tile(tile, cache, l, seq.block_table, shape);
+        }
+        first += tiles;
+      }
+    });
   }
 
   void feed_forward_block(int l, int64_t T, ThreadPool& pool) {

@@ -1,0 +1,48 @@
+#include "kernels/ref/attention_ref.h"
+
+#include <cmath>
+
+#include "tensor/half.h"
+
+namespace inferd::kernels::ref {
+namespace {
+
+void scores(const uint16_t* keys_t, int block_size, int head_dim, const float* q, int n_rows,
+            float* s) {
+  for (int r = 0; r < n_rows; ++r) {
+    for (int j = 0; j < block_size; ++j) {
+      float acc = 0;
+      for (int d = 0; d < head_dim; ++d)
+        acc += q[r * head_dim + d] * fp16_to_fp32(keys_t[d * block_size + j]);
+      s[r * block_size + j] = acc;
+    }
+  }
+}
+
+void accumulate(const uint16_t* values, int n_keys, int head_dim, const float* p, int p_stride,
+                int n_rows, float* acc) {
+  for (int r = 0; r < n_rows; ++r) {
+    for (int j = 0; j < n_keys; ++j) {
+      const float pj = p[r * p_stride + j];
+      for (int d = 0; d < head_dim; ++d)
+        acc[r * head_dim + d] += pj * fp16_to_fp32(values[j * head_dim + d]);
+    }
+  }
+}
+
+float exp_sum(float* x, int n, float max) {
+  float sum = 0;
+  for (int i = 0; i < n; ++i) {
+    x[i] = std::exp(x[i] - max);
+    sum += x[i];
+  }
+  return sum;
+}
+
+}  // namespace
+
+AttentionKernels attention_kernels() {
+  return {scores, accumulate, exp_sum};
+}
+
+}  // namespace inferd::kernels::ref

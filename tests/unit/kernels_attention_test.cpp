@@ -1,0 +1,154 @@
+// Attention: each ISA's primitives against the reference on odd sizes, and the tiled
+// flash-style driver against plain softmax attention computed in double precision.
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "kernels/attention.h"
+#include "kernels/kernels.h"
+#include "random_data.h"
+#include "tensor/half.h"
+
+namespace inferd::kernels {
+namespace {
+
+using testing::random_floats;
+
+std::vector<uint16_t> random_halves(int64_t n, uint32_t seed) {
+  auto f = random_floats(n, seed);
+  std::vector<uint16_t> h(f.size());
+  for (size_t i = 0; i < f.size(); ++i) h[i] = fp32_to_fp16(f[i]);
+  return h;
+}
+
+TEST(AttentionKernels, ScoresMatchReference) {
+  const AttentionKernels& ref = reference_kernels().attention;
+  for (const KernelTable* table : available_kernels()) {
+    for (int block_size : {8, 12, 16, 32}) {
+      for (int head_dim : {36, 64, 72}) {
+        for (int rows : {1, 3, 9, 16}) {
+          auto keys = random_halves(int64_t{head_dim} * block_size, 1);
+          auto q = random_floats(int64_t{rows} * head_dim, 2);
+          std::vector<float> got(static_cast<size_t>(rows * block_size)), want(got.size());
+          table->attention.scores(keys.data(), block_size, head_dim, q.data(), rows, got.data());
+          ref.scores(keys.data(), block_size, head_dim, q.data(), rows, want.data());
+          for (size_t i = 0; i < got.size(); ++i)
+            ASSERT_NEAR(got[i], want[i], 1e-5 * (1 + std::fabs(want[i])))
+                << table->isa << " bs=" << block_size << " hd=" << head_dim << " rows=" << rows;
+        }
+      }
+    }
+  }
+}
+
+TEST(AttentionKernels, AccumulateMatchesReference) {
+  const AttentionKernels& ref = reference_kernels().attention;
+  for (const KernelTable* table : available_kernels()) {
+    for (int n_keys : {1, 5, 16}) {
+      for (int head_dim : {36, 64, 72}) {
+        for (int rows : {1, 3, 9, 16}) {
+          const int p_stride = 16;
+          auto values = random_halves(int64_t{n_keys} * head_dim, 3);
+          auto p = random_floats(int64_t{rows} * p_stride, 4);
+          auto start = random_floats(int64_t{rows} * head_dim, 5);
+          std::vector<float> got = start, want = start;
+          table->attention.accumulate(values.data(), n_keys, head_dim, p.data(), p_stride, rows,
+                                      got.data());
+          ref.accumulate(values.data(), n_keys, head_dim, p.data(), p_stride, rows, want.data());
+          for (size_t i = 0; i < got.size(); ++i)
+            ASSERT_NEAR(got[i], want[i], 1e-5 * (1 + std::fabs(want[i])))
+                << table->isa << " keys=" << n_keys << " hd=" << head_dim << " rows=" << rows;
+        }
+      }
+    }
+  }
+}
+
+TEST(AttentionKernels, ExpSumMatchesReference) {
+  const AttentionKernels& ref = reference_kernels().attention;
+  for (const KernelTable* table : available_kernels()) {
+    for (int n : {1, 7, 8, 16, 29}) {
+      auto x = random_floats(n, static_cast<uint32_t>(n), 20.0f);
+      x[0] = -std::numeric_limits<float>::infinity();  // a masked score
+      if (n > 2) x[2] = -200.0f;                       // far below the float range of exp
+      std::vector<float> got = x, want = x;
+      const float max = 3.0f;
+      const float sum = table->attention.exp_sum(got.data(), n, max);
+      const float sum_ref = ref.exp_sum(want.data(), n, max);
+      EXPECT_NEAR(sum, sum_ref, 1e-6 * sum_ref) << table->isa << " n=" << n;
+      EXPECT_EQ(got[0], 0.0f) << table->isa;
+      for (int i = 0; i < n; ++i)
+        ASSERT_NEAR(got[i], want[i], 1e-6 * want[i] + 1e-30) << table->isa << " i=" << i;
+    }
+  }
+}
+
+// Plain causal softmax attention over f16-rounded q, k, v, in double.
+std::vector<double> naive_attention(const std::vector<float>& q, const std::vector<float>& k,
+                                    const std::vector<float>& v, int64_t pos, int n_heads,
+                                    int n_kv_heads, int head_dim, float scale) {
+  auto r16 = [](float x) { return double(fp16_to_fp32(fp32_to_fp16(x))); };
+  const int group = n_heads / n_kv_heads, kv_dim = n_kv_heads * head_dim;
+  std::vector<double> out(static_cast<size_t>(n_heads * head_dim), 0.0);
+  for (int h = 0; h < n_heads; ++h) {
+    const int kvh = h / group;
+    std::vector<double> w(static_cast<size_t>(pos + 1));
+    double max = -1e300, sum = 0;
+    for (int64_t j = 0; j <= pos; ++j) {
+      double s = 0;
+      for (int d = 0; d < head_dim; ++d)
+        s += r16(q[h * head_dim + d]) * r16(k[j * kv_dim + kvh * head_dim + d]);
+      w[j] = s * scale;
+      max = std::max(max, w[j]);
+    }
+    for (double& x : w) sum += (x = std::exp(x - max));
+    for (int64_t j = 0; j <= pos; ++j)
+      for (int d = 0; d < head_dim; ++d)
+        out[h * head_dim + d] += w[j] / sum * r16(v[j * kv_dim + kvh * head_dim + d]);
+  }
+  return out;
+}
+
+TEST(Attention, TilesMatchPlainSoftmaxAttention) {
+  const int n_heads = 6, n_kv_heads = 2, head_dim = 40, n_tokens = 37;
+  for (int block_size : {8, 16}) {
+    kv::KvCacheConfig config{1, n_kv_heads, head_dim, block_size, 8, DType::F16};
+    kv::KvCache cache(config);
+    // The sequence's blocks are deliberately not in order.
+    const std::vector<int32_t> block_table = {5, 2, 7, 0, 3};
+    const int kv_dim = n_kv_heads * head_dim, q_dim = n_heads * head_dim;
+    auto k = random_floats(int64_t{n_tokens} * kv_dim, 10);
+    auto v = random_floats(int64_t{n_tokens} * kv_dim, 11);
+    auto q = random_floats(int64_t{n_tokens} * q_dim, 12, 2.0f);
+    for (int t = 0; t < n_tokens; ++t) {
+      const int64_t slot = int64_t{block_table[t / block_size]} * block_size + t % block_size;
+      cache.write(0, slot, &k[static_cast<size_t>(t * kv_dim)],
+                  &v[static_cast<size_t>(t * kv_dim)]);
+    }
+    const AttentionShape shape{n_heads, n_kv_heads, head_dim, 1.0f / std::sqrt(float(head_dim))};
+    std::vector<int32_t> positions(n_tokens);
+    for (int t = 0; t < n_tokens; ++t) positions[static_cast<size_t>(t)] = t;
+    std::vector<float> out(static_cast<size_t>(n_tokens * q_dim));
+    const int tile_tokens = attention_tile_tokens(shape);
+    for (int t0 = 0; t0 < n_tokens; t0 += tile_tokens) {
+      for (int h = 0; h < n_kv_heads; ++h) {
+        const AttentionTile tile{
+            &q[static_cast<size_t>(t0 * q_dim)], &positions[static_cast<size_t>(t0)],
+            std::min(tile_tokens, n_tokens - t0), h, &out[static_cast<size_t>(t0 * q_dim)]};
+        attend_tile(tile, cache, 0, block_table, shape);
+      }
+    }
+    for (int t = 0; t < n_tokens; ++t) {
+      std::vector<float> qt(q.begin() + t * q_dim, q.begin() + (t + 1) * q_dim);
+      auto want = naive_attention(qt, k, v, t, n_heads, n_kv_heads, head_dim, shape.scale);
+      for (int i = 0; i < q_dim; ++i)
+        ASSERT_NEAR(out[static_cast<size_t>(t * q_dim + i)], want[static_cast<size_t>(i)], 2e-5)
+            << "block_size " << block_size << " token " << t << " value " << i;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace inferd::kernels
