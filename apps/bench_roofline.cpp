@@ -29,7 +29,7 @@ double measure_read_bandwidth(int threads) {
   constexpr size_t kBytes = size_t{1} << 30;  // 1 GiB: far beyond any last-level cache
   std::vector<uint64_t> buffer(kBytes / sizeof(uint64_t), 1);
   double best = 0;
-  for (int run = 0; run < 3; ++run) {
+  for (int run = 0; run < 5; ++run) {
     std::vector<std::thread> workers;
     std::vector<uint64_t> sums(static_cast<size_t>(threads));
     const auto begin = std::chrono::steady_clock::now();
@@ -58,33 +58,51 @@ double measure_read_bandwidth(int threads) {
   return best;
 }
 
-void print_roofline(const ModelFootprint& f, const model::Model& model, const nlohmann::json& tests,
-                    int threads) {
+void add_roofline(const ModelFootprint& f, const model::Model& model, nlohmann::json& tests,
+                  int threads) {
   const model::ModelConfig& c = model.config();
   const double bandwidth = measure_read_bandwidth(threads);
-  fmt::print("\nroofline ({} threads, measured read bandwidth {:.1f} GB/s):\n", threads,
-             bandwidth / 1e9);
-  for (const auto& t : tests) {
+  for (auto& t : tests) {
     const int64_t np = t["n_prompt"], ng = t["n_gen"];
     const double tps = t["avg_ts"];
+    t["read_bandwidth_gbs"] = bandwidth / 1e9;
     if (ng > 0) {
       // KV read per token: on average half the generated context, K and V, every layer.
       const double kv = double(ng) / 2 * c.n_layers * 2.0 * c.n_kv_heads * c.head_dim * 2;
       const double per_token = double(f.matmul_bytes) + kv;
-      const double achieved = per_token * tps;
-      fmt::print(
-          "  tg{}: {:.1f} MB read per token ({:.1f} MB weights + {:.2f} MB KV), {:.1f} GB/s = "
-          "{:.0f}% of "
-          "bandwidth; bound {:.0f} tok/s\n",
-          ng, per_token / 1e6, f.matmul_bytes / 1e6, kv / 1e6, achieved / 1e9,
-          100 * achieved / bandwidth, bandwidth / per_token);
+      t["bytes_per_token"] = per_token;
+      t["kv_bytes_per_token"] = kv;
+      t["achieved_gbs"] = per_token * tps / 1e9;
+      t["bandwidth_fraction"] = per_token * tps / bandwidth;
+      t["bound_ts"] = bandwidth / per_token;
     }
     if (np > 0) {
       const double attention =
           2.0 * 2 * c.n_layers * c.n_heads * c.head_dim * double(np) / 2;  // QK and PV, causal
-      const double flops = tps * (2.0 * double(f.matmul_parameters) + attention);
-      fmt::print("  pp{}: {:.1f} GFLOP/s ({:.2f} GFLOP per token)\n", np, flops / 1e9,
-                 (2.0 * double(f.matmul_parameters) + attention) / 1e9);
+      const double per_token = 2.0 * double(f.matmul_parameters) + attention;
+      t["gflop_per_token"] = per_token / 1e9;
+      t["gflops"] = tps * per_token / 1e9;
+    }
+  }
+}
+
+void print_roofline(const ModelFootprint& f, const nlohmann::json& tests, int threads) {
+  if (tests.empty()) return;
+  fmt::print("\nroofline ({} threads, measured read bandwidth {:.1f} GB/s):\n", threads,
+             tests[0]["read_bandwidth_gbs"].get<double>());
+  for (const auto& t : tests) {
+    const int64_t np = t["n_prompt"], ng = t["n_gen"];
+    if (ng > 0) {
+      fmt::print(
+          "  tg{}: {:.1f} MB read per token ({:.1f} MB weights + {:.2f} MB KV), {:.1f} GB/s = "
+          "{:.0f}% of bandwidth; bound {:.0f} tok/s\n",
+          ng, t["bytes_per_token"].get<double>() / 1e6, f.matmul_bytes / 1e6,
+          t["kv_bytes_per_token"].get<double>() / 1e6, t["achieved_gbs"].get<double>(),
+          100 * t["bandwidth_fraction"].get<double>(), t["bound_ts"].get<double>());
+    }
+    if (np > 0) {
+      fmt::print("  pp{}: {:.1f} GFLOP/s ({:.2f} GFLOP per token)\n", np,
+                 t["gflops"].get<double>(), t["gflop_per_token"].get<double>());
     }
   }
 }

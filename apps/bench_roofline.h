@@ -24,8 +24,13 @@ ModelFootprint model_footprint(const gguf::GgufFile& file);
 // than the caches; the best of a few runs.
 double measure_read_bandwidth(int threads);
 
-// Prints the roofline summary for the pp/tg results in `tests` (llama-bench JSON objects).
-void print_roofline(const ModelFootprint& footprint, const model::Model& model,
-                    const nlohmann::json& tests, int threads);
+// Adds the roofline fields to each pp/tg result in `tests` (llama-bench JSON objects), measuring
+// the read bandwidth once: "read_bandwidth_gbs" on all; tg: "bytes_per_token", "achieved_gbs",
+// "bandwidth_fraction", "bound_ts"; pp: "gflops", "gflop_per_token".
+void add_roofline(const ModelFootprint& footprint, const model::Model& model, nlohmann::json& tests,
+                  int threads);
+
+// Prints the roofline fields of `tests` as a short summary.
+void print_roofline(const ModelFootprint& footprint, const nlohmann::json& tests, int threads);
 
 }  // namespace inferd::app

@@ -139,6 +139,7 @@ void bench(const BenchArgs& args) {
   for (const TestResult& t : results) {
     out.push_back(to_json(t, *model, path, footprint.total_bytes, footprint.parameters, threads));
   }
+  add_roofline(footprint, *model, out, threads);
   if (args.json) {
     fmt::print("{}\n", out.dump(2));
     return;
@@ -154,7 +155,7 @@ void bench(const BenchArgs& args) {
                np > 0 ? fmt::format("pp{}", np) : fmt::format("tg{}", ng),
                j["avg_ts"].get<double>(), j["stddev_ts"].get<double>());
   }
-  print_roofline(footprint, *model, out, threads);
+  print_roofline(footprint, out, threads);
 }
 
 }  // namespace
