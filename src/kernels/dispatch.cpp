@@ -9,6 +9,7 @@
 #include "kernels/x86_avx2/attention_avx2.h"
 #include "kernels/x86_avx2/gemm_avx2.h"
 #include "kernels/x86_avx2/quant_avx2.h"
+#include "kernels/x86_avx512/bf16_avx512.h"
 #include "kernels/x86_avx512/gemm_avx512.h"
 #include "util/error.h"
 
@@ -80,12 +81,14 @@ static const KernelTable& avx2_kernels() {
   return table;
 }
 
-// AVX-512 F/BW/VL + VNNI for the packed int8 path; everything else as AVX2.
+// AVX-512 F/BW/VL + VNNI for the packed int8 path, BF16 dot products where the CPU has
+// AVX512_BF16; everything else as AVX2.
 static const KernelTable& avx512_kernels() {
   static const KernelTable table = [] {
     KernelTable t = avx2_kernels();
     t.isa = "avx512";
     t.packed = avx512::packed_kernels();
+    if (cpu_features().avx512bf16) t.bf16.dot = avx512::dot_bf16_bf16;
     return t;
   }();
   return table;
