@@ -101,7 +101,7 @@ uint64_t Engine::add_request(Request request) {
       static_cast<size_t>((prompt + request.max_tokens) / config_.block_size + 1));
   active->sampler = std::make_unique<sampling::Sampler>(request.sampling, n_vocab);
   active->detokenizer = std::make_unique<tokenizer::IncrementalDetokenizer>(*tokenizer_);
-  active->stop = std::make_unique<StopMatcher>(request.stop);
+  active->stop = std::make_unique<StopMatcher>(request.stop, tokenizer_->max_piece_bytes() * 3 + 4);
   seq.request = std::move(request);
   const uint64_t id = seq.id;
   scheduler_->add(&seq);
@@ -156,7 +156,7 @@ void Engine::process_output(Active& active, std::span<float> logits) {
 }
 
 bool Engine::emit_token(Active& active, int32_t token) {
-  const std::string text = active.detokenizer->push(token);
+  const std::string_view text = active.detokenizer->push(token);
   if (text.empty()) return false;
   StopMatcher::Result r = active.stop->push(text);
   if (!r.emit.empty()) active.seq.request.output->on_text(r.emit);
@@ -169,7 +169,8 @@ void Engine::finish(Active& active, FinishReason reason, std::string error) {
   if (!active.stop_hit && reason != FinishReason::kCancelled && reason != FinishReason::kError) {
     // Flush what the detokenizer and the stop matcher held back.
     StopMatcher::Result r = active.stop->push(active.detokenizer->flush());
-    std::string tail = r.emit + (r.stopped ? std::string() : active.stop->finish());
+    std::string tail(r.emit);
+    if (!r.stopped) tail += active.stop->finish();
     if (!tail.empty()) seq.request.output->on_text(tail);
   }
   RequestResult result;

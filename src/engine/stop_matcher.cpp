@@ -4,18 +4,26 @@
 
 namespace inferd::engine {
 
-StopMatcher::StopMatcher(std::vector<std::string> stops) : stops_(std::move(stops)) {
+StopMatcher::StopMatcher(std::vector<std::string> stops, size_t max_piece_bytes)
+    : stops_(std::move(stops)) {
   std::erase_if(stops_, [](const std::string& s) { return s.empty(); });
+  size_t longest_stop = 0;
+  for (const std::string& s : stops_) longest_stop = std::max(longest_stop, s.size());
+  // Pending is at most a held-back stop prefix plus one piece.
+  pending_.reserve(longest_stop + max_piece_bytes);
+  emit_.reserve(longest_stop + max_piece_bytes);
 }
 
 StopMatcher::Result StopMatcher::push(std::string_view text) {
   Result result;
+  emit_.clear();
   if (stopped_) return result;
   pending_.append(text);
   size_t first = std::string::npos;
   for (const std::string& stop : stops_) first = std::min(first, pending_.find(stop));
   if (first != std::string::npos) {
-    result.emit = pending_.substr(0, first);
+    emit_.assign(pending_, 0, first);
+    result.emit = emit_;
     result.stopped = stopped_ = true;
     pending_.clear();
     return result;
@@ -32,7 +40,8 @@ StopMatcher::Result StopMatcher::push(std::string_view text) {
       }
     }
   }
-  result.emit = pending_.substr(0, pending_.size() - hold);
+  emit_.assign(pending_, 0, pending_.size() - hold);
+  result.emit = emit_;
   pending_.erase(0, pending_.size() - hold);
   return result;
 }

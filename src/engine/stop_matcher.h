@@ -10,11 +10,12 @@ namespace inferd::engine {
 
 class StopMatcher {
  public:
-  explicit StopMatcher(std::vector<std::string> stops);
+  // Buffers are sized for pieces of up to `max_piece_bytes`, so push() does not allocate.
+  explicit StopMatcher(std::vector<std::string> stops, size_t max_piece_bytes = 256);
 
   struct Result {
-    std::string emit;      // safe to send now
-    bool stopped = false;  // a stop string was found; `emit` is the text before it
+    std::string_view emit;  // safe to send now; valid until the next call
+    bool stopped = false;   // a stop string was found; `emit` is the text before it
   };
   // Adds a piece of text (whole UTF-8 characters). When several stop strings occur, the one
   // that starts earliest wins; the text before it is emitted and the rest is dropped.
@@ -25,6 +26,7 @@ class StopMatcher {
  private:
   std::vector<std::string> stops_;
   std::string pending_;
+  std::string emit_;  // what the last push() emitted
   bool stopped_ = false;
 };
 

@@ -4,11 +4,20 @@
 
 namespace inferd::tokenizer {
 
-std::string IncrementalDetokenizer::push(int32_t id) {
+IncrementalDetokenizer::IncrementalDetokenizer(const Tokenizer& tokenizer, bool skip_special_tokens)
+    : tokenizer_(tokenizer), skip_special_(skip_special_tokens) {
+  // Pending holds up to 3 bytes plus a piece; every byte could turn into a 3-byte U+FFFD.
+  const size_t most = tokenizer.max_piece_bytes() + 4;
+  pending_.reserve(most);
+  out_.reserve(3 * most);
+}
+
+std::string_view IncrementalDetokenizer::push(int32_t id) {
   const std::string& piece = tokenizer_.token_piece(id);
-  if (skip_special_ && tokenizer_.is_special(id)) return {};
+  out_.clear();
+  if (skip_special_ && tokenizer_.is_special(id)) return out_;
   pending_ += piece;
-  std::string out;
+  std::string& out = out_;
   size_t pos = 0;
   while (pos < pending_.size()) {
     Utf8Unit unit = scan_utf8(pending_, pos);

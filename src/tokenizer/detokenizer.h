@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 #include "tokenizer/tokenizer.h"
 
@@ -12,13 +13,13 @@ namespace inferd::tokenizer {
 class IncrementalDetokenizer {
  public:
   // `tokenizer` must outlive this object.
-  explicit IncrementalDetokenizer(const Tokenizer& tokenizer, bool skip_special_tokens = true)
-      : tokenizer_(tokenizer), skip_special_(skip_special_tokens) {}
+  // Its buffers are sized here for the longest token, so push() never allocates.
+  explicit IncrementalDetokenizer(const Tokenizer& tokenizer, bool skip_special_tokens = true);
 
   // Adds one token and returns the text it completes: whole characters only, possibly empty.
-  // Bytes that can never form a character come out as U+FFFD. Throws inferd::Error for an
-  // id outside the vocabulary (the state is unchanged then).
-  std::string push(int32_t id);
+  // Bytes that can never form a character come out as U+FFFD. The view is valid until the
+  // next call. Throws inferd::Error for an id outside the vocabulary (the state is unchanged).
+  std::string_view push(int32_t id);
 
   // Ends the stream: returns the held-back bytes of a cut-off character as U+FFFD (or
   // nothing) and starts afresh.
@@ -30,7 +31,8 @@ class IncrementalDetokenizer {
  private:
   const Tokenizer& tokenizer_;
   bool skip_special_;
-  std::string pending_;
+  std::string pending_;  // bytes of a character still incomplete (at most 3)
+  std::string out_;      // what the last push() returned
 };
 
 }  // namespace inferd::tokenizer

@@ -1,5 +1,7 @@
 #include "tokenizer/tokenizer.h"
 
+#include <algorithm>
+
 #include "tokenizer/bpe.h"
 #include "util/error.h"
 
@@ -25,6 +27,7 @@ Tokenizer::Tokenizer(Vocab vocab)
     // Special and user-defined tokens are shown as written; the rest are byte spellings.
     bool literal = special_[id] || t == TokenType::kUserDefined;
     pieces_[id] = literal ? vocab_.text(id) : encoder_->token_bytes(id);
+    max_piece_bytes_ = std::max(max_piece_bytes_, pieces_[id].size());
   }
 }
 

@@ -43,6 +43,8 @@ class Tokenizer {
 
   // The bytes of one token: a special token's text as is, other tokens decoded.
   const std::string& token_piece(int32_t id) const;
+  // The longest token_piece(), so streaming buffers can be sized once.
+  size_t max_piece_bytes() const { return max_piece_bytes_; }
   // Tokens that skip_special_tokens drops.
   bool is_special(int32_t id) const;
   // True when encode(text, false, false) decodes back to exactly `text`.
@@ -59,6 +61,7 @@ class Tokenizer {
   SpecialTokenSplitter specials_;
   std::vector<std::string> pieces_;  // token_piece() of every id
   std::vector<bool> special_;        // is_special() of every id
+  size_t max_piece_bytes_ = 0;
 };
 
 }  // namespace inferd::tokenizer

@@ -23,7 +23,7 @@ class TokenizerDetokenizer : public ::testing::Test {
   std::vector<std::string> stream(const std::vector<int32_t>& ids, bool skip = true) const {
     IncrementalDetokenizer detok(*tok_, skip);
     std::vector<std::string> out;
-    for (int32_t id : ids) out.push_back(detok.push(id));
+    for (int32_t id : ids) out.emplace_back(detok.push(id));
     out.push_back(detok.flush());
     return out;
   }
