@@ -81,7 +81,7 @@ class Summary(unittest.TestCase):
         s = sl.summarize([sl.Result(error="x")], 0.0)
         self.assertEqual(s["failed"], 1)
         self.assertIsNone(s["ttft"]["p99_ms"])
-        self.assertEqual(s["output_throughput"], 0.0)
+        self.assertIsNone(s["output_throughput"])
 
     def test_rounds_combine_to_medians(self):
         a = sl.summarize([sl.Result(ok=True, output_tokens=10, ttft=1.0, e2e=2.0)], 1.0)
@@ -91,6 +91,9 @@ class Summary(unittest.TestCase):
         self.assertEqual(m["output_throughput"], 20.0)
         self.assertEqual(m["ttft"]["p99_ms"], 2000.0)
         self.assertEqual((m["completed"], m["failed"]), (3, 1))
+        # A round whose server never started has no throughput and does not count in the median.
+        dead = sl.summarize([sl.Result(error="no server")], 0.0)
+        self.assertEqual(sl.combine([a, dead])["output_throughput"], 10.0)
 
 
 class Prompts(unittest.TestCase):
