@@ -157,7 +157,7 @@ class Stream(unittest.TestCase):
 
 class FakeServer(http.server.BaseHTTPRequestHandler):
     """Streams max_tokens chunks: first after FIRST seconds, then one every GAP seconds, then a
-    usage record; answers 500 to a prompt of 'fail'."""
+    usage record; answers 500 to a prompt of 'fail' and breaks off after two chunks for 'cut'."""
     FIRST, GAP = 0.05, 0.01
 
     def log_message(self, *args):
@@ -186,6 +186,8 @@ class FakeServer(http.server.BaseHTTPRequestHandler):
             if i:
                 time.sleep(self.GAP)
             event({"choices": [{"delta": {"content": f" t{i}"}} if chat else {"text": f" t{i}"}]})
+            if i == 1 and body.get("prompt") == "cut":
+                return
         event({"choices": [], "usage": {"prompt_tokens": 11, "completion_tokens": body["max_tokens"]}})
         self.wfile.write(b"data: [DONE]\n\n")
 
@@ -205,12 +207,14 @@ class LoadAgainstFakeServer(unittest.TestCase):
     def test_measures_and_counts_failures(self):
         prompts = [sl.Prompt(output_len=5, input_len=3, text="a b c"),
                    sl.Prompt(output_len=4, input_len=20, messages=[{"role": "user", "content": "hi"}]),
-                   sl.Prompt(output_len=4, input_len=1, text="fail")]
+                   sl.Prompt(output_len=4, input_len=1, text="fail"),
+                   sl.Prompt(output_len=4, input_len=1, text="cut")]
         results, duration = sl.asyncio.run(sl.run_load(self.url, prompts, "m", 2, math.inf, 0, 30))
-        ok, chat, failed = results
+        ok, chat, failed, cut = results
         self.assertTrue(ok.ok and chat.ok)
-        self.assertFalse(failed.ok)
+        self.assertFalse(failed.ok or cut.ok)
         self.assertIn("HTTP 500", failed.error)
+        self.assertIn("[DONE]", cut.error)
         self.assertEqual((ok.output_tokens, ok.prompt_tokens, len(ok.itl)), (5, 11, 4))
         self.assertEqual((chat.output_tokens, len(chat.itl)), (4, 3))  # the role-only chunk is not a token
         for r in (ok, chat):
@@ -218,7 +222,7 @@ class LoadAgainstFakeServer(unittest.TestCase):
             self.assertTrue(all(gap >= FakeServer.GAP * 0.5 for gap in r.itl))
             self.assertGreater(r.e2e, r.ttft)
         s = sl.summarize(results, duration)
-        self.assertEqual((s["completed"], s["failed"], s["short_outputs"]), (2, 1, 0))
+        self.assertEqual((s["completed"], s["failed"], s["short_outputs"]), (2, 2, 0))
 
 
 if __name__ == "__main__":
