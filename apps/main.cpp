@@ -18,6 +18,7 @@ int main(int argc, char** argv) {
   inferd::app::register_chat(app);
   inferd::app::register_perplexity(app);
   inferd::app::register_bench(app);
+  inferd::app::register_serve(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -30,6 +30,7 @@ struct Engine::Active {
   std::unique_ptr<sampling::Sampler> sampler;
   std::unique_ptr<tokenizer::IncrementalDetokenizer> detokenizer;
   std::unique_ptr<StopMatcher> stop;
+  std::vector<sampling::TokenLogprob> top;  // [request.logprobs], sized at admission
   bool stop_hit = false;
   Clock::time_point arrival, first_scheduled, first_token, last_token;
   bool was_scheduled = false;
@@ -38,6 +39,7 @@ struct Engine::Active {
 namespace {
 
 constexpr int64_t kDefaultContextCap = 4096;
+constexpr int32_t kMaxTopLogprobs = 20;
 
 int64_t resolve_context(const EngineConfig& config, int64_t model_context) {
   if (config.context < 0) fail("context size {} must not be negative", config.context);
@@ -101,6 +103,10 @@ uint64_t Engine::add_request(Request request) {
       static_cast<size_t>((prompt + request.max_tokens) / config_.block_size + 1));
   active->sampler = std::make_unique<sampling::Sampler>(request.sampling, n_vocab);
   active->detokenizer = std::make_unique<tokenizer::IncrementalDetokenizer>(*tokenizer_);
+  if (request.logprobs > kMaxTopLogprobs) {
+    fail("logprobs must be at most {}, got {}", kMaxTopLogprobs, request.logprobs);
+  }
+  active->top.resize(static_cast<size_t>(std::max(0, request.logprobs)));
   active->stop = std::make_unique<StopMatcher>(request.stop, tokenizer_->max_piece_bytes() * 3 + 4);
   seq.request = std::move(request);
   const uint64_t id = seq.id;
@@ -148,6 +154,11 @@ void Engine::process_output(Active& active, std::span<float> logits) {
     return;
   }
   seq.tokens.push_back(token);
+  if (seq.request.logprobs >= 0) {
+    const size_t n = active.sampler->top_logprobs(logits, active.top);
+    seq.request.output->on_token(token, active.sampler->last_logprob(),
+                                 std::span<const sampling::TokenLogprob>(active.top).first(n));
+  }
   if (emit_token(active, token)) {
     finish(active, FinishReason::kStop);
   } else if (seq.num_generated() >= seq.request.max_tokens || seq.num_tokens() >= config_.context) {

@@ -4,10 +4,12 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "sampling/sampler.h"
 #include "sampling/sampling_params.h"
 
 namespace inferd::engine {
@@ -42,6 +44,10 @@ class OutputChannel {
   virtual ~OutputChannel() = default;
   // Text that is final: whole UTF-8 characters, never part of a stop string.
   virtual void on_text(std::string_view text) = 0;
+  // Each generated token with its log-probability and the request's `logprobs` most likely
+  // alternatives, before its text; only when the request asked for logprobs (>= 0).
+  virtual void on_token(int32_t /*token*/, float /*logprob*/,
+                        std::span<const sampling::TokenLogprob> /*top*/) {}
   // Exactly once, last.
   virtual void on_finish(const RequestResult& result) = 0;
   // Polled every step; true cancels the request and frees its KV blocks.
@@ -54,6 +60,7 @@ struct Request {
   int64_t max_tokens = 256;
   std::vector<std::string> stop;  // stop strings; never part of the output
   bool ignore_eos = false;
+  int32_t logprobs = -1;  // -1: none; k >= 0: report each token's logprob and k alternatives
   std::shared_ptr<OutputChannel> output;
 };
 

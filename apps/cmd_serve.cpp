@@ -1,0 +1,105 @@
+// `inferd serve`: the OpenAI-compatible HTTP server over one engine (src/server).
+#include <csignal>
+#include <filesystem>
+
+#include <fmt/format.h>
+
+#include "commands.h"
+#include "generation_options.h"
+#include "server/engine_loop.h"
+#include "server/http_server.h"
+#include "stream_output.h"
+#include "util/paths.h"
+
+namespace inferd::app {
+namespace {
+
+struct ServeArgs {
+  std::string model;
+  std::string host = "127.0.0.1";
+  int port = 8080;
+  int threads = 0;
+  int64_t context = 0;
+  int max_seqs = 16;
+  int64_t max_batched_tokens = 512;
+  size_t max_queue = 256;
+  size_t max_body_bytes = 8 << 20;
+  std::string api_key;
+  std::string served_model_name;
+  std::string chat_template;
+};
+
+server::HttpServer* g_server = nullptr;
+
+void on_signal(int) {
+  if (g_server != nullptr) g_server->stop();
+}
+
+void serve(const ServeArgs& args) {
+  const std::string path = args.model.empty() ? default_model_path() : args.model;
+  gguf::GgufFile file = gguf::GgufFile::open(path);
+  engine::EngineConfig config;
+  config.threads = args.threads > 0 ? args.threads : default_threads();
+  config.context = args.context;
+  config.max_seqs = args.max_seqs;
+  config.max_batched_tokens = args.max_batched_tokens;
+  const std::string model_id = args.served_model_name.empty()
+                                   ? std::filesystem::path(path).stem().string()
+                                   : args.served_model_name;
+  server::ServerMetrics metrics(model_id);
+  server::EngineLoop loop(file, config, args.max_queue, metrics);
+  const tokenizer::ChatTemplate chat_template = load_chat_template(file, args.chat_template);
+  server::ParseContext context;
+  context.tokenizer = &loop.tokenizer();
+  context.context = loop.context();
+  context.model_ids = {model_id};
+  context.render_chat = [&loop, chat_template](const std::vector<tokenizer::ChatMessage>& m) {
+    return render_chat(loop.tokenizer(), chat_template, m);
+  };
+  server::ServerOptions options;
+  options.host = args.host;
+  options.port = args.port;
+  options.api_key = args.api_key;
+  options.max_body_bytes = args.max_body_bytes;
+  server::HttpServer http(loop, metrics, std::move(context), options);
+  g_server = &http;
+  std::signal(SIGINT, on_signal);
+  std::signal(SIGTERM, on_signal);
+  fmt::print(stderr, "[inferd] model {} ({} threads, context {}, up to {} sequences)\n", model_id,
+             config.threads, loop.context(), config.max_seqs);
+  http.listen();
+  g_server = nullptr;
+}
+
+}  // namespace
+
+void register_serve(CLI::App& app) {
+  auto* cmd = app.add_subcommand("serve", "Serve the model over an OpenAI-compatible HTTP API");
+  auto args = std::make_shared<ServeArgs>();
+  cmd->add_option("-m,--model", args->model, "GGUF model file (default: the fetched SmolLM2)");
+  cmd->add_option("--host", args->host, "Address to listen on");
+  cmd->add_option("--port", args->port, "Port (0: any free port)")->check(CLI::Range(0, 65535));
+  cmd->add_option("-t,--threads", args->threads, "Threads (0: cores, at most 4)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("-c,--ctx-size", args->context,
+                  "Tokens per sequence, prompt + output (0: the model's, at most 4096)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--max-seqs", args->max_seqs, "Sequences decoded together at most")
+      ->check(CLI::Range(1, 1024));
+  cmd->add_option("--max-batched-tokens", args->max_batched_tokens,
+                  "Tokens one step may process (the prefill chunk budget)")
+      ->check(CLI::Range(1, 65536));
+  cmd->add_option("--max-queue", args->max_queue,
+                  "Requests queued or running at most; more get HTTP 429")
+      ->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("--max-body-bytes", args->max_body_bytes, "Larger request bodies get HTTP 413")
+      ->check(CLI::Range(1024, 1 << 30));
+  cmd->add_option("--api-key", args->api_key, "Require 'Authorization: Bearer KEY'");
+  cmd->add_option("--served-model-name", args->served_model_name,
+                  "Model id in the API (default: the file name without .gguf)");
+  cmd->add_option("--chat-template", args->chat_template,
+                  "Built-in template name (chatml) or a Jinja file; default: the model's");
+  cmd->callback([args] { serve(*args); });
+}
+
+}  // namespace inferd::app

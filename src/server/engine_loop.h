@@ -1,0 +1,51 @@
+// EngineLoop: the engine on its own thread. HTTP threads submit requests to a bounded queue;
+// the loop admits them, runs steps while there is work and sleeps when there is none. Each
+// request streams back through its own output channel.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include "engine/engine.h"
+#include "server/metrics.h"
+
+namespace inferd::server {
+
+class EngineLoop {
+ public:
+  // `file` must outlive the loop. `max_pending` bounds queued plus running requests.
+  EngineLoop(const gguf::GgufFile& file, const engine::EngineConfig& config, size_t max_pending,
+             ServerMetrics& metrics);
+  ~EngineLoop();
+  EngineLoop(const EngineLoop&) = delete;
+  EngineLoop& operator=(const EngineLoop&) = delete;
+
+  // Queues a request (already validated). False when the queue is full. A request the engine
+  // still rejects finishes at once with FinishReason::kError and the message.
+  bool submit(engine::Request request);
+
+  // Read-only after construction, so safe from any thread.
+  const tokenizer::Tokenizer& tokenizer() const { return engine_.tokenizer(); }
+  const model::ModelConfig& model_config() const { return engine_.model_config(); }
+  int64_t context() const { return engine_.config().context; }
+
+ private:
+  void run();
+  void publish_gauges();
+
+  engine::Engine engine_;
+  ServerMetrics& metrics_;
+  const size_t max_pending_;
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::deque<engine::Request> queue_;
+  std::atomic<size_t> pending_{0};  // queued + in the engine
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+}  // namespace inferd::server

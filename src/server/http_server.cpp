@@ -1,0 +1,369 @@
+#include "server/http_server.h"
+
+#include <fmt/format.h>
+#include <httplib.h>
+
+#include <atomic>
+#include <chrono>
+#include <ctime>
+
+#include "server/openai_response.h"
+#include "util/error.h"
+
+namespace inferd::server {
+namespace {
+
+using nlohmann::json;
+using namespace std::chrono_literals;
+
+// How long a connection waits for output before checking that its client is still there.
+constexpr auto kPollInterval = 100ms;
+// Silence after which a keep-alive is written, so a vanished client is noticed (SSE comment for
+// streams, a JSON-insignificant space before a non-streamed body).
+constexpr auto kKeepAliveInterval = 1000ms;
+
+void send_json(httplib::Response& res, int status, const json& body) {
+  res.status = status;
+  res.set_content(body.dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
+}
+
+std::string finish_name(const engine::RequestResult& r) {
+  return std::string(engine::finish_reason_name(r.finish_reason));
+}
+
+// The n engine requests behind one HTTP request.
+struct Generation {
+  CompletionRequest request;
+  std::vector<std::shared_ptr<StreamChannel>> channels;
+  std::vector<ChoiceOutput> choices;
+  std::vector<bool> done;
+  std::string error;
+  void cancel() {
+    for (auto& c : channels) c->cancel();
+  }
+  bool all_done() const {
+    return std::all_of(done.begin(), done.end(), [](bool d) { return d; });
+  }
+};
+
+}  // namespace
+
+struct HttpServer::Impl {
+  EngineLoop& loop;
+  ServerMetrics& metrics;
+  ParseContext context;
+  ServerOptions options;
+  httplib::Server server;
+  std::atomic<uint64_t> next_id{1};
+  int bound_port = 0;
+
+  Impl(EngineLoop& l, ServerMetrics& m, ParseContext c, ServerOptions o)
+      : loop(l), metrics(m), context(std::move(c)), options(std::move(o)) {}
+
+  bool authorized(const httplib::Request& req, httplib::Response& res) {
+    if (options.api_key.empty()) return true;
+    if (req.get_header_value("Authorization") == "Bearer " + options.api_key) return true;
+    metrics.record_rejected(401);
+    send_json(res, 401,
+              ApiError(401, "Incorrect or missing API key (Authorization: Bearer ...)", "",
+                       "authentication_error", "invalid_api_key")
+                  .body());
+    return false;
+  }
+
+  void fail_with(httplib::Response& res, const ApiError& e) {
+    metrics.record_rejected(e.status);
+    send_json(res, e.status, e.body());
+  }
+
+  static json parse_body(const httplib::Request& req) {
+    try {
+      return json::parse(req.body);
+    } catch (const json::parse_error& e) {
+      throw ApiError(400, fmt::format("the body is not valid JSON: {}", e.what()));
+    }
+  }
+
+  // Drains what each choice has produced; records finished ones. Returns per choice the new
+  // text and tokens since the last call.
+  void collect(Generation& g, int index, ChannelBatch& batch) {
+    ChoiceOutput& c = g.choices[static_cast<size_t>(index)];
+    c.text += batch.text;
+    c.tokens.insert(c.tokens.end(), batch.tokens.begin(), batch.tokens.end());
+    if (batch.result) {
+      const engine::RequestResult& r = *batch.result;
+      g.done[static_cast<size_t>(index)] = true;
+      c.finish_reason = finish_name(r);
+      c.prompt_tokens = r.stats.prompt_tokens;
+      c.completion_tokens = r.stats.completion_tokens;
+      if (r.finish_reason == engine::FinishReason::kError) g.error = r.error;
+    }
+  }
+
+  // Waits on the choices in turn; returns the batches that arrived.
+  std::vector<ChannelBatch> poll(Generation& g) {
+    std::vector<ChannelBatch> batches(g.channels.size());
+    const auto wait = g.channels.size() == 1 ? kPollInterval : kPollInterval / 10;
+    for (size_t i = 0; i < g.channels.size(); ++i) {
+      if (!g.done[i]) batches[i] = g.channels[i]->wait(wait);
+    }
+    return batches;
+  }
+
+  bool start(Generation& g) {
+    for (int i = 0; i < g.request.n; ++i) {
+      engine::Request r = g.request.request;
+      if (i > 0 && r.sampling.seed != sampling::SamplingParams::kRandomSeed) r.sampling.seed += i;
+      auto channel = std::make_shared<StreamChannel>(&metrics);
+      r.output = channel;
+      if (!loop.submit(std::move(r))) {
+        g.cancel();
+        return false;
+      }
+      g.channels.push_back(channel);
+      g.choices.emplace_back();
+      g.done.push_back(false);
+    }
+    return true;
+  }
+
+  void handle_completion(const httplib::Request& req, httplib::Response& res, bool chat) {
+    if (!authorized(req, res)) return;
+    auto g = std::make_shared<Generation>();
+    try {
+      g->request = parse_completion(parse_body(req), chat, context);
+    } catch (const ApiError& e) {
+      fail_with(res, e);
+      return;
+    }
+    if (!start(*g)) {
+      fail_with(res, ApiError(429, "the server's queue is full; retry later", "",
+                              "rate_limit_exceeded", "queue_full"));
+      return;
+    }
+    const std::string id = fmt::format("{}-{}", chat ? "chatcmpl" : "cmpl", next_id++);
+    auto writer = std::make_shared<ResponseWriter>(g->request, *context.tokenizer, id,
+                                                   static_cast<int64_t>(std::time(nullptr)));
+    if (g->request.stream) {
+      stream(res, g, writer);
+    } else {
+      respond_whole(res, g, writer);
+    }
+  }
+
+  void respond_whole(httplib::Response& res, std::shared_ptr<Generation> g,
+                     std::shared_ptr<ResponseWriter> writer) {
+    // Chunked, so a client that goes away while its request is queued or running is noticed
+    // (a failed keep-alive write) and its sequences cancelled.
+    res.set_chunked_content_provider(
+        "application/json",
+        [this, g, writer, quiet = std::chrono::steady_clock::now()](
+            size_t, httplib::DataSink& sink) mutable {
+          while (!g->all_done()) {
+            auto batches = poll(*g);
+            for (size_t i = 0; i < batches.size(); ++i)
+              collect(*g, static_cast<int>(i), batches[i]);
+            if (std::chrono::steady_clock::now() - quiet > kKeepAliveInterval) {
+              quiet = std::chrono::steady_clock::now();
+              if (!sink.is_writable() || !sink.write(" ", 1)) {
+                g->cancel();
+                return false;
+              }
+            }
+          }
+          const json body =
+              g->error.empty() ? writer->full(g->choices) : ApiError(400, g->error).body();
+          const std::string text = body.dump(-1, ' ', false, json::error_handler_t::replace);
+          sink.write(text.data(), text.size());
+          sink.done();
+          return true;
+        },
+        [g](bool) { g->cancel(); });
+  }
+
+  void stream(httplib::Response& res, std::shared_ptr<Generation> g,
+              std::shared_ptr<ResponseWriter> writer) {
+    res.set_header("Cache-Control", "no-cache");
+    res.set_chunked_content_provider(
+        "text/event-stream",
+        [this, g, writer, started = false, quiet = std::chrono::steady_clock::now()](
+            size_t, httplib::DataSink& sink) mutable {
+          auto send = [&](const json& event) {
+            const std::string line =
+                "data: " + event.dump(-1, ' ', false, json::error_handler_t::replace) + "\n\n";
+            quiet = std::chrono::steady_clock::now();
+            return sink.is_writable() && sink.write(line.data(), line.size());
+          };
+          if (!started && g->request.chat) {
+            for (int i = 0; i < g->request.n; ++i) {
+              if (!send(writer->role_chunk(i))) return g->cancel(), false;
+            }
+          }
+          started = true;
+          while (!g->all_done()) {
+            auto batches = poll(*g);
+            for (size_t i = 0; i < batches.size(); ++i) {
+              ChannelBatch& b = batches[i];
+              const bool had_result = b.result.has_value();
+              const std::string text = b.text;
+              const std::vector<TokenInfo> tokens = b.tokens;
+              collect(*g, static_cast<int>(i), b);
+              if (had_result && !g->error.empty()) {
+                send(ApiError(400, g->error).body());
+                continue;
+              }
+              if (text.empty() && tokens.empty() && !had_result) continue;
+              const std::string reason = had_result ? g->choices[i].finish_reason : std::string();
+              if (!send(writer->chunk(static_cast<int>(i), text, tokens, reason)))
+                return g->cancel(), false;
+            }
+            if (std::chrono::steady_clock::now() - quiet > kKeepAliveInterval) {
+              quiet = std::chrono::steady_clock::now();
+              if (!sink.is_writable() || !sink.write(": keep-alive\n\n", 14))
+                return g->cancel(), false;
+            }
+          }
+          if (g->request.include_usage && !send(writer->usage_chunk(g->choices)))
+            return g->cancel(), false;
+          const std::string done = "data: [DONE]\n\n";
+          sink.write(done.data(), done.size());
+          sink.done();
+          return true;
+        },
+        [g](bool) { g->cancel(); });
+  }
+
+  void handle_tokenize(const httplib::Request& req, httplib::Response& res) {
+    if (!authorized(req, res)) return;
+    try {
+      const json body = parse_body(req);
+      if (!body.is_object()) throw ApiError(400, "the request body must be a JSON object");
+      check_model(body, context);
+      std::vector<int32_t> ids;
+      if (body.contains("messages")) {
+        json chat = body;
+        chat.erase("max_tokens");
+        ids = parse_completion(chat, true, context).request.prompt;
+      } else {
+        if (!body.contains("prompt") || !body["prompt"].is_string())
+          throw ApiError(400, "'prompt' must be a string", "prompt");
+        const bool add_special = body.value("add_special_tokens", true);
+        ids = context.tokenizer->encode(body["prompt"].get<std::string>(), add_special, true);
+      }
+      send_json(res, 200,
+                {{"tokens", ids}, {"count", ids.size()}, {"max_model_len", context.context}});
+    } catch (const ApiError& e) {
+      fail_with(res, e);
+    }
+  }
+
+  void handle_detokenize(const httplib::Request& req, httplib::Response& res) {
+    if (!authorized(req, res)) return;
+    try {
+      const json body = parse_body(req);
+      if (!body.is_object() || !body.contains("tokens") || !body["tokens"].is_array())
+        throw ApiError(400, "'tokens' must be a list of token ids", "tokens");
+      check_model(body, context);
+      const int32_t n_vocab = context.tokenizer->vocab().size();
+      std::vector<int32_t> ids;
+      for (const json& t : body["tokens"]) {
+        if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() >= n_vocab)
+          throw ApiError(400, fmt::format("token ids must be integers in [0, {})", n_vocab),
+                         "tokens");
+        ids.push_back(static_cast<int32_t>(t.get<int64_t>()));
+      }
+      send_json(res, 200, {{"prompt", context.tokenizer->decode(ids, false)}});
+    } catch (const ApiError& e) {
+      fail_with(res, e);
+    }
+  }
+
+  void routes() {
+    server.Get("/health", [](const httplib::Request&, httplib::Response& res) {
+      send_json(res, 200, {{"status", "ok"}});
+    });
+    server.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+      res.set_content(metrics.render(), "text/plain; version=0.0.4");
+    });
+    server.Get("/v1/models", [this](const httplib::Request& req, httplib::Response& res) {
+      if (!authorized(req, res)) return;
+      json data = json::array();
+      for (const std::string& id : context.model_ids) {
+        data.push_back({{"id", id},
+                        {"object", "model"},
+                        {"created", 0},
+                        {"owned_by", "inferd"},
+                        {"max_model_len", context.context}});
+      }
+      send_json(res, 200, {{"object", "list"}, {"data", data}});
+    });
+    server.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
+      handle_completion(req, res, false);
+    });
+    server.Post("/v1/chat/completions",
+                [this](const httplib::Request& req, httplib::Response& res) {
+                  handle_completion(req, res, true);
+                });
+    server.Post("/tokenize", [this](const httplib::Request& req, httplib::Response& res) {
+      handle_tokenize(req, res);
+    });
+    server.Post("/detokenize", [this](const httplib::Request& req, httplib::Response& res) {
+      handle_detokenize(req, res);
+    });
+    // Errors httplib makes itself (404 route, 413 body) get an OpenAI error object too.
+    server.set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
+      if (!res.body.empty()) return;
+      std::string message = fmt::format("{} {}: HTTP status {}", req.method, req.path, res.status);
+      if (res.status == 413)
+        message = fmt::format("the request body is larger than {} bytes", options.max_body_bytes);
+      metrics.record_rejected(res.status);
+      send_json(res, res.status, ApiError(res.status, message).body());
+    });
+    server.set_exception_handler(
+        [](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+          std::string message = "internal error";
+          try {
+            std::rethrow_exception(ep);
+          } catch (const std::exception& e) {
+            message = e.what();
+          } catch (...) {
+          }
+          send_json(res, 500, ApiError(500, message, "", "server_error").body());
+        });
+  }
+};
+
+HttpServer::HttpServer(EngineLoop& loop, ServerMetrics& metrics, ParseContext context,
+                       ServerOptions options)
+    : impl_(std::make_unique<Impl>(loop, metrics, std::move(context), std::move(options))) {
+  impl_->server.set_payload_max_length(impl_->options.max_body_bytes);
+  const int threads = impl_->options.http_threads;
+  impl_->server.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  impl_->routes();
+}
+
+HttpServer::~HttpServer() = default;
+
+void HttpServer::listen() {
+  const ServerOptions& o = impl_->options;
+  if (o.port == 0) {
+    impl_->bound_port = impl_->server.bind_to_any_port(o.host);
+    if (impl_->bound_port < 0) fail("cannot bind {}:{}", o.host, o.port);
+  } else {
+    if (!impl_->server.bind_to_port(o.host, o.port))
+      fail("cannot bind {}:{} (in use, or not an address of this machine)", o.host, o.port);
+    impl_->bound_port = o.port;
+  }
+  fmt::print(stderr, "[inferd] serving on http://{}:{}\n", o.host, impl_->bound_port);
+  impl_->server.listen_after_bind();
+}
+
+void HttpServer::stop() {
+  impl_->server.stop();
+}
+
+int HttpServer::port() const {
+  return impl_->bound_port;
+}
+
+}  // namespace inferd::server

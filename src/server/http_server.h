@@ -1,0 +1,38 @@
+// The OpenAI-compatible HTTP front end (cpp-httplib): routes, authentication, body limits,
+// streaming (SSE) and non-streaming responses, disconnect detection. It feeds the EngineLoop.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "server/engine_loop.h"
+#include "server/metrics.h"
+#include "server/openai_request.h"
+
+namespace inferd::server {
+
+struct ServerOptions {
+  std::string host = "127.0.0.1";
+  int port = 8080;
+  std::string api_key;              // empty: no authentication
+  size_t max_body_bytes = 8 << 20;  // larger bodies get 413
+  int http_threads = 128;           // connections served at once
+};
+
+class HttpServer {
+ public:
+  HttpServer(EngineLoop& loop, ServerMetrics& metrics, ParseContext context, ServerOptions options);
+  ~HttpServer();
+  // Blocks serving until stop(); an inferd::Error when the address cannot be bound.
+  void listen();
+  void stop();
+  // The port actually bound (useful with port 0).
+  int port() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace inferd::server

@@ -1,0 +1,135 @@
+#include "server/metrics.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+namespace inferd::server {
+namespace {
+
+// Bucket bounds close to vLLM's, in seconds.
+const std::vector<double> kTtftBounds = {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1,  0.25,
+                                         0.5,   0.75,  1.0,  2.5,  5.0,  7.5,  10.0, 20.0, 40.0};
+const std::vector<double> kItlBounds = {0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3,
+                                        0.4,  0.5,   0.75, 1.0,   2.5, 5.0,  7.5, 10.0};
+const std::vector<double> kRequestBounds = {0.3,  0.5,  0.8,  1.0,  1.5,  2.0,  2.5,  5.0,
+                                            10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0};
+
+std::string escape_label(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '\\' || c == '"') out += '\\';
+    if (c == '\n') {
+      out += "\\n";
+      continue;
+    }
+    out += c;
+  }
+  return out;
+}
+
+}  // namespace
+
+Histogram::Histogram(std::vector<double> bounds)
+    : bounds_(std::move(bounds)), buckets_(bounds_.size() + 1, 0) {}
+
+void Histogram::observe(double value) {
+  const auto it = std::lower_bound(bounds_.begin(), bounds_.end(), value);
+  ++buckets_[static_cast<size_t>(it - bounds_.begin())];
+  sum_ += value;
+  ++count_;
+}
+
+void Histogram::render(std::string& out, const std::string& name, const std::string& help,
+                       const std::string& labels) const {
+  out += fmt::format("# HELP {} {}\n# TYPE {} histogram\n", name, help, name);
+  uint64_t cumulative = 0;
+  for (size_t i = 0; i < bounds_.size(); ++i) {
+    cumulative += buckets_[i];
+    out += fmt::format("{}_bucket{{{},le=\"{}\"}} {}\n", name, labels, bounds_[i], cumulative);
+  }
+  cumulative += buckets_.back();
+  out += fmt::format("{}_bucket{{{},le=\"+Inf\"}} {}\n", name, labels, cumulative);
+  out +=
+      fmt::format("{}_sum{{{}}} {}\n{}_count{{{}}} {}\n", name, labels, sum_, name, labels, count_);
+}
+
+ServerMetrics::ServerMetrics(std::string model_name)
+    : labels_(fmt::format("model_name=\"{}\"", escape_label(model_name))),
+      ttft_(kTtftBounds),
+      itl_(kItlBounds),
+      e2e_(kRequestBounds),
+      queue_(kRequestBounds),
+      prefill_(kRequestBounds),
+      decode_(kRequestBounds) {}
+
+void ServerMetrics::record_finish(const engine::RequestResult& result,
+                                  std::span<const double> itls) {
+  const engine::RequestStats& s = result.stats;
+  std::lock_guard lock(mutex_);
+  prompt_tokens_ += static_cast<uint64_t>(s.prompt_tokens);
+  generation_tokens_ += static_cast<uint64_t>(s.completion_tokens);
+  ++finished_[std::string(engine::finish_reason_name(result.finish_reason))];
+  e2e_.observe(s.e2e_s);
+  queue_.observe(s.queue_s);
+  if (s.completion_tokens > 0) {
+    ttft_.observe(s.ttft_s);
+    prefill_.observe(s.prefill_s);
+    decode_.observe(s.decode_s);
+  }
+  for (double gap : itls) itl_.observe(gap);
+}
+
+void ServerMetrics::record_rejected(int status) {
+  std::lock_guard lock(mutex_);
+  ++rejected_[status];
+}
+
+std::string ServerMetrics::render() const {
+  std::string out;
+  auto gauge = [&](const char* name, const char* help, double value) {
+    out += fmt::format("# HELP {} {}\n# TYPE {} gauge\n{}{{{}}} {}\n", name, help, name, name,
+                       labels_, value);
+  };
+  const int64_t total = kv_blocks_total.load(), used = kv_blocks_used.load();
+  gauge("vllm:num_requests_running", "Requests in the running batch.", double(running.load()));
+  gauge("vllm:num_requests_waiting", "Requests waiting to be scheduled.", double(waiting.load()));
+  gauge("vllm:kv_cache_usage_perc", "Fraction of KV cache blocks in use (0-1).",
+        total > 0 ? double(used) / double(total) : 0.0);
+  gauge("inferd:kv_blocks_used", "KV cache blocks in use.", double(used));
+  gauge("inferd:kv_blocks_total", "KV cache blocks in the pool.", double(total));
+  std::lock_guard lock(mutex_);
+  out += fmt::format(
+      "# HELP vllm:prompt_tokens_total Prompt tokens processed.\n"
+      "# TYPE vllm:prompt_tokens_total counter\nvllm:prompt_tokens_total{{{}}} {}\n",
+      labels_, prompt_tokens_);
+  out += fmt::format(
+      "# HELP vllm:generation_tokens_total Tokens generated.\n"
+      "# TYPE vllm:generation_tokens_total counter\nvllm:generation_tokens_total{{{}}} {}\n",
+      labels_, generation_tokens_);
+  out +=
+      "# HELP vllm:request_success_total Finished requests by finish reason.\n"
+      "# TYPE vllm:request_success_total counter\n";
+  for (const char* reason : {"stop", "length", "cancelled", "error"}) {
+    const auto it = finished_.find(reason);
+    out += fmt::format("vllm:request_success_total{{{},finished_reason=\"{}\"}} {}\n", labels_,
+                       reason, it == finished_.end() ? 0 : it->second);
+  }
+  out +=
+      "# HELP inferd:requests_rejected_total Requests refused before the engine, by status.\n"
+      "# TYPE inferd:requests_rejected_total counter\n";
+  for (const auto& [status, count] : rejected_) {
+    out += fmt::format("inferd:requests_rejected_total{{{},status=\"{}\"}} {}\n", labels_, status,
+                       count);
+  }
+  ttft_.render(out, "vllm:time_to_first_token_seconds", "Time to first token.", labels_);
+  itl_.render(out, "vllm:inter_token_latency_seconds", "Gaps between streamed tokens.", labels_);
+  e2e_.render(out, "vllm:e2e_request_latency_seconds", "Arrival to finish.", labels_);
+  queue_.render(out, "vllm:request_queue_time_seconds", "Arrival to first scheduled.", labels_);
+  prefill_.render(out, "vllm:request_prefill_time_seconds", "First scheduled to first token.",
+                  labels_);
+  decode_.render(out, "vllm:request_decode_time_seconds", "First to last token.", labels_);
+  return out;
+}
+
+}  // namespace inferd::server

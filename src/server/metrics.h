@@ -1,0 +1,58 @@
+// Serving metrics in Prometheus text format, named as vLLM names them (vllm:...) so existing
+// dashboards work. Latencies are recorded when a request finishes (not in the decode loop);
+// gauges are atomics the engine loop stores after each step.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "engine/request.h"
+
+namespace inferd::server {
+
+// Cumulative histogram with fixed upper bounds (seconds), as Prometheus expects.
+class Histogram {
+ public:
+  explicit Histogram(std::vector<double> bounds);
+  void observe(double value);
+  // "# TYPE" line and the _bucket / _sum / _count samples.
+  void render(std::string& out, const std::string& name, const std::string& help,
+              const std::string& labels) const;
+  uint64_t count() const { return count_; }
+
+ private:
+  std::vector<double> bounds_;
+  std::vector<uint64_t> buckets_;  // [bounds.size() + 1]: per bucket, the last one +Inf
+  double sum_ = 0;
+  uint64_t count_ = 0;
+};
+
+class ServerMetrics {
+ public:
+  explicit ServerMetrics(std::string model_name);
+
+  // Gauges, stored by the engine loop after every step.
+  std::atomic<int64_t> running{0}, waiting{0}, kv_blocks_used{0}, kv_blocks_total{0};
+
+  // A finished request: its stats and the gaps between its streamed tokens (seconds).
+  void record_finish(const engine::RequestResult& result, std::span<const double> itls);
+  // Requests refused before reaching the engine, by HTTP status.
+  void record_rejected(int status);
+
+  std::string render() const;
+
+ private:
+  std::string labels_;  // model_name="..."
+  mutable std::mutex mutex_;
+  Histogram ttft_, itl_, e2e_, queue_, prefill_, decode_;
+  uint64_t prompt_tokens_ = 0, generation_tokens_ = 0;
+  std::map<std::string, uint64_t> finished_;  // by finish reason
+  std::map<int, uint64_t> rejected_;          // by HTTP status
+};
+
+}  // namespace inferd::server

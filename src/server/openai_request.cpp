@@ -1,0 +1,263 @@
+#include "server/openai_request.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+
+#include "util/error.h"
+
+namespace inferd::server {
+namespace {
+
+using nlohmann::json;
+
+constexpr int kMaxN = 16;
+constexpr int kMaxTopLogprobs = 20;
+constexpr size_t kMaxStops = 16;
+
+[[noreturn]] void bad(const std::string& param, const std::string& message) {
+  throw ApiError(400, message, param);
+}
+
+const json* field(const json& body, const char* name) {
+  const auto it = body.find(name);
+  if (it == body.end() || it->is_null()) return nullptr;
+  return &*it;
+}
+
+double number(const json& body, const char* name, double def, double lo, double hi,
+              bool lo_open = false) {
+  const json* v = field(body, name);
+  if (v == nullptr) return def;
+  if (!v->is_number()) bad(name, fmt::format("'{}' must be a number", name));
+  const double x = v->get<double>();
+  if (!std::isfinite(x) || x < lo || x > hi || (lo_open && x == lo)) {
+    bad(name,
+        fmt::format("'{}' must be in {}{}, {}], got {}", name, lo_open ? "(" : "[", lo, hi, x));
+  }
+  return x;
+}
+
+int64_t integer(const json& body, const char* name, int64_t def, int64_t lo, int64_t hi) {
+  const json* v = field(body, name);
+  if (v == nullptr) return def;
+  if (!v->is_number_integer()) bad(name, fmt::format("'{}' must be an integer", name));
+  const auto x = v->get<int64_t>();
+  if (x < lo || x > hi) bad(name, fmt::format("'{}' must be in [{}, {}], got {}", name, lo, hi, x));
+  return x;
+}
+
+bool boolean(const json& body, const char* name, bool def) {
+  const json* v = field(body, name);
+  if (v == nullptr) return def;
+  if (!v->is_boolean()) bad(name, fmt::format("'{}' must be a boolean", name));
+  return v->get<bool>();
+}
+
+std::vector<std::string> parse_stop(const json& body) {
+  const json* v = field(body, "stop");
+  if (v == nullptr) return {};
+  if (v->is_string()) return {v->get<std::string>()};
+  if (!v->is_array()) bad("stop", "'stop' must be a string or a list of strings");
+  if (v->size() > kMaxStops)
+    bad("stop", fmt::format("'stop' may hold at most {} strings", kMaxStops));
+  std::vector<std::string> stops;
+  for (const json& s : *v) {
+    if (!s.is_string()) bad("stop", "'stop' must be a string or a list of strings");
+    stops.push_back(s.get<std::string>());
+  }
+  return stops;
+}
+
+std::vector<std::pair<int32_t, float>> parse_logit_bias(const json& body, int32_t n_vocab) {
+  const json* v = field(body, "logit_bias");
+  if (v == nullptr) return {};
+  if (!v->is_object()) bad("logit_bias", "'logit_bias' must be an object of token id -> bias");
+  std::vector<std::pair<int32_t, float>> out;
+  for (const auto& [key, value] : v->items()) {
+    int64_t id = -1;
+    try {
+      size_t used = 0;
+      id = std::stoll(key, &used);
+      if (used != key.size()) id = -1;
+    } catch (const std::exception&) {
+      id = -1;
+    }
+    if (id < 0 || id >= n_vocab)
+      bad("logit_bias",
+          fmt::format("logit_bias key '{}' is not a token id below {}", key, n_vocab));
+    if (!value.is_number() || !std::isfinite(value.get<double>()) || value.get<double>() < -100 ||
+        value.get<double>() > 100) {
+      bad("logit_bias", fmt::format("logit_bias of token {} must be a number in [-100, 100]", key));
+    }
+    out.emplace_back(static_cast<int32_t>(id), value.get<float>());
+  }
+  return out;
+}
+
+std::string message_content(const json& message, size_t index) {
+  const std::string param = fmt::format("messages[{}].content", index);
+  const json* content = field(message, "content");
+  if (content == nullptr) return {};
+  if (content->is_string()) return content->get<std::string>();
+  if (!content->is_array()) bad(param, "content must be a string or a list of text parts");
+  std::string text;
+  for (const json& part : *content) {
+    if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") ||
+        !part["text"].is_string()) {
+      bad(param, "only parts of type 'text' with a string 'text' are supported");
+    }
+    text += part["text"].get<std::string>();
+  }
+  return text;
+}
+
+std::vector<tokenizer::ChatMessage> parse_messages(const json& body) {
+  const json* v = field(body, "messages");
+  if (v == nullptr) bad("messages", "'messages' is required");
+  if (!v->is_array() || v->empty()) bad("messages", "'messages' must be a non-empty list");
+  std::vector<tokenizer::ChatMessage> messages;
+  for (size_t i = 0; i < v->size(); ++i) {
+    const json& m = (*v)[i];
+    if (!m.is_object()) bad(fmt::format("messages[{}]", i), "each message must be an object");
+    const json* role = field(m, "role");
+    if (role == nullptr || !role->is_string())
+      bad(fmt::format("messages[{}].role", i), "each message needs a string 'role'");
+    messages.push_back({role->get<std::string>(), message_content(m, i)});
+  }
+  return messages;
+}
+
+std::vector<int32_t> parse_prompt(const json& body, const ParseContext& ctx, std::string& text) {
+  const json* v = field(body, "prompt");
+  if (v == nullptr) bad("prompt", "'prompt' is required");
+  const json* p = v;
+  if (v->is_array() && v->size() == 1 && (*v)[0].is_string()) p = &(*v)[0];
+  if (p->is_string()) {
+    text = p->get<std::string>();
+    return ctx.tokenizer->encode(text, true, true);
+  }
+  if (!p->is_array())
+    bad("prompt", "'prompt' must be a string or a list of token ids (one prompt per request)");
+  const int32_t n_vocab = ctx.tokenizer->vocab().size();
+  std::vector<int32_t> ids;
+  for (const json& id : *p) {
+    if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= n_vocab)
+      bad("prompt", fmt::format("prompt token ids must be integers in [0, {})", n_vocab));
+    ids.push_back(static_cast<int32_t>(id.get<int64_t>()));
+  }
+  text = ctx.tokenizer->decode(ids, false);
+  return ids;
+}
+
+sampling::SamplingParams parse_sampling(const json& body, int32_t n_vocab) {
+  sampling::SamplingParams p;
+  // OpenAI defaults: temperature 1, top_p 1, no top-k or min-p.
+  p.temperature = static_cast<float>(number(body, "temperature", 1.0, 0.0, 2.0));
+  p.top_p = static_cast<float>(number(body, "top_p", 1.0, 0.0, 1.0, true));
+  p.top_k = static_cast<int32_t>(integer(body, "top_k", -1, -1, n_vocab));
+  p.min_p = static_cast<float>(number(body, "min_p", 0.0, 0.0, 1.0));
+  p.presence_penalty = static_cast<float>(number(body, "presence_penalty", 0.0, -2.0, 2.0));
+  p.frequency_penalty = static_cast<float>(number(body, "frequency_penalty", 0.0, -2.0, 2.0));
+  p.repetition_penalty =
+      static_cast<float>(number(body, "repetition_penalty", 1.0, 0.0, 2.0, true));
+  p.logit_bias = parse_logit_bias(body, n_vocab);
+  if (const json* seed = field(body, "seed")) {
+    if (!seed->is_number_integer()) bad("seed", "'seed' must be an integer");
+    p.seed = static_cast<uint64_t>(seed->get<int64_t>());
+  }
+  return p;
+}
+
+int32_t parse_logprobs(const json& body, bool chat) {
+  if (!chat) return static_cast<int32_t>(integer(body, "logprobs", -1, 0, kMaxTopLogprobs));
+  if (!boolean(body, "logprobs", false)) {
+    if (field(body, "top_logprobs") != nullptr)
+      bad("top_logprobs", "'top_logprobs' needs 'logprobs': true");
+    return -1;
+  }
+  return static_cast<int32_t>(integer(body, "top_logprobs", 0, 0, kMaxTopLogprobs));
+}
+
+}  // namespace
+
+json ApiError::body() const {
+  return {{"error",
+           {{"message", what()},
+            {"type", type},
+            {"param", param.empty() ? json(nullptr) : json(param)},
+            {"code", code.empty() ? json(nullptr) : json(code)}}}};
+}
+
+void check_model(const json& body, const ParseContext& ctx) {
+  const json* v = field(body, "model");
+  if (v == nullptr) return;
+  if (!v->is_string()) bad("model", "'model' must be a string");
+  const std::string name = v->get<std::string>();
+  if (name.empty()) return;
+  for (const std::string& id : ctx.model_ids) {
+    if (id == name) return;
+  }
+  throw ApiError(404,
+                 fmt::format("The model '{}' does not exist; this server has '{}'", name,
+                             ctx.model_ids.empty() ? "" : ctx.model_ids.front()),
+                 "model", "invalid_request_error", "model_not_found");
+}
+
+CompletionRequest parse_completion(const json& body, bool chat, const ParseContext& ctx) {
+  if (!body.is_object()) bad("", "the request body must be a JSON object");
+  check_model(body, ctx);
+  CompletionRequest out;
+  out.chat = chat;
+  out.model = ctx.model_ids.empty() ? "" : ctx.model_ids.front();
+  const int32_t n_vocab = ctx.tokenizer->vocab().size();
+  if (chat) {
+    const auto messages = parse_messages(body);
+    try {
+      out.prompt_text = ctx.render_chat(messages);
+    } catch (const Error& e) {
+      bad("messages", fmt::format("the chat template failed: {}", e.what()));
+    }
+    out.request.prompt = ctx.tokenizer->encode(out.prompt_text, false, true);
+  } else {
+    out.request.prompt = parse_prompt(body, ctx, out.prompt_text);
+  }
+  const auto prompt_tokens = static_cast<int64_t>(out.request.prompt.size());
+  const char* prompt_param = chat ? "messages" : "prompt";
+  if (prompt_tokens == 0) bad(prompt_param, "the prompt is empty");
+  if (prompt_tokens >= ctx.context) {
+    bad(prompt_param, fmt::format("the prompt is {} tokens; this model's context is {}",
+                                  prompt_tokens, ctx.context));
+  }
+  const char* max_name = field(body, "max_completion_tokens") != nullptr && chat
+                             ? "max_completion_tokens"
+                             : "max_tokens";
+  // Completions default to 16 tokens (as OpenAI); chat to the rest of the context.
+  const int64_t default_max = chat ? ctx.context - prompt_tokens : 16;
+  out.request.max_tokens = integer(body, max_name, default_max, 1, INT32_MAX);
+  if (prompt_tokens + out.request.max_tokens > ctx.context) {
+    bad(max_name, fmt::format("the prompt ({} tokens) plus {} = {} is {} tokens, more than this "
+                              "model's context of {}",
+                              prompt_tokens, max_name, out.request.max_tokens,
+                              prompt_tokens + out.request.max_tokens, ctx.context));
+  }
+  out.request.sampling = parse_sampling(body, n_vocab);
+  out.request.stop = parse_stop(body);
+  out.request.ignore_eos = boolean(body, "ignore_eos", false);
+  out.logprobs = parse_logprobs(body, chat);
+  out.request.logprobs = out.logprobs;
+  out.n = static_cast<int>(integer(body, "n", 1, 1, kMaxN));
+  out.stream = boolean(body, "stream", false);
+  if (const json* options = field(body, "stream_options")) {
+    if (!options->is_object()) bad("stream_options", "'stream_options' must be an object");
+    out.include_usage = boolean(*options, "include_usage", false);
+  }
+  try {
+    out.request.sampling.validate(n_vocab);
+  } catch (const Error& e) {
+    bad("", e.what());
+  }
+  return out;
+}
+
+}  // namespace inferd::server

@@ -1,0 +1,58 @@
+// OpenAI request bodies -> engine requests. Every field is checked for type and range; a bad
+// one is an ApiError naming it, with the HTTP status and OpenAI error type to answer with.
+#pragma once
+
+#include <functional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/request.h"
+#include "tokenizer/chat_template.h"
+#include "tokenizer/tokenizer.h"
+
+namespace inferd::server {
+
+class ApiError : public std::runtime_error {
+ public:
+  ApiError(int status, std::string message, std::string param = {},
+           std::string type = "invalid_request_error", std::string code = {})
+      : std::runtime_error(message),
+        status(status),
+        param(std::move(param)),
+        type(std::move(type)),
+        code(std::move(code)) {}
+  int status;
+  std::string param, type, code;
+  // {"error": {"message", "type", "param", "code"}}
+  nlohmann::json body() const;
+};
+
+// What parsing needs to know about the served model.
+struct ParseContext {
+  const tokenizer::Tokenizer* tokenizer = nullptr;
+  int64_t context = 0;                 // tokens per sequence (prompt + output)
+  std::vector<std::string> model_ids;  // names a request may use in "model"
+  std::function<std::string(const std::vector<tokenizer::ChatMessage>&)> render_chat;
+};
+
+struct CompletionRequest {
+  bool chat = false;
+  bool stream = false;
+  bool include_usage = false;  // stream_options.include_usage
+  int n = 1;
+  int32_t logprobs = -1;  // alternatives per token; -1: no logprobs
+  std::string model;
+  std::string prompt_text;  // the prompt as text (chat: the rendered template)
+  engine::Request request;  // prompt ids, sampling, max_tokens, stop, ignore_eos, logprobs
+};
+
+// Parses /v1/completions (chat = false) or /v1/chat/completions (chat = true).
+CompletionRequest parse_completion(const nlohmann::json& body, bool chat, const ParseContext& ctx);
+
+// The model named in a request body, or an ApiError 404 when it is not one we serve.
+void check_model(const nlohmann::json& body, const ParseContext& ctx);
+
+}  // namespace inferd::server

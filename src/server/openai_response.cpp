@@ -1,0 +1,137 @@
+#include "server/openai_response.h"
+
+#include "util/utf8.h"
+
+namespace inferd::server {
+namespace {
+
+using nlohmann::json;
+
+// Token text for logprobs: its bytes as valid UTF-8 for JSON; a token that holds part of a
+// character shows U+FFFD for those bytes (chat also gives the raw "bytes").
+std::string printable(std::string_view piece) {
+  std::string out;
+  while (!piece.empty()) {
+    const size_t valid = utf8_valid_prefix(piece);
+    out.append(piece.substr(0, valid));
+    if (valid == piece.size()) break;
+    out.append("\xEF\xBF\xBD");
+    piece.remove_prefix(valid + 1);
+  }
+  return out;
+}
+
+json bytes_of(const std::string& piece) {
+  json out = json::array();
+  for (unsigned char c : piece) out.push_back(int(c));
+  return out;
+}
+
+}  // namespace
+
+ResponseWriter::ResponseWriter(const CompletionRequest& request,
+                               const tokenizer::Tokenizer& tokenizer, std::string id,
+                               int64_t created)
+    : request_(request), tokenizer_(tokenizer), id_(std::move(id)), created_(created) {}
+
+json ResponseWriter::envelope(const char* object) const {
+  return {{"id", id_}, {"object", object}, {"created", created_}, {"model", request_.model}};
+}
+
+json ResponseWriter::logprobs(const std::vector<TokenInfo>& tokens, size_t text_offset) const {
+  if (request_.logprobs < 0) return nullptr;
+  if (request_.chat) {
+    json content = json::array();
+    for (const TokenInfo& t : tokens) {
+      const std::string& piece = tokenizer_.token_piece(t.token);
+      json top = json::array();
+      for (const sampling::TokenLogprob& alt : t.top) {
+        const std::string& p = tokenizer_.token_piece(alt.token);
+        top.push_back({{"token", printable(p)}, {"logprob", alt.logprob}, {"bytes", bytes_of(p)}});
+      }
+      content.push_back({{"token", printable(piece)},
+                         {"logprob", t.logprob},
+                         {"bytes", bytes_of(piece)},
+                         {"top_logprobs", top}});
+    }
+    return {{"content", content}};
+  }
+  json tokens_json = json::array(), token_logprobs = json::array(), top = json::array(),
+       offsets = json::array();
+  size_t offset = text_offset;
+  for (const TokenInfo& t : tokens) {
+    const std::string piece = printable(tokenizer_.token_piece(t.token));
+    tokens_json.push_back(piece);
+    token_logprobs.push_back(t.logprob);
+    json alternatives = json::object();
+    for (const sampling::TokenLogprob& alt : t.top)
+      alternatives[printable(tokenizer_.token_piece(alt.token))] = alt.logprob;
+    top.push_back(alternatives);
+    offsets.push_back(offset);
+    offset += piece.size();
+  }
+  return {{"tokens", tokens_json},
+          {"token_logprobs", token_logprobs},
+          {"top_logprobs", top},
+          {"text_offset", offsets}};
+}
+
+json ResponseWriter::usage(const std::vector<ChoiceOutput>& choices) const {
+  int64_t prompt = choices.empty() ? 0 : choices[0].prompt_tokens, completion = 0;
+  for (const ChoiceOutput& c : choices) completion += c.completion_tokens;
+  return {{"prompt_tokens", prompt},
+          {"completion_tokens", completion},
+          {"total_tokens", prompt + completion}};
+}
+
+json ResponseWriter::full(const std::vector<ChoiceOutput>& choices) const {
+  json out = envelope(request_.chat ? "chat.completion" : "text_completion");
+  json list = json::array();
+  for (size_t i = 0; i < choices.size(); ++i) {
+    const ChoiceOutput& c = choices[i];
+    json choice = {
+        {"index", i}, {"logprobs", logprobs(c.tokens, 0)}, {"finish_reason", c.finish_reason}};
+    if (request_.chat) {
+      choice["message"] = {{"role", "assistant"}, {"content", c.text}};
+    } else {
+      choice["text"] = c.text;
+    }
+    list.push_back(choice);
+  }
+  out["choices"] = list;
+  out["usage"] = usage(choices);
+  return out;
+}
+
+json ResponseWriter::chunk(int index, const std::string& text, const std::vector<TokenInfo>& tokens,
+                           const std::string& finish_reason) const {
+  json out = envelope(request_.chat ? "chat.completion.chunk" : "text_completion");
+  json choice = {{"index", index},
+                 {"logprobs", logprobs(tokens, 0)},
+                 {"finish_reason", finish_reason.empty() ? json(nullptr) : json(finish_reason)}};
+  if (request_.chat) {
+    choice["delta"] = text.empty() ? json::object() : json{{"content", text}};
+  } else {
+    choice["text"] = text;
+  }
+  out["choices"] = json::array({choice});
+  return out;
+}
+
+json ResponseWriter::role_chunk(int index) const {
+  json out = envelope("chat.completion.chunk");
+  out["choices"] = json::array({{{"index", index},
+                                 {"delta", {{"role", "assistant"}, {"content", ""}}},
+                                 {"logprobs", nullptr},
+                                 {"finish_reason", nullptr}}});
+  return out;
+}
+
+json ResponseWriter::usage_chunk(const std::vector<ChoiceOutput>& choices) const {
+  json out = envelope(request_.chat ? "chat.completion.chunk" : "text_completion");
+  out["choices"] = json::array();
+  out["usage"] = usage(choices);
+  return out;
+}
+
+}  // namespace inferd::server

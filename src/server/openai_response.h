@@ -1,0 +1,48 @@
+// OpenAI response bodies and stream chunks for completions and chat completions.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "server/openai_request.h"
+#include "server/stream_channel.h"
+
+namespace inferd::server {
+
+// Everything one choice has produced so far.
+struct ChoiceOutput {
+  std::string text;
+  std::vector<TokenInfo> tokens;
+  std::string finish_reason;  // empty while running
+  int64_t prompt_tokens = 0, completion_tokens = 0;
+};
+
+class ResponseWriter {
+ public:
+  ResponseWriter(const CompletionRequest& request, const tokenizer::Tokenizer& tokenizer,
+                 std::string id, int64_t created);
+
+  // The whole non-streaming response.
+  nlohmann::json full(const std::vector<ChoiceOutput>& choices) const;
+  // A stream chunk with new text/tokens of choice `index` (and its finish reason, if any).
+  nlohmann::json chunk(int index, const std::string& text, const std::vector<TokenInfo>& tokens,
+                       const std::string& finish_reason) const;
+  // The first chat chunk of a choice: the assistant role, empty content.
+  nlohmann::json role_chunk(int index) const;
+  // The last chunk with stream_options.include_usage: usage, no choices.
+  nlohmann::json usage_chunk(const std::vector<ChoiceOutput>& choices) const;
+
+ private:
+  nlohmann::json logprobs(const std::vector<TokenInfo>& tokens, size_t text_offset) const;
+  nlohmann::json usage(const std::vector<ChoiceOutput>& choices) const;
+  nlohmann::json envelope(const char* object) const;
+
+  const CompletionRequest& request_;
+  const tokenizer::Tokenizer& tokenizer_;
+  std::string id_;
+  int64_t created_;
+};
+
+}  // namespace inferd::server

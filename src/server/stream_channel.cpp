@@ -1,0 +1,58 @@
+#include "server/stream_channel.h"
+
+namespace inferd::server {
+
+StreamChannel::StreamChannel(ServerMetrics* metrics) : metrics_(metrics) {
+  pending_.text.reserve(4096);
+  itls_.reserve(4096);
+}
+
+void StreamChannel::on_text(std::string_view text) {
+  const auto now = std::chrono::steady_clock::now();
+  {
+    std::lock_guard lock(mutex_);
+    pending_.text.append(text);
+    has_output_ = true;
+    if (last_piece_ != std::chrono::steady_clock::time_point{})
+      itls_.push_back(std::chrono::duration<double>(now - last_piece_).count());
+    last_piece_ = now;
+  }
+  ready_.notify_one();
+}
+
+void StreamChannel::on_token(int32_t token, float logprob,
+                             std::span<const sampling::TokenLogprob> top) {
+  {
+    std::lock_guard lock(mutex_);
+    pending_.tokens.push_back({token, logprob, {top.begin(), top.end()}});
+    has_output_ = true;
+  }
+  ready_.notify_one();
+}
+
+void StreamChannel::on_finish(const engine::RequestResult& result) {
+  {
+    std::lock_guard lock(mutex_);
+    pending_.result = result;
+    has_output_ = true;
+    if (metrics_ != nullptr) metrics_->record_finish(result, itls_);
+  }
+  ready_.notify_one();
+}
+
+ChannelBatch StreamChannel::wait(std::chrono::milliseconds timeout) {
+  std::unique_lock lock(mutex_);
+  ready_.wait_for(lock, timeout, [&] { return has_output_; });
+  // Copy out and clear, so the engine thread keeps appending into reserved storage.
+  ChannelBatch out;
+  out.text = pending_.text;
+  out.tokens = pending_.tokens;
+  out.result = std::move(pending_.result);
+  pending_.text.clear();
+  pending_.tokens.clear();
+  pending_.result.reset();
+  has_output_ = false;
+  return out;
+}
+
+}  // namespace inferd::server

@@ -1,0 +1,72 @@
+"""Starts `inferd serve` on a free loopback port for the server tests and stops it after."""
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+import urllib.request
+
+
+class Server:
+    def __init__(self, inferd, model, *extra):
+        self.proc = subprocess.Popen(
+            [inferd, "serve", "-m", model, "--port", "0", *extra],
+            stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+        self.port = None
+        self.log = []
+        deadline = time.time() + 120
+        while self.port is None:
+            line = self.proc.stderr.readline()
+            if not line:
+                raise RuntimeError("inferd serve exited early:\n" + "".join(self.log))
+            self.log.append(line)
+            m = re.search(r"serving on http://[^:]+:(\d+)", line)
+            if m:
+                self.port = int(m.group(1))
+            if time.time() > deadline:
+                raise RuntimeError("inferd serve did not start")
+        self.base = f"http://127.0.0.1:{self.port}"
+
+    def metrics(self):
+        text = urllib.request.urlopen(self.base + "/metrics", timeout=10).read().decode()
+        values = {}
+        for line in text.splitlines():
+            if line.startswith("#") or not line:
+                continue
+            name, value = line.rsplit(" ", 1)
+            values[re.sub(r"\{.*\}", "", name) if "bucket" not in name else name] = float(value)
+        return values, text
+
+    def post(self, path, body, headers=None, raw=None):
+        data = raw if raw is not None else json.dumps(body).encode()
+        req = urllib.request.Request(self.base + path, data=data, method="POST",
+                                     headers={"Content-Type": "application/json", **(headers or {})})
+        try:
+            with urllib.request.urlopen(req, timeout=60) as r:
+                return r.status, json.loads(r.read())
+        except urllib.error.HTTPError as e:
+            return e.code, json.loads(e.read())
+
+    def stop(self):
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        # Drain what it printed, for a failing test's log.
+        rest = self.proc.stderr.read()
+        if rest:
+            self.log.append(rest)
+        return self.proc.returncode
+
+
+def args():
+    if len(sys.argv) < 2:
+        sys.exit("usage: test.py INFERD_BINARY")
+    model = os.environ.get("INFERD_MODEL", "")
+    if not model or not os.path.exists(model):
+        print("SKIP: no model (set INFERD_MODEL)")
+        sys.exit(77)
+    return sys.argv[1], model

@@ -1,0 +1,163 @@
+"""The OpenAI-compatible server driven by the official `openai` client: completions and chat,
+streaming and not, n, stop, seeds, logprobs, tokenize/detokenize, metrics, error objects."""
+import sys
+import unittest
+
+import openai
+
+from server_harness import Server, args
+
+API_KEY = "test-key"
+INFERD, MODEL = args()
+server = None
+
+
+def client(key=API_KEY):
+    return openai.OpenAI(base_url=server.base + "/v1", api_key=key, max_retries=0, timeout=120)
+
+
+class Completions(unittest.TestCase):
+    def test_greedy_text_usage_and_stream_agree(self):
+        c = client()
+        r = c.completions.create(model="", prompt="The capital of France is", max_tokens=12,
+                                 temperature=0)
+        self.assertIn("Paris", r.choices[0].text)
+        self.assertEqual(r.choices[0].finish_reason, "length")
+        self.assertEqual(r.usage.completion_tokens, 12)
+        self.assertEqual(r.usage.prompt_tokens, 5)
+        chunks = list(c.completions.create(prompt="The capital of France is", model="",
+                                           max_tokens=12, temperature=0, stream=True,
+                                           stream_options={"include_usage": True}))
+        text = "".join(ch.choices[0].text for ch in chunks if ch.choices)
+        self.assertEqual(text, r.choices[0].text)
+        self.assertEqual(chunks[-1].usage.completion_tokens, 12)
+        self.assertEqual([ch.choices[0].finish_reason for ch in chunks if ch.choices][-1], "length")
+
+    def test_stop_string_ends_before_it(self):
+        r = client().completions.create(model="", prompt="The capital of France is", max_tokens=16,
+                                        temperature=0, stop=["aris"])
+        self.assertEqual(r.choices[0].finish_reason, "stop")
+        self.assertTrue(r.choices[0].text.endswith(" P"), r.choices[0].text)
+
+    def test_n_and_seed_reproduce(self):
+        c = client()
+        kw = dict(model="", prompt="Once upon a time", max_tokens=16, temperature=0.9, seed=1234)
+        a = c.completions.create(n=2, **kw)
+        b = c.completions.create(n=2, **kw)
+        self.assertEqual(len(a.choices), 2)
+        self.assertEqual([x.text for x in a.choices], [x.text for x in b.choices])
+        self.assertEqual(sorted(x.index for x in a.choices), [0, 1])
+        self.assertEqual(a.usage.completion_tokens, 32)
+
+    def test_logprobs(self):
+        r = client().completions.create(model="", prompt="The capital of France is", max_tokens=6,
+                                        temperature=0, logprobs=3)
+        lp = r.choices[0].logprobs
+        self.assertEqual(len(lp.tokens), 6)
+        self.assertEqual("".join(lp.tokens), r.choices[0].text)
+        for value, top in zip(lp.token_logprobs, lp.top_logprobs):
+            self.assertLessEqual(value, 0.0)
+            self.assertEqual(len(top), 3)
+            # Greedy: the chosen token is the most likely one.
+            self.assertAlmostEqual(max(top.values()), value, places=4)
+
+
+class Chat(unittest.TestCase):
+    messages = [{"role": "user", "content": "What is the capital of France?"}]
+
+    def test_chat_stream_equals_whole(self):
+        c = client()
+        r = c.chat.completions.create(model="", messages=self.messages, max_tokens=20, temperature=0)
+        self.assertEqual(r.choices[0].message.role, "assistant")
+        self.assertEqual(r.choices[0].finish_reason, "length")
+        self.assertEqual(r.usage.completion_tokens, 20)
+        # The chat template (system prompt included) reached the model: 37 prompt tokens, as
+        # the model's own template renders this conversation.
+        self.assertEqual(r.usage.prompt_tokens, 37)
+        stream = c.chat.completions.create(model="", messages=self.messages, max_tokens=20,
+                                           temperature=0, stream=True)
+        text = "".join(ch.choices[0].delta.content or "" for ch in stream)
+        self.assertEqual(text, r.choices[0].message.content)
+
+    def test_chat_logprobs_and_max_completion_tokens(self):
+        r = client().chat.completions.create(model="", messages=self.messages, temperature=0,
+                                             max_completion_tokens=5, logprobs=True, top_logprobs=2)
+        content = r.choices[0].logprobs.content
+        self.assertEqual(len(content), r.usage.completion_tokens)
+        self.assertEqual(r.usage.completion_tokens, 5)
+        self.assertTrue(all(len(t.top_logprobs) == 2 for t in content))
+
+
+class Errors(unittest.TestCase):
+    def assert_bad(self, param, **kw):
+        with self.assertRaises(openai.BadRequestError) as ctx:
+            client().completions.create(model="", prompt="hi", **kw)
+        self.assertEqual(ctx.exception.body["param"], param, ctx.exception.body)
+        self.assertEqual(ctx.exception.body["type"], "invalid_request_error")
+
+    def test_values_out_of_range_name_the_parameter(self):
+        self.assert_bad("temperature", temperature=3)
+        self.assert_bad("top_p", top_p=0)
+        self.assert_bad("max_tokens", max_tokens=0)
+        self.assert_bad("n", n=100)
+        self.assert_bad("logprobs", logprobs=50)
+        self.assert_bad("presence_penalty", presence_penalty=5)
+        self.assert_bad("logit_bias", logit_bias={"-3": 1})
+        self.assert_bad("max_tokens", max_tokens=100000)
+
+    def test_wrong_types_name_the_parameter(self):
+        self.assert_bad("temperature", extra_body={"temperature": "hot"})
+        self.assert_bad("stop", extra_body={"stop": 5})
+        self.assert_bad("seed", extra_body={"seed": 1.5})
+
+    def test_prompt_longer_than_context(self):
+        with self.assertRaises(openai.BadRequestError) as ctx:
+            client().completions.create(model="", prompt="word " * 3000, max_tokens=4)
+        self.assertEqual(ctx.exception.body["param"], "prompt")
+
+    def test_bad_json_unknown_model_auth_and_body_size(self):
+        status, body = server.post("/v1/completions", None, {"Authorization": f"Bearer {API_KEY}"},
+                                   raw=b"{not json")
+        self.assertEqual(status, 400)
+        self.assertIn("not valid JSON", body["error"]["message"])
+        with self.assertRaises(openai.NotFoundError):
+            client().completions.create(model="no-such-model", prompt="hi", max_tokens=2)
+        with self.assertRaises(openai.AuthenticationError):
+            client("wrong-key").completions.create(model="", prompt="hi", max_tokens=2)
+        status, body = server.post("/v1/completions", None, {"Authorization": f"Bearer {API_KEY}"},
+                                   raw=b'{"prompt": "' + b"a" * (2 << 20) + b'"}')
+        self.assertEqual(status, 413)
+        self.assertIn("larger than", body["error"]["message"])
+
+
+class Endpoints(unittest.TestCase):
+    def test_models_tokenize_detokenize_metrics(self):
+        models = client().models.list()
+        self.assertEqual(len(models.data), 1)
+        auth = {"Authorization": f"Bearer {API_KEY}"}
+        status, tok = server.post("/tokenize", {"prompt": "Hello world"}, auth)
+        self.assertEqual(status, 200)
+        self.assertEqual(tok["count"], len(tok["tokens"]))
+        status, detok = server.post("/detokenize", {"tokens": tok["tokens"]}, auth)
+        self.assertEqual(detok["prompt"], "Hello world")
+        values, text = server.metrics()
+        for name in ["vllm:time_to_first_token_seconds_count", "vllm:inter_token_latency_seconds_sum",
+                     "vllm:e2e_request_latency_seconds_count", "vllm:request_queue_time_seconds_sum",
+                     "vllm:num_requests_running", "vllm:num_requests_waiting",
+                     "vllm:kv_cache_usage_perc", "vllm:prompt_tokens_total",
+                     "vllm:generation_tokens_total"]:
+            self.assertIn(name, values, name)
+        self.assertIn('vllm:request_success_total{model_name=', text)
+
+
+if __name__ == "__main__":
+    server = Server(INFERD, MODEL, "-c", "2048", "--max-seqs", "4", "--api-key", API_KEY,
+                    "--max-body-bytes", str(1 << 20))
+    try:
+        result = unittest.main(argv=[sys.argv[0], "-v"], exit=False).result
+    finally:
+        code = server.stop()
+    if not result.wasSuccessful():
+        sys.stderr.write("".join(server.log[-20:]))
+        sys.exit(1)
+    sys.exit(0 if code in (0, -15) else f"server exit code {code}")

@@ -1,0 +1,170 @@
+// OpenAI request parsing (types, ranges, defaults, context limits, the named param of each
+// error) and the Prometheus rendering of the server metrics, without a model or a socket.
+#include <gtest/gtest.h>
+
+#include "server/metrics.h"
+#include "server/openai_request.h"
+#include "tokenizer/toy_vocab.h"
+
+namespace inferd::server {
+namespace {
+
+using nlohmann::json;
+
+class OpenAiParse : public ::testing::Test {
+ protected:
+  std::unique_ptr<tokenizer::Tokenizer> tok_ = tokenizer::Tokenizer::from_vocab(
+      tokenizer::Vocab(tokenizer::make_toy_vocab({.control = {"<s>", "</s>"}})));
+  ParseContext ctx() const {
+    ParseContext c;
+    c.tokenizer = tok_.get();
+    c.context = 64;
+    c.model_ids = {"toy"};
+    c.render_chat = [](const std::vector<tokenizer::ChatMessage>& m) {
+      std::string s;
+      for (const auto& msg : m) s += msg.role + ": " + msg.content + "\n";
+      return s + "assistant: ";
+    };
+    return c;
+  }
+  // The param an invalid body is rejected for (empty when it is accepted).
+  std::string rejected_param(const json& body, bool chat = false) const {
+    try {
+      parse_completion(body, chat, ctx());
+    } catch (const ApiError& e) {
+      EXPECT_EQ(e.status, 400) << e.what();
+      return e.param.empty() ? "(none)" : e.param;
+    }
+    return "";
+  }
+};
+
+TEST_F(OpenAiParse, DefaultsFollowOpenAi) {
+  const CompletionRequest r = parse_completion({{"prompt", "abc"}}, false, ctx());
+  EXPECT_EQ(r.request.max_tokens, 16);
+  EXPECT_FLOAT_EQ(r.request.sampling.temperature, 1.0f);
+  EXPECT_FLOAT_EQ(r.request.sampling.top_p, 1.0f);
+  EXPECT_EQ(r.request.sampling.top_k, -1);
+  EXPECT_EQ(r.n, 1);
+  EXPECT_FALSE(r.stream);
+  EXPECT_EQ(r.logprobs, -1);
+  EXPECT_EQ(r.model, "toy");
+  // Chat defaults to the rest of the context.
+  const CompletionRequest c = parse_completion(
+      {{"messages", json::array({{{"role", "user"}, {"content", "hi"}}})}}, true, ctx());
+  EXPECT_EQ(c.request.max_tokens, 64 - static_cast<int64_t>(c.request.prompt.size()));
+}
+
+TEST_F(OpenAiParse, FieldsMapOntoTheRequest) {
+  const json body = {{"prompt", json::array({1, 2, 3})},
+                     {"max_tokens", 5},
+                     {"temperature", 0.5},
+                     {"top_p", 0.9},
+                     {"top_k", 7},
+                     {"min_p", 0.1},
+                     {"seed", 42},
+                     {"stop", "zz"},
+                     {"n", 3},
+                     {"presence_penalty", 0.5},
+                     {"frequency_penalty", -0.5},
+                     {"repetition_penalty", 1.2},
+                     {"logit_bias", {{"2", -100}}},
+                     {"logprobs", 2},
+                     {"ignore_eos", true},
+                     {"stream", true},
+                     {"stream_options", {{"include_usage", true}}}};
+  const CompletionRequest r = parse_completion(body, false, ctx());
+  EXPECT_EQ(r.request.prompt, (std::vector<int32_t>{1, 2, 3}));
+  EXPECT_EQ(r.request.max_tokens, 5);
+  EXPECT_EQ(r.request.sampling.top_k, 7);
+  EXPECT_EQ(r.request.sampling.seed, 42u);
+  EXPECT_EQ(r.request.stop, (std::vector<std::string>{"zz"}));
+  EXPECT_EQ(r.n, 3);
+  EXPECT_EQ(r.request.sampling.logit_bias.size(), 1u);
+  EXPECT_EQ(r.request.logprobs, 2);
+  EXPECT_TRUE(r.request.ignore_eos);
+  EXPECT_TRUE(r.stream && r.include_usage);
+}
+
+TEST_F(OpenAiParse, EachBadFieldIsNamed) {
+  const json base = {{"prompt", "abc"}};
+  auto with = [&](const char* key, json value) {
+    json b = base;
+    b[key] = std::move(value);
+    return b;
+  };
+  EXPECT_EQ(rejected_param(with("temperature", 2.5)), "temperature");
+  EXPECT_EQ(rejected_param(with("temperature", "warm")), "temperature");
+  EXPECT_EQ(rejected_param(with("top_p", 0)), "top_p");
+  EXPECT_EQ(rejected_param(with("top_k", 1.5)), "top_k");
+  EXPECT_EQ(rejected_param(with("min_p", -0.1)), "min_p");
+  EXPECT_EQ(rejected_param(with("max_tokens", 0)), "max_tokens");
+  EXPECT_EQ(rejected_param(with("max_tokens", 1000)), "max_tokens");  // over the context
+  EXPECT_EQ(rejected_param(with("n", 0)), "n");
+  EXPECT_EQ(rejected_param(with("seed", "x")), "seed");
+  EXPECT_EQ(rejected_param(with("stop", json::array({1}))), "stop");
+  EXPECT_EQ(rejected_param(with("logit_bias", {{"abc", 1}})), "logit_bias");
+  EXPECT_EQ(rejected_param(with("logit_bias", {{"1", 500}})), "logit_bias");
+  EXPECT_EQ(rejected_param(with("logprobs", 21)), "logprobs");
+  EXPECT_EQ(rejected_param(with("presence_penalty", 3)), "presence_penalty");
+  EXPECT_EQ(rejected_param(with("repetition_penalty", 0)), "repetition_penalty");
+  EXPECT_EQ(rejected_param(with("stream", "yes")), "stream");
+  EXPECT_EQ(rejected_param(with("stream_options", 1)), "stream_options");
+  EXPECT_EQ(rejected_param(with("prompt", json::array({-1}))), "prompt");
+  EXPECT_EQ(rejected_param({{"max_tokens", 3}}), "prompt");
+  EXPECT_EQ(rejected_param(with("prompt", std::string(100, 'a'))), "prompt");  // > context
+  EXPECT_EQ(rejected_param({{"messages", "hi"}}, true), "messages");
+  EXPECT_EQ(rejected_param({{"messages", json::array({{{"content", "x"}}})}}, true),
+            "messages[0].role");
+  EXPECT_EQ(rejected_param({{"messages", json::array({{{"role", "user"}, {"content", 5}}})},
+                            {"logprobs", false},
+                            {"top_logprobs", 2}},
+                           true),
+            "messages[0].content");
+  EXPECT_EQ(rejected_param(json::array()), "(none)");
+  EXPECT_EQ(rejected_param(with("prompt", "ok")), "");
+}
+
+TEST_F(OpenAiParse, UnknownModelIs404) {
+  try {
+    parse_completion({{"prompt", "a"}, {"model", "gpt-9"}}, false, ctx());
+    FAIL() << "accepted an unknown model";
+  } catch (const ApiError& e) {
+    EXPECT_EQ(e.status, 404);
+    EXPECT_EQ(e.code, "model_not_found");
+    EXPECT_EQ(e.body()["error"]["param"], "model");
+  }
+}
+
+TEST(ServerMetrics, RendersVllmNamesAndCumulativeBuckets) {
+  ServerMetrics m("toy");
+  m.running = 2;
+  m.kv_blocks_used = 3;
+  m.kv_blocks_total = 12;
+  engine::RequestResult r;
+  r.finish_reason = engine::FinishReason::kLength;
+  r.stats.prompt_tokens = 10;
+  r.stats.completion_tokens = 4;
+  r.stats.ttft_s = 0.03;
+  r.stats.e2e_s = 0.2;
+  const std::vector<double> itls = {0.02, 0.02, 0.5};
+  m.record_finish(r, itls);
+  const std::string text = m.render();
+  EXPECT_NE(text.find("vllm:num_requests_running{model_name=\"toy\"} 2"), std::string::npos);
+  EXPECT_NE(text.find("vllm:kv_cache_usage_perc{model_name=\"toy\"} 0.25"), std::string::npos);
+  EXPECT_NE(text.find("vllm:prompt_tokens_total{model_name=\"toy\"} 10"), std::string::npos);
+  EXPECT_NE(text.find("vllm:generation_tokens_total{model_name=\"toy\"} 4"), std::string::npos);
+  EXPECT_NE(text.find("finished_reason=\"length\"} 1"), std::string::npos);
+  EXPECT_NE(text.find("vllm:inter_token_latency_seconds_count{model_name=\"toy\"} 3"),
+            std::string::npos);
+  // Cumulative: two gaps are at most 0.025 s, all three at most 0.5 s.
+  EXPECT_NE(text.find("vllm:inter_token_latency_seconds_bucket{model_name=\"toy\",le=\"0.025\"} 2"),
+            std::string::npos);
+  EXPECT_NE(text.find("vllm:inter_token_latency_seconds_bucket{model_name=\"toy\",le=\"0.5\"} 3"),
+            std::string::npos);
+  EXPECT_NE(text.find("vllm:time_to_first_token_seconds_bucket{model_name=\"toy\",le=\"+Inf\"} 1"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace inferd::server
