@@ -8,6 +8,7 @@
 #include "kernels/ref/quant_ref.h"
 #include "kernels/x86_avx2/attention_avx2.h"
 #include "kernels/x86_avx2/gemm_avx2.h"
+#include "kernels/x86_avx2/ops_avx2.h"
 #include "kernels/x86_avx2/quant_avx2.h"
 #include "kernels/x86_avx512/bf16_avx512.h"
 #include "kernels/x86_avx512/gemm_avx512.h"
@@ -53,6 +54,7 @@ const KernelTable& reference_kernels() {
     t.bf16 = {DType::BF16, ref::quantize_row_bf16, ref::dot_bf16_bf16, ref::dequantize_row_bf16};
     t.f32 = {DType::F32, ref::quantize_row_f32, ref::dot_f32_f32, ref::dequantize_row_f32};
     t.attention = ref::attention_kernels();
+    t.silu_mul = ref::silu_mul;
     t.packed = ref::packed_kernels();
     return t;
   }();
@@ -75,6 +77,7 @@ static const KernelTable& avx2_kernels() {
     t.bf16.dot = avx2::dot_bf16_bf16;
     t.f32.dot = avx2::dot_f32_f32;
     t.attention = avx2::attention_kernels();
+    t.silu_mul = avx2::silu_mul;
     t.packed = avx2::packed_kernels();
     return t;
   }();

@@ -60,6 +60,8 @@ struct KernelTable {
   std::string_view isa;
   WeightKernels q4_0, q4_1, q8_0, f16, bf16, f32;
   AttentionKernels attention;
+  // a[i] = silu(a[i]) * b[i] (SwiGLU's gate times up).
+  void (*silu_mul)(float* a, const float* b, int64_t n) = nullptr;
   PackedKernels packed;
 
   // Kernels for a weight type; nullptr when the type has no matmul support yet.

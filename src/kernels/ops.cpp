@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "kernels/kernels.h"
 #include "util/error.h"
 
 namespace inferd::kernels {
@@ -14,7 +15,7 @@ void rms_norm(const float* x, const float* weight, float* out, int64_t n, float 
 }
 
 void silu_mul(float* a, const float* b, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) a[i] = a[i] / (1.0f + std::exp(-a[i])) * b[i];
+  active_kernels().silu_mul(a, b, n);
 }
 
 void gelu_mul(float* a, const float* b, int64_t n) {

@@ -207,4 +207,8 @@ void quantize_row_q4_1(const float* x, void* out, int64_t n) {
   }
 }
 
+void silu_mul(float* a, const float* b, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) a[i] = a[i] / (1.0f + std::exp(-a[i])) * b[i];
+}
+
 }  // namespace inferd::kernels::ref

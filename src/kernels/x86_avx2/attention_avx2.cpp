@@ -6,6 +6,8 @@
 
 #include <cmath>
 
+#include "kernels/x86_avx2/exp_avx2.h"
+
 namespace inferd::kernels::avx2 {
 namespace {
 
@@ -109,30 +111,6 @@ void accumulate(const uint16_t* values, int n_keys, int head_dim, const float* p
         acc[r * head_dim + d] += p[r * p_stride + j] * _cvtsh_ss(values[j * head_dim + d]);
     }
   }
-}
-
-// exp(x) for 8 lanes: x = n ln2 + r with |r| <= ln2 / 2, exp(r) by its Taylor series to r^7
-// (relative error below 2e-7), 2^n put into the exponent. Lanes below -87.3 (where the float
-// result would be denormal), -inf included, give 0.
-inline __m256 exp8(__m256 x) {
-  const __m256 underflow = _mm256_cmp_ps(x, _mm256_set1_ps(-87.3f), _CMP_LT_OQ);
-  x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.3f)), _mm256_set1_ps(88.7f));
-  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504f)),
-                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693145752f), x);  // ln2 split in two parts
-  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(1.42860677e-6f), r);
-  __m256 poly = _mm256_set1_ps(1.0f / 5040);
-  poly = _mm256_fmadd_ps(poly, r, _mm256_set1_ps(1.0f / 720));
-  poly = _mm256_fmadd_ps(poly, r, _mm256_set1_ps(1.0f / 120));
-  poly = _mm256_fmadd_ps(poly, r, _mm256_set1_ps(1.0f / 24));
-  poly = _mm256_fmadd_ps(poly, r, _mm256_set1_ps(1.0f / 6));
-  poly = _mm256_fmadd_ps(poly, r, _mm256_set1_ps(0.5f));
-  poly = _mm256_fmadd_ps(poly, r, _mm256_set1_ps(1.0f));
-  poly = _mm256_fmadd_ps(poly, r, _mm256_set1_ps(1.0f));
-  const __m256i exponent =
-      _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-  const __m256 result = _mm256_mul_ps(poly, _mm256_castsi256_ps(exponent));
-  return _mm256_andnot_ps(underflow, result);
 }
 
 float exp_sum(float* x, int n, float max) {
