@@ -101,7 +101,8 @@ uint64_t Engine::add_request(Request request) {
   seq.tokens = request.prompt;
   seq.block_table.reserve(
       static_cast<size_t>((prompt + request.max_tokens) / config_.block_size + 1));
-  active->sampler = std::make_unique<sampling::Sampler>(request.sampling, n_vocab);
+  active->sampler =
+      std::make_unique<sampling::Sampler>(request.sampling, n_vocab, request.logprobs >= 0);
   active->detokenizer = std::make_unique<tokenizer::IncrementalDetokenizer>(*tokenizer_);
   if (request.logprobs > kMaxTopLogprobs) {
     fail("logprobs must be at most {}, got {}", kMaxTopLogprobs, request.logprobs);

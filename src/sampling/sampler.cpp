@@ -57,8 +57,8 @@ void SamplingParams::validate(int32_t n_vocab) const {
   }
 }
 
-Sampler::Sampler(const SamplingParams& params, int32_t n_vocab)
-    : params_(params), n_vocab_(n_vocab), rng_(resolve_seed(params.seed)) {
+Sampler::Sampler(const SamplingParams& params, int32_t n_vocab, bool logprobs)
+    : params_(params), n_vocab_(n_vocab), rng_(resolve_seed(params.seed)), logprobs_(logprobs) {
   params_.validate(n_vocab);
   candidates_.resize(static_cast<size_t>(n_vocab));
   counts_.assign(static_cast<size_t>(n_vocab), 0);
@@ -109,10 +109,13 @@ int32_t Sampler::sample(std::span<float> logits, std::span<const int32_t> prompt
   for (int32_t i = 1; i < n_vocab_; ++i) {
     if (logits[static_cast<size_t>(i)] > logits[static_cast<size_t>(best)]) best = i;
   }
-  const float max_logit = logits[static_cast<size_t>(best)];
-  last_logsumexp_ = log_sum_exp(logits, max_logit);
   const int32_t token = params_.greedy() ? best : draw(logits);
-  last_logprob_ = logits[static_cast<size_t>(token)] - last_logsumexp_;
+  if (logprobs_) {
+    last_logsumexp_ = log_sum_exp(logits, logits[static_cast<size_t>(best)]);
+    last_logprob_ = logits[static_cast<size_t>(token)] - last_logsumexp_;
+  } else {
+    last_logprob_ = std::numeric_limits<float>::quiet_NaN();
+  }
   return token;
 }
 

@@ -19,8 +19,10 @@ struct TokenLogprob {
 
 class Sampler {
  public:
-  // Throws inferd::Error for invalid parameters.
-  Sampler(const SamplingParams& params, int32_t n_vocab);
+  // Throws inferd::Error for invalid parameters. Without `logprobs` the sampler skips the
+  // normalisation over the vocabulary that only logprobs need (last_logprob() is then NaN and
+  // top_logprobs() must not be called).
+  Sampler(const SamplingParams& params, int32_t n_vocab, bool logprobs = true);
 
   // Chooses the next token. `logits` ([n_vocab]) is modified in place: afterwards it holds the
   // biased and penalised logits, the distribution logprobs are reported from.
@@ -54,6 +56,7 @@ class Sampler {
   std::vector<Candidate> candidates_;  // [n_vocab]
   std::vector<int32_t> counts_;        // [n_vocab] occurrences in the penalty window
   std::vector<int32_t> touched_;       // ids whose count is non-zero, to reset cheaply
+  bool logprobs_;
   float last_logsumexp_ = 0;
   float last_logprob_ = 0;
 };

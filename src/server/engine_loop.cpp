@@ -1,5 +1,7 @@
 #include "server/engine_loop.h"
 
+#include <cstdio>
+
 #include "util/error.h"
 
 namespace inferd::server {
@@ -88,7 +90,13 @@ void EngineLoop::run() {
     }
     arrived.clear();
     publish_gauges();
-    if (!engine_.idle()) engine_.step();
+    try {
+      if (!engine_.idle()) engine_.step();
+    } catch (const std::exception& e) {
+      // Requests are validated before they are queued, so this is a bug; keep serving the
+      // others rather than taking the process down.
+      std::fprintf(stderr, "[inferd] engine step failed: %s\n", e.what());
+    }
     publish_gauges();
   }
 }
