@@ -1,9 +1,15 @@
 #include "kv/kv_cache.h"
 
+#include <cstdlib>
+
 #include "tensor/half.h"
 #include "util/error.h"
 
 namespace inferd::kv {
+
+void KvCache::FreeDeleter::operator()(uint16_t* p) const {
+  std::free(p);
+}
 
 KvCache::KvCache(const KvCacheConfig& config)
     : config_(config),
@@ -17,16 +23,21 @@ KvCache::KvCache(const KvCacheConfig& config)
   }
   size_t total = static_cast<size_t>(config.n_layers) * static_cast<size_t>(config.num_blocks) *
                  static_cast<size_t>(config.n_kv_heads) * block_stride_;
-  keys_.assign(total, 0);
-  values_.assign(total, 0);
+  total_halves_ = total;
+  keys_.reset(static_cast<uint16_t*>(std::calloc(total, sizeof(uint16_t))));
+  values_.reset(static_cast<uint16_t*>(std::calloc(total, sizeof(uint16_t))));
+  if (!keys_ || !values_) {
+    fail("KV cache: cannot allocate {} MiB for {} blocks", 4 * total / (1 << 20),
+         config.num_blocks);
+  }
 }
 
 void KvCache::write(int layer, int64_t slot, const float* k, const float* v) {
   const auto block = static_cast<int32_t>(slot / config_.block_size);
   const auto pos = static_cast<size_t>(slot % config_.block_size);
   for (int h = 0; h < config_.n_kv_heads; ++h) {
-    uint16_t* kd = keys_.data() + offset(layer, block, h) + pos;
-    uint16_t* vd = values_.data() + offset(layer, block, h) + pos * config_.head_dim;
+    uint16_t* kd = keys_.get() + offset(layer, block, h) + pos;
+    uint16_t* vd = values_.get() + offset(layer, block, h) + pos * config_.head_dim;
     const float* ks = k + static_cast<size_t>(h) * config_.head_dim;
     const float* vs = v + static_cast<size_t>(h) * config_.head_dim;
     for (int d = 0; d < config_.head_dim; ++d) {

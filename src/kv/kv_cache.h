@@ -5,7 +5,7 @@
 #pragma once
 
 #include <cstdint>
-#include <vector>
+#include <memory>
 
 #include "kv/block_pool.h"
 #include "tensor/dtype.h"
@@ -29,18 +29,18 @@ class KvCache {
   BlockPool& pool() { return pool_; }
   const BlockPool& pool() const { return pool_; }
   int block_size() const { return config_.block_size; }
-  int64_t bytes() const { return static_cast<int64_t>(keys_.size() + values_.size()) * 2; }
+  int64_t bytes() const { return static_cast<int64_t>(2 * total_halves_) * 2; }
 
   // Stores one token's K and V ([n_kv_heads * head_dim] floats each) of `layer` at `slot`.
   void write(int layer, int64_t slot, const float* k, const float* v);
 
   // [head_dim, block_size] halves of one kv head in one block (transposed).
   const uint16_t* keys(int layer, int32_t block, int kv_head) const {
-    return keys_.data() + offset(layer, block, kv_head);
+    return keys_.get() + offset(layer, block, kv_head);
   }
   // [block_size, head_dim] halves of one kv head in one block.
   const uint16_t* values(int layer, int32_t block, int kv_head) const {
-    return values_.data() + offset(layer, block, kv_head);
+    return values_.get() + offset(layer, block, kv_head);
   }
 
  private:
@@ -53,9 +53,17 @@ class KvCache {
 
   KvCacheConfig config_;
   BlockPool pool_;
-  size_t block_stride_;           // block_size * head_dim halves
-  std::vector<uint16_t> keys_;    // [n_layers, num_blocks, n_kv_heads, head_dim, block_size] fp16
-  std::vector<uint16_t> values_;  // [n_layers, num_blocks, n_kv_heads, block_size, head_dim] fp16
+  size_t block_stride_;  // block_size * head_dim halves
+  // Zeroed storage from calloc: the pages are mapped lazily, so a large cache costs nothing
+  // until its blocks are first written, and never-written slots read as 0.
+  struct FreeDeleter {
+    void operator()(uint16_t* p) const;
+  };
+  size_t total_halves_ = 0;
+  std::unique_ptr<uint16_t[], FreeDeleter>
+      keys_;  // [n_layers, num_blocks, n_kv_heads, head_dim, block_size] fp16
+  std::unique_ptr<uint16_t[], FreeDeleter>
+      values_;  // [n_layers, num_blocks, n_kv_heads, block_size, head_dim] fp16
 };
 
 }  // namespace inferd::kv
