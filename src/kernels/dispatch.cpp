@@ -10,6 +10,7 @@
 #include "kernels/x86_avx2/gemm_avx2.h"
 #include "kernels/x86_avx2/ops_avx2.h"
 #include "kernels/x86_avx2/quant_avx2.h"
+#include "kernels/x86_avx512/attention_avx512.h"
 #include "kernels/x86_avx512/bf16_avx512.h"
 #include "kernels/x86_avx512/gemm_avx512.h"
 #include "util/error.h"
@@ -91,6 +92,7 @@ static const KernelTable& avx512_kernels() {
     KernelTable t = avx2_kernels();
     t.isa = "avx512";
     t.packed = avx512::packed_kernels();
+    t.attention = avx512::attention_kernels();
     if (cpu_features().avx512bf16) t.bf16.dot = avx512::dot_bf16_bf16;
     return t;
   }();

@@ -6,12 +6,12 @@
 
 #include <cmath>
 
+#include "kernels/row_groups.h"
+
 #include "kernels/x86_avx2/exp_avx2.h"
 
 namespace inferd::kernels::avx2 {
 namespace {
-
-constexpr int kMaxRows = 8;  // query rows kept in registers at once
 
 inline __m256 load_fp16x8(const uint16_t* p) {
   return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
@@ -43,39 +43,6 @@ void accumulate_rows(const uint16_t* values, int n_keys, int head_dim, const flo
       a[r] = _mm256_fmadd_ps(_mm256_broadcast_ss(p + r * p_stride + j), v, a[r]);
   }
   for (int r = 0; r < NR; ++r) _mm256_storeu_ps(acc + r * head_dim + d0, a[r]);
-}
-
-// Calls fn.template operator()<NR>(row0) for row groups of at most kMaxRows.
-template <typename Fn>
-void for_row_groups(int n_rows, Fn fn) {
-  for (int r0 = 0; r0 < n_rows; r0 += kMaxRows) {
-    switch (n_rows - r0 < kMaxRows ? n_rows - r0 : kMaxRows) {
-      case 8:
-        fn.template operator()<8>(r0);
-        break;
-      case 7:
-        fn.template operator()<7>(r0);
-        break;
-      case 6:
-        fn.template operator()<6>(r0);
-        break;
-      case 5:
-        fn.template operator()<5>(r0);
-        break;
-      case 4:
-        fn.template operator()<4>(r0);
-        break;
-      case 3:
-        fn.template operator()<3>(r0);
-        break;
-      case 2:
-        fn.template operator()<2>(r0);
-        break;
-      default:
-        fn.template operator()<1>(r0);
-        break;
-    }
-  }
 }
 
 void scores(const uint16_t* keys_t, int block_size, int head_dim, const float* q, int n_rows,

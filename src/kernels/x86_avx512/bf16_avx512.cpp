@@ -3,6 +3,8 @@
 
 #include <immintrin.h>
 
+#include "kernels/x86_avx512/reduce_avx512.h"
+
 // GCC 12's AVX-512 intrinsics start some results from an undefined vector, which its own
 // uninitialized-value warnings then report at every call site; the value is never read.
 #pragma GCC diagnostic ignored "-Wuninitialized"
@@ -31,13 +33,7 @@ float dot_bf16_bf16(int64_t n, const void* w, const void* a) {
                               (__m512bh)_mm512_maskz_loadu_epi16(second, y + i + 32));
     }
   }
-  const __m512 sum = _mm512_add_ps(acc0, acc1);
-  const __m256 half =
-      _mm256_add_ps(_mm512_castps512_ps256(sum),
-                    _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(sum), 1)));
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(half), _mm256_extractf128_ps(half, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
+  return hsum_ps(_mm512_add_ps(acc0, acc1));
 }
 
 }  // namespace inferd::kernels::avx512

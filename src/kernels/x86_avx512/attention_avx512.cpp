@@ -1,0 +1,127 @@
+// Compiled with AVX-512 flags (src/CMakeLists.txt). No inline function shared with other files
+// is used here: the linker could keep this file's AVX-512 copy of it for every caller.
+#include "kernels/x86_avx512/attention_avx512.h"
+
+#include <immintrin.h>
+
+#include <cmath>
+
+#include "kernels/row_groups.h"
+#include "kernels/x86_avx2/attention_avx2.h"
+#include "kernels/x86_avx512/reduce_avx512.h"
+
+// GCC 12's AVX-512 conversion intrinsics start from an undefined vector, which its own
+// uninitialized-value warnings then report at every call site; the value is never read.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+namespace inferd::kernels::avx512 {
+namespace {
+
+inline __m512 load_fp16x16(const uint16_t* p) {
+  return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+}
+
+// NR query rows x 16 keys: one converted load of 16 keys' dimension d serves every row.
+template <int NR>
+void score_rows(const uint16_t* keys_t, int block_size, int head_dim, const float* q, float* s,
+                int j0) {
+  __m512 acc[NR];
+  for (int r = 0; r < NR; ++r) acc[r] = _mm512_setzero_ps();
+  for (int d = 0; d < head_dim; ++d) {
+    const __m512 k = load_fp16x16(keys_t + d * block_size + j0);
+    for (int r = 0; r < NR; ++r)
+      acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(q[r * head_dim + d]), k, acc[r]);
+  }
+  for (int r = 0; r < NR; ++r) _mm512_storeu_ps(s + r * block_size + j0, acc[r]);
+}
+
+// NR query rows x 16 dimensions: one converted load of value j serves every row.
+template <int NR>
+void accumulate_rows(const uint16_t* values, int n_keys, int head_dim, const float* p, int p_stride,
+                     float* acc, int d0) {
+  __m512 a[NR];
+  for (int r = 0; r < NR; ++r) a[r] = _mm512_loadu_ps(acc + r * head_dim + d0);
+  for (int j = 0; j < n_keys; ++j) {
+    const __m512 v = load_fp16x16(values + j * head_dim + d0);
+    for (int r = 0; r < NR; ++r)
+      a[r] = _mm512_fmadd_ps(_mm512_set1_ps(p[r * p_stride + j]), v, a[r]);
+  }
+  for (int r = 0; r < NR; ++r) _mm512_storeu_ps(acc + r * head_dim + d0, a[r]);
+}
+
+const AttentionKernels& narrower() {
+  static const AttentionKernels k = avx2::attention_kernels();
+  return k;
+}
+
+void scores(const uint16_t* keys_t, int block_size, int head_dim, const float* q, int n_rows,
+            float* s) {
+  if (block_size % 16 != 0) return narrower().scores(keys_t, block_size, head_dim, q, n_rows, s);
+  for (int j0 = 0; j0 < block_size; j0 += 16) {
+    for_row_groups(n_rows, [&]<int NR>(int r0) {
+      score_rows<NR>(keys_t, block_size, head_dim, q + r0 * head_dim, s + r0 * block_size, j0);
+    });
+  }
+}
+
+void accumulate(const uint16_t* values, int n_keys, int head_dim, const float* p, int p_stride,
+                int n_rows, float* acc) {
+  if (head_dim % 16 != 0)
+    return narrower().accumulate(values, n_keys, head_dim, p, p_stride, n_rows, acc);
+  for (int d0 = 0; d0 < head_dim; d0 += 16) {
+    for_row_groups(n_rows, [&]<int NR>(int r0) {
+      accumulate_rows<NR>(values, n_keys, head_dim, p + r0 * p_stride, p_stride,
+                          acc + r0 * head_dim, d0);
+    });
+  }
+}
+
+// exp(x) for 16 lanes, the same method and constants as the AVX2 version (exp_avx2.h):
+// x = n ln2 + r, Taylor series of exp(r) to r^7, 2^n into the exponent; below -87.3 gives 0.
+inline __m512 exp16(__m512 x) {
+  const __mmask16 underflow = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.3f), _CMP_LT_OQ);
+  x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.3f)), _mm512_set1_ps(88.7f));
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504f)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145752f), x);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.42860677e-6f), r);
+  __m512 poly = _mm512_set1_ps(1.0f / 5040);
+  poly = _mm512_fmadd_ps(poly, r, _mm512_set1_ps(1.0f / 720));
+  poly = _mm512_fmadd_ps(poly, r, _mm512_set1_ps(1.0f / 120));
+  poly = _mm512_fmadd_ps(poly, r, _mm512_set1_ps(1.0f / 24));
+  poly = _mm512_fmadd_ps(poly, r, _mm512_set1_ps(1.0f / 6));
+  poly = _mm512_fmadd_ps(poly, r, _mm512_set1_ps(0.5f));
+  poly = _mm512_fmadd_ps(poly, r, _mm512_set1_ps(1.0f));
+  poly = _mm512_fmadd_ps(poly, r, _mm512_set1_ps(1.0f));
+  const __m512i exponent =
+      _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
+  const __m512 result = _mm512_mul_ps(poly, _mm512_castsi512_ps(exponent));
+  return _mm512_mask_mov_ps(result, underflow, _mm512_setzero_ps());
+}
+
+float exp_sum(float* x, int n, float max) {
+  const __m512 m = _mm512_set1_ps(max);
+  __m512 sum = _mm512_setzero_ps();
+  int i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m512 e = exp16(_mm512_sub_ps(_mm512_loadu_ps(x + i), m));
+    _mm512_storeu_ps(x + i, e);
+    sum = _mm512_add_ps(sum, e);
+  }
+  if (i < n) {  // the tail through a mask: lanes past n are neither read nor written
+    const __mmask16 tail = static_cast<__mmask16>((1u << (n - i)) - 1);
+    const __m512 e = exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(tail, x + i), m));
+    _mm512_mask_storeu_ps(x + i, tail, e);
+    sum = _mm512_add_ps(sum, _mm512_maskz_mov_ps(tail, e));
+  }
+  return hsum_ps(sum);
+}
+
+}  // namespace
+
+AttentionKernels attention_kernels() {
+  return {scores, accumulate, exp_sum};
+}
+
+}  // namespace inferd::kernels::avx512
