@@ -90,6 +90,9 @@ uint64_t Engine::add_request(Request request) {
       fail("prompt token id {} is outside the vocabulary of {}", id, n_vocab);
   }
   request.sampling.validate();
+  if (request.logprobs > kMaxTopLogprobs) {
+    fail("logprobs must be at most {}, got {}", kMaxTopLogprobs, request.logprobs);
+  }
   if (!request.output) fail("request has no output channel");
 
   auto active = std::make_unique<Active>();
@@ -104,9 +107,6 @@ uint64_t Engine::add_request(Request request) {
   active->sampler =
       std::make_unique<sampling::Sampler>(request.sampling, n_vocab, request.logprobs >= 0);
   active->detokenizer = std::make_unique<tokenizer::IncrementalDetokenizer>(*tokenizer_);
-  if (request.logprobs > kMaxTopLogprobs) {
-    fail("logprobs must be at most {}, got {}", kMaxTopLogprobs, request.logprobs);
-  }
   active->top.resize(static_cast<size_t>(std::max(0, request.logprobs)));
   active->stop = std::make_unique<StopMatcher>(request.stop, tokenizer_->max_piece_bytes() * 3 + 4);
   seq.request = std::move(request);

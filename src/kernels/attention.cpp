@@ -13,7 +13,10 @@ namespace {
 
 constexpr int kMaxHeadDim = 256;
 constexpr int kMaxBlockSize = 256;
-constexpr int kMaxRows = 16;  // query rows (heads x tokens) of one tile
+// A tile aims at 16 query rows (heads x tokens), which keeps its working set in L1; models
+// with more query heads per kv head (MQA) take one token per tile, up to 64 rows.
+constexpr int kTargetRows = 16;
+constexpr int kMaxRows = 64;
 
 // Per-row state of the online softmax.
 struct RowState {
@@ -25,7 +28,7 @@ struct RowState {
 
 int attention_tile_tokens(const AttentionShape& shape) {
   const int group = shape.n_heads / shape.n_kv_heads;
-  return std::max(1, kMaxRows / group);
+  return std::max(1, kTargetRows / group);
 }
 
 void attend_tile(const AttentionTile& tile, const kv::KvCache& cache, int layer,

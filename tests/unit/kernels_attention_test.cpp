@@ -111,9 +111,15 @@ std::vector<double> naive_attention(const std::vector<float>& q, const std::vect
   return out;
 }
 
+struct AttentionCase {
+  int n_heads, n_kv_heads, block_size;
+};
+
 TEST(Attention, TilesMatchPlainSoftmaxAttention) {
-  const int n_heads = 6, n_kv_heads = 2, head_dim = 40, n_tokens = 37;
-  for (int block_size : {8, 16}) {
+  const int head_dim = 40, n_tokens = 37;
+  // GQA with two block sizes, and MQA with 32 query heads on one kv head (32 rows a tile).
+  for (const auto [n_heads, n_kv_heads, block_size] :
+       {AttentionCase{6, 2, 8}, AttentionCase{6, 2, 16}, AttentionCase{32, 1, 16}}) {
     kv::KvCacheConfig config{1, n_kv_heads, head_dim, block_size, 8, DType::F16};
     kv::KvCache cache(config);
     // The sequence's blocks are deliberately not in order.
@@ -145,7 +151,8 @@ TEST(Attention, TilesMatchPlainSoftmaxAttention) {
       auto want = naive_attention(qt, k, v, t, n_heads, n_kv_heads, head_dim, shape.scale);
       for (int i = 0; i < q_dim; ++i)
         ASSERT_NEAR(out[static_cast<size_t>(t * q_dim + i)], want[static_cast<size_t>(i)], 2e-5)
-            << "block_size " << block_size << " token " << t << " value " << i;
+            << "heads " << n_heads << "/" << n_kv_heads << " block_size " << block_size << " token "
+            << t << " value " << i;
     }
   }
 }
