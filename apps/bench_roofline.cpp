@@ -63,26 +63,26 @@ void add_roofline(const ModelFootprint& f, const model::Model& model, nlohmann::
   const model::ModelConfig& c = model.config();
   const double bandwidth = measure_read_bandwidth(threads);
   for (auto& t : tests) {
-    const int64_t np = t["n_prompt"], ng = t["n_gen"];
+    const int64_t np = t["n_prompt"], ng = t["n_gen"], nd = t["n_depth"], npl = t["n_parallel"];
     const double tps = t["avg_ts"];
+    // Mean context a token of the test attends to: the depth plus half the test's own tokens.
+    const double context = double(nd) + double(np + ng) / 2;
     t["read_bandwidth_gbs"] = bandwidth / 1e9;
     if (ng > 0) {
-      // KV read per token: on average half the generated context, K and V, every layer.
-      const double kv = double(ng) / 2 * c.n_layers * 2.0 * c.n_kv_heads * c.head_dim * 2;
-      const double per_token = double(f.matmul_bytes) + kv;
+      // Weights are read once per step and shared by the step's n_parallel tokens; each token
+      // reads its own sequence's K and V in every layer.
+      const double kv = context * c.n_layers * 2.0 * c.n_kv_heads * c.head_dim * 2;
+      const double per_token = double(f.matmul_bytes) / double(npl) + kv;
       t["bytes_per_token"] = per_token;
       t["kv_bytes_per_token"] = kv;
       t["achieved_gbs"] = per_token * tps / 1e9;
       t["bandwidth_fraction"] = per_token * tps / bandwidth;
       t["bound_ts"] = bandwidth / per_token;
     }
-    if (np > 0) {
-      const double attention =
-          2.0 * 2 * c.n_layers * c.n_heads * c.head_dim * double(np) / 2;  // QK and PV, causal
-      const double per_token = 2.0 * double(f.matmul_parameters) + attention;
-      t["gflop_per_token"] = per_token / 1e9;
-      t["gflops"] = tps * per_token / 1e9;
-    }
+    const double attention = 2.0 * 2 * c.n_layers * c.n_heads * c.head_dim * context;  // QK, PV
+    const double flop_per_token = 2.0 * double(f.matmul_parameters) + attention;
+    t["gflop_per_token"] = flop_per_token / 1e9;
+    t["gflops"] = tps * flop_per_token / 1e9;
   }
 }
 
@@ -91,17 +91,19 @@ void print_roofline(const ModelFootprint& f, const nlohmann::json& tests, int th
   fmt::print("\nroofline ({} threads, measured read bandwidth {:.1f} GB/s):\n", threads,
              tests[0]["read_bandwidth_gbs"].get<double>());
   for (const auto& t : tests) {
-    const int64_t np = t["n_prompt"], ng = t["n_gen"];
+    const int64_t np = t["n_prompt"], ng = t["n_gen"], npl = t["n_parallel"];
     if (ng > 0) {
       fmt::print(
-          "  tg{}: {:.1f} MB read per token ({:.1f} MB weights + {:.2f} MB KV), {:.1f} GB/s = "
-          "{:.0f}% of bandwidth; bound {:.0f} tok/s\n",
-          ng, t["bytes_per_token"].get<double>() / 1e6, f.matmul_bytes / 1e6,
+          "  tg{}{}: {:.1f} MB read per token ({:.1f} MB weights{} + {:.2f} MB KV), {:.1f} GB/s "
+          "= {:.0f}% of bandwidth; bound {:.0f} tok/s\n",
+          ng, npl > 1 ? fmt::format(" x{}", npl) : "", t["bytes_per_token"].get<double>() / 1e6,
+          f.matmul_bytes / 1e6, npl > 1 ? fmt::format(" / {}", npl) : "",
           t["kv_bytes_per_token"].get<double>() / 1e6, t["achieved_gbs"].get<double>(),
           100 * t["bandwidth_fraction"].get<double>(), t["bound_ts"].get<double>());
     }
-    if (np > 0) {
-      fmt::print("  pp{}: {:.1f} GFLOP/s ({:.2f} GFLOP per token)\n", np,
+    if (np > 0 || npl > 1) {
+      fmt::print("  {}: {:.1f} GFLOP/s ({:.2f} GFLOP per token)\n",
+                 np > 0 ? fmt::format("pp{}", np) : fmt::format("tg{} x{}", ng, npl),
                  t["gflops"].get<double>(), t["gflop_per_token"].get<double>());
     }
   }

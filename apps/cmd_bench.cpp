@@ -26,48 +26,71 @@ struct BenchArgs {
   int64_t n_prompt = 512;
   int64_t n_gen = 128;
   int threads = 0;
+  int64_t n_depth = 0;
+  int64_t n_parallel = 1;
   int repetitions = 5;
   bool json = false;
 };
 
 using Clock = std::chrono::steady_clock;
 
-// Runs `tokens` from position `start` of one sequence, in one batch; logits of the last token.
-void run_batch(model::Model& model, kv::KvCache& cache, ThreadPool& pool,
-               std::span<const int32_t> table, std::span<const int32_t> tokens, int32_t start,
-               std::vector<float>& logits) {
+// The KV blocks of each benchmarked sequence: [n_sequences][blocks per sequence].
+using BlockTables = std::vector<std::vector<int32_t>>;
+
+// Runs one step: for each sequence s, `count` tokens at positions [start, start + count), all in
+// one batch; logits of each sequence's last token go to `logits`.
+void run_step(model::Model& model, kv::KvCache& cache, ThreadPool& pool, const BlockTables& tables,
+              std::span<const int32_t> tokens, int64_t count, int32_t start,
+              std::vector<float>& logits) {
   const int block = cache.block_size();
-  std::vector<int32_t> pos(tokens.size());
-  std::vector<int64_t> slots(tokens.size());
-  for (size_t i = 0; i < tokens.size(); ++i) {
-    pos[i] = start + static_cast<int32_t>(i);
-    slots[i] = int64_t{table[static_cast<size_t>(pos[i] / block)]} * block + pos[i] % block;
+  const auto n_seq = static_cast<int64_t>(tables.size());
+  std::vector<int32_t> pos(static_cast<size_t>(n_seq * count));
+  std::vector<int64_t> slots(pos.size());
+  std::vector<model::BatchSequence> seqs;
+  std::vector<int32_t> last;
+  for (int64_t s = 0; s < n_seq; ++s) {
+    const auto& table = tables[static_cast<size_t>(s)];
+    for (int64_t i = 0; i < count; ++i) {
+      const size_t k = static_cast<size_t>(s * count + i);
+      pos[k] = start + static_cast<int32_t>(i);
+      slots[k] = int64_t{table[static_cast<size_t>(pos[k] / block)]} * block + pos[k] % block;
+    }
+    seqs.push_back({s * count, (s + 1) * count, table});
+    last.push_back(static_cast<int32_t>((s + 1) * count - 1));
   }
-  const int32_t last = static_cast<int32_t>(tokens.size()) - 1;
-  model::BatchSequence seq{0, static_cast<int64_t>(tokens.size()), table};
-  model.forward({tokens, pos, slots, {&seq, 1}, {&last, 1}}, cache, logits.data(), pool);
+  model.forward({tokens.first(pos.size()), pos, slots, seqs, last}, cache, logits.data(), pool);
 }
 
 struct TestResult {
-  int64_t n_prompt = 0, n_gen = 0;
+  int64_t n_prompt = 0, n_gen = 0, n_depth = 0, n_parallel = 1;
   std::vector<double> seconds;
 };
 
+// pp: one batch of n_prompt tokens; tg: n_gen steps of one token for each of the sequences.
+// Both start after n_depth tokens already in the cache (filled untimed).
 TestResult run_test(model::Model& model, kv::KvCache& cache, ThreadPool& pool,
-                    std::span<const int32_t> table, int64_t n_prompt, int64_t n_gen,
+                    const BlockTables& tables, int64_t n_prompt, int64_t n_gen, int64_t n_depth,
                     int repetitions) {
   std::mt19937 rng(42);
   std::uniform_int_distribution<int32_t> token(0, model.config().n_vocab - 1);
-  std::vector<float> logits(static_cast<size_t>(model.config().n_vocab));
-  TestResult result{n_prompt, n_gen, {}};
+  const auto n_seq = static_cast<int64_t>(tables.size());
+  std::vector<float> logits(static_cast<size_t>(model.config().n_vocab * n_seq));
+  TestResult result{n_prompt, n_gen, n_depth, n_seq, {}};
+  auto random_tokens = [&](int64_t n) {
+    std::vector<int32_t> t(static_cast<size_t>(n));
+    for (int32_t& x : t) x = token(rng);
+    return t;
+  };
   for (int r = -1; r < repetitions; ++r) {  // r = -1 is the warm-up, not counted
-    std::vector<int32_t> prompt(static_cast<size_t>(n_prompt));
-    for (int32_t& t : prompt) t = token(rng);
+    if (n_depth > 0)
+      run_step(model, cache, pool, tables, random_tokens(n_depth * n_seq), n_depth, 0, logits);
+    const auto prompt = random_tokens(n_prompt * n_seq);
     const auto begin = Clock::now();
-    if (n_prompt > 0) run_batch(model, cache, pool, table, prompt, 0, logits);
+    if (n_prompt > 0)
+      run_step(model, cache, pool, tables, prompt, n_prompt, static_cast<int32_t>(n_depth), logits);
     for (int64_t i = 0; i < n_gen; ++i) {
-      const int32_t next = token(rng);
-      run_batch(model, cache, pool, table, {&next, 1}, static_cast<int32_t>(i), logits);
+      const auto next = random_tokens(n_seq);
+      run_step(model, cache, pool, tables, next, 1, static_cast<int32_t>(n_depth + i), logits);
     }
     if (r >= 0)
       result.seconds.push_back(std::chrono::duration<double>(Clock::now() - begin).count());
@@ -77,7 +100,7 @@ TestResult run_test(model::Model& model, kv::KvCache& cache, ThreadPool& pool,
 
 nlohmann::json to_json(const TestResult& t, const model::Model& model, const std::string& path,
                        uint64_t model_bytes, uint64_t params, int threads) {
-  const double tokens = static_cast<double>(t.n_prompt + t.n_gen);
+  const double tokens = static_cast<double>((t.n_prompt + t.n_gen) * t.n_parallel);
   std::vector<double> ts, ns;
   for (double s : t.seconds) {
     ts.push_back(tokens / s);
@@ -108,6 +131,8 @@ nlohmann::json to_json(const TestResult& t, const model::Model& model, const std
           {"type_v", "f16"},
           {"n_prompt", t.n_prompt},
           {"n_gen", t.n_gen},
+          {"n_depth", t.n_depth},
+          {"n_parallel", t.n_parallel},
           {"test_time", when},
           {"avg_ns", static_cast<int64_t>(mean(ns))},
           {"stddev_ns", static_cast<int64_t>(stddev(ns))},
@@ -121,21 +146,27 @@ void bench(const BenchArgs& args) {
   const std::string path = args.model.empty() ? default_model_path() : args.model;
   gguf::GgufFile file = gguf::GgufFile::open(path);
   const int threads = args.threads > 0 ? args.threads : default_threads();
-  const int64_t context = std::max<int64_t>(args.n_prompt, args.n_gen) + 16;
-  auto model = model::load_model(file, {std::max<int64_t>(args.n_prompt, 1), context});
+  const int64_t context = args.n_depth + std::max<int64_t>(args.n_prompt, args.n_gen) + 16;
+  const int64_t max_batch =
+      std::max({args.n_prompt, args.n_depth * args.n_parallel, args.n_parallel, int64_t{1}});
+  auto model = model::load_model(file, {max_batch, context});
   const int block = 16;
   const auto blocks = static_cast<int32_t>((context + block - 1) / block);
-  kv::KvCache cache(model->kv_config(blocks, block));
-  std::vector<int32_t> table;
-  for (int32_t b = 0; b < blocks; ++b) table.push_back(*cache.pool().allocate());
+  kv::KvCache cache(model->kv_config(blocks * static_cast<int32_t>(args.n_parallel), block));
+  BlockTables tables(static_cast<size_t>(args.n_parallel));
+  for (auto& table : tables)
+    for (int32_t b = 0; b < blocks; ++b) table.push_back(*cache.pool().allocate());
+  const BlockTables one_sequence(tables.begin(), tables.begin() + 1);
   ThreadPool pool(threads);
   const ModelFootprint footprint = model_footprint(file);
   nlohmann::json out = nlohmann::json::array();
   std::vector<TestResult> results;
   if (args.n_prompt > 0)
-    results.push_back(run_test(*model, cache, pool, table, args.n_prompt, 0, args.repetitions));
+    results.push_back(run_test(*model, cache, pool, one_sequence, args.n_prompt, 0, args.n_depth,
+                               args.repetitions));
   if (args.n_gen > 0)
-    results.push_back(run_test(*model, cache, pool, table, 0, args.n_gen, args.repetitions));
+    results.push_back(
+        run_test(*model, cache, pool, tables, 0, args.n_gen, args.n_depth, args.repetitions));
   for (const TestResult& t : results) {
     out.push_back(to_json(t, *model, path, footprint.total_bytes, footprint.parameters, threads));
   }
@@ -148,12 +179,14 @@ void bench(const BenchArgs& args) {
       "| model | size | params | backend | threads | test | t/s "
       "|\n|---|---:|---:|---|---:|---:|---:|\n");
   for (const auto& j : out) {
-    const int64_t np = j["n_prompt"], ng = j["n_gen"];
+    const int64_t np = j["n_prompt"], ng = j["n_gen"], nd = j["n_depth"], npl = j["n_parallel"];
+    std::string test = np > 0 ? fmt::format("pp{}", np) : fmt::format("tg{}", ng);
+    if (npl > 1) test += fmt::format(" x{}", npl);
+    if (nd > 0) test += fmt::format(" @ d{}", nd);
     fmt::print("| {} | {:.2f} MiB | {:.2f} M | {} | {} | {} | {:.2f} ± {:.2f} |\n",
                model->config().name, footprint.total_bytes / 1048576.0, footprint.parameters / 1e6,
-               j["backends"].get<std::string>(), threads,
-               np > 0 ? fmt::format("pp{}", np) : fmt::format("tg{}", ng),
-               j["avg_ts"].get<double>(), j["stddev_ts"].get<double>());
+               j["backends"].get<std::string>(), threads, test, j["avg_ts"].get<double>(),
+               j["stddev_ts"].get<double>());
   }
   print_roofline(footprint, out, threads);
 }
@@ -169,6 +202,13 @@ void register_bench(CLI::App& app) {
       ->check(CLI::Range(0, 8192));
   cmd->add_option("-n,--n-gen", args->n_gen, "Generated tokens for the tg test (0: skip)")
       ->check(CLI::Range(0, 8192));
+  cmd->add_option("-d,--n-depth", args->n_depth,
+                  "Tokens already in each sequence's cache before a test (as llama-bench -d)")
+      ->check(CLI::Range(0, 8192));
+  cmd->add_option("--parallel", args->n_parallel,
+                  "Sequences decoding together in the tg test, one token each per step; "
+                  "t/s counts all of them")
+      ->check(CLI::Range(1, 256));
   cmd->add_option("-t,--threads", args->threads, "Threads (0: cores, at most 4)")
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("-r,--repetitions", args->repetitions, "Repetitions of each test")

@@ -5,7 +5,6 @@
 #include <limits>
 
 #include "kernels/kernels.h"
-#include "tensor/half.h"
 #include "util/error.h"
 
 namespace inferd::kernels {
@@ -17,6 +16,12 @@ constexpr int kMaxBlockSize = 256;
 // with more query heads per kv head (MQA) take one token per tile, up to 64 rows.
 constexpr int kTargetRows = 16;
 constexpr int kMaxRows = 64;
+// Scores are made for a chunk of several KV blocks before the softmax state is updated, so the
+// per-row bookkeeping (max, rescale of the accumulator) is paid once per chunk, not per block:
+// with few rows (decode) it would otherwise cost as much as the dot products. A chunk holds at
+// most kChunkKeys keys and its score matrix at most kScoreBudget floats (16 KiB, in L1).
+constexpr int kChunkKeys = 256;
+constexpr int kScoreBudget = 4096;
 
 // Per-row state of the online softmax.
 struct RowState {
@@ -32,20 +37,21 @@ int attention_tile_tokens(const AttentionShape& shape) {
 }
 
 void attend_tile(const AttentionTile& tile, const kv::KvCache& cache, int layer,
-                 std::span<const int32_t> block_table, const AttentionShape& shape) {
+                 std::span<const int32_t> block_table, const AttentionShape& shape,
+                 const KernelTable& table) {
   const int group = shape.n_heads / shape.n_kv_heads, head_dim = shape.head_dim;
   const int rows = group * tile.n_tokens, block_size = cache.block_size();
   if (rows > kMaxRows || head_dim > kMaxHeadDim || block_size > kMaxBlockSize) {
     fail("attention: tile of {} rows, head size {} or block size {} is above the limits", rows,
          head_dim, block_size);
   }
-  const AttentionKernels& k = active_kernels().attention;
+  const AttentionKernels& k = table.attention;
   const int64_t q_stride = int64_t{shape.n_heads} * head_dim;
   // Row r = token t * group + head g. Queries are rounded to f16 like the keys, as llama.cpp
   // does before its f16 dot products.
-  alignas(64) float q[kMaxRows * kMaxHeadDim];         // [rows, head_dim]
-  alignas(64) float acc[kMaxRows * kMaxHeadDim];       // [rows, head_dim]
-  alignas(64) float scores[kMaxRows * kMaxBlockSize];  // [rows, block_size]
+  alignas(64) float q[kMaxRows * kMaxHeadDim];      // [rows, head_dim]
+  alignas(64) float acc[kMaxRows * kMaxHeadDim];    // [rows, head_dim]
+  alignas(64) float scores[kMaxRows * kChunkKeys];  // [rows, chunk_keys]
   RowState state[kMaxRows];
   int32_t last_key[kMaxRows];
   int32_t max_position = 0;
@@ -53,36 +59,50 @@ void attend_tile(const AttentionTile& tile, const kv::KvCache& cache, int layer,
     for (int g = 0; g < group; ++g) {
       const int r = t * group + g;
       const float* src = tile.q + t * q_stride + int64_t{tile.kv_head * group + g} * head_dim;
-      for (int d = 0; d < head_dim; ++d) q[r * head_dim + d] = fp16_to_fp32(fp32_to_fp16(src[d]));
+      std::copy(src, src + head_dim, q + r * head_dim);
+      k.round_to_fp16(q + r * head_dim, head_dim);
       last_key[r] = tile.positions[t];
     }
     max_position = std::max(max_position, tile.positions[t]);
   }
   std::fill(acc, acc + rows * head_dim, 0.0f);
-  for (int64_t start = 0, b = 0; start <= max_position; start += block_size, ++b) {
-    const int32_t block = block_table[static_cast<size_t>(b)];
-    const int count = static_cast<int>(std::min<int64_t>(block_size, max_position + 1 - start));
-    k.scores(cache.keys(layer, block, tile.kv_head), block_size, head_dim, q, rows, scores);
+  // Whole blocks per chunk; scores of row r, chunk key j are at scores[r * chunk_keys + j].
+  const int chunk_blocks = std::max(1, std::min(kChunkKeys, kScoreBudget / rows) / block_size);
+  const int chunk_keys = chunk_blocks * block_size;
+  const int64_t n_keys = int64_t{max_position} + 1;
+  for (int64_t start = 0; start < n_keys; start += chunk_keys) {
+    const int64_t first_block = start / block_size;
+    const int count = static_cast<int>(std::min<int64_t>(chunk_keys, n_keys - start));
+    const int n_blocks = (count + block_size - 1) / block_size;
+    for (int i = 0; i < n_blocks; ++i) {
+      const int32_t block = block_table[static_cast<size_t>(first_block + i)];
+      k.scores(cache.keys(layer, block, tile.kv_head), block_size, head_dim, q, rows,
+               scores + i * block_size, chunk_keys);
+    }
     for (int r = 0; r < rows; ++r) {
-      float* s = scores + r * block_size;
-      // Keys past this row's position (causal mask) or past the block's end take no weight.
+      float* s = scores + r * chunk_keys;
+      // Keys past this row's position (causal mask) or past the chunk's end take no weight.
       const int valid = static_cast<int>(std::clamp<int64_t>(last_key[r] + 1 - start, 0, count));
-      float block_max = state[r].max;
+      float chunk_max = state[r].max;
       for (int j = 0; j < valid; ++j) {
         s[j] *= shape.scale;
-        block_max = std::max(block_max, s[j]);
+        chunk_max = std::max(chunk_max, s[j]);
       }
-      for (int j = valid; j < count; ++j) s[j] = 0;
+      std::fill(s + valid, s + count, 0.0f);
       if (valid == 0) continue;
-      const float correction = std::exp(state[r].max - block_max);
-      state[r].sum = state[r].sum * correction + k.exp_sum(s, valid, block_max);
+      const float correction = std::exp(state[r].max - chunk_max);
+      state[r].sum = state[r].sum * correction + k.exp_sum(s, valid, chunk_max);
       if (correction != 1.0f) {
         for (int d = 0; d < head_dim; ++d) acc[r * head_dim + d] *= correction;
       }
-      state[r].max = block_max;
+      state[r].max = chunk_max;
     }
-    k.accumulate(cache.values(layer, block, tile.kv_head), count, head_dim, scores, block_size,
-                 rows, acc);
+    for (int i = 0; i < n_blocks; ++i) {
+      const int32_t block = block_table[static_cast<size_t>(first_block + i)];
+      const int keys = std::min(block_size, count - i * block_size);
+      k.accumulate(cache.values(layer, block, tile.kv_head), keys, head_dim,
+                   scores + i * block_size, chunk_keys, rows, acc);
+    }
   }
   for (int t = 0; t < tile.n_tokens; ++t) {
     for (int g = 0; g < group; ++g) {

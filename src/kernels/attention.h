@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <span>
 
+#include "kernels/kernels.h"
 #include "kv/kv_cache.h"
 
 namespace inferd::kernels {
@@ -33,6 +34,7 @@ struct AttentionTile {
 int attention_tile_tokens(const AttentionShape& shape);
 
 void attend_tile(const AttentionTile& tile, const kv::KvCache& cache, int layer,
-                 std::span<const int32_t> block_table, const AttentionShape& shape);
+                 std::span<const int32_t> block_table, const AttentionShape& shape,
+                 const KernelTable& table = active_kernels());
 
 }  // namespace inferd::kernels

@@ -30,14 +30,18 @@ struct WeightKernels {
 // transposed, [head_dim, block_size], so scores of one query for a whole block are one vector
 // of fused multiply-adds per dimension; values are [n_keys, head_dim].
 struct AttentionKernels {
-  // s[r, j] = q[r, :] . k[:, j] for n_rows queries [n_rows, head_dim] and all block_size keys.
+  // s[r * s_stride + j] = q[r, :] . k[:, j] for n_rows queries [n_rows, head_dim] and all
+  // block_size keys.
   void (*scores)(const uint16_t* keys_t, int block_size, int head_dim, const float* q, int n_rows,
-                 float* s) = nullptr;
+                 float* s, int s_stride) = nullptr;
   // acc[r, :] += sum_j p[r * p_stride + j] * v[j, :] over the first n_keys values.
   void (*accumulate)(const uint16_t* values, int n_keys, int head_dim, const float* p, int p_stride,
                      int n_rows, float* acc) = nullptr;
   // x[i] = exp(x[i] - max) for i < n (an x of -inf gives 0); returns the sum.
   float (*exp_sum)(float* x, int n, float max) = nullptr;
+  // x[i] = the nearest fp16 value (ties to even, overflow to inf), as a float, for i < n:
+  // queries are rounded like the keys they meet.
+  void (*round_to_fp16)(float* x, int n) = nullptr;
 };
 
 // The packed path (kernels/packed.h): activations become ActQ8 blocks once per row, then one

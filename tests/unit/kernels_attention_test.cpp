@@ -1,5 +1,6 @@
 // Attention: each ISA's primitives against the reference on odd sizes, and the tiled
 // flash-style driver against plain softmax attention computed in double precision.
+#include <bit>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -27,13 +28,16 @@ TEST(AttentionKernels, ScoresMatchReference) {
   const AttentionKernels& ref = reference_kernels().attention;
   for (const KernelTable* table : available_kernels()) {
     for (int block_size : {8, 12, 16, 32}) {
-      for (int head_dim : {36, 64, 72}) {
-        for (int rows : {1, 3, 9, 16}) {
+      for (int head_dim : {33, 36, 64, 72}) {
+        for (int rows : {1, 3, 5, 9, 16}) {
           auto keys = random_halves(int64_t{head_dim} * block_size, 1);
           auto q = random_floats(int64_t{rows} * head_dim, 2);
-          std::vector<float> got(static_cast<size_t>(rows * block_size)), want(got.size());
-          table->attention.scores(keys.data(), block_size, head_dim, q.data(), rows, got.data());
-          ref.scores(keys.data(), block_size, head_dim, q.data(), rows, want.data());
+          // Rows of the output further apart than a block (as in a chunk of several blocks).
+          const int s_stride = block_size + 3;
+          std::vector<float> got(static_cast<size_t>(rows * s_stride)), want(got.size());
+          table->attention.scores(keys.data(), block_size, head_dim, q.data(), rows, got.data(),
+                                  s_stride);
+          ref.scores(keys.data(), block_size, head_dim, q.data(), rows, want.data(), s_stride);
           for (size_t i = 0; i < got.size(); ++i)
             ASSERT_NEAR(got[i], want[i], 1e-5 * (1 + std::fabs(want[i])))
                 << table->isa << " bs=" << block_size << " hd=" << head_dim << " rows=" << rows;
@@ -47,8 +51,8 @@ TEST(AttentionKernels, AccumulateMatchesReference) {
   const AttentionKernels& ref = reference_kernels().attention;
   for (const KernelTable* table : available_kernels()) {
     for (int n_keys : {1, 5, 16}) {
-      for (int head_dim : {36, 64, 72}) {
-        for (int rows : {1, 3, 9, 16}) {
+      for (int head_dim : {33, 36, 64, 72, 128}) {
+        for (int rows : {1, 3, 5, 9, 16}) {
           const int p_stride = 16;
           auto values = random_halves(int64_t{n_keys} * head_dim, 3);
           auto p = random_floats(int64_t{rows} * p_stride, 4);
@@ -85,6 +89,25 @@ TEST(AttentionKernels, ExpSumMatchesReference) {
   }
 }
 
+TEST(AttentionKernels, RoundToFp16MatchesReference) {
+  const AttentionKernels& ref = reference_kernels().attention;
+  for (const KernelTable* table : available_kernels()) {
+    for (int n : {1, 7, 8, 17, 64, 67}) {
+      auto x = random_floats(n, static_cast<uint32_t>(n + 100), 4.0f);
+      // Values at the edges: a tie between two halves (rounds to even), a subnormal half,
+      // one that underflows to zero, and one past the largest half (inf).
+      const float edges[] = {1.0f + 1.0f / 2048, 3.0e-6f, 1.0e-9f, 70000.0f, -0.0f, -65520.0f};
+      for (int i = 0; i < n && i < 6; ++i) x[static_cast<size_t>(i)] = edges[i];
+      std::vector<float> got = x, want = x;
+      table->attention.round_to_fp16(got.data(), n);
+      ref.round_to_fp16(want.data(), n);
+      for (int i = 0; i < n; ++i)
+        ASSERT_EQ(std::bit_cast<uint32_t>(got[i]), std::bit_cast<uint32_t>(want[i]))
+            << table->isa << " n=" << n << " x=" << x[static_cast<size_t>(i)];
+    }
+  }
+}
+
 // Plain causal softmax attention over f16-rounded q, k, v, in double.
 std::vector<double> naive_attention(const std::vector<float>& q, const std::vector<float>& k,
                                     const std::vector<float>& v, int64_t pos, int n_heads,
@@ -112,18 +135,24 @@ std::vector<double> naive_attention(const std::vector<float>& q, const std::vect
 }
 
 struct AttentionCase {
-  int n_heads, n_kv_heads, block_size;
+  int n_heads, n_kv_heads, block_size, n_tokens;
 };
 
 TEST(Attention, TilesMatchPlainSoftmaxAttention) {
-  const int head_dim = 40, n_tokens = 37;
-  // GQA with two block sizes, and MQA with 32 query heads on one kv head (32 rows a tile).
-  for (const auto [n_heads, n_kv_heads, block_size] :
-       {AttentionCase{6, 2, 8}, AttentionCase{6, 2, 16}, AttentionCase{32, 1, 16}}) {
-    kv::KvCacheConfig config{1, n_kv_heads, head_dim, block_size, 8, DType::F16};
+  const int head_dim = 40;
+  // GQA with two block sizes, and MQA with 32 query heads on one kv head (32 rows a tile); the
+  // long cases span several chunks of keys (kChunkKeys in attention.cpp), so the softmax state
+  // is carried from one chunk to the next.
+  for (const auto [n_heads, n_kv_heads, block_size, n_tokens] :
+       {AttentionCase{6, 2, 8, 37}, AttentionCase{6, 2, 16, 37}, AttentionCase{32, 1, 16, 37},
+        AttentionCase{6, 2, 8, 300}, AttentionCase{32, 1, 16, 300}}) {
+    const int n_blocks = (n_tokens + block_size - 1) / block_size + 3;
+    kv::KvCacheConfig config{1, n_kv_heads, head_dim, block_size, n_blocks, DType::F16};
     kv::KvCache cache(config);
     // The sequence's blocks are deliberately not in order.
-    const std::vector<int32_t> block_table = {5, 2, 7, 0, 3};
+    std::vector<int32_t> block_table;
+    for (int b = 0; b < n_blocks; ++b) block_table.push_back((b * 7 + 3) % n_blocks);
+    ASSERT_NE(n_blocks % 7, 0);  // so that the table is a permutation
     const int kv_dim = n_kv_heads * head_dim, q_dim = n_heads * head_dim;
     auto k = random_floats(int64_t{n_tokens} * kv_dim, 10);
     auto v = random_floats(int64_t{n_tokens} * kv_dim, 11);
@@ -136,23 +165,29 @@ TEST(Attention, TilesMatchPlainSoftmaxAttention) {
     const AttentionShape shape{n_heads, n_kv_heads, head_dim, 1.0f / std::sqrt(float(head_dim))};
     std::vector<int32_t> positions(n_tokens);
     for (int t = 0; t < n_tokens; ++t) positions[static_cast<size_t>(t)] = t;
-    std::vector<float> out(static_cast<size_t>(n_tokens * q_dim));
-    const int tile_tokens = attention_tile_tokens(shape);
-    for (int t0 = 0; t0 < n_tokens; t0 += tile_tokens) {
-      for (int h = 0; h < n_kv_heads; ++h) {
-        const AttentionTile tile{
-            &q[static_cast<size_t>(t0 * q_dim)], &positions[static_cast<size_t>(t0)],
-            std::min(tile_tokens, n_tokens - t0), h, &out[static_cast<size_t>(t0 * q_dim)]};
-        attend_tile(tile, cache, 0, block_table, shape);
-      }
-    }
+    std::vector<std::vector<double>> want;
     for (int t = 0; t < n_tokens; ++t) {
       std::vector<float> qt(q.begin() + t * q_dim, q.begin() + (t + 1) * q_dim);
-      auto want = naive_attention(qt, k, v, t, n_heads, n_kv_heads, head_dim, shape.scale);
-      for (int i = 0; i < q_dim; ++i)
-        ASSERT_NEAR(out[static_cast<size_t>(t * q_dim + i)], want[static_cast<size_t>(i)], 2e-5)
-            << "heads " << n_heads << "/" << n_kv_heads << " block_size " << block_size << " token "
-            << t << " value " << i;
+      want.push_back(naive_attention(qt, k, v, t, n_heads, n_kv_heads, head_dim, shape.scale));
+    }
+    for (const KernelTable* table : available_kernels()) {
+      std::vector<float> out(static_cast<size_t>(n_tokens * q_dim));
+      const int tile_tokens = attention_tile_tokens(shape);
+      for (int t0 = 0; t0 < n_tokens; t0 += tile_tokens) {
+        for (int h = 0; h < n_kv_heads; ++h) {
+          const AttentionTile tile{
+              &q[static_cast<size_t>(t0 * q_dim)], &positions[static_cast<size_t>(t0)],
+              std::min(tile_tokens, n_tokens - t0), h, &out[static_cast<size_t>(t0 * q_dim)]};
+          attend_tile(tile, cache, 0, block_table, shape, *table);
+        }
+      }
+      for (int t = 0; t < n_tokens; ++t) {
+        for (int i = 0; i < q_dim; ++i)
+          ASSERT_NEAR(out[static_cast<size_t>(t * q_dim + i)],
+                      want[static_cast<size_t>(t)][static_cast<size_t>(i)], 2e-5)
+              << table->isa << " heads " << n_heads << "/" << n_kv_heads << " block_size "
+              << block_size << " token " << t << " value " << i;
+      }
     }
   }
 }

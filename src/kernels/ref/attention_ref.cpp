@@ -8,13 +8,13 @@ namespace inferd::kernels::ref {
 namespace {
 
 void scores(const uint16_t* keys_t, int block_size, int head_dim, const float* q, int n_rows,
-            float* s) {
+            float* s, int s_stride) {
   for (int r = 0; r < n_rows; ++r) {
     for (int j = 0; j < block_size; ++j) {
       float acc = 0;
       for (int d = 0; d < head_dim; ++d)
         acc += q[r * head_dim + d] * fp16_to_fp32(keys_t[d * block_size + j]);
-      s[r * block_size + j] = acc;
+      s[r * s_stride + j] = acc;
     }
   }
 }
@@ -39,10 +39,14 @@ float exp_sum(float* x, int n, float max) {
   return sum;
 }
 
+void round_to_fp16(float* x, int n) {
+  for (int i = 0; i < n; ++i) x[i] = fp16_to_fp32(fp32_to_fp16(x[i]));
+}
+
 }  // namespace
 
 AttentionKernels attention_kernels() {
-  return {scores, accumulate, exp_sum};
+  return {scores, accumulate, exp_sum, round_to_fp16};
 }
 
 }  // namespace inferd::kernels::ref

@@ -17,40 +17,62 @@ inline __m256 load_fp16x8(const uint16_t* p) {
   return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
 }
 
-// NR query rows x 8 keys: one converted load of 8 keys' dimension d serves every row.
+// NR query rows x 8 keys: one converted load of 8 keys' dimension d serves every row. Few rows
+// (decode) split the dimensions over two accumulators per row, so each chain of dependent
+// multiply-adds is half as long.
 template <int NR>
 void score_rows(const uint16_t* keys_t, int block_size, int head_dim, const float* q, float* s,
-                int j0) {
-  __m256 acc[NR];
-  for (int r = 0; r < NR; ++r) acc[r] = _mm256_setzero_ps();
-  for (int d = 0; d < head_dim; ++d) {
+                int s_stride, int j0) {
+  constexpr int kSplit = NR <= 4 ? 2 : 1;
+  __m256 acc[kSplit][NR];
+  for (int i = 0; i < kSplit; ++i)
+    for (int r = 0; r < NR; ++r) acc[i][r] = _mm256_setzero_ps();
+  int d = 0;
+  for (; d + kSplit <= head_dim; d += kSplit) {
+    for (int i = 0; i < kSplit; ++i) {
+      const __m256 k = load_fp16x8(keys_t + (d + i) * block_size + j0);
+      for (int r = 0; r < NR; ++r)
+        acc[i][r] = _mm256_fmadd_ps(_mm256_broadcast_ss(q + r * head_dim + d + i), k, acc[i][r]);
+    }
+  }
+  for (; d < head_dim; ++d) {
     const __m256 k = load_fp16x8(keys_t + d * block_size + j0);
     for (int r = 0; r < NR; ++r)
-      acc[r] = _mm256_fmadd_ps(_mm256_broadcast_ss(q + r * head_dim + d), k, acc[r]);
+      acc[0][r] = _mm256_fmadd_ps(_mm256_broadcast_ss(q + r * head_dim + d), k, acc[0][r]);
   }
-  for (int r = 0; r < NR; ++r) _mm256_storeu_ps(s + r * block_size + j0, acc[r]);
+  for (int r = 0; r < NR; ++r) {
+    __m256 sum = acc[0][r];
+    for (int i = 1; i < kSplit; ++i) sum = _mm256_add_ps(sum, acc[i][r]);
+    _mm256_storeu_ps(s + r * s_stride + j0, sum);
+  }
 }
 
-// NR query rows x 8 dimensions: one converted load of value j serves every row.
-template <int NR>
+// NR query rows x DC chunks of 8 dimensions: one converted load of value j serves every row,
+// and NR x DC independent accumulators keep the multiply-add units busy even for one row.
+template <int NR, int DC>
 void accumulate_rows(const uint16_t* values, int n_keys, int head_dim, const float* p, int p_stride,
                      float* acc, int d0) {
-  __m256 a[NR];
-  for (int r = 0; r < NR; ++r) a[r] = _mm256_loadu_ps(acc + r * head_dim + d0);
+  __m256 a[NR][DC];
+  for (int r = 0; r < NR; ++r)
+    for (int c = 0; c < DC; ++c) a[r][c] = _mm256_loadu_ps(acc + r * head_dim + d0 + 8 * c);
   for (int j = 0; j < n_keys; ++j) {
-    const __m256 v = load_fp16x8(values + j * head_dim + d0);
-    for (int r = 0; r < NR; ++r)
-      a[r] = _mm256_fmadd_ps(_mm256_broadcast_ss(p + r * p_stride + j), v, a[r]);
+    for (int c = 0; c < DC; ++c) {
+      const __m256 v = load_fp16x8(values + j * head_dim + d0 + 8 * c);
+      for (int r = 0; r < NR; ++r)
+        a[r][c] = _mm256_fmadd_ps(_mm256_broadcast_ss(p + r * p_stride + j), v, a[r][c]);
+    }
   }
-  for (int r = 0; r < NR; ++r) _mm256_storeu_ps(acc + r * head_dim + d0, a[r]);
+  for (int r = 0; r < NR; ++r)
+    for (int c = 0; c < DC; ++c) _mm256_storeu_ps(acc + r * head_dim + d0 + 8 * c, a[r][c]);
 }
 
 void scores(const uint16_t* keys_t, int block_size, int head_dim, const float* q, int n_rows,
-            float* s) {
+            float* s, int s_stride) {
   int j0 = 0;
   for (; j0 + 8 <= block_size; j0 += 8) {
     for_row_groups(n_rows, [&]<int NR>(int r0) {
-      score_rows<NR>(keys_t, block_size, head_dim, q + r0 * head_dim, s + r0 * block_size, j0);
+      score_rows<NR>(keys_t, block_size, head_dim, q + r0 * head_dim, s + r0 * s_stride, s_stride,
+                     j0);
     });
   }
   for (int r = 0; r < n_rows; ++r) {  // block sizes that are not a multiple of 8
@@ -58,23 +80,28 @@ void scores(const uint16_t* keys_t, int block_size, int head_dim, const float* q
       float acc = 0;
       for (int d = 0; d < head_dim; ++d)
         acc += q[r * head_dim + d] * _cvtsh_ss(keys_t[d * block_size + j]);
-      s[r * block_size + j] = acc;
+      s[r * s_stride + j] = acc;
     }
   }
 }
 
 void accumulate(const uint16_t* values, int n_keys, int head_dim, const float* p, int p_stride,
                 int n_rows, float* acc) {
-  int d0 = 0;
-  for (; d0 + 8 <= head_dim; d0 += 8) {
-    for_row_groups(n_rows, [&]<int NR>(int r0) {
-      accumulate_rows<NR>(values, n_keys, head_dim, p + r0 * p_stride, p_stride,
-                          acc + r0 * head_dim, d0);
-    });
-  }
+  int whole = head_dim - head_dim % 8;  // dimensions done in vectors
+  for_row_groups(n_rows, [&]<int NR>(int r0) {
+    // 16 ymm registers: at most 12 accumulators, the rest for loads and broadcasts.
+    constexpr int DC = NR <= 3 ? 4 : NR <= 6 ? 2 : 1;
+    const float* pr = p + r0 * p_stride;
+    float* ar = acc + r0 * head_dim;
+    int d0 = 0;
+    for (; d0 + 8 * DC <= whole; d0 += 8 * DC)
+      accumulate_rows<NR, DC>(values, n_keys, head_dim, pr, p_stride, ar, d0);
+    for (; d0 < whole; d0 += 8)
+      accumulate_rows<NR, 1>(values, n_keys, head_dim, pr, p_stride, ar, d0);
+  });
   for (int r = 0; r < n_rows; ++r) {  // head sizes that are not a multiple of 8
     for (int j = 0; j < n_keys; ++j) {
-      for (int d = d0; d < head_dim; ++d)
+      for (int d = whole; d < head_dim; ++d)
         acc[r * head_dim + d] += p[r * p_stride + j] * _cvtsh_ss(values[j * head_dim + d]);
     }
   }
@@ -99,10 +126,19 @@ float exp_sum(float* x, int n, float max) {
   return total;
 }
 
+// F16C's conversion rounds to nearest even and saturates to inf like the reference.
+void round_to_fp16(float* x, int n) {
+  constexpr int kNearest = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+  int i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(x + i, _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_loadu_ps(x + i), kNearest)));
+  for (; i < n; ++i) x[i] = _cvtsh_ss(_cvtss_sh(x[i], kNearest));
+}
+
 }  // namespace
 
 AttentionKernels attention_kernels() {
-  return {scores, accumulate, exp_sum};
+  return {scores, accumulate, exp_sum, round_to_fp16};
 }
 
 }  // namespace inferd::kernels::avx2

@@ -22,32 +22,53 @@ inline __m512 load_fp16x16(const uint16_t* p) {
   return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
 }
 
-// NR query rows x 16 keys: one converted load of 16 keys' dimension d serves every row.
+// NR query rows x 16 keys: one converted load of 16 keys' dimension d serves every row. Few
+// rows (decode) split the dimensions over two accumulators per row, so each chain of dependent
+// multiply-adds is half as long.
 template <int NR>
 void score_rows(const uint16_t* keys_t, int block_size, int head_dim, const float* q, float* s,
-                int j0) {
-  __m512 acc[NR];
-  for (int r = 0; r < NR; ++r) acc[r] = _mm512_setzero_ps();
-  for (int d = 0; d < head_dim; ++d) {
+                int s_stride, int j0) {
+  constexpr int kSplit = NR <= 4 ? 2 : 1;
+  __m512 acc[kSplit][NR];
+  for (int i = 0; i < kSplit; ++i)
+    for (int r = 0; r < NR; ++r) acc[i][r] = _mm512_setzero_ps();
+  int d = 0;
+  for (; d + kSplit <= head_dim; d += kSplit) {
+    for (int i = 0; i < kSplit; ++i) {
+      const __m512 k = load_fp16x16(keys_t + (d + i) * block_size + j0);
+      for (int r = 0; r < NR; ++r)
+        acc[i][r] = _mm512_fmadd_ps(_mm512_set1_ps(q[r * head_dim + d + i]), k, acc[i][r]);
+    }
+  }
+  for (; d < head_dim; ++d) {
     const __m512 k = load_fp16x16(keys_t + d * block_size + j0);
     for (int r = 0; r < NR; ++r)
-      acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(q[r * head_dim + d]), k, acc[r]);
+      acc[0][r] = _mm512_fmadd_ps(_mm512_set1_ps(q[r * head_dim + d]), k, acc[0][r]);
   }
-  for (int r = 0; r < NR; ++r) _mm512_storeu_ps(s + r * block_size + j0, acc[r]);
+  for (int r = 0; r < NR; ++r) {
+    __m512 sum = acc[0][r];
+    for (int i = 1; i < kSplit; ++i) sum = _mm512_add_ps(sum, acc[i][r]);
+    _mm512_storeu_ps(s + r * s_stride + j0, sum);
+  }
 }
 
-// NR query rows x 16 dimensions: one converted load of value j serves every row.
-template <int NR>
+// NR query rows x DC chunks of 16 dimensions: one converted load of value j serves every row,
+// and NR x DC independent accumulators keep the multiply-add units busy even for one row.
+template <int NR, int DC>
 void accumulate_rows(const uint16_t* values, int n_keys, int head_dim, const float* p, int p_stride,
                      float* acc, int d0) {
-  __m512 a[NR];
-  for (int r = 0; r < NR; ++r) a[r] = _mm512_loadu_ps(acc + r * head_dim + d0);
+  __m512 a[NR][DC];
+  for (int r = 0; r < NR; ++r)
+    for (int c = 0; c < DC; ++c) a[r][c] = _mm512_loadu_ps(acc + r * head_dim + d0 + 16 * c);
   for (int j = 0; j < n_keys; ++j) {
-    const __m512 v = load_fp16x16(values + j * head_dim + d0);
-    for (int r = 0; r < NR; ++r)
-      a[r] = _mm512_fmadd_ps(_mm512_set1_ps(p[r * p_stride + j]), v, a[r]);
+    for (int c = 0; c < DC; ++c) {
+      const __m512 v = load_fp16x16(values + j * head_dim + d0 + 16 * c);
+      for (int r = 0; r < NR; ++r)
+        a[r][c] = _mm512_fmadd_ps(_mm512_set1_ps(p[r * p_stride + j]), v, a[r][c]);
+    }
   }
-  for (int r = 0; r < NR; ++r) _mm512_storeu_ps(acc + r * head_dim + d0, a[r]);
+  for (int r = 0; r < NR; ++r)
+    for (int c = 0; c < DC; ++c) _mm512_storeu_ps(acc + r * head_dim + d0 + 16 * c, a[r][c]);
 }
 
 const AttentionKernels& narrower() {
@@ -56,11 +77,13 @@ const AttentionKernels& narrower() {
 }
 
 void scores(const uint16_t* keys_t, int block_size, int head_dim, const float* q, int n_rows,
-            float* s) {
-  if (block_size % 16 != 0) return narrower().scores(keys_t, block_size, head_dim, q, n_rows, s);
+            float* s, int s_stride) {
+  if (block_size % 16 != 0)
+    return narrower().scores(keys_t, block_size, head_dim, q, n_rows, s, s_stride);
   for (int j0 = 0; j0 < block_size; j0 += 16) {
     for_row_groups(n_rows, [&]<int NR>(int r0) {
-      score_rows<NR>(keys_t, block_size, head_dim, q + r0 * head_dim, s + r0 * block_size, j0);
+      score_rows<NR>(keys_t, block_size, head_dim, q + r0 * head_dim, s + r0 * s_stride, s_stride,
+                     j0);
     });
   }
 }
@@ -69,12 +92,17 @@ void accumulate(const uint16_t* values, int n_keys, int head_dim, const float* p
                 int n_rows, float* acc) {
   if (head_dim % 16 != 0)
     return narrower().accumulate(values, n_keys, head_dim, p, p_stride, n_rows, acc);
-  for (int d0 = 0; d0 < head_dim; d0 += 16) {
-    for_row_groups(n_rows, [&]<int NR>(int r0) {
-      accumulate_rows<NR>(values, n_keys, head_dim, p + r0 * p_stride, p_stride,
-                          acc + r0 * head_dim, d0);
-    });
-  }
+  for_row_groups(n_rows, [&]<int NR>(int r0) {
+    // 32 zmm registers: at most 16 accumulators.
+    constexpr int DC = NR <= 4 ? 4 : 2;
+    const float* pr = p + r0 * p_stride;
+    float* ar = acc + r0 * head_dim;
+    int d0 = 0;
+    for (; d0 + 16 * DC <= head_dim; d0 += 16 * DC)
+      accumulate_rows<NR, DC>(values, n_keys, head_dim, pr, p_stride, ar, d0);
+    for (; d0 < head_dim; d0 += 16)
+      accumulate_rows<NR, 1>(values, n_keys, head_dim, pr, p_stride, ar, d0);
+  });
 }
 
 // exp(x) for 16 lanes, the same method and constants as the AVX2 version (exp_avx2.h):
@@ -121,7 +149,8 @@ float exp_sum(float* x, int n, float max) {
 }  // namespace
 
 AttentionKernels attention_kernels() {
-  return {scores, accumulate, exp_sum};
+  // Rounding queries is a few hundred values a tile: the AVX2 version serves.
+  return {scores, accumulate, exp_sum, narrower().round_to_fp16};
 }
 
 }  // namespace inferd::kernels::avx512

@@ -45,6 +45,17 @@ inline int32_t hsum(__m512i v) {
   return _mm_cvtsi128_si32(_mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1)));
 }
 
+// Groups of a matrix lie one after another, and a thread multiplies a run of them in order:
+// (one token alone is bandwidth-bound and the hardware prefetcher serves it better)
+// while block b of this group is computed, the same block of the next group is fetched, so
+// weights streaming from memory arrive before they are needed. (Past the matrix's end this only
+// touches addresses; prefetches never fault.)
+template <typename Block>
+inline void prefetch_next_group(const Block* block, int64_t blocks) {
+  const char* next = reinterpret_cast<const char*>(block + blocks);
+  for (size_t line = 0; line < sizeof(Block); line += 64) _mm_prefetch(next + line, _MM_HINT_T0);
+}
+
 // NT tokens x 16 rows. Few tokens (decode) use two integer accumulators per token so the
 // chain of dependent VNNI instructions per block is half as long; many tokens already have
 // NT independent chains and need the registers.
@@ -56,6 +67,7 @@ void q4_tile(const PackedQ4Block* w, int64_t blocks, const ActQ8Block* act, int6
   __m512 acc[NT];
   for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
   for (int64_t b = 0; b < blocks; ++b) {
+    if constexpr (NT > 1) prefetch_next_group(w + b, blocks);
     __m512i isum[NT][kAcc];
     for (int t = 0; t < NT; ++t)
       for (int i = 0; i < kAcc; ++i) isum[t][i] = _mm512_setzero_si512();
@@ -92,6 +104,7 @@ void q8_tile(const PackedQ8Block* w, int64_t blocks, const ActQ8Block* act, int6
   __m512 acc[NT];
   for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
   for (int64_t b = 0; b < blocks; ++b) {
+    if constexpr (NT > 1) prefetch_next_group(w + b, blocks);
     __m512i isum[NT][kAcc];
     for (int t = 0; t < NT; ++t)
       for (int i = 0; i < kAcc; ++i) isum[t][i] = _mm512_setzero_si512();

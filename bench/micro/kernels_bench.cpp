@@ -1,0 +1,144 @@
+// Micro-benchmarks of the hot kernels, one thread, for every ISA this CPU runs (Google
+// Benchmark). They tell where a kernel stands against the machine's peak; speed claims about
+// the whole engine come from `inferd bench` and bench/compare-llama-cpp, not from here.
+//
+//   build/bin/inferd_kernels_bench --benchmark_filter=Gemm
+//
+// Counters: MAC/s for the matmuls (multiply-adds of weights by activations), keys/s for
+// attention (query rows x keys attended per second).
+#include <benchmark/benchmark.h>
+
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/attention.h"
+#include "kernels/kernels.h"
+#include "kernels/matmul.h"
+#include "kernels/packed.h"
+#include "kv/kv_cache.h"
+#include "tensor/dtype.h"
+#include "util/thread_pool.h"
+
+namespace inferd::kernels {
+namespace {
+
+std::vector<float> random_floats(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+// GGUF rows of `type` with random content: random bytes are valid Q4_1 / Q8_0 data except for
+// the fp16 scales, which are overwritten with small normal values.
+std::vector<uint8_t> random_rows(DType type, int64_t rows, int64_t cols, size_t& row_bytes) {
+  row_bytes = static_cast<size_t>(*inferd::row_bytes(type, cols));
+  std::vector<uint8_t> data(row_bytes * static_cast<size_t>(rows));
+  std::mt19937 rng(7);
+  for (auto& b : data) b = static_cast<uint8_t>(rng());
+  const size_t block = type == DType::Q4_1 ? 20 : 34, scales = type == DType::Q4_1 ? 2 : 1;
+  const uint16_t small_half = 0x2000;  // about 0.0078
+  for (size_t off = 0; off + block <= data.size(); off += block)
+    for (size_t s = 0; s < scales; ++s) std::memcpy(&data[off + 2 * s], &small_half, 2);
+  return data;
+}
+
+// `copies` > 1 cycles through that many copies of the matrix, so that with enough of them
+// (more than the last-level cache holds) the weights come from memory, as in a model.
+void BM_PackedGemm(benchmark::State& state, const KernelTable* table, DType type, int64_t rows,
+                   int64_t cols, int copies) {
+  const int64_t n_tokens = state.range(0);
+  size_t row_bytes = 0;
+  const auto raw = random_rows(type, rows, cols, row_bytes);
+  std::vector<WeightMatrix> matrices;
+  for (int c = 0; c < copies; ++c) {
+    matrices.push_back({type, rows, cols, row_bytes, raw.data(), nullptr});
+    matrices.back().packed = PackedWeights::pack(type, raw.data(), rows, cols, row_bytes);
+  }
+  size_t next = 0;
+  const auto x = random_floats(static_cast<size_t>(n_tokens * cols), 1);
+  std::vector<float> y(static_cast<size_t>(n_tokens * rows));
+  ActivationScratch scratch;
+  scratch.reserve(n_tokens, cols);
+  ThreadPool pool(1);
+  for (auto _ : state) {
+    matmul(matrices[next], x.data(), n_tokens, y.data(), scratch, pool, *table);
+    next = (next + 1) % matrices.size();
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.counters["MAC/s"] = benchmark::Counter(static_cast<double>(rows * cols * n_tokens),
+                                               benchmark::Counter::kIsIterationInvariantRate);
+}
+
+// Attention of `n_tokens` query tokens (the last ones of a context of `context` tokens) of one
+// sequence, SmolLM2's shape: 9 query heads over 3 kv heads of 64.
+void BM_Attention(benchmark::State& state, const KernelTable* table) {
+  const int n_tokens = static_cast<int>(state.range(0)), context = static_cast<int>(state.range(1));
+  const AttentionShape shape{9, 3, 64, 0.125f};
+  const int block_size = 16, blocks = (context + block_size - 1) / block_size;
+  kv::KvCache cache(
+      kv::KvCacheConfig{1, shape.n_kv_heads, shape.head_dim, block_size, blocks, DType::F16});
+  std::vector<int32_t> block_table(static_cast<size_t>(blocks));
+  for (int b = 0; b < blocks; ++b) block_table[static_cast<size_t>(b)] = blocks - 1 - b;
+  const int kv_dim = shape.n_kv_heads * shape.head_dim, q_dim = shape.n_heads * shape.head_dim;
+  const auto kv = random_floats(static_cast<size_t>(2 * kv_dim), 3);
+  for (int t = 0; t < context; ++t) {
+    const int64_t slot =
+        int64_t{block_table[static_cast<size_t>(t / block_size)]} * block_size + t % block_size;
+    cache.write(0, slot, kv.data(), kv.data() + kv_dim);
+  }
+  const auto q = random_floats(static_cast<size_t>(n_tokens * q_dim), 4);
+  std::vector<float> out(q.size());
+  std::vector<int32_t> positions(static_cast<size_t>(n_tokens));
+  for (int t = 0; t < n_tokens; ++t) positions[static_cast<size_t>(t)] = context - n_tokens + t;
+  const int tile_tokens = attention_tile_tokens(shape);
+  for (auto _ : state) {
+    for (int t0 = 0; t0 < n_tokens; t0 += tile_tokens) {
+      for (int h = 0; h < shape.n_kv_heads; ++h) {
+        const AttentionTile tile{q.data() + t0 * q_dim, positions.data() + t0,
+                                 std::min(tile_tokens, n_tokens - t0), h, out.data() + t0 * q_dim};
+        attend_tile(tile, cache, 0, block_table, shape, *table);
+      }
+    }
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.counters["keys/s"] =
+      benchmark::Counter(static_cast<double>(n_tokens) * shape.n_heads * context,
+                         benchmark::Counter::kIsIterationInvariantRate);
+}
+
+void register_all() {
+  for (const KernelTable* table : available_kernels()) {
+    const std::string isa(table->isa);
+    for (auto [type, name] : {std::pair{DType::Q4_1, "q4_1"}, std::pair{DType::Q8_0, "q8_0"}}) {
+      for (auto [copies, where] : {std::pair{1, "cached"}, std::pair{128, "memory"}}) {
+        benchmark::RegisterBenchmark(("Gemm/" + isa + "/" + name + "/1536x576/" + where).c_str(),
+                                     BM_PackedGemm, table, type, 1536, 576, copies)
+            ->Arg(1)
+            ->Arg(4)
+            ->Arg(16)
+            ->Arg(64)
+            ->Arg(512);
+      }
+    }
+    benchmark::RegisterBenchmark(("Attention/" + isa).c_str(), BM_Attention, table)
+        ->Args({1, 256})
+        ->Args({16, 256})
+        ->Args({128, 128})
+        ->Args({512, 512});
+  }
+}
+
+}  // namespace
+}  // namespace inferd::kernels
+
+int main(int argc, char** argv) {
+  inferd::kernels::register_all();
+  benchmark::Initialize(&argc, argv);
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
