@@ -1,11 +1,12 @@
-// Micro-benchmarks of the hot kernels, one thread, for every ISA this CPU runs (Google
+// Micro-benchmarks of the hot kernels, for every ISA this CPU runs (Google
 // Benchmark). They tell where a kernel stands against the machine's peak; speed claims about
 // the whole engine come from `inferd bench` and bench/compare-llama-cpp, not from here.
 //
 //   build/bin/inferd_kernels_bench --benchmark_filter=Gemm
 //
-// Counters: MAC/s for the matmuls (multiply-adds of weights by activations), keys/s for
-// attention (query rows x keys attended per second).
+// Gemm cases run on 1 and 2 threads (wall-clock time). Counters: MAC/s for the matmuls
+// (multiply-adds of weights by activations), keys/s for attention (query rows x keys attended per
+// second).
 #include <benchmark/benchmark.h>
 
 #include <cstring>
@@ -63,7 +64,7 @@ void BM_PackedGemm(benchmark::State& state, const KernelTable* table, DType type
   std::vector<float> y(static_cast<size_t>(n_tokens * rows));
   ActivationScratch scratch;
   scratch.reserve(n_tokens, cols);
-  ThreadPool pool(1);
+  ThreadPool pool(static_cast<int>(state.range(1)));
   for (auto _ : state) {
     matmul(matrices[next], x.data(), n_tokens, y.data(), scratch, pool, *table);
     next = (next + 1) % matrices.size();
@@ -113,15 +114,18 @@ void BM_Attention(benchmark::State& state, const KernelTable* table) {
 void register_all() {
   for (const KernelTable* table : available_kernels()) {
     const std::string isa(table->isa);
+    // SmolLM2-135M's shapes: gate/up (1536 x 576) and down (576 x 1536).
     for (auto [type, name] : {std::pair{DType::Q4_1, "q4_1"}, std::pair{DType::Q8_0, "q8_0"}}) {
-      for (auto [copies, where] : {std::pair{1, "cached"}, std::pair{128, "memory"}}) {
-        benchmark::RegisterBenchmark(("Gemm/" + isa + "/" + name + "/1536x576/" + where).c_str(),
-                                     BM_PackedGemm, table, type, 1536, 576, copies)
-            ->Arg(1)
-            ->Arg(4)
-            ->Arg(16)
-            ->Arg(64)
-            ->Arg(512);
+      for (auto [rows, cols] : {std::pair{1536, 576}, std::pair{576, 1536}}) {
+        for (auto [copies, where] : {std::pair{1, "cached"}, std::pair{128, "memory"}}) {
+          const std::string shape = std::to_string(rows) + "x" + std::to_string(cols);
+          benchmark::RegisterBenchmark(
+              ("Gemm/" + isa + "/" + name + "/" + shape + "/" + where).c_str(), BM_PackedGemm,
+              table, type, rows, cols, copies)
+              ->ArgsProduct({{1, 4, 16, 64, 512}, {1, 2}})
+              ->ArgNames({"tokens", "threads"})
+              ->UseRealTime();
+        }
       }
     }
     benchmark::RegisterBenchmark(("Attention/" + isa).c_str(), BM_Attention, table)

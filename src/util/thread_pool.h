@@ -46,6 +46,24 @@ class ThreadPool {
     });
   }
 
+  // Hands the indices [0, count) out one at a time to whichever thread is free, for items of
+  // uneven cost (attention tiles over contexts of different lengths): the threads finish
+  // within one item of each other. The counter lives on the caller's stack.
+  template <typename Fn>
+  void for_each_dynamic(int64_t count, Fn&& fn) {
+    if (num_threads_ == 1 || count <= 1) {
+      for (int64_t i = 0; i < count; ++i) fn(i);
+      return;
+    }
+    std::atomic<int64_t> next{0};
+    run([&](int, int) {
+      for (int64_t i = next.fetch_add(1, std::memory_order_relaxed); i < count;
+           i = next.fetch_add(1, std::memory_order_relaxed)) {
+        fn(i);
+      }
+    });
+  }
+
  private:
   using RawJob = void (*)(void* ctx, int thread, int threads);
   void run_raw(RawJob job, void* ctx);

@@ -23,6 +23,17 @@ TEST(ThreadPool, ParallelForCoversEveryIndexOnce) {
   }
 }
 
+TEST(ThreadPool, DynamicForCoversEveryIndexOnce) {
+  for (int threads : {1, 2, 3}) {
+    ThreadPool pool(threads);
+    for (int64_t count : {0, 1, 2, 7, 1000}) {
+      std::vector<std::atomic<int>> hits(static_cast<size_t>(count));
+      pool.for_each_dynamic(count, [&](int64_t i) { hits[static_cast<size_t>(i)]++; });
+      for (auto& h : hits) ASSERT_EQ(h.load(), 1) << threads << " threads, count " << count;
+    }
+  }
+}
+
 TEST(ThreadPool, ManyRegionsInARow) {
   ThreadPool pool(2);
   std::atomic<int64_t> total{0};

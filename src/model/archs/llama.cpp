@@ -98,6 +98,16 @@ class Llama final : public Model {
   }
 
  private:
+  // Runs fn(t) for every token, split over the threads when the batch is large enough for a
+  // parallel region to pay (a region costs about a microsecond; one token's norm less).
+  template <typename Fn>
+  static void per_token(ThreadPool& pool, int64_t T, Fn&& fn) {
+    constexpr int64_t kTokensPerThread = 4;
+    pool.parallel_for(T, kTokensPerThread, [&](int64_t begin, int64_t end) {
+      for (int64_t t = begin; t < end; ++t) fn(t);
+    });
+  }
+
   void allocate_workspace() {
     const ModelConfig& c = config_;
     const auto T = static_cast<size_t>(max_tokens_);
@@ -122,20 +132,20 @@ class Llama final : public Model {
     const int64_t T = batch.num_tokens();
     const int64_t q_dim = int64_t{c.n_heads} * c.head_dim,
                   kv_dim = int64_t{c.n_kv_heads} * c.head_dim;
-    for (int64_t t = 0; t < T; ++t) {
+    per_token(pool, T, [&](int64_t t) {
       kernels::rms_norm(&ws.x[t * c.n_embd], layer.attn_norm, &ws.h[t * c.n_embd], c.n_embd,
                         c.rms_eps);
-    }
+    });
     const kernels::MatmulTarget qkv[] = {{&layer.wq, ws.q.data()},   // q: [T, q_dim]
                                          {&layer.wk, ws.k.data()},   // k: [T, kv_dim]
                                          {&layer.wv, ws.v.data()}};  // v: [T, kv_dim]
     kernels::matmul_many(qkv, ws.h.data(), T, ws.scratch, pool);
-    for (int64_t t = 0; t < T; ++t) {
+    per_token(pool, T, [&](int64_t t) {  // every token writes its own KV slot
       const int32_t pos = batch.positions[static_cast<size_t>(t)];
       rope_.apply_normal(&ws.q[t * q_dim], c.n_heads, c.head_dim, pos);
       rope_.apply_normal(&ws.k[t * kv_dim], c.n_kv_heads, c.head_dim, pos);
       cache.write(l, batch.slots[static_cast<size_t>(t)], &ws.k[t * kv_dim], &ws.v[t * kv_dim]);
-    }
+    });
     const kernels::AttentionShape shape{c.n_heads, c.n_kv_heads, c.head_dim,
                                         1.0f / std::sqrt(static_cast<float>(c.head_dim))};
     attend_all(batch, cache, l, shape, pool);
@@ -154,18 +164,21 @@ class Llama final : public Model {
     for (const BatchSequence& seq : batch.sequences)
       total_tiles +=
           (seq.token_end - seq.token_begin + tile_tokens - 1) / tile_tokens * shape.n_kv_heads;
-    pool.parallel_for(total_tiles, 1, [&](int64_t begin, int64_t end) {
+    // Tiles differ in cost (a decode token over its whole context, a prefill tile over part of
+    // it), so they are handed out one at a time rather than split into equal ranges.
+    pool.for_each_dynamic(total_tiles, [&](int64_t i) {
       int64_t first = 0;  // index of the sequence's first tile
       for (const BatchSequence& seq : batch.sequences) {
         const int64_t n = seq.token_end - seq.token_begin;
         const int64_t tiles = (n + tile_tokens - 1) / tile_tokens * shape.n_kv_heads;
-        for (int64_t i = std::max(begin, first); i < std::min(end, first + tiles); ++i) {
+        if (i < first + tiles) {
           const int64_t t0 = seq.token_begin + (i - first) / shape.n_kv_heads * tile_tokens;
           const kernels::AttentionTile tile{
               &ws.q[t0 * q_dim], &batch.positions[static_cast<size_t>(t0)],
               static_cast<int>(std::min(tile_tokens, seq.token_end - t0)),
               static_cast<int>((i - first) % shape.n_kv_heads), &ws.attn[t0 * q_dim]};
           kernels::attend_tile(tile, cache, l, seq.block_table, shape);
+          return;
         }
         first += tiles;
       }
@@ -176,14 +189,16 @@ class Llama final : public Model {
     const ModelConfig& c = config_;
     const LlamaLayer& layer = layers_[static_cast<size_t>(l)];
     LlamaWorkspace& ws = ws_;
-    for (int64_t t = 0; t < T; ++t) {
+    per_token(pool, T, [&](int64_t t) {
       kernels::rms_norm(&ws.x[t * c.n_embd], layer.ffn_norm, &ws.h[t * c.n_embd], c.n_embd,
                         c.rms_eps);
-    }
+    });
     const kernels::MatmulTarget gate_up[] = {{&layer.w_gate, ws.gate.data()},  // [T, n_ff]
                                              {&layer.w_up, ws.up.data()}};     // [T, n_ff]
     kernels::matmul_many(gate_up, ws.h.data(), T, ws.scratch, pool);
-    kernels::silu_mul(ws.gate.data(), ws.up.data(), T * c.n_ff);
+    per_token(pool, T, [&](int64_t t) {
+      kernels::silu_mul(&ws.gate[t * c.n_ff], &ws.up[t * c.n_ff], c.n_ff);
+    });
     kernels::matmul(layer.w_down, ws.gate.data(), T, ws.proj.data(), ws.scratch,
                     pool);  // [T, n_embd]
     kernels::add_inplace(ws.x.data(), ws.proj.data(), T * c.n_embd);
