@@ -75,13 +75,15 @@ void BM_PackedGemm(benchmark::State& state, const KernelTable* table, DType type
 }
 
 // Attention of `n_tokens` query tokens (the last ones of a context of `context` tokens) of one
-// sequence, SmolLM2's shape: 9 query heads over 3 kv heads of 64.
-void BM_Attention(benchmark::State& state, const KernelTable* table) {
+// sequence, SmolLM2's shape: 9 query heads over 3 kv heads of 64. `layers` > 1 cycles through
+// that many layers of KV, so that with enough of them (a KV cache larger than the last-level
+// cache, as with many sequences in a batch) keys and values come from memory.
+void BM_Attention(benchmark::State& state, const KernelTable* table, int layers) {
   const int n_tokens = static_cast<int>(state.range(0)), context = static_cast<int>(state.range(1));
   const AttentionShape shape{9, 3, 64, 0.125f};
   const int block_size = 16, blocks = (context + block_size - 1) / block_size;
   kv::KvCache cache(
-      kv::KvCacheConfig{1, shape.n_kv_heads, shape.head_dim, block_size, blocks, DType::F16});
+      kv::KvCacheConfig{layers, shape.n_kv_heads, shape.head_dim, block_size, blocks, DType::F16});
   std::vector<int32_t> block_table(static_cast<size_t>(blocks));
   for (int b = 0; b < blocks; ++b) block_table[static_cast<size_t>(b)] = blocks - 1 - b;
   const int kv_dim = shape.n_kv_heads * shape.head_dim, q_dim = shape.n_heads * shape.head_dim;
@@ -89,21 +91,23 @@ void BM_Attention(benchmark::State& state, const KernelTable* table) {
   for (int t = 0; t < context; ++t) {
     const int64_t slot =
         int64_t{block_table[static_cast<size_t>(t / block_size)]} * block_size + t % block_size;
-    cache.write(0, slot, kv.data(), kv.data() + kv_dim);
+    for (int l = 0; l < layers; ++l) cache.write(l, slot, kv.data(), kv.data() + kv_dim);
   }
   const auto q = random_floats(static_cast<size_t>(n_tokens * q_dim), 4);
   std::vector<float> out(q.size());
   std::vector<int32_t> positions(static_cast<size_t>(n_tokens));
   for (int t = 0; t < n_tokens; ++t) positions[static_cast<size_t>(t)] = context - n_tokens + t;
   const int tile_tokens = attention_tile_tokens(shape);
+  int layer = 0;
   for (auto _ : state) {
     for (int t0 = 0; t0 < n_tokens; t0 += tile_tokens) {
       for (int h = 0; h < shape.n_kv_heads; ++h) {
         const AttentionTile tile{q.data() + t0 * q_dim, positions.data() + t0,
                                  std::min(tile_tokens, n_tokens - t0), h, out.data() + t0 * q_dim};
-        attend_tile(tile, cache, 0, block_table, shape, *table);
+        attend_tile(tile, cache, layer, block_table, shape, *table);
       }
     }
+    layer = (layer + 1) % layers;
     benchmark::DoNotOptimize(out.data());
   }
   state.counters["keys/s"] =
@@ -128,11 +132,14 @@ void register_all() {
         }
       }
     }
-    benchmark::RegisterBenchmark(("Attention/" + isa).c_str(), BM_Attention, table)
-        ->Args({1, 256})
-        ->Args({16, 256})
-        ->Args({128, 128})
-        ->Args({512, 512});
+    for (auto [layers, where] : {std::pair{1, "cached"}, std::pair{256, "memory"}}) {
+      benchmark::RegisterBenchmark(("Attention/" + isa + "/" + where).c_str(), BM_Attention, table,
+                                   layers)
+          ->Args({1, 256})
+          ->Args({16, 256})
+          ->Args({128, 128})
+          ->Args({512, 512});
+    }
   }
 }
 
