@@ -104,7 +104,7 @@ void BM_Attention(benchmark::State& state, const KernelTable* table, int layers)
       for (int h = 0; h < shape.n_kv_heads; ++h) {
         const AttentionTile tile{q.data() + t0 * q_dim, positions.data() + t0,
                                  std::min(tile_tokens, n_tokens - t0), h, out.data() + t0 * q_dim};
-        attend_tile(tile, cache, layer, block_table, shape, *table);
+        attend_tile(tile, cache, layer, block_table, shape, nullptr, *table);
       }
     }
     layer = (layer + 1) % layers;

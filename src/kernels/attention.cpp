@@ -33,6 +33,39 @@ inline void prefetch_bytes(const void* p, size_t bytes) {
     __builtin_prefetch(c + offset, 0, kLocality);
 }
 
+// Fetches another tile's K/V blocks into L2 in steps, one share per block this tile scores, so
+// the requests are spread over this tile's work instead of queueing up at once.
+class NextTilePrefetcher {
+ public:
+  NextTilePrefetcher(const AttentionPrefetch* next, const kv::KvCache& cache, int layer,
+                     int64_t own_blocks)
+      : next_(next), cache_(cache), layer_(layer) {
+    if (next_ == nullptr) return;
+    total_ = (next_->n_keys + cache.block_size() - 1) / cache.block_size();
+    total_ = std::min<int64_t>(total_, static_cast<int64_t>(next_->block_table.size()));
+    per_step_ = own_blocks > 0 ? (total_ + own_blocks - 1) / own_blocks : total_;
+    block_bytes_ = size_t(cache.block_size()) * cache.config().head_dim * sizeof(uint16_t);
+  }
+  // Fetches the next share; finish() fetches whatever is left.
+  void step() { fetch(per_step_); }
+  void finish() { fetch(total_); }
+
+ private:
+  void fetch(int64_t count) {
+    for (; count > 0 && done_ < total_; --count, ++done_) {
+      const int32_t block = next_->block_table[static_cast<size_t>(done_)];
+      prefetch_bytes<2>(cache_.keys(layer_, block, next_->kv_head), block_bytes_);
+      prefetch_bytes<2>(cache_.values(layer_, block, next_->kv_head), block_bytes_);
+    }
+  }
+
+  const AttentionPrefetch* next_;
+  const kv::KvCache& cache_;
+  int layer_;
+  int64_t total_ = 0, done_ = 0, per_step_ = 0;
+  size_t block_bytes_ = 0;
+};
+
 // Per-row state of the online softmax.
 struct RowState {
   float max = -std::numeric_limits<float>::infinity();
@@ -48,7 +81,7 @@ int attention_tile_tokens(const AttentionShape& shape) {
 
 void attend_tile(const AttentionTile& tile, const kv::KvCache& cache, int layer,
                  std::span<const int32_t> block_table, const AttentionShape& shape,
-                 const KernelTable& table) {
+                 const AttentionPrefetch* next, const KernelTable& table) {
   const int group = shape.n_heads / shape.n_kv_heads, head_dim = shape.head_dim;
   const int rows = group * tile.n_tokens, block_size = cache.block_size();
   if (rows > kMaxRows || head_dim > kMaxHeadDim || block_size > kMaxBlockSize) {
@@ -81,6 +114,7 @@ void attend_tile(const AttentionTile& tile, const kv::KvCache& cache, int layer,
   const int chunk_keys = chunk_blocks * block_size;
   const int64_t n_keys = int64_t{max_position} + 1;
   const size_t block_bytes = size_t(block_size) * head_dim * sizeof(uint16_t);
+  NextTilePrefetcher prefetcher(next, cache, layer, (n_keys + block_size - 1) / block_size);
   for (int64_t start = 0; start < n_keys; start += chunk_keys) {
     const int64_t first_block = start / block_size;
     const int count = static_cast<int>(std::min<int64_t>(chunk_keys, n_keys - start));
@@ -96,16 +130,13 @@ void attend_tile(const AttentionTile& tile, const kv::KvCache& cache, int layer,
       const int32_t block = block_table[static_cast<size_t>(first_block + i)];
       k.scores(cache.keys(layer, block, tile.kv_head), block_size, head_dim, q, rows,
                scores + i * block_size, chunk_keys);
+      prefetcher.step();
     }
     for (int r = 0; r < rows; ++r) {
       float* s = scores + r * chunk_keys;
       // Keys past this row's position (causal mask) or past the chunk's end take no weight.
       const int valid = static_cast<int>(std::clamp<int64_t>(last_key[r] + 1 - start, 0, count));
-      float chunk_max = state[r].max;
-      for (int j = 0; j < valid; ++j) {
-        s[j] *= shape.scale;
-        chunk_max = std::max(chunk_max, s[j]);
-      }
+      const float chunk_max = k.scale_max(s, valid, shape.scale, state[r].max);
       std::fill(s + valid, s + count, 0.0f);
       if (valid == 0) continue;
       const float correction = std::exp(state[r].max - chunk_max);
@@ -122,6 +153,7 @@ void attend_tile(const AttentionTile& tile, const kv::KvCache& cache, int layer,
                    scores + i * block_size, chunk_keys, rows, acc);
     }
   }
+  prefetcher.finish();
   for (int t = 0; t < tile.n_tokens; ++t) {
     for (int g = 0; g < group; ++g) {
       const int r = t * group + g;

@@ -29,12 +29,23 @@ struct AttentionTile {
   float* out;  // [n_tokens, n_heads * head_dim]
 };
 
+// The keys and values another tile will read: attend_tile fetches them into L2 a little at a
+// time while it computes its own. A decode step's KV comes from memory and takes longer to read
+// than to multiply, so the thread that will run that tile should find it in cache.
+struct AttentionPrefetch {
+  std::span<const int32_t> block_table;
+  int kv_head = 0;
+  int64_t n_keys = 0;  // keys [0, n_keys) of the sequence
+};
+
 // How many tokens one tile takes: as many as keep (query heads per kv head) x tokens rows in
 // registers, at least 1.
 int attention_tile_tokens(const AttentionShape& shape);
 
+// `next`, when given, is fetched into L2 while this tile runs.
 void attend_tile(const AttentionTile& tile, const kv::KvCache& cache, int layer,
                  std::span<const int32_t> block_table, const AttentionShape& shape,
+                 const AttentionPrefetch* next = nullptr,
                  const KernelTable& table = active_kernels());
 
 }  // namespace inferd::kernels

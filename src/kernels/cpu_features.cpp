@@ -1,9 +1,30 @@
 #include "kernels/cpu_features.h"
 
 #include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 namespace inferd::kernels {
 namespace {
+
+// Whether the OS lets this process use AMX tiles: XCR0 must have the tile config and tile data
+// state enabled (bits 17 and 18), and Linux wants each process to ask for the tile data first
+// (arch_prctl ARCH_REQ_XCOMP_PERM for XFEATURE_XTILEDATA); the grant covers all its threads.
+bool request_amx_tiles() {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx) || !((ecx >> 27) & 1)) return false;  // OSXSAVE
+  unsigned xcr0_low = 0, xcr0_high = 0;
+  asm volatile("xgetbv" : "=a"(xcr0_low), "=d"(xcr0_high) : "c"(0));
+  constexpr unsigned kTileState = (1u << 17) | (1u << 18);
+  if ((xcr0_low & kTileState) != kTileState) return false;
+#if defined(__linux__) && defined(SYS_arch_prctl)
+  constexpr int kArchReqXcompPerm = 0x1023;
+  constexpr int kXfeatureXtiledata = 18;
+  return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+#else
+  return false;
+#endif
+}
 
 CpuFeatures detect() {
   CpuFeatures f;
@@ -21,6 +42,8 @@ CpuFeatures detect() {
   if (__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) {
     f.amx_bf16 = (edx >> 22) & 1;
     f.amx_int8 = (edx >> 25) & 1;
+    const bool amx_tile = (edx >> 24) & 1;
+    f.amx_usable = amx_tile && f.amx_int8 && request_amx_tiles();
   }
   f.f16c = f.f16c && f.avx2;  // F16C is only useful to us together with the AVX state
   return f;

@@ -17,9 +17,13 @@ struct CpuFeatures {
   bool avx512bf16 = false;
   bool amx_int8 = false;
   bool amx_bf16 = false;
+  // The CPU has AMX tiles with int8 multiplies, the OS saves their state (XCR0), and it granted
+  // this process the tile data (Linux asks each process to request it once).
+  bool amx_usable = false;
 
   bool has_avx2_set() const { return avx2 && fma && f16c; }
   bool has_avx512_vnni_set() const { return avx512f && avx512bw && avx512vl && avx512vnni; }
+  bool has_amx_set() const { return has_avx512_vnni_set() && amx_usable; }
   std::string describe() const;  // "AVX2 FMA F16C AVX512F ..."
 };
 

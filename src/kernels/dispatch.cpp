@@ -6,6 +6,7 @@
 #include "kernels/ref/attention_ref.h"
 #include "kernels/ref/gemm_ref.h"
 #include "kernels/ref/quant_ref.h"
+#include "kernels/x86_amx/gemm_amx.h"
 #include "kernels/x86_avx2/attention_avx2.h"
 #include "kernels/x86_avx2/gemm_avx2.h"
 #include "kernels/x86_avx2/ops_avx2.h"
@@ -99,11 +100,24 @@ static const KernelTable& avx512_kernels() {
   return table;
 }
 
+// AMX tiles for the int8 group GEMMs of batches (prefill, many sequences decoding); everything
+// else, and batches of a few tokens, as AVX-512.
+static const KernelTable& amx_kernels() {
+  static const KernelTable table = [] {
+    KernelTable t = avx512_kernels();
+    t.isa = "amx";
+    t.packed = amx::packed_kernels(avx512_kernels().packed);
+    return t;
+  }();
+  return table;
+}
+
 std::vector<const KernelTable*> available_kernels() {
   std::vector<const KernelTable*> tables{&reference_kernels()};
   const CpuFeatures& cpu = cpu_features();
   if (cpu.has_avx2_set()) tables.push_back(&avx2_kernels());
   if (cpu.has_avx2_set() && cpu.has_avx512_vnni_set()) tables.push_back(&avx512_kernels());
+  if (cpu.has_avx2_set() && cpu.has_amx_set()) tables.push_back(&amx_kernels());
   return tables;
 }
 

@@ -39,14 +39,20 @@ struct AttentionKernels {
                      int n_rows, float* acc) = nullptr;
   // x[i] = exp(x[i] - max) for i < n (an x of -inf gives 0); returns the sum.
   float (*exp_sum)(float* x, int n, float max) = nullptr;
+  // x[i] *= scale for i < n; returns the largest of `max` and the scaled values.
+  float (*scale_max)(float* x, int n, float scale, float max) = nullptr;
   // x[i] = the nearest fp16 value (ties to even, overflow to inf), as a float, for i < n:
   // queries are rounded like the keys they meet.
   void (*round_to_fp16)(float* x, int n) = nullptr;
 };
 
 // The packed path (kernels/packed.h): activations become ActQ8 blocks once per row, then one
-// call multiplies a 16-row group by every token.
-using QuantizeActFn = void (*)(const float* x, ActQ8Block* out, int64_t n);
+// call multiplies a 16-row group by every token. The blocks are stored block-major: block b of
+// token t is act[b * act_stride + t], so the tokens of one block lie side by side (AMX loads 16
+// of them with one stride, and their scales sit at fixed offsets). `act` must stay readable for
+// kActPaddingTokens tokens past the last one (their results are not written).
+// QuantizeActFn converts one token's row of n floats: its block b goes to out[b * out_stride].
+using QuantizeActFn = void (*)(const float* x, ActQ8Block* out, int64_t n, int64_t out_stride);
 using GroupGemmFn = void (*)(const uint8_t* group, int64_t blocks, const ActQ8Block* act,
                              int64_t act_stride, int64_t n_tokens, float* y, int64_t y_stride);
 // F16 groups multiply the float activations as they are.

@@ -24,7 +24,8 @@ void check_scratch(const ActivationScratch& scratch, size_t need, int64_t n_toke
 // The input of a packed matmul: float rows for F16 groups, int8 blocks for the others.
 struct PackedInput {
   const float* x;         // [n_tokens, cols]
-  const ActQ8Block* act;  // [n_tokens, cols / 32], null when no target needs it
+  const ActQ8Block* act;  // [cols / 32, act_stride] (block-major), null when no target needs it
+  int64_t act_stride;     // n_tokens + kActPaddingTokens
   int64_t cols;
 };
 
@@ -37,13 +38,13 @@ void call_group_kernel(const PackedWeights& p, int64_t g, const PackedInput& in,
       table.packed.f16(p.group(g), blocks, in.x + t0 * in.cols, in.cols, count, y, y_stride);
       return;
     case PackedFormat::Q4_0:
-      table.packed.q4_0(p.group(g), blocks, in.act + t0 * blocks, blocks, count, y, y_stride);
+      table.packed.q4_0(p.group(g), blocks, in.act + t0, in.act_stride, count, y, y_stride);
       return;
     case PackedFormat::Q4_1:
-      table.packed.q4_1(p.group(g), blocks, in.act + t0 * blocks, blocks, count, y, y_stride);
+      table.packed.q4_1(p.group(g), blocks, in.act + t0, in.act_stride, count, y, y_stride);
       return;
     case PackedFormat::Q8_0:
-      table.packed.q8_0(p.group(g), blocks, in.act + t0 * blocks, blocks, count, y, y_stride);
+      table.packed.q8_0(p.group(g), blocks, in.act + t0, in.act_stride, count, y, y_stride);
       return;
   }
 }
@@ -71,17 +72,17 @@ void run_packed_group(const PackedWeights& p, int64_t g, const PackedInput& in, 
 void matmul_packed(std::span<const MatmulTarget> targets, const float* x, int64_t n_tokens,
                    ActivationScratch& scratch, ThreadPool& pool, const KernelTable& table) {
   const int64_t cols = targets[0].w->cols, blocks = cols / kPackCols;
-  PackedInput in{x, nullptr, cols};
+  PackedInput in{x, nullptr, n_tokens + kActPaddingTokens, cols};
   const bool needs_int8 = std::any_of(targets.begin(), targets.end(), [](const MatmulTarget& t) {
     return t.w->packed->format() != PackedFormat::F16;
   });
   if (needs_int8) {
-    check_scratch(scratch, static_cast<size_t>(n_tokens * blocks) * sizeof(ActQ8Block), n_tokens,
-                  cols);
-    auto* act = reinterpret_cast<ActQ8Block*>(scratch.data());  // [n_tokens, blocks]
+    check_scratch(scratch, static_cast<size_t>(in.act_stride * blocks) * sizeof(ActQ8Block),
+                  n_tokens, cols);
+    auto* act = reinterpret_cast<ActQ8Block*>(scratch.data());  // [blocks, act_stride]
     const auto quantize = [&](int64_t begin, int64_t end) {
       for (int64_t t = begin; t < end; ++t)
-        table.packed.quantize_act(x + t * cols, act + t * blocks, cols);
+        table.packed.quantize_act(x + t * cols, act + t, cols, in.act_stride);
     };
     if (n_tokens <= kSerialQuantizeTokens) {
       quantize(0, n_tokens);
@@ -131,8 +132,12 @@ void matmul_rows(const WeightMatrix& w, const float* x, int64_t n_tokens, float*
 }  // namespace
 
 void ActivationScratch::reserve(int64_t max_tokens, int64_t max_cols) {
-  // F32 is the widest activation format (4 bytes a value); block formats are smaller.
-  size_t need = static_cast<size_t>(max_tokens * max_cols) * sizeof(float);
+  // F32 is the widest activation format (4 bytes a value); block formats are smaller, but
+  // int8 blocks get kActPaddingTokens rows of padding that group kernels may read.
+  const size_t need =
+      std::max(static_cast<size_t>(max_tokens * max_cols) * sizeof(float),
+               static_cast<size_t>((max_tokens + kActPaddingTokens) * max_cols / kPackCols) *
+                   sizeof(ActQ8Block));
   if (buffer_.size() < need) buffer_.resize(need);
 }
 

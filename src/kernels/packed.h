@@ -14,6 +14,10 @@ namespace inferd::kernels {
 
 constexpr int kPackRows = 16;  // rows interleaved in one packed group
 constexpr int kPackCols = 32;  // columns per block (the GGUF block size)
+// A group kernel may read the activations of up to this many token rows past the last one it
+// was given (AMX loads 16 token rows at a time and ignores the extra results): activation
+// buffers have that many rows of padding.
+constexpr int kActPaddingTokens = 16;
 
 // 16 rows x 32 columns of 4-bit weights: w = d * q + m, q in [0, 15]. Q4_1 packs as is; Q4_0
 // (w = d * (q - 8)) packs exactly as m = -8 d.

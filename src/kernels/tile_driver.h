@@ -12,19 +12,30 @@ namespace inferd::kernels {
 
 constexpr int kMaxTileTokens = 8;
 
+namespace {
+// The activations of `t` tokens further on: int8 blocks are block-major (tokens adjacent),
+// float rows token-major (rows `stride` apart).
+constexpr const ActQ8Block* tokens_on(const ActQ8Block* act, int64_t t, int64_t) {
+  return act + t;
+}
+constexpr const float* tokens_on(const float* x, int64_t t, int64_t stride) {
+  return x + t * stride;
+}
+}  // namespace
+
 // Tile<NT>::run(const Block* w, int64_t blocks, const Act* act, int64_t act_stride,
 //               float* y, int64_t y_stride) computes NT tokens x 16 rows; Act is ActQ8Block
-// for the int8 formats and float for F16.
+// for the int8 formats (block-major, see kernels.h) and float for F16 (rows act_stride apart).
 template <typename Block, template <int> class Tile, typename Act = ActQ8Block>
 inline void run_group_tiles(const uint8_t* group, int64_t blocks, const Act* act,
                             int64_t act_stride, int64_t n_tokens, float* y, int64_t y_stride) {
   const auto* w = reinterpret_cast<const Block*>(group);
   int64_t t = 0;
   for (; t + kMaxTileTokens <= n_tokens; t += kMaxTileTokens) {
-    Tile<kMaxTileTokens>::run(w, blocks, act + t * act_stride, act_stride, y + t * y_stride,
-                              y_stride);
+    Tile<kMaxTileTokens>::run(w, blocks, tokens_on(act, t, act_stride), act_stride,
+                              y + t * y_stride, y_stride);
   }
-  const Act* a = act + t * act_stride;
+  const Act* a = tokens_on(act, t, act_stride);
   float* out = y + t * y_stride;
   switch (n_tokens - t) {
     case 7:

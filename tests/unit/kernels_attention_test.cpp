@@ -89,6 +89,24 @@ TEST(AttentionKernels, ExpSumMatchesReference) {
   }
 }
 
+// Scaling is one exact product per value, so every ISA must give the reference's bits; the max
+// starts from the value passed in (the running max of earlier chunks).
+TEST(AttentionKernels, ScaleMaxMatchesReference) {
+  const AttentionKernels& ref = reference_kernels().attention;
+  for (const KernelTable* table : available_kernels()) {
+    for (int n : {0, 1, 7, 8, 15, 16, 17, 33, 256}) {
+      auto x = random_floats(n, static_cast<uint32_t>(n + 300), 10.0f);
+      for (float start : {-std::numeric_limits<float>::infinity(), 0.5f, 1000.0f}) {
+        std::vector<float> got = x, want = x;
+        const float got_max = table->attention.scale_max(got.data(), n, 0.125f, start);
+        const float want_max = ref.scale_max(want.data(), n, 0.125f, start);
+        EXPECT_EQ(got_max, want_max) << table->isa << " n=" << n << " start=" << start;
+        EXPECT_EQ(got, want) << table->isa << " n=" << n;
+      }
+    }
+  }
+}
+
 TEST(AttentionKernels, RoundToFp16MatchesReference) {
   const AttentionKernels& ref = reference_kernels().attention;
   for (const KernelTable* table : available_kernels()) {
@@ -178,7 +196,7 @@ TEST(Attention, TilesMatchPlainSoftmaxAttention) {
           const AttentionTile tile{
               &q[static_cast<size_t>(t0 * q_dim)], &positions[static_cast<size_t>(t0)],
               std::min(tile_tokens, n_tokens - t0), h, &out[static_cast<size_t>(t0 * q_dim)]};
-          attend_tile(tile, cache, 0, block_table, shape, *table);
+          attend_tile(tile, cache, 0, block_table, shape, nullptr, *table);
         }
       }
       for (int t = 0; t < n_tokens; ++t) {

@@ -57,8 +57,8 @@ TEST(KernelsPacked, ActivationQuantizersAgreeExactly) {
       auto x = random_floats(n, 40 + static_cast<uint32_t>(blocks), 4.0f);
       for (int j = 0; j < kPackCols; ++j) x[static_cast<size_t>(j)] = 0;  // an all-zero block
       std::vector<ActQ8Block> got(static_cast<size_t>(blocks)), want(got.size());
-      table->packed.quantize_act(x.data(), got.data(), n);
-      reference_kernels().packed.quantize_act(x.data(), want.data(), n);
+      table->packed.quantize_act(x.data(), got.data(), n, 1);
+      reference_kernels().packed.quantize_act(x.data(), want.data(), n, 1);
       for (int64_t b = 0; b < blocks; ++b) {
         const ActQ8Block &g = got[static_cast<size_t>(b)], &w = want[static_cast<size_t>(b)];
         ASSERT_EQ(g.d, w.d) << table->isa << " block " << b;
@@ -82,7 +82,7 @@ TEST(KernelsPacked, ReferenceMatchesDequantizedMath) {
     std::vector<ActQ8Block> act(static_cast<size_t>(tokens * blocks));
     for (int64_t t = 0; t < tokens; ++t)
       reference_kernels().packed.quantize_act(&x[static_cast<size_t>(t * cols)],
-                                              &act[static_cast<size_t>(t * blocks)], cols);
+                                              &act[static_cast<size_t>(t * blocks)], cols, 1);
     std::vector<float> y(static_cast<size_t>(tokens * rows));
     ThreadPool pool(1);
     ActivationScratch scratch;
@@ -133,6 +133,22 @@ TEST(KernelsPacked, AgreesWithPerRowKernels) {
   }
 }
 
+// y = W x for `tokens` random rows of x, through two kernel tables.
+struct TwoResults {
+  std::vector<float> got, want;
+};
+TwoResults multiply_both(const KernelTable& table, const KernelTable& reference,
+                         const QuantMatrix& m, int64_t tokens, uint32_t seed, ThreadPool& pool) {
+  auto x = random_floats(tokens * m.w.cols, seed, 3.0f);
+  TwoResults r{std::vector<float>(static_cast<size_t>(tokens * m.w.rows)), {}};
+  r.want.resize(r.got.size());
+  ActivationScratch scratch;
+  scratch.reserve(tokens, m.w.cols);
+  matmul(m.w, x.data(), tokens, r.got.data(), scratch, pool, table);
+  matmul(m.w, x.data(), tokens, r.want.data(), scratch, pool, reference);
+  return r;
+}
+
 TEST(KernelsPacked, EveryIsaMatchesReferenceOnOddShapes) {
   ThreadPool pool(2);
   for (const KernelTable* table : available_kernels()) {
@@ -141,14 +157,11 @@ TEST(KernelsPacked, EveryIsaMatchesReferenceOnOddShapes) {
         for (int64_t cols : {32, 160, 576}) {
           QuantMatrix m = make_matrix(type, rows, cols, static_cast<uint32_t>(rows * cols));
           for (int64_t tokens : {1, 2, 3, 4, 5, 7, 8, 9, 13, 17}) {
-            auto x = random_floats(tokens * cols, static_cast<uint32_t>(tokens), 3.0f);
-            std::vector<float> got(static_cast<size_t>(tokens * rows)), want(got.size());
-            ActivationScratch scratch;
-            scratch.reserve(tokens, cols);
-            matmul(m.w, x.data(), tokens, got.data(), scratch, pool, *table);
-            matmul(m.w, x.data(), tokens, want.data(), scratch, pool, reference_kernels());
-            for (size_t i = 0; i < got.size(); ++i) {
-              ASSERT_NEAR(got[i], want[i], 1e-5 * (std::fabs(want[i]) + std::sqrt(double(cols))))
+            const TwoResults r = multiply_both(*table, reference_kernels(), m, tokens,
+                                               static_cast<uint32_t>(tokens), pool);
+            for (size_t i = 0; i < r.got.size(); ++i) {
+              ASSERT_NEAR(r.got[i], r.want[i],
+                          1e-5 * (std::fabs(r.want[i]) + std::sqrt(double(cols))))
                   << table->isa << " " << dtype_name(type) << " rows=" << rows << " cols=" << cols
                   << " tokens=" << tokens << " i=" << i;
             }
@@ -156,6 +169,42 @@ TEST(KernelsPacked, EveryIsaMatchesReferenceOnOddShapes) {
         }
       }
     }
+  }
+}
+
+// Wide inputs and many tokens: matrices wider than the 32 blocks an AMX kernel unpacks at a
+// time, token counts past one 16-token tile and with ragged last tiles.
+TEST(KernelsPacked, EveryIsaMatchesReferenceOnWideInputsAndManyTokens) {
+  ThreadPool pool(2);
+  for (const KernelTable* table : available_kernels()) {
+    for (DType type : {DType::Q4_0, DType::Q4_1, DType::Q8_0}) {
+      const int64_t cols = 1056;
+      QuantMatrix m = make_matrix(type, 33, cols, 5);
+      for (int64_t tokens : {6, 16, 33, 40}) {
+        const TwoResults r = multiply_both(*table, reference_kernels(), m, tokens,
+                                           static_cast<uint32_t>(tokens + 7), pool);
+        for (size_t i = 0; i < r.got.size(); ++i) {
+          ASSERT_NEAR(r.got[i], r.want[i], 1e-5 * (std::fabs(r.want[i]) + std::sqrt(double(cols))))
+              << table->isa << " " << dtype_name(type) << " tokens=" << tokens << " i=" << i;
+        }
+      }
+    }
+  }
+}
+
+// The AMX kernels scale each block's integer sums in the VNNI kernels' order of float
+// operations, so the two give the same bits (a decode step and a batch agree exactly).
+TEST(KernelsPacked, AmxEqualsVnniBitForBit) {
+  const KernelTable *amx = nullptr, *vnni = nullptr;
+  for (const KernelTable* table : available_kernels()) {
+    if (table->isa == "amx") amx = table;
+    if (table->isa == "avx512") vnni = table;
+  }
+  if (amx == nullptr || vnni == nullptr) GTEST_SKIP() << "this CPU has no AMX";
+  ThreadPool pool(2);
+  for (DType type : {DType::Q4_0, DType::Q4_1, DType::Q8_0}) {
+    const TwoResults r = multiply_both(*amx, *vnni, make_matrix(type, 40, 1056, 9), 37, 10, pool);
+    EXPECT_EQ(r.got, r.want) << dtype_name(type);
   }
 }
 

@@ -1,5 +1,6 @@
 #include "kernels/ref/attention_ref.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "tensor/half.h"
@@ -39,6 +40,14 @@ float exp_sum(float* x, int n, float max) {
   return sum;
 }
 
+float scale_max(float* x, int n, float scale, float max) {
+  for (int i = 0; i < n; ++i) {
+    x[i] *= scale;
+    max = std::max(max, x[i]);
+  }
+  return max;
+}
+
 void round_to_fp16(float* x, int n) {
   for (int i = 0; i < n; ++i) x[i] = fp16_to_fp32(fp32_to_fp16(x[i]));
 }
@@ -46,7 +55,7 @@ void round_to_fp16(float* x, int n) {
 }  // namespace
 
 AttentionKernels attention_kernels() {
-  return {scores, accumulate, exp_sum, round_to_fp16};
+  return {scores, accumulate, exp_sum, scale_max, round_to_fp16};
 }
 
 }  // namespace inferd::kernels::ref

@@ -11,8 +11,9 @@ float round_to_fp16(float x) {
   return fp16_to_fp32(fp32_to_fp16(x));
 }
 
-void quantize_act_q8(const float* x, ActQ8Block* out, int64_t n) {
+void quantize_act_q8(const float* x, ActQ8Block* out, int64_t n, int64_t out_stride) {
   for (int64_t b = 0; b < n / kPackCols; ++b) {
+    ActQ8Block& block = out[b * out_stride];
     const float* xb = x + b * kPackCols;
     float amax = 0;
     for (int j = 0; j < kPackCols; ++j) amax = std::max(amax, std::fabs(xb[j]));
@@ -21,13 +22,13 @@ void quantize_act_q8(const float* x, ActQ8Block* out, int64_t n) {
     int sum = 0;
     for (int j = 0; j < kPackCols; ++j) {
       const int q = static_cast<int>(std::nearbyint(xb[j] * inv));
-      out[b].qs[j] = static_cast<int8_t>(q);
+      block.qs[j] = static_cast<int8_t>(q);
       sum += q;
     }
-    out[b].d = round_to_fp16(d);
-    out[b].s = round_to_fp16(d * static_cast<float>(sum));
-    out[b].d_sum = out[b].d * static_cast<float>(sum);
-    out[b].sum = sum;
+    block.d = round_to_fp16(d);
+    block.s = round_to_fp16(d * static_cast<float>(sum));
+    block.d_sum = block.d * static_cast<float>(sum);
+    block.sum = sum;
   }
 }
 
@@ -37,19 +38,19 @@ void gemm_q4_group(const uint8_t* group, int64_t blocks, const ActQ8Block* act, 
                    int64_t n_tokens, float* y, int64_t y_stride) {
   const auto* w = reinterpret_cast<const PackedQ4Block*>(group);
   for (int64_t t = 0; t < n_tokens; ++t) {
-    const ActQ8Block* a = act + t * act_stride;
     for (int r = 0; r < kPackRows; ++r) {
       float acc = 0;
       for (int64_t b = 0; b < blocks; ++b) {
+        const ActQ8Block& a = act[b * act_stride + t];
         int32_t isum = 0;
         for (int c = 0; c < 4; ++c) {
           for (int k = 0; k < 4; ++k) {
             const uint8_t byte = w[b].qs[c][r * 4 + k];
-            isum += (byte & 0x0F) * a[b].qs[8 * c + k] + (byte >> 4) * a[b].qs[8 * c + 4 + k];
+            isum += (byte & 0x0F) * a.qs[8 * c + k] + (byte >> 4) * a.qs[8 * c + 4 + k];
           }
         }
-        acc += static_cast<float>(isum) * (fp16_to_fp32(w[b].d[r]) * a[b].d);
-        acc += fp16_to_fp32(w[b].m[r]) * (a[b].*offset_sum);
+        acc += static_cast<float>(isum) * (fp16_to_fp32(w[b].d[r]) * a.d);
+        acc += fp16_to_fp32(w[b].m[r]) * (a.*offset_sum);
       }
       y[t * y_stride + r] = acc;
     }
@@ -60,15 +61,15 @@ void gemm_q8_0_group(const uint8_t* group, int64_t blocks, const ActQ8Block* act
                      int64_t act_stride, int64_t n_tokens, float* y, int64_t y_stride) {
   const auto* w = reinterpret_cast<const PackedQ8Block*>(group);
   for (int64_t t = 0; t < n_tokens; ++t) {
-    const ActQ8Block* a = act + t * act_stride;
     for (int r = 0; r < kPackRows; ++r) {
       float acc = 0;
       for (int64_t b = 0; b < blocks; ++b) {
+        const ActQ8Block& a = act[b * act_stride + t];
         int32_t isum = 0;
         for (int c = 0; c < 8; ++c) {
-          for (int k = 0; k < 4; ++k) isum += (w[b].qs[c][r * 4 + k] - 128) * a[b].qs[4 * c + k];
+          for (int k = 0; k < 4; ++k) isum += (w[b].qs[c][r * 4 + k] - 128) * a.qs[4 * c + k];
         }
-        acc += static_cast<float>(isum) * (fp16_to_fp32(w[b].d[r]) * a[b].d);
+        acc += static_cast<float>(isum) * (fp16_to_fp32(w[b].d[r]) * a.d);
       }
       y[t * y_stride + r] = acc;
     }

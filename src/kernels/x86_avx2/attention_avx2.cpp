@@ -4,6 +4,7 @@
 
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "kernels/row_groups.h"
@@ -126,6 +127,25 @@ float exp_sum(float* x, int n, float max) {
   return total;
 }
 
+float scale_max(float* x, int n, float scale, float max) {
+  const __m256 s = _mm256_set1_ps(scale);
+  __m256 m = _mm256_set1_ps(max);
+  int i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 v = _mm256_mul_ps(_mm256_loadu_ps(x + i), s);
+    _mm256_storeu_ps(x + i, v);
+    m = _mm256_max_ps(m, v);
+  }
+  __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+  m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+  float result = _mm_cvtss_f32(_mm_max_ss(m4, _mm_movehdup_ps(m4)));
+  for (; i < n; ++i) {
+    x[i] *= scale;
+    result = std::max(result, x[i]);
+  }
+  return result;
+}
+
 // F16C's conversion rounds to nearest even and saturates to inf like the reference.
 void round_to_fp16(float* x, int n) {
   constexpr int kNearest = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
@@ -138,7 +158,7 @@ void round_to_fp16(float* x, int n) {
 }  // namespace
 
 AttentionKernels attention_kernels() {
-  return {scores, accumulate, exp_sum, round_to_fp16};
+  return {scores, accumulate, exp_sum, scale_max, round_to_fp16};
 }
 
 }  // namespace inferd::kernels::avx2

@@ -44,7 +44,7 @@ void q4_half_tile(const PackedQ4Block* w, int64_t blocks, int half, const ActQ8B
       const __m256i lo = _mm256_and_si256(raw, low_nibble);
       const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low_nibble);
       for (int t = 0; t < NT; ++t) {
-        const int8_t* q = act[t * act_stride + b].qs + 8 * c;
+        const int8_t* q = act[b * act_stride + t].qs + 8 * c;
         sum16[t] = _mm256_add_epi16(sum16[t], _mm256_maddubs_epi16(lo, broadcast_i32(q)));
         sum16[t] = _mm256_add_epi16(sum16[t], _mm256_maddubs_epi16(hi, broadcast_i32(q + 4)));
       }
@@ -52,7 +52,7 @@ void q4_half_tile(const PackedQ4Block* w, int64_t blocks, int half, const ActQ8B
     const __m256 d = load_fp16x8(w[b].d + 8 * half);
     const __m256 m = load_fp16x8(w[b].m + 8 * half);
     for (int t = 0; t < NT; ++t) {
-      const ActQ8Block& a = act[t * act_stride + b];
+      const ActQ8Block& a = act[b * act_stride + t];
       const __m256 isum = _mm256_cvtepi32_ps(_mm256_madd_epi16(sum16[t], ones));
       acc[t] = _mm256_fmadd_ps(isum, _mm256_mul_ps(d, _mm256_set1_ps(a.d)), acc[t]);
       acc[t] = _mm256_fmadd_ps(m, _mm256_set1_ps(a.*offset_sum), acc[t]);
@@ -79,14 +79,14 @@ void q8_half_tile(const PackedQ8Block* w, int64_t blocks, int half, const ActQ8B
       const __m256i magnitude = _mm256_abs_epi8(signed_w);
       for (int t = 0; t < NT; ++t) {
         const __m256i q =
-            _mm256_sign_epi8(broadcast_i32(act[t * act_stride + b].qs + 4 * c), signed_w);
+            _mm256_sign_epi8(broadcast_i32(act[b * act_stride + t].qs + 4 * c), signed_w);
         isum[t] =
             _mm256_add_epi32(isum[t], _mm256_madd_epi16(_mm256_maddubs_epi16(magnitude, q), ones));
       }
     }
     const __m256 d = load_fp16x8(w[b].d + 8 * half);
     for (int t = 0; t < NT; ++t) {
-      const __m256 scale = _mm256_mul_ps(d, _mm256_set1_ps(act[t * act_stride + b].d));
+      const __m256 scale = _mm256_mul_ps(d, _mm256_set1_ps(act[b * act_stride + t].d));
       acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[t]), scale, acc[t]);
     }
   }
@@ -126,8 +126,8 @@ void split_tile(const Block* w, int64_t blocks, const Act* act, int64_t act_stri
   for (int half = 0; half < 2; ++half) {
     half_tile.template operator()<kFirst>(w, blocks, half, act, act_stride, y, y_stride);
     if constexpr (NT > 4) {
-      half_tile.template operator()<NT - 4>(w, blocks, half, act + 4 * act_stride, act_stride,
-                                            y + 4 * y_stride, y_stride);
+      half_tile.template operator()<NT - 4>(w, blocks, half, tokens_on(act, 4, act_stride),
+                                            act_stride, y + 4 * y_stride, y_stride);
     }
   }
 }
@@ -162,10 +162,11 @@ struct F16Tile {
   }
 };
 
-void quantize_act_q8(const float* x, ActQ8Block* out, int64_t n) {
+void quantize_act_q8(const float* x, ActQ8Block* out, int64_t n, int64_t out_stride) {
   const __m256 sign = _mm256_set1_ps(-0.0f);
   constexpr int kNearest = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
   for (int64_t b = 0; b < n / kPackCols; ++b) {
+    ActQ8Block& block = out[b * out_stride];
     const float* xb = x + b * kPackCols;
     __m256 v[4];
     __m256 amax = _mm256_setzero_ps();
@@ -187,15 +188,15 @@ void quantize_act_q8(const float* x, ActQ8Block* out, int64_t n) {
     __m256i packed =
         _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
     packed = _mm256_permutevar8x32_epi32(packed, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out[b].qs), packed);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(block.qs), packed);
     __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(lanes), _mm256_extracti128_si256(lanes, 1));
     s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4E));
     s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xB1));
     const auto sum = static_cast<float>(_mm_cvtsi128_si32(s4));
-    out[b].d = round_to_fp16(d);
-    out[b].s = round_to_fp16(d * sum);
-    out[b].d_sum = out[b].d * sum;
-    out[b].sum = static_cast<int32_t>(sum);
+    block.d = round_to_fp16(d);
+    block.s = round_to_fp16(d * sum);
+    block.d_sum = block.d * sum;
+    block.sum = static_cast<int32_t>(sum);
   }
 }
 

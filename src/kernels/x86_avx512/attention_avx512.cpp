@@ -146,11 +146,29 @@ float exp_sum(float* x, int n, float max) {
   return hsum_ps(sum);
 }
 
+float scale_max(float* x, int n, float scale, float max) {
+  const __m512 s = _mm512_set1_ps(scale);
+  __m512 m = _mm512_set1_ps(max);
+  int i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m512 v = _mm512_mul_ps(_mm512_loadu_ps(x + i), s);
+    _mm512_storeu_ps(x + i, v);
+    m = _mm512_max_ps(m, v);
+  }
+  if (i < n) {  // the tail through a mask; lanes past n keep `max`
+    const __mmask16 tail = static_cast<__mmask16>((1u << (n - i)) - 1);
+    const __m512 v = _mm512_mul_ps(_mm512_maskz_loadu_ps(tail, x + i), s);
+    _mm512_mask_storeu_ps(x + i, tail, v);
+    m = _mm512_mask_max_ps(m, tail, m, v);
+  }
+  return hmax_ps(m);
+}
+
 }  // namespace
 
 AttentionKernels attention_kernels() {
   // Rounding queries is a few hundred values a tile: the AVX2 version serves.
-  return {scores, accumulate, exp_sum, narrower().round_to_fp16};
+  return {scores, accumulate, exp_sum, scale_max, narrower().round_to_fp16};
 }
 
 }  // namespace inferd::kernels::avx512

@@ -76,7 +76,7 @@ void q4_tile(const PackedQ4Block* w, int64_t blocks, const ActQ8Block* act, int6
       const __m512i lo = _mm512_and_si512(raw, low_nibble);
       const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), low_nibble);
       for (int t = 0; t < NT; ++t) {
-        const int8_t* q = act[t * act_stride + b].qs + 8 * c;
+        const int8_t* q = act[b * act_stride + t].qs + 8 * c;
         isum[t][0] = _mm512_dpbusd_epi32(isum[t][0], lo, broadcast_i32(q));
         isum[t][kAcc - 1] = _mm512_dpbusd_epi32(isum[t][kAcc - 1], hi, broadcast_i32(q + 4));
       }
@@ -84,7 +84,7 @@ void q4_tile(const PackedQ4Block* w, int64_t blocks, const ActQ8Block* act, int6
     const __m512 d = load_fp16x16(w[b].d);
     const __m512 m = load_fp16x16(w[b].m);
     for (int t = 0; t < NT; ++t) {
-      const ActQ8Block& a = act[t * act_stride + b];
+      const ActQ8Block& a = act[b * act_stride + t];
       __m512i s = isum[t][0];
       if constexpr (kAcc == 2) s = _mm512_add_epi32(s, isum[t][1]);
       acc[t] =
@@ -111,7 +111,7 @@ void q8_tile(const PackedQ8Block* w, int64_t blocks, const ActQ8Block* act, int6
     for (int c = 0; c < 8; ++c) {
       const __m512i raw = _mm512_loadu_si512(w[b].qs[c]);
       for (int t = 0; t < NT; ++t) {
-        const __m512i q = broadcast_i32(act[t * act_stride + b].qs + 4 * c);
+        const __m512i q = broadcast_i32(act[b * act_stride + t].qs + 4 * c);
         isum[t][c % kAcc] = _mm512_dpbusd_epi32(isum[t][c % kAcc], raw, q);
       }
     }
@@ -119,9 +119,9 @@ void q8_tile(const PackedQ8Block* w, int64_t blocks, const ActQ8Block* act, int6
     for (int t = 0; t < NT; ++t) {
       __m512i s = isum[t][0];
       if constexpr (kAcc == 2) s = _mm512_add_epi32(s, isum[t][1]);
-      s = _mm512_sub_epi32(s, _mm512_set1_epi32(128 * act[t * act_stride + b].sum));
+      s = _mm512_sub_epi32(s, _mm512_set1_epi32(128 * act[b * act_stride + t].sum));
       acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s),
-                               _mm512_mul_ps(d, _mm512_set1_ps(act[t * act_stride + b].d)), acc[t]);
+                               _mm512_mul_ps(d, _mm512_set1_ps(act[b * act_stride + t].d)), acc[t]);
     }
   }
   for (int t = 0; t < NT; ++t) _mm512_storeu_ps(y + t * y_stride, acc[t]);
@@ -179,8 +179,9 @@ struct Q8Tile {
   }
 };
 
-void quantize_act_q8(const float* x, ActQ8Block* out, int64_t n) {
+void quantize_act_q8(const float* x, ActQ8Block* out, int64_t n, int64_t out_stride) {
   for (int64_t b = 0; b < n / kPackCols; ++b) {
+    ActQ8Block& block = out[b * out_stride];
     const __m512 x0 = _mm512_loadu_ps(x + b * kPackCols);
     const __m512 x1 = _mm512_loadu_ps(x + b * kPackCols + 16);
     const __m512 amax = _mm512_max_ps(_mm512_abs_ps(x0), _mm512_abs_ps(x1));
@@ -189,13 +190,13 @@ void quantize_act_q8(const float* x, ActQ8Block* out, int64_t n) {
     constexpr int kNearest = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
     const __m512i q0 = _mm512_cvt_roundps_epi32(_mm512_mul_ps(x0, inv), kNearest);
     const __m512i q1 = _mm512_cvt_roundps_epi32(_mm512_mul_ps(x1, inv), kNearest);
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(out[b].qs), _mm512_cvtsepi32_epi8(q0));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(out[b].qs + 16), _mm512_cvtsepi32_epi8(q1));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(block.qs), _mm512_cvtsepi32_epi8(q0));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(block.qs + 16), _mm512_cvtsepi32_epi8(q1));
     const auto sum = static_cast<float>(hsum(_mm512_add_epi32(q0, q1)));
-    out[b].d = round_to_fp16(d);
-    out[b].s = round_to_fp16(d * sum);
-    out[b].d_sum = out[b].d * sum;
-    out[b].sum = static_cast<int32_t>(sum);
+    block.d = round_to_fp16(d);
+    block.s = round_to_fp16(d * sum);
+    block.d_sum = block.d * sum;
+    block.sum = static_cast<int32_t>(sum);
   }
 }
 

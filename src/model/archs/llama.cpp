@@ -1,6 +1,7 @@
 // Llama: RMSNorm, RoPE (normal pairs), grouped-query attention, SwiGLU feed-forward, optional
 // tied output embedding. Covers Llama 2/3, SmolLM, TinyLlama and other `llama` GGUF files.
 #include <cmath>
+#include <optional>
 #include <vector>
 
 #include "kernels/attention.h"
@@ -160,28 +161,47 @@ class Llama final : public Model {
     LlamaWorkspace& ws = ws_;
     const int64_t q_dim = int64_t{shape.n_heads} * shape.head_dim;
     const int64_t tile_tokens = kernels::attention_tile_tokens(shape);
+    const auto tiles_of = [&](const BatchSequence& seq) {
+      return (seq.token_end - seq.token_begin + tile_tokens - 1) / tile_tokens * shape.n_kv_heads;
+    };
     int64_t total_tiles = 0;
-    for (const BatchSequence& seq : batch.sequences)
-      total_tiles +=
-          (seq.token_end - seq.token_begin + tile_tokens - 1) / tile_tokens * shape.n_kv_heads;
-    // Tiles differ in cost (a decode token over its whole context, a prefill tile over part of
-    // it), so they are handed out one at a time rather than split into equal ranges.
-    pool.for_each_dynamic(total_tiles, [&](int64_t i) {
+    for (const BatchSequence& seq : batch.sequences) total_tiles += tiles_of(seq);
+    struct TileRef {
+      const BatchSequence* seq;
+      int64_t t0, t_end;  // its tokens [t0, t_end) of the batch
+      int kv_head;
+    };
+    const auto find_tile = [&](int64_t i) -> std::optional<TileRef> {
       int64_t first = 0;  // index of the sequence's first tile
       for (const BatchSequence& seq : batch.sequences) {
-        const int64_t n = seq.token_end - seq.token_begin;
-        const int64_t tiles = (n + tile_tokens - 1) / tile_tokens * shape.n_kv_heads;
+        const int64_t tiles = tiles_of(seq);
         if (i < first + tiles) {
           const int64_t t0 = seq.token_begin + (i - first) / shape.n_kv_heads * tile_tokens;
-          const kernels::AttentionTile tile{
-              &ws.q[t0 * q_dim], &batch.positions[static_cast<size_t>(t0)],
-              static_cast<int>(std::min(tile_tokens, seq.token_end - t0)),
-              static_cast<int>((i - first) % shape.n_kv_heads), &ws.attn[t0 * q_dim]};
-          kernels::attend_tile(tile, cache, l, seq.block_table, shape);
-          return;
+          return TileRef{&seq, t0, std::min(t0 + tile_tokens, seq.token_end),
+                         static_cast<int>((i - first) % shape.n_kv_heads)};
         }
         first += tiles;
       }
+      return std::nullopt;
+    };
+    // Tiles differ in cost (a decode token over its whole context, a prefill tile over part of
+    // it), so they are handed out one at a time rather than split into equal ranges. With the
+    // threads taking turns, a thread's next tile is most likely `threads` further on: its K/V
+    // are fetched meanwhile.
+    const int64_t threads = pool.num_threads();
+    pool.for_each_dynamic(total_tiles, [&](int64_t i) {
+      const std::optional<TileRef> ref = find_tile(i);
+      if (!ref) return;
+      const kernels::AttentionTile tile{
+          &ws.q[ref->t0 * q_dim], &batch.positions[static_cast<size_t>(ref->t0)],
+          static_cast<int>(ref->t_end - ref->t0), ref->kv_head, &ws.attn[ref->t0 * q_dim]};
+      std::optional<kernels::AttentionPrefetch> next;
+      if (const std::optional<TileRef> n = find_tile(i + threads)) {
+        const int32_t last_position = batch.positions[static_cast<size_t>(n->t_end - 1)];
+        next =
+            kernels::AttentionPrefetch{n->seq->block_table, n->kv_head, int64_t{last_position} + 1};
+      }
+      kernels::attend_tile(tile, cache, l, ref->seq->block_table, shape, next ? &*next : nullptr);
     });
   }
 
