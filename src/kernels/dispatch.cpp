@@ -7,6 +7,7 @@
 #include "kernels/ref/gemm_ref.h"
 #include "kernels/ref/quant_ref.h"
 #include "kernels/x86_amx/gemm_amx.h"
+#include "kernels/x86_amx/gemm_amx_bf16.h"
 #include "kernels/x86_avx2/attention_avx2.h"
 #include "kernels/x86_avx2/gemm_avx2.h"
 #include "kernels/x86_avx2/ops_avx2.h"
@@ -94,19 +95,26 @@ static const KernelTable& avx512_kernels() {
     t.isa = "avx512";
     t.packed = avx512::packed_kernels();
     t.attention = avx512::attention_kernels();
+    t.bf16.quantize_activation = avx512::quantize_row_bf16;
     if (cpu_features().avx512bf16) t.bf16.dot = avx512::dot_bf16_bf16;
     return t;
   }();
   return table;
 }
 
-// AMX tiles for the int8 group GEMMs of batches (prefill, many sequences decoding); everything
-// else, and batches of a few tokens, as AVX-512.
+// AMX tiles for the group GEMMs of batches: int8 tiles from 6 tokens, and where the CPU has
+// AMX-BF16 the bf16 route for large batches (prefill); everything else as AVX-512.
 static const KernelTable& amx_kernels() {
   static const KernelTable table = [] {
     KernelTable t = avx512_kernels();
     t.isa = "amx";
     t.packed = amx::packed_kernels(avx512_kernels().packed);
+    if (cpu_features().amx_bf16 && cpu_features().avx512bf16) {
+      t.packed.bf16_min_tokens = amx::kBf16MinTokens;
+      t.packed.bf16_act = avx512::quantize_row_bf16;
+      t.packed.q4_bf16 = amx::q4_bf16_group;
+      t.packed.q8_0_bf16 = amx::q8_0_bf16_group;
+    }
     return t;
   }();
   return table;

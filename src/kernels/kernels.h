@@ -58,12 +58,24 @@ using GroupGemmFn = void (*)(const uint8_t* group, int64_t blocks, const ActQ8Bl
 // F16 groups multiply the float activations as they are.
 using GroupGemmF32Fn = void (*)(const uint8_t* group, int64_t blocks, const float* x,
                                 int64_t x_stride, int64_t n_tokens, float* y, int64_t y_stride);
+// The bf16 route for large batches: the float activations rounded once to bf16 and each
+// group's weights dequantized to bf16. The activations are tiled so that a tile multiply reads
+// 1 KiB in one piece: tokens in tiles of 16, each tile [cols / 32][16 tokens][32 values], tile
+// T at x + T * 16 * x_stride (x_stride = cols), kActPaddingTokens tokens of padding.
+using GroupGemmBf16Fn = void (*)(const uint8_t* group, int64_t blocks, const uint16_t* x,
+                                 int64_t x_stride, int64_t n_tokens, float* y, int64_t y_stride);
 struct PackedKernels {
   QuantizeActFn quantize_act = nullptr;
   GroupGemmFn q4_0 = nullptr;
   GroupGemmFn q4_1 = nullptr;
   GroupGemmFn q8_0 = nullptr;
   GroupGemmF32Fn f16 = nullptr;
+  // Q4_0/Q4_1/Q8_0 matmuls of at least bf16_min_tokens tokens take the bf16 route (0: never);
+  // bf16_act converts the activations.
+  int64_t bf16_min_tokens = 0;
+  QuantizeRowFn bf16_act = nullptr;
+  GroupGemmBf16Fn q4_bf16 = nullptr;  // Q4_0 and Q4_1 (packed alike)
+  GroupGemmBf16Fn q8_0_bf16 = nullptr;
 };
 
 struct KernelTable {

@@ -12,7 +12,8 @@ namespace {
 // parallel region.
 constexpr int64_t kSerialQuantizeTokens = 4;
 // Tokens per call for the padded last group of a matrix (its tile lives on the stack).
-constexpr int64_t kMaxTokensPerPartialTile = 8;
+// 16, so that its token offsets fall on the bf16 route's 16-token activation tiles.
+constexpr int64_t kMaxTokensPerPartialTile = 16;
 
 void check_scratch(const ActivationScratch& scratch, size_t need, int64_t n_tokens, int64_t cols) {
   if (need > scratch.size()) {
@@ -26,6 +27,8 @@ struct PackedInput {
   const float* x;         // [n_tokens, cols]
   const ActQ8Block* act;  // [cols / 32, act_stride] (block-major), null when no target needs it
   int64_t act_stride;     // n_tokens + kActPaddingTokens
+  // [n_tokens + kActPaddingTokens, cols] bf16 when the batch takes the bf16 route, else null
+  const uint16_t* x_bf16;
   int64_t cols;
 };
 
@@ -33,19 +36,18 @@ struct PackedInput {
 void call_group_kernel(const PackedWeights& p, int64_t g, const PackedInput& in, int64_t t0,
                        int64_t count, float* y, int64_t y_stride, const KernelTable& table) {
   const int64_t blocks = p.blocks_per_row();
-  switch (p.format()) {
-    case PackedFormat::F16:
-      table.packed.f16(p.group(g), blocks, in.x + t0 * in.cols, in.cols, count, y, y_stride);
-      return;
-    case PackedFormat::Q4_0:
-      table.packed.q4_0(p.group(g), blocks, in.act + t0, in.act_stride, count, y, y_stride);
-      return;
-    case PackedFormat::Q4_1:
-      table.packed.q4_1(p.group(g), blocks, in.act + t0, in.act_stride, count, y, y_stride);
-      return;
-    case PackedFormat::Q8_0:
-      table.packed.q8_0(p.group(g), blocks, in.act + t0, in.act_stride, count, y, y_stride);
-      return;
+  const PackedFormat format = p.format();
+  if (format == PackedFormat::F16) {
+    table.packed.f16(p.group(g), blocks, in.x + t0 * in.cols, in.cols, count, y, y_stride);
+  } else if (in.x_bf16 != nullptr) {
+    const GroupGemmBf16Fn kernel =
+        format == PackedFormat::Q8_0 ? table.packed.q8_0_bf16 : table.packed.q4_bf16;
+    kernel(p.group(g), blocks, in.x_bf16 + t0 * in.cols, in.cols, count, y, y_stride);
+  } else {
+    const GroupGemmFn kernel = format == PackedFormat::Q4_0   ? table.packed.q4_0
+                               : format == PackedFormat::Q4_1 ? table.packed.q4_1
+                                                              : table.packed.q8_0;
+    kernel(p.group(g), blocks, in.act + t0, in.act_stride, count, y, y_stride);
   }
 }
 
@@ -72,23 +74,38 @@ void run_packed_group(const PackedWeights& p, int64_t g, const PackedInput& in, 
 void matmul_packed(std::span<const MatmulTarget> targets, const float* x, int64_t n_tokens,
                    ActivationScratch& scratch, ThreadPool& pool, const KernelTable& table) {
   const int64_t cols = targets[0].w->cols, blocks = cols / kPackCols;
-  PackedInput in{x, nullptr, n_tokens + kActPaddingTokens, cols};
+  PackedInput in{x, nullptr, n_tokens + kActPaddingTokens, nullptr, cols};
   const bool needs_int8 = std::any_of(targets.begin(), targets.end(), [](const MatmulTarget& t) {
     return t.w->packed->format() != PackedFormat::F16;
   });
-  if (needs_int8) {
+  // Converts each token's row, split over the threads unless the batch is small.
+  const auto for_each_token = [&](auto convert) {
+    const auto rows = [&](int64_t begin, int64_t end) {
+      for (int64_t t = begin; t < end; ++t) convert(t);
+    };
+    if (n_tokens <= kSerialQuantizeTokens) {
+      rows(0, n_tokens);
+    } else {
+      pool.parallel_for(n_tokens, 1, rows);
+    }
+  };
+  const int64_t bf16_min = table.packed.bf16_min_tokens;
+  if (needs_int8 && bf16_min > 0 && n_tokens >= bf16_min) {
+    check_scratch(scratch, static_cast<size_t>(in.act_stride * cols) * sizeof(uint16_t), n_tokens,
+                  cols);
+    auto* xb = reinterpret_cast<uint16_t*>(scratch.data());  // [act_stride, cols]
+    for_each_token([&](int64_t t) {                          // into the tiled layout of kernels.h
+      uint16_t* row = xb + t / 16 * 16 * cols + t % 16 * kPackCols;
+      for (int64_t b = 0; b < blocks; ++b)
+        table.packed.bf16_act(x + t * cols + b * kPackCols, row + b * 16 * kPackCols, kPackCols);
+    });
+    in.x_bf16 = xb;
+  } else if (needs_int8) {
     check_scratch(scratch, static_cast<size_t>(in.act_stride * blocks) * sizeof(ActQ8Block),
                   n_tokens, cols);
     auto* act = reinterpret_cast<ActQ8Block*>(scratch.data());  // [blocks, act_stride]
-    const auto quantize = [&](int64_t begin, int64_t end) {
-      for (int64_t t = begin; t < end; ++t)
-        table.packed.quantize_act(x + t * cols, act + t, cols, in.act_stride);
-    };
-    if (n_tokens <= kSerialQuantizeTokens) {
-      quantize(0, n_tokens);
-    } else {
-      pool.parallel_for(n_tokens, 1, quantize);
-    }
+    for_each_token(
+        [&](int64_t t) { table.packed.quantize_act(x + t * cols, act + t, cols, in.act_stride); });
     in.act = act;
   }
   int64_t total_groups = 0;
@@ -132,12 +149,13 @@ void matmul_rows(const WeightMatrix& w, const float* x, int64_t n_tokens, float*
 }  // namespace
 
 void ActivationScratch::reserve(int64_t max_tokens, int64_t max_cols) {
-  // F32 is the widest activation format (4 bytes a value); block formats are smaller, but
-  // int8 blocks get kActPaddingTokens rows of padding that group kernels may read.
+  // F32 is the widest activation format (4 bytes a value); the packed path's int8 blocks and
+  // bf16 rows are smaller but get kActPaddingTokens rows of padding that group kernels may read.
+  const int64_t padded = max_tokens + kActPaddingTokens;
   const size_t need =
-      std::max(static_cast<size_t>(max_tokens * max_cols) * sizeof(float),
-               static_cast<size_t>((max_tokens + kActPaddingTokens) * max_cols / kPackCols) *
-                   sizeof(ActQ8Block));
+      std::max({static_cast<size_t>(max_tokens * max_cols) * sizeof(float),
+                static_cast<size_t>(padded * max_cols / kPackCols) * sizeof(ActQ8Block),
+                static_cast<size_t>(padded * max_cols) * sizeof(uint16_t)});
   if (buffer_.size() < need) buffer_.resize(need);
 }
 

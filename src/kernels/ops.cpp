@@ -8,8 +8,17 @@
 namespace inferd::kernels {
 
 void rms_norm(const float* x, const float* weight, float* out, int64_t n, float eps) {
-  double sum = 0;  // ggml accumulates the squares in double too
-  for (int64_t i = 0; i < n; ++i) sum += double(x[i]) * x[i];
+  // ggml accumulates the squares in double too. Eight partial sums: a single chain of
+  // dependent additions would cost a few cycles per value.
+  constexpr int kLanes = 8;
+  double partial[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    for (int j = 0; j < kLanes; ++j) partial[j] += double(x[i + j]) * x[i + j];
+  }
+  double sum = 0;
+  for (double p : partial) sum += p;
+  for (; i < n; ++i) sum += double(x[i]) * x[i];
   const float scale = 1.0f / std::sqrt(static_cast<float>(sum / double(n)) + eps);
   for (int64_t i = 0; i < n; ++i) out[i] = x[i] * scale * weight[i];
 }

@@ -149,6 +149,19 @@ TwoResults multiply_both(const KernelTable& table, const KernelTable& reference,
   return r;
 }
 
+// The table with its int8 kernels for every batch size (no bf16 route), and with its bf16
+// route for every batch size: each route compared with its own reference.
+KernelTable int8_route(const KernelTable& table) {
+  KernelTable t = table;
+  t.packed.bf16_min_tokens = 0;
+  return t;
+}
+KernelTable bf16_route(const KernelTable& table) {
+  KernelTable t = table;
+  t.packed.bf16_min_tokens = 1;
+  return t;
+}
+
 TEST(KernelsPacked, EveryIsaMatchesReferenceOnOddShapes) {
   ThreadPool pool(2);
   for (const KernelTable* table : available_kernels()) {
@@ -157,7 +170,7 @@ TEST(KernelsPacked, EveryIsaMatchesReferenceOnOddShapes) {
         for (int64_t cols : {32, 160, 576}) {
           QuantMatrix m = make_matrix(type, rows, cols, static_cast<uint32_t>(rows * cols));
           for (int64_t tokens : {1, 2, 3, 4, 5, 7, 8, 9, 13, 17}) {
-            const TwoResults r = multiply_both(*table, reference_kernels(), m, tokens,
+            const TwoResults r = multiply_both(int8_route(*table), reference_kernels(), m, tokens,
                                                static_cast<uint32_t>(tokens), pool);
             for (size_t i = 0; i < r.got.size(); ++i) {
               ASSERT_NEAR(r.got[i], r.want[i],
@@ -181,7 +194,7 @@ TEST(KernelsPacked, EveryIsaMatchesReferenceOnWideInputsAndManyTokens) {
       const int64_t cols = 1056;
       QuantMatrix m = make_matrix(type, 33, cols, 5);
       for (int64_t tokens : {6, 16, 33, 40}) {
-        const TwoResults r = multiply_both(*table, reference_kernels(), m, tokens,
+        const TwoResults r = multiply_both(int8_route(*table), reference_kernels(), m, tokens,
                                            static_cast<uint32_t>(tokens + 7), pool);
         for (size_t i = 0; i < r.got.size(); ++i) {
           ASSERT_NEAR(r.got[i], r.want[i], 1e-5 * (std::fabs(r.want[i]) + std::sqrt(double(cols))))
@@ -203,8 +216,69 @@ TEST(KernelsPacked, AmxEqualsVnniBitForBit) {
   if (amx == nullptr || vnni == nullptr) GTEST_SKIP() << "this CPU has no AMX";
   ThreadPool pool(2);
   for (DType type : {DType::Q4_0, DType::Q4_1, DType::Q8_0}) {
-    const TwoResults r = multiply_both(*amx, *vnni, make_matrix(type, 40, 1056, 9), 37, 10, pool);
+    const TwoResults r =
+        multiply_both(int8_route(*amx), *vnni, make_matrix(type, 40, 1056, 9), 37, 10, pool);
     EXPECT_EQ(r.got, r.want) << dtype_name(type);
+  }
+}
+
+// The bf16 route (AMX-BF16 where the CPU has it) against its reference: weights dequantized and
+// rounded to bf16, times bf16 activations, summed in double. The tiles sum in float, in their
+// own order. Shapes cross the 32-block chunks the kernel dequantizes at a time and leave ragged
+// token tiles; the partial last group of 33 rows goes through the small-batch path.
+TEST(KernelsPacked, Bf16RouteMatchesItsReference) {
+  ThreadPool pool(2);
+  for (const KernelTable* table : available_kernels()) {
+    if (table->packed.bf16_min_tokens == 0) continue;
+    for (DType type : {DType::Q4_0, DType::Q4_1, DType::Q8_0}) {
+      for (int64_t cols : {32, 1088}) {
+        QuantMatrix m = make_matrix(type, 33, cols, static_cast<uint32_t>(cols));
+        for (int64_t tokens : {1, 15, 16, 17, 32, 40}) {
+          const TwoResults r = multiply_both(bf16_route(*table), bf16_route(reference_kernels()), m,
+                                             tokens, static_cast<uint32_t>(tokens), pool);
+          for (size_t i = 0; i < r.got.size(); ++i) {
+            ASSERT_NEAR(r.got[i], r.want[i],
+                        1e-5 * (std::fabs(r.want[i]) + std::sqrt(double(cols))))
+                << table->isa << " " << dtype_name(type) << " cols=" << cols << " tokens=" << tokens
+                << " i=" << i;
+          }
+        }
+      }
+    }
+  }
+}
+
+// Against the exact product of the dequantized weights and the float inputs, the bf16 route
+// (bf16 inputs, bf16-rounded weights) is more accurate than the int8 route (inputs rounded to
+// int8 per 32-value block): a check that it computes the right thing, not only the same thing
+// as its reference.
+TEST(KernelsPacked, Bf16RouteIsCloserToExactThanInt8Route) {
+  ThreadPool pool(1);
+  for (DType type : {DType::Q4_0, DType::Q4_1, DType::Q8_0}) {
+    const int64_t rows = 32, cols = 576, tokens = 4;
+    QuantMatrix m = make_matrix(type, rows, cols, 3);
+    auto x = random_floats(tokens * cols, 4, 3.0f);
+    std::vector<float> bf16(static_cast<size_t>(tokens * rows)), int8(bf16.size());
+    ActivationScratch scratch;
+    scratch.reserve(tokens, cols);
+    matmul(m.w, x.data(), tokens, bf16.data(), scratch, pool, bf16_route(reference_kernels()));
+    matmul(m.w, x.data(), tokens, int8.data(), scratch, pool, reference_kernels());
+    double err_bf16 = 0, err_int8 = 0, norm = 0;
+    std::vector<float> wrow(static_cast<size_t>(cols));
+    for (int64_t r = 0; r < rows; ++r) {
+      dequantize(m.w, r, wrow.data());
+      for (int64_t t = 0; t < tokens; ++t) {
+        double exact = 0;
+        for (int64_t c = 0; c < cols; ++c)
+          exact += double(wrow[static_cast<size_t>(c)]) * x[static_cast<size_t>(t * cols + c)];
+        const auto i = static_cast<size_t>(t * rows + r);
+        err_bf16 += (bf16[i] - exact) * (bf16[i] - exact);
+        err_int8 += (int8[i] - exact) * (int8[i] - exact);
+        norm += exact * exact;
+      }
+    }
+    EXPECT_LT(err_bf16, err_int8) << dtype_name(type);
+    EXPECT_LT(std::sqrt(err_bf16 / norm), 0.005) << dtype_name(type);
   }
 }
 

@@ -1,6 +1,8 @@
 // Quantized-format kernels: the reference against plain float math, and every ISA table this
 // CPU has against the reference, on random data of odd sizes.
+#include <bit>
 #include <cmath>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -148,6 +150,35 @@ TEST(KernelsIsa, EveryTableMatchesReference) {
         r.dequantize(w.data(), out_ref.data(), n);
         EXPECT_EQ(out, out_ref) << table->isa << " " << c.name << " dequantize n=" << n;
       }
+    }
+  }
+}
+
+// bf16 rounding, bit for bit: ties to even both ways, values that round up into the next
+// exponent or to inf, denormals (kept, not flushed), NaN (kept quiet), signed zero, and lengths
+// that leave a partial vector.
+TEST(KernelsIsa, Bf16ConversionMatchesReferenceOnEdgeValues) {
+  const float edges[] = {1.0f + 1.0f / 256,                  // a tie: rounds down to even
+                         1.0f + 3.0f / 256,                  // a tie: rounds up to even
+                         std::bit_cast<float>(0x3F7FFFFFu),  // rounds up to 1.0
+                         std::numeric_limits<float>::max(),  // rounds to inf
+                         std::numeric_limits<float>::denorm_min(),
+                         std::bit_cast<float>(0x0000C000u),  // a denormal that rounds up
+                         std::numeric_limits<float>::infinity(),
+                         -std::numeric_limits<float>::infinity(),
+                         std::numeric_limits<float>::quiet_NaN(),
+                         std::bit_cast<float>(0x7F800001u),  // a signalling NaN
+                         -0.0f,
+                         -3.5e-39f};
+  const auto& ref = reference_kernels().bf16;
+  for (const KernelTable* table : available_kernels()) {
+    for (int64_t n : {1, 7, 12, 17, 40}) {
+      auto x = random_floats(n, 90 + static_cast<uint32_t>(n), 1e3f);
+      for (int64_t i = 0; i < n && i < 12; ++i) x[static_cast<size_t>(i)] = edges[i];
+      std::vector<uint16_t> got(static_cast<size_t>(n) + 1, 0xABCD), want(got);
+      table->bf16.quantize_activation(x.data(), got.data(), n);
+      ref.quantize_activation(x.data(), want.data(), n);
+      EXPECT_EQ(got, want) << table->isa << " n=" << n;  // the extra last value untouched
     }
   }
 }

@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "kernels/ref/quant_ref.h"
 #include "tensor/half.h"
 
 namespace inferd::kernels::ref {
@@ -91,11 +92,48 @@ void gemm_f16_group(const uint8_t* group, int64_t blocks, const float* x, int64_
   }
 }
 
+// Weight (row r, column col) of a packed block, as the bf16 route dequantizes it: d * q + m in
+// float (the product is exact, so one rounding) for Q4; d * q, exact, for Q8_0.
+float q4_weight(const PackedQ4Block& block, int r, int col) {
+  const uint8_t byte = block.qs[col / 8][r * 4 + col % 4];
+  const int q = col % 8 < 4 ? byte & 0x0F : byte >> 4;
+  return fp16_to_fp32(block.d[r]) * static_cast<float>(q) + fp16_to_fp32(block.m[r]);
+}
+float q8_weight(const PackedQ8Block& block, int r, int col) {
+  return fp16_to_fp32(block.d[r]) * static_cast<float>(block.qs[col / 4][r * 4 + col % 4] - 128);
+}
+
+// The bf16 route: weights rounded to bf16, times the bf16 activations (tiled as kernels.h
+// says), summed in double.
+template <typename Block, float (*weight)(const Block&, int, int)>
+void gemm_bf16_group(const uint8_t* group, int64_t blocks, const uint16_t* x, int64_t x_stride,
+                     int64_t n_tokens, float* y, int64_t y_stride) {
+  const auto* w = reinterpret_cast<const Block*>(group);
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    for (int r = 0; r < kPackRows; ++r) {
+      double acc = 0;
+      for (int64_t b = 0; b < blocks; ++b) {
+        for (int col = 0; col < kPackCols; ++col) {
+          const float wv = bf16_to_fp32(fp32_to_bf16(weight(w[b], r, col)));
+          const uint16_t a = x[t / 16 * 16 * x_stride + (b * 16 + t % 16) * kPackCols + col];
+          acc += double(wv) * bf16_to_fp32(a);
+        }
+      }
+      y[t * y_stride + r] = static_cast<float>(acc);
+    }
+  }
+}
+
 }  // namespace
 
 PackedKernels packed_kernels() {
-  return {quantize_act_q8, gemm_q4_group<&ActQ8Block::d_sum>, gemm_q4_group<&ActQ8Block::s>,
-          gemm_q8_0_group, gemm_f16_group};
+  PackedKernels k{quantize_act_q8, gemm_q4_group<&ActQ8Block::d_sum>, gemm_q4_group<&ActQ8Block::s>,
+                  gemm_q8_0_group, gemm_f16_group};
+  // The bf16 route's definition; matmul takes it only where a table sets bf16_min_tokens.
+  k.bf16_act = quantize_row_bf16;
+  k.q4_bf16 = gemm_bf16_group<PackedQ4Block, q4_weight>;
+  k.q8_0_bf16 = gemm_bf16_group<PackedQ8Block, q8_weight>;
+  return k;
 }
 
 }  // namespace inferd::kernels::ref

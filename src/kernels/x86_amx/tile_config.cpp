@@ -1,7 +1,6 @@
 // Compiled with AMX flags (src/CMakeLists.txt).
 #include "kernels/x86_amx/tile_config.h"
 
-
 #include <cstdint>
 
 namespace inferd::kernels::amx {

@@ -1,0 +1,208 @@
+// Compiled with AMX-TILE, AMX-BF16 and AVX-512 (BF16) flags (src/CMakeLists.txt). No inline
+// function shared with other files is used here.
+//
+// The bf16 route for large batches: a group's weights are dequantized once per call into the
+// tile layout of bf16 pairs and multiplied by the bf16 activations of every token, 32 columns
+// per TDPBF16PS, with float sums kept in the tile across the whole row: no per-block scaling,
+// which is what bounds the int8 route. It costs a dequantization per group and call, so it pays
+// only when many token tiles share it (prefill).
+#include "kernels/x86_amx/gemm_amx_bf16.h"
+
+#include "kernels/packed.h"
+#include "kernels/x86_amx/tile_config.h"
+
+#include <immintrin.h>
+
+#include <cstring>
+
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+
+namespace inferd::kernels::amx {
+namespace {
+
+constexpr int kTileTokens = 16;
+// The activations are tiled (kernels.h): one block of one token tile is 16 x 32 contiguous
+// values.
+constexpr int64_t kTileValues = kTileTokens * kPackCols;
+// Blocks of K dequantized at a time: 32 blocks x 16 pair rows x 64 bytes are 32 KiB.
+constexpr int64_t kChunkBlocks = 32;
+// One block's weights in the tile layout: 16 rows (pairs of columns 2i, 2i+1) x 16 weight rows
+// x 2 bf16.
+using WeightTile = uint16_t[kPackCols / 2][kPackRows * 2];
+
+inline void memory_barrier() {
+  asm volatile("" ::: "memory");
+}
+
+inline __m512 load_fp16x16(const uint16_t* p) {
+  return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+}
+
+// Lane l of the result is v[4 * q + l / 4]: the scale of the weight row of lane l when 16 lanes
+// hold 4 rows x 4 adjacent columns (rows 4q..4q+3).
+inline __m512 rows_of_quarter(__m512 v, int q) {
+  const __m512i index = _mm512_add_epi32(
+      _mm512_set1_epi32(4 * q), _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0));
+  return _mm512_permutexvar_ps(index, v);
+}
+
+// Two float vectors of 4 rows x 4 adjacent columns each (rows 0-7 in lo, 8-15 in hi as bf16
+// after the conversion) give two tile rows: columns {0,1} and {2,3} of every weight row.
+inline void store_pair_rows(__m512 r0_3, __m512 r4_7, __m512 r8_11, __m512 r12_15, uint16_t* first,
+                            uint16_t* second) {
+  const __m512i rows0_7 = (__m512i)_mm512_cvtne2ps_pbh(r4_7, r0_3);
+  const __m512i rows8_15 = (__m512i)_mm512_cvtne2ps_pbh(r12_15, r8_11);
+  // As dwords: (row r, columns {0,1}) is dword 2r, (row r, columns {2,3}) dword 2r + 1.
+  const __m512i even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+  const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
+  _mm512_store_si512(first, _mm512_permutex2var_epi32(rows0_7, even, rows8_15));
+  _mm512_store_si512(second, _mm512_permutex2var_epi32(rows0_7, odd, rows8_15));
+}
+
+// Q4 (Q4_0 as Q4_1 with m = -8 d): w = d * q + m. qs[c] holds columns 8c..8c+3 in its low
+// nibbles and 8c+4..8c+7 in its high ones, 4 bytes per row.
+void dequantize_q4(const PackedQ4Block& block, WeightTile& out) {
+  const __m512 d = load_fp16x16(block.d), m = load_fp16x16(block.m);
+  __m512 dq[4], mq[4];
+  for (int q = 0; q < 4; ++q) {
+    dq[q] = rows_of_quarter(d, q);
+    mq[q] = rows_of_quarter(m, q);
+  }
+  for (int c = 0; c < 4; ++c) {
+    __m512 lo[4], hi[4];
+    for (int q = 0; q < 4; ++q) {  // rows 4q..4q+3
+      const __m512i bytes = _mm512_cvtepu8_epi32(
+          _mm_loadu_si128(reinterpret_cast<const __m128i*>(block.qs[c] + 16 * q)));
+      lo[q] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_and_si512(bytes, _mm512_set1_epi32(15))),
+                              dq[q], mq[q]);
+      hi[q] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(bytes, 4)), dq[q], mq[q]);
+    }
+    store_pair_rows(lo[0], lo[1], lo[2], lo[3], out[4 * c], out[4 * c + 1]);
+    store_pair_rows(hi[0], hi[1], hi[2], hi[3], out[4 * c + 2], out[4 * c + 3]);
+  }
+}
+
+// Q8_0 stored as q + 128: w = d * (u - 128) = d * u - 128 d. qs[c] holds columns 4c..4c+3.
+void dequantize_q8(const PackedQ8Block& block, WeightTile& out) {
+  const __m512 d = load_fp16x16(block.d);
+  __m512 dq[4], offset[4];
+  for (int q = 0; q < 4; ++q) {
+    dq[q] = rows_of_quarter(d, q);
+    offset[q] = _mm512_mul_ps(dq[q], _mm512_set1_ps(-128.0f));
+  }
+  for (int c = 0; c < 8; ++c) {
+    __m512 w[4];
+    for (int q = 0; q < 4; ++q) {
+      const __m512i bytes = _mm512_cvtepu8_epi32(
+          _mm_loadu_si128(reinterpret_cast<const __m128i*>(block.qs[c] + 16 * q)));
+      w[q] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(bytes), dq[q], offset[q]);
+    }
+    store_pair_rows(w[0], w[1], w[2], w[3], out[2 * c], out[2 * c + 1]);
+  }
+}
+
+// Where a token tile's 16 result rows are loaded from and stored to: y itself, or a local
+// buffer when fewer than 16 tokens are left (a tile always moves 16 rows).
+class ResultRows {
+ public:
+  ResultRows(float* y, int64_t y_stride, int n) : y_(y), y_stride_(y_stride), n_(n) {}
+  float* base() { return n_ == kTileTokens ? y_ : local_; }
+  int64_t stride_bytes() const {
+    return static_cast<int64_t>(sizeof(float)) * (n_ == kTileTokens ? y_stride_ : kPackRows);
+  }
+  // Before a tile load of the sums so far.
+  void stage_in() {
+    if (n_ == kTileTokens) return;
+    for (int t = 0; t < n_; ++t) std::memcpy(local_ + t * kPackRows, y_ + t * y_stride_, 64);
+    memory_barrier();
+  }
+  // After a tile store.
+  void stage_out() {
+    memory_barrier();
+    if (n_ == kTileTokens) return;
+    for (int t = 0; t < n_; ++t) std::memcpy(y_ + t * y_stride_, local_ + t * kPackRows, 64);
+  }
+
+ private:
+  float* y_;
+  int64_t y_stride_;
+  int n_;
+  alignas(64) float local_[kTileTokens * kPackRows];
+};
+
+// One or two token tiles (kTwo) x 16 rows over `count` blocks of dequantized weights; x points
+// at the first token's first column of the chunk. The sums start at zero (first chunk) or at y.
+template <bool kTwo>
+void multiply_chunk(const WeightTile* w, int64_t count, const uint16_t* x, int64_t x_stride,
+                    bool first, ResultRows& r0, ResultRows& r1) {
+  constexpr int64_t kRowBytes = kPackCols * sizeof(uint16_t);
+  const uint16_t* x1 = x + kTileTokens * x_stride;
+  if (first) {
+    _tile_zero(0);
+    if constexpr (kTwo) _tile_zero(1);
+  } else {
+    r0.stage_in();
+    _tile_loadd(0, r0.base(), r0.stride_bytes());
+    if constexpr (kTwo) {
+      r1.stage_in();
+      _tile_loadd(1, r1.base(), r1.stride_bytes());
+    }
+  }
+  for (int64_t i = 0; i < count; ++i) {
+    _tile_loadd(4, w[i], 64);
+    _tile_loadd(2, x + i * kTileValues, kRowBytes);
+    _tile_dpbf16ps(0, 2, 4);
+    if constexpr (kTwo) {
+      _tile_loadd(3, x1 + i * kTileValues, kRowBytes);
+      _tile_dpbf16ps(1, 3, 4);
+    }
+  }
+  _tile_stored(0, r0.base(), r0.stride_bytes());
+  r0.stage_out();
+  if constexpr (kTwo) {
+    _tile_stored(1, r1.base(), r1.stride_bytes());
+    r1.stage_out();
+  }
+}
+
+template <typename Block, void (*dequantize)(const Block&, WeightTile&)>
+void group_gemm_bf16(const uint8_t* group, int64_t blocks, const uint16_t* x, int64_t x_stride,
+                     int64_t n_tokens, float* y, int64_t y_stride) {
+  use_tile_shapes(TileShapes::kBf16);
+  const auto* w = reinterpret_cast<const Block*>(group);
+  alignas(64) WeightTile tiles[kChunkBlocks];
+  for (int64_t b0 = 0; b0 < blocks; b0 += kChunkBlocks) {
+    const int64_t count = blocks - b0 < kChunkBlocks ? blocks - b0 : kChunkBlocks;
+    for (int64_t i = 0; i < count; ++i) dequantize(w[b0 + i], tiles[i]);
+    memory_barrier();  // the weight tiles are in memory before any tile load reads them
+    for (int64_t t0 = 0; t0 < n_tokens; t0 += 2 * kTileTokens) {
+      const int64_t left = n_tokens - t0;
+      ResultRows r0(y + t0 * y_stride, y_stride, static_cast<int>(left < 16 ? left : 16));
+      ResultRows r1(y + (t0 + 16) * y_stride, y_stride,
+                    static_cast<int>(left <= 16  ? 0
+                                     : left < 32 ? left - 16
+                                                 : 16));
+      const uint16_t* xt = x + t0 * x_stride + b0 * kTileValues;
+      if (left > kTileTokens) {
+        multiply_chunk<true>(tiles, count, xt, x_stride, b0 == 0, r0, r1);
+      } else {
+        multiply_chunk<false>(tiles, count, xt, x_stride, b0 == 0, r0, r1);
+      }
+    }
+  }
+  memory_barrier();
+}
+}  // namespace
+
+void q4_bf16_group(const uint8_t* group, int64_t blocks, const uint16_t* x, int64_t x_stride,
+                   int64_t n_tokens, float* y, int64_t y_stride) {
+  group_gemm_bf16<PackedQ4Block, dequantize_q4>(group, blocks, x, x_stride, n_tokens, y, y_stride);
+}
+
+void q8_0_bf16_group(const uint8_t* group, int64_t blocks, const uint16_t* x, int64_t x_stride,
+                     int64_t n_tokens, float* y, int64_t y_stride) {
+  group_gemm_bf16<PackedQ8Block, dequantize_q8>(group, blocks, x, x_stride, n_tokens, y, y_stride);
+}
+
+}  // namespace inferd::kernels::amx
