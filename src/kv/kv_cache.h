@@ -23,6 +23,8 @@ struct KvCacheConfig {
 
 class KvCache {
  public:
+  static constexpr int kMaxHeadDim = 256;
+
   explicit KvCache(const KvCacheConfig& config);
 
   const KvCacheConfig& config() const { return config_; }

@@ -23,4 +23,15 @@ void silu_mul(float* a, const float* b, int64_t n) {
   for (; i < n; ++i) a[i] = a[i] / (1.0f + std::exp(-a[i])) * b[i];
 }
 
+void quantize_row_f16(const float* x, void* out, int64_t n) {
+  auto* y = static_cast<uint16_t*>(out);
+  constexpr int kNearest = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(y + i),
+                     _mm256_cvtps_ph(_mm256_loadu_ps(x + i), kNearest));
+  }
+  for (; i < n; ++i) y[i] = _cvtss_sh(x[i], kNearest);
+}
+
 }  // namespace inferd::kernels::avx2

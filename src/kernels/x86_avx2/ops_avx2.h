@@ -1,4 +1,4 @@
-// AVX2 + FMA element-wise activation kernels.
+// AVX2 + FMA element-wise kernels: activations, fp16 conversion.
 #pragma once
 
 #include <cstdint>
@@ -7,5 +7,9 @@ namespace inferd::kernels::avx2 {
 
 // a[i] = silu(a[i]) * b[i]
 void silu_mul(float* a, const float* b, int64_t n);
+
+// n floats to fp16 with F16C (round to nearest even, as fp32_to_fp16): F16 activations and the
+// KV cache.
+void quantize_row_f16(const float* x, void* out, int64_t n);
 
 }  // namespace inferd::kernels::avx2
