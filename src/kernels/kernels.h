@@ -1,5 +1,5 @@
 // KernelTable: the function pointers every compute path goes through, one table per ISA,
-// chosen once at start-up from cpuid (INFERD_ISA=ref|avx2|avx512 forces one).
+// chosen once at start-up from cpuid (INFERD_ISA=ref|avx2|avx512|amx forces one).
 #pragma once
 
 #include <cstdint>
