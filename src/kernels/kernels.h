@@ -70,8 +70,8 @@ struct PackedKernels {
   GroupGemmFn q4_1 = nullptr;
   GroupGemmFn q8_0 = nullptr;
   GroupGemmF32Fn f16 = nullptr;
-  // Q4_0/Q4_1/Q8_0 matmuls of at least bf16_min_tokens tokens take the bf16 route (0: never);
-  // bf16_act converts the activations.
+  // Q4_0/Q4_1/Q8_0 matmuls of at least bf16_min_tokens tokens take the bf16 route (0: never,
+  // the default: see dispatch.cpp); bf16_act converts the activations.
   int64_t bf16_min_tokens = 0;
   QuantizeRowFn bf16_act = nullptr;
   GroupGemmBf16Fn q4_bf16 = nullptr;  // Q4_0 and Q4_1 (packed alike)
