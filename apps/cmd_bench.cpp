@@ -38,7 +38,8 @@ using Clock = std::chrono::steady_clock;
 using BlockTables = std::vector<std::vector<int32_t>>;
 
 // Runs one step: for each sequence s, `count` tokens at positions [start, start + count), all in
-// one batch; logits of each sequence's last token go to `logits`.
+// one batch; logits of each sequence's last token go to `logits`. Steps of at least
+// kBf16PromptTokens tokens are prompts, as the engine would mark them (model/batch.h).
 void run_step(model::Model& model, kv::KvCache& cache, ThreadPool& pool, const BlockTables& tables,
               std::span<const int32_t> tokens, int64_t count, int32_t start,
               std::vector<float>& logits) {
@@ -58,7 +59,10 @@ void run_step(model::Model& model, kv::KvCache& cache, ThreadPool& pool, const B
     seqs.push_back({s * count, (s + 1) * count, table});
     last.push_back(static_cast<int32_t>((s + 1) * count - 1));
   }
-  model.forward({tokens.first(pos.size()), pos, slots, seqs, last}, cache, logits.data(), pool);
+  const int64_t bf16_rows_begin =
+      count >= model::kBf16PromptTokens ? 0 : static_cast<int64_t>(pos.size());
+  model.forward({tokens.first(pos.size()), pos, slots, seqs, last, bf16_rows_begin}, cache,
+                logits.data(), pool);
 }
 
 struct TestResult {

@@ -1,5 +1,7 @@
 #include "engine/model_runner.h"
 
+#include <algorithm>
+
 #include "util/error.h"
 
 namespace inferd::engine {
@@ -12,41 +14,62 @@ ModelRunner::ModelRunner(model::Model& model, kv::KvCache& cache, ThreadPool& po
   tokens_.resize(tokens);
   positions_.resize(tokens);
   slots_.resize(tokens);
-  sequences_.resize(seqs);
+  sequences_.resize(2 * seqs);  // a sequence may give one entry to each kernel route
   logit_rows_.resize(seqs);
   logit_index_.resize(seqs);
   logits_.resize(seqs * static_cast<size_t>(n_vocab_));
 }
 
 void ModelRunner::run(std::span<const ScheduledSequence> scheduled) {
-  if (scheduled.size() > sequences_.size())
+  if (scheduled.size() > logit_index_.size())
     fail("model runner: {} sequences in one step", scheduled.size());
   const int block_size = cache_.block_size();
-  size_t t = 0;
-  size_t rows = 0;
-  for (size_t i = 0; i < scheduled.size(); ++i) {
+  size_t t = 0, entries = 0, rows = 0;
+  // Appends positions [begin, end) of sequence i as one batch entry; logits where the entry
+  // reaches the end of the known tokens (the next one is sampled).
+  const auto add = [&](size_t i, int64_t begin, int64_t end) {
+    if (begin >= end) return;
     const Sequence& seq = *scheduled[i].seq;
-    const int64_t begin = seq.num_computed;
-    const int64_t end = begin + scheduled[i].num_new_tokens;
     if (t + static_cast<size_t>(end - begin) > tokens_.size())
       fail("model runner: step exceeds the token budget");
-    sequences_[i] = {static_cast<int64_t>(t), static_cast<int64_t>(t) + (end - begin),
-                     seq.block_table};
+    sequences_[entries++] = {static_cast<int64_t>(t), static_cast<int64_t>(t) + (end - begin),
+                             seq.block_table};
     for (int64_t pos = begin; pos < end; ++pos, ++t) {
       tokens_[t] = seq.tokens[static_cast<size_t>(pos)];
       positions_[t] = static_cast<int32_t>(pos);
       slots_[t] = int64_t{seq.block_table[static_cast<size_t>(pos / block_size)]} * block_size +
                   pos % block_size;
     }
-    // Logits only where the step reaches the end of the known tokens: the next one is sampled.
-    logit_index_[i] = end == seq.num_tokens() ? static_cast<int32_t>(rows) : -1;
-    if (end == seq.num_tokens()) logit_rows_[rows++] = static_cast<int32_t>(t - 1);
+    if (end == seq.num_tokens()) {
+      logit_index_[i] = static_cast<int32_t>(rows);
+      logit_rows_[rows++] = static_cast<int32_t>(t - 1);
+    }
+  };
+  // Where the tokens of a long prompt end in a step's range [begin, end): those before it are
+  // computed on the bf16 route, the rest (generated tokens, short prompts) on the int8 kernels.
+  const auto prompt_end = [&](size_t i, int64_t begin, int64_t end) {
+    const Sequence& seq = *scheduled[i].seq;
+    if (seq.num_prompt_tokens < model::kBf16PromptTokens) return begin;
+    return std::clamp(seq.num_prompt_tokens, begin, end);
+  };
+  // int8 rows first, then the long prompts' rows, so each matmul splits the batch in two; a
+  // sequence recomputed after preemption may give one entry to each side (its KV is written for
+  // every row of a layer before attention reads it, so the order of entries does not matter).
+  for (size_t i = 0; i < scheduled.size(); ++i) {
+    const int64_t begin = scheduled[i].seq->num_computed;
+    const int64_t end = begin + scheduled[i].num_new_tokens;
+    logit_index_[i] = -1;
+    add(i, prompt_end(i, begin, end), end);
   }
-  model::Batch batch{{tokens_.data(), t},
-                     {positions_.data(), t},
-                     {slots_.data(), t},
-                     {sequences_.data(), scheduled.size()},
-                     {logit_rows_.data(), rows}};
+  const size_t bf16_rows_begin = t;
+  for (size_t i = 0; i < scheduled.size(); ++i) {
+    const int64_t begin = scheduled[i].seq->num_computed;
+    const int64_t end = begin + scheduled[i].num_new_tokens;
+    add(i, begin, prompt_end(i, begin, end));
+  }
+  model::Batch batch{{tokens_.data(), t},        {positions_.data(), t},
+                     {slots_.data(), t},         {sequences_.data(), entries},
+                     {logit_rows_.data(), rows}, static_cast<int64_t>(bf16_rows_begin)};
   model_.forward(batch, cache_, logits_.data(), pool_);
 }
 

@@ -67,7 +67,9 @@ PerplexityResult perplexity(model::Model& model, ThreadPool& pool, std::span<con
                          {positions.data(), static_cast<size_t>(count)},
                          {slots.data(), static_cast<size_t>(count)},
                          {&seq, 1},
-                         {rows.data(), num_rows}};
+                         {rows.data(), num_rows},
+                         // a chunk of text is a prompt: long ones take the bf16 route
+                         n_ctx >= model::kBf16PromptTokens ? 0 : count};
       model.forward(batch, cache, logits.data(), pool);
       for (size_t r = 0; r < num_rows; ++r) {
         const int64_t pos = start + rows[r];

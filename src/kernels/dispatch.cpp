@@ -104,20 +104,14 @@ static const KernelTable& avx512_kernels() {
 }
 
 // AMX tiles for the group GEMMs of batches: int8 tiles from 6 tokens, and where the CPU has
-// AMX-BF16 and INFERD_BF16_BATCHES=1 the bf16 route for large batches (prefill); everything else
-// as AVX-512.
+// AMX-BF16 the bf16 route for the rows of long prompts; everything else as AVX-512.
 static const KernelTable& amx_kernels() {
   static const KernelTable table = [] {
     KernelTable t = avx512_kernels();
     t.isa = "amx";
     t.packed = amx::packed_kernels(avx512_kernels().packed);
     if (cpu_features().amx_bf16 && cpu_features().avx512bf16) {
-      // Off unless asked for: a row's result would then depend on how many tokens share its
-      // batch (bf16 from 32 tokens, int8 below), so a request's greedy output could change
-      // with the load, where the int8 kernels give every row the same bits at any batch size.
-      const char* wanted = std::getenv("INFERD_BF16_BATCHES");
-      if (wanted != nullptr && std::string_view(wanted) == "1")
-        t.packed.bf16_min_tokens = amx::kBf16MinTokens;
+      t.packed.bf16_route = true;
       t.packed.bf16_act = avx512::quantize_row_bf16;
       t.packed.q4_bf16 = amx::q4_bf16_group;
       t.packed.q8_0_bf16 = amx::q8_0_bf16_group;

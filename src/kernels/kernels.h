@@ -70,9 +70,10 @@ struct PackedKernels {
   GroupGemmFn q4_1 = nullptr;
   GroupGemmFn q8_0 = nullptr;
   GroupGemmF32Fn f16 = nullptr;
-  // Q4_0/Q4_1/Q8_0 matmuls of at least bf16_min_tokens tokens take the bf16 route (0: never,
-  // the default: see dispatch.cpp); bf16_act converts the activations.
-  int64_t bf16_min_tokens = 0;
+  // Whether the rows a matmul's caller marks for it (model/batch.h) take the bf16 route; the
+  // reference table has the route's kernels but leaves it off (tests turn it on in a copy).
+  bool bf16_route = false;
+  // bf16_act converts the activations of those rows.
   QuantizeRowFn bf16_act = nullptr;
   GroupGemmBf16Fn q4_bf16 = nullptr;  // Q4_0 and Q4_1 (packed alike)
   GroupGemmBf16Fn q8_0_bf16 = nullptr;

@@ -22,27 +22,30 @@ void check_scratch(const ActivationScratch& scratch, size_t need, int64_t n_toke
   }
 }
 
-// The input of a packed matmul: float rows for F16 groups, int8 blocks for the others.
+// The input of a packed matmul: float rows for F16 groups; for the others int8 blocks for rows
+// [0, split) and, where the caller marked rows [split, n_tokens) for it, bf16 tiles for those.
 struct PackedInput {
   const float* x;         // [n_tokens, cols]
-  const ActQ8Block* act;  // [cols / 32, act_stride] (block-major), null when no target needs it
-  int64_t act_stride;     // n_tokens + kActPaddingTokens
-  // [n_tokens + kActPaddingTokens, cols] bf16 when the batch takes the bf16 route, else null
+  const ActQ8Block* act;  // [cols / 32, act_stride] (block-major), rows [0, split)
+  int64_t act_stride;     // split + kActPaddingTokens
+  // rows [split, n_tokens) in bf16, tiled as kernels.h says, or null
   const uint16_t* x_bf16;
   int64_t cols;
+  int64_t split;
 };
 
-// Runs the group kernel of p's format on tokens [t0, t0 + count) of group g.
+// Runs the group kernel of p's format on tokens [t0, t0 + count) of group g; the range lies on
+// one side of in.split, and t0 - split is a multiple of 16 on the bf16 side.
 void call_group_kernel(const PackedWeights& p, int64_t g, const PackedInput& in, int64_t t0,
                        int64_t count, float* y, int64_t y_stride, const KernelTable& table) {
   const int64_t blocks = p.blocks_per_row();
   const PackedFormat format = p.format();
   if (format == PackedFormat::F16) {
     table.packed.f16(p.group(g), blocks, in.x + t0 * in.cols, in.cols, count, y, y_stride);
-  } else if (in.x_bf16 != nullptr) {
+  } else if (t0 >= in.split) {
     const GroupGemmBf16Fn kernel =
         format == PackedFormat::Q8_0 ? table.packed.q8_0_bf16 : table.packed.q4_bf16;
-    kernel(p.group(g), blocks, in.x_bf16 + t0 * in.cols, in.cols, count, y, y_stride);
+    kernel(p.group(g), blocks, in.x_bf16 + (t0 - in.split) * in.cols, in.cols, count, y, y_stride);
   } else {
     const GroupGemmFn kernel = format == PackedFormat::Q4_0   ? table.packed.q4_0
                                : format == PackedFormat::Q4_1 ? table.packed.q4_1
@@ -51,18 +54,19 @@ void call_group_kernel(const PackedWeights& p, int64_t g, const PackedInput& in,
   }
 }
 
-// Multiplies group g of a packed matrix by all tokens. The last group of a matrix whose rows
-// are not a multiple of 16 is computed into a small tile and only its real rows are copied.
-void run_packed_group(const PackedWeights& p, int64_t g, const PackedInput& in, int64_t n_tokens,
-                      float* y, const KernelTable& table) {
+// Multiplies group g of a packed matrix by the tokens [begin, end) (one side of the split). The
+// last group of a matrix whose rows are not a multiple of 16 is computed into a small tile and
+// only its real rows are copied.
+void run_packed_rows(const PackedWeights& p, int64_t g, const PackedInput& in, int64_t begin,
+                     int64_t end, float* y, const KernelTable& table) {
   const int64_t rows = p.rows(), row0 = g * kPackRows;
   if (row0 + kPackRows <= rows) {
-    call_group_kernel(p, g, in, 0, n_tokens, y + row0, rows, table);
+    call_group_kernel(p, g, in, begin, end - begin, y + begin * rows + row0, rows, table);
     return;
   }
   float tile[kMaxTokensPerPartialTile * kPackRows];
-  for (int64_t t0 = 0; t0 < n_tokens; t0 += kMaxTokensPerPartialTile) {
-    const int64_t count = std::min<int64_t>(kMaxTokensPerPartialTile, n_tokens - t0);
+  for (int64_t t0 = begin; t0 < end; t0 += kMaxTokensPerPartialTile) {
+    const int64_t count = std::min<int64_t>(kMaxTokensPerPartialTile, end - t0);
     call_group_kernel(p, g, in, t0, count, tile, kPackRows, table);
     for (int64_t t = 0; t < count; ++t) {
       std::memcpy(y + (t0 + t) * rows + row0, tile + t * kPackRows,
@@ -71,42 +75,62 @@ void run_packed_group(const PackedWeights& p, int64_t g, const PackedInput& in, 
   }
 }
 
+void run_packed_group(const PackedWeights& p, int64_t g, const PackedInput& in, int64_t n_tokens,
+                      float* y, const KernelTable& table) {
+  const int64_t split = p.format() == PackedFormat::F16 ? n_tokens : in.split;
+  if (split > 0) run_packed_rows(p, g, in, 0, split, y, table);
+  if (split < n_tokens) run_packed_rows(p, g, in, split, n_tokens, y, table);
+}
+
 void matmul_packed(std::span<const MatmulTarget> targets, const float* x, int64_t n_tokens,
-                   ActivationScratch& scratch, ThreadPool& pool, const KernelTable& table) {
+                   int64_t bf16_from, ActivationScratch& scratch, ThreadPool& pool,
+                   const KernelTable& table) {
   const int64_t cols = targets[0].w->cols, blocks = cols / kPackCols;
-  PackedInput in{x, nullptr, n_tokens + kActPaddingTokens, nullptr, cols};
   const bool needs_int8 = std::any_of(targets.begin(), targets.end(), [](const MatmulTarget& t) {
     return t.w->packed->format() != PackedFormat::F16;
   });
-  // Converts each token's row, split over the threads unless the batch is small.
-  const auto for_each_token = [&](auto convert) {
-    const auto rows = [&](int64_t begin, int64_t end) {
-      for (int64_t t = begin; t < end; ++t) convert(t);
+  const int64_t split = needs_int8 && table.packed.bf16_route
+                            ? std::clamp<int64_t>(bf16_from, 0, n_tokens)
+                            : n_tokens;
+  PackedInput in{x, nullptr, split + kActPaddingTokens, nullptr, cols, split};
+  // Converts rows [begin, end), split over the threads unless they are few.
+  const auto for_each_row = [&](int64_t begin, int64_t end, auto convert) {
+    const auto rows = [&](int64_t b, int64_t e) {
+      for (int64_t t = b; t < e; ++t) convert(t);
     };
-    if (n_tokens <= kSerialQuantizeTokens) {
-      rows(0, n_tokens);
+    if (end - begin <= kSerialQuantizeTokens) {
+      rows(begin, end);
     } else {
-      pool.parallel_for(n_tokens, 1, rows);
+      pool.parallel_for(end - begin, 1, [&](int64_t b, int64_t e) { rows(begin + b, begin + e); });
     }
   };
-  const int64_t bf16_min = table.packed.bf16_min_tokens;
-  if (needs_int8 && bf16_min > 0 && n_tokens >= bf16_min) {
-    check_scratch(scratch, static_cast<size_t>(in.act_stride * cols) * sizeof(uint16_t), n_tokens,
-                  cols);
-    auto* xb = reinterpret_cast<uint16_t*>(scratch.data());  // [act_stride, cols]
-    for_each_token([&](int64_t t) {                          // into the tiled layout of kernels.h
-      uint16_t* row = xb + t / 16 * 16 * cols + t % 16 * kPackCols;
+  // Scratch: the int8 blocks of rows [0, split), then (64-byte aligned) the bf16 tiles of the
+  // rest, each with kActPaddingTokens rows of padding.
+  const size_t int8_bytes =
+      needs_int8 && split > 0
+          ? (static_cast<size_t>(in.act_stride * blocks) * sizeof(ActQ8Block) + 63) / 64 * 64
+          : 0;
+  const size_t bf16_bytes =
+      split < n_tokens
+          ? static_cast<size_t>((n_tokens - split + kActPaddingTokens) * cols) * sizeof(uint16_t)
+          : 0;
+  check_scratch(scratch, int8_bytes + bf16_bytes, n_tokens, cols);
+  if (int8_bytes > 0) {
+    auto* act = reinterpret_cast<ActQ8Block*>(scratch.data());  // [blocks, act_stride]
+    for_each_row(0, split, [&](int64_t t) {
+      table.packed.quantize_act(x + t * cols, act + t, cols, in.act_stride);
+    });
+    in.act = act;
+  }
+  if (bf16_bytes > 0) {
+    auto* xb = reinterpret_cast<uint16_t*>(scratch.data() + int8_bytes);
+    for_each_row(split, n_tokens, [&](int64_t t) {  // into the tiled layout of kernels.h
+      const int64_t r = t - split;
+      uint16_t* row = xb + r / 16 * 16 * cols + r % 16 * kPackCols;
       for (int64_t b = 0; b < blocks; ++b)
         table.packed.bf16_act(x + t * cols + b * kPackCols, row + b * 16 * kPackCols, kPackCols);
     });
     in.x_bf16 = xb;
-  } else if (needs_int8) {
-    check_scratch(scratch, static_cast<size_t>(in.act_stride * blocks) * sizeof(ActQ8Block),
-                  n_tokens, cols);
-    auto* act = reinterpret_cast<ActQ8Block*>(scratch.data());  // [blocks, act_stride]
-    for_each_token(
-        [&](int64_t t) { table.packed.quantize_act(x + t * cols, act + t, cols, in.act_stride); });
-    in.act = act;
   }
   int64_t total_groups = 0;
   for (const MatmulTarget& target : targets) total_groups += target.w->packed->groups();
@@ -149,33 +173,35 @@ void matmul_rows(const WeightMatrix& w, const float* x, int64_t n_tokens, float*
 }  // namespace
 
 void ActivationScratch::reserve(int64_t max_tokens, int64_t max_cols) {
-  // F32 is the widest activation format (4 bytes a value); the packed path's int8 blocks and
-  // bf16 rows are smaller but get kActPaddingTokens rows of padding that group kernels may read.
+  // F32 is the widest activation format (4 bytes a value); the packed path may hold int8 blocks
+  // and bf16 rows at once, each with kActPaddingTokens rows of padding that kernels may read.
   const int64_t padded = max_tokens + kActPaddingTokens;
   const size_t need =
-      std::max({static_cast<size_t>(max_tokens * max_cols) * sizeof(float),
-                static_cast<size_t>(padded * max_cols / kPackCols) * sizeof(ActQ8Block),
-                static_cast<size_t>(padded * max_cols) * sizeof(uint16_t)});
+      std::max(static_cast<size_t>(max_tokens * max_cols) * sizeof(float),
+               static_cast<size_t>(padded * max_cols / kPackCols) * sizeof(ActQ8Block) + 64 +
+                   static_cast<size_t>(padded * max_cols) * sizeof(uint16_t));
   if (buffer_.size() < need) buffer_.resize(need);
 }
 
 void matmul_many(std::span<const MatmulTarget> targets, const float* x, int64_t n_tokens,
-                 ActivationScratch& scratch, ThreadPool& pool, const KernelTable& table) {
+                 ActivationScratch& scratch, ThreadPool& pool, const KernelTable& table,
+                 int64_t bf16_from) {
   if (targets.empty() || n_tokens == 0) return;
   const bool all_packed = std::all_of(targets.begin(), targets.end(), [&](const MatmulTarget& t) {
     return t.w->packed != nullptr && t.w->cols == targets[0].w->cols;
   });
   if (all_packed) {
-    matmul_packed(targets, x, n_tokens, scratch, pool, table);
+    matmul_packed(targets, x, n_tokens, bf16_from, scratch, pool, table);
     return;
   }
   for (const MatmulTarget& t : targets) matmul_rows(*t.w, x, n_tokens, t.y, scratch, pool, table);
 }
 
 void matmul(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y,
-            ActivationScratch& scratch, ThreadPool& pool, const KernelTable& table) {
+            ActivationScratch& scratch, ThreadPool& pool, const KernelTable& table,
+            int64_t bf16_from) {
   const MatmulTarget target{&w, y};
-  matmul_many({&target, 1}, x, n_tokens, scratch, pool, table);
+  matmul_many({&target, 1}, x, n_tokens, scratch, pool, table, bf16_from);
 }
 
 void dequantize_row(const WeightMatrix& w, int64_t r, float* out, const KernelTable& table) {

@@ -5,6 +5,7 @@
 // multiplies each by all tokens while the group is in L1.
 #pragma once
 
+#include <climits>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -43,10 +44,14 @@ class ActivationScratch {
   std::vector<uint8_t> buffer_;
 };
 
+// Rows [bf16_from, n_tokens) may take the table's bf16 route (kernels.h; model/batch.h says
+// which rows a model marks): the default, no row.
+constexpr int64_t kNoBf16Rows = INT64_MAX;
+
 // y: [n_tokens, w.rows], x: [n_tokens, w.cols] (row stride w.cols).
 void matmul(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y,
             ActivationScratch& scratch, ThreadPool& pool,
-            const KernelTable& table = active_kernels());
+            const KernelTable& table = active_kernels(), int64_t bf16_from = kNoBf16Rows);
 
 // One weight and its output, for matmuls that share an input (q/k/v, gate/up).
 struct MatmulTarget {
@@ -58,7 +63,7 @@ struct MatmulTarget {
 // row groups of all targets are split over the threads in one parallel region.
 void matmul_many(std::span<const MatmulTarget> targets, const float* x, int64_t n_tokens,
                  ActivationScratch& scratch, ThreadPool& pool,
-                 const KernelTable& table = active_kernels());
+                 const KernelTable& table = active_kernels(), int64_t bf16_from = kNoBf16Rows);
 
 // Copies row r of a weight matrix into floats (embedding look-up).
 void dequantize_row(const WeightMatrix& w, int64_t r, float* out,

@@ -113,6 +113,7 @@ TEST_F(GoldenTest, GreedyContinuationsMatchLlamaCpp) {
   }
   engine.run_until_idle();
   auto model = model::load_model(*file_, {2048, 2048});
+  const tokenizer::Vocab vocab = tokenizer::Vocab::from_gguf(*file_);
   int matches = 0, cases = 0;
   for (size_t i = 0; i < outputs.size(); ++i) {
     const auto& c = golden["cases"][i];
@@ -127,16 +128,26 @@ TEST_F(GoldenTest, GreedyContinuationsMatchLlamaCpp) {
     }
     size_t d = 0;
     while (d < ours.size() && d < theirs.size() && ours[d] == theirs[d]) ++d;
-    ASSERT_TRUE(d < ours.size() && d < theirs.size())
-        << c["name"] << ": one run stopped early at " << d;
-    auto lp =
-        logprobs_along(*model, c["prompt_ids"].get<std::vector<int32_t>>(), theirs, d + 1).back();
-    const float gap = lp[static_cast<size_t>(ours[d])] - lp[static_cast<size_t>(theirs[d])];
+    // A run that stopped where the other went on chose an end-of-generation token there (not
+    // listed in its output): that choice is the divergence.
+    const bool we_stopped = d == ours.size(), they_stopped = d == theirs.size();
+    ASSERT_FALSE(we_stopped && they_stopped) << c["name"];
+    auto lp = logprobs_along(*model, c["prompt_ids"].get<std::vector<int32_t>>(),
+                             they_stopped ? ours : theirs, d + 1)
+                  .back();
+    const auto best_eog = [&] {
+      float best = -INFINITY;
+      for (int32_t id : vocab.eog_ids()) best = std::max(best, lp[static_cast<size_t>(id)]);
+      return best;
+    };
+    const float ours_lp = we_stopped ? best_eog() : lp[static_cast<size_t>(ours[d])];
+    const float theirs_lp = they_stopped ? best_eog() : lp[static_cast<size_t>(theirs[d])];
+    const float gap = ours_lp - theirs_lp;
     std::printf(
         "[ golden   ] %s: first difference at token %zu: ours %d (logprob %.4f), llama.cpp %d "
-        "(%.4f), gap %.4f\n",
-        c["name"].get<std::string>().c_str(), d, ours[d], lp[static_cast<size_t>(ours[d])],
-        theirs[d], lp[static_cast<size_t>(theirs[d])], gap);
+        "(%.4f), gap %.4f (-1: end of generation)\n",
+        c["name"].get<std::string>().c_str(), d, we_stopped ? -1 : ours[d], ours_lp,
+        they_stopped ? -1 : theirs[d], theirs_lp, gap);
     EXPECT_LT(gap, near_tie) << c["name"] << ": a real disagreement, not a near-tie";
   }
   const int self = llama_self_agreement(golden, golden_fa);

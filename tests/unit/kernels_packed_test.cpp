@@ -133,32 +133,28 @@ TEST(KernelsPacked, AgreesWithPerRowKernels) {
   }
 }
 
-// y = W x for `tokens` random rows of x, through two kernel tables.
+// y = W x for `tokens` random rows of x, through two kernel tables; rows from bf16_from on are
+// marked for the bf16 route.
 struct TwoResults {
   std::vector<float> got, want;
 };
 TwoResults multiply_both(const KernelTable& table, const KernelTable& reference,
-                         const QuantMatrix& m, int64_t tokens, uint32_t seed, ThreadPool& pool) {
+                         const QuantMatrix& m, int64_t tokens, uint32_t seed, ThreadPool& pool,
+                         int64_t bf16_from = kNoBf16Rows) {
   auto x = random_floats(tokens * m.w.cols, seed, 3.0f);
   TwoResults r{std::vector<float>(static_cast<size_t>(tokens * m.w.rows)), {}};
   r.want.resize(r.got.size());
   ActivationScratch scratch;
   scratch.reserve(tokens, m.w.cols);
-  matmul(m.w, x.data(), tokens, r.got.data(), scratch, pool, table);
-  matmul(m.w, x.data(), tokens, r.want.data(), scratch, pool, reference);
+  matmul(m.w, x.data(), tokens, r.got.data(), scratch, pool, table, bf16_from);
+  matmul(m.w, x.data(), tokens, r.want.data(), scratch, pool, reference, bf16_from);
   return r;
 }
 
-// The table with its int8 kernels for every batch size (no bf16 route), and with its bf16
-// route for every batch size: each route compared with its own reference.
-KernelTable int8_route(const KernelTable& table) {
+// A table with its bf16 route on (the reference has the route's kernels but leaves it off).
+KernelTable with_bf16_route(const KernelTable& table) {
   KernelTable t = table;
-  t.packed.bf16_min_tokens = 0;
-  return t;
-}
-KernelTable bf16_route(const KernelTable& table) {
-  KernelTable t = table;
-  t.packed.bf16_min_tokens = 1;
+  t.packed.bf16_route = true;
   return t;
 }
 
@@ -170,7 +166,7 @@ TEST(KernelsPacked, EveryIsaMatchesReferenceOnOddShapes) {
         for (int64_t cols : {32, 160, 576}) {
           QuantMatrix m = make_matrix(type, rows, cols, static_cast<uint32_t>(rows * cols));
           for (int64_t tokens : {1, 2, 3, 4, 5, 7, 8, 9, 13, 17}) {
-            const TwoResults r = multiply_both(int8_route(*table), reference_kernels(), m, tokens,
+            const TwoResults r = multiply_both(*table, reference_kernels(), m, tokens,
                                                static_cast<uint32_t>(tokens), pool);
             for (size_t i = 0; i < r.got.size(); ++i) {
               ASSERT_NEAR(r.got[i], r.want[i],
@@ -194,7 +190,7 @@ TEST(KernelsPacked, EveryIsaMatchesReferenceOnWideInputsAndManyTokens) {
       const int64_t cols = 1056;
       QuantMatrix m = make_matrix(type, 33, cols, 5);
       for (int64_t tokens : {6, 16, 33, 40}) {
-        const TwoResults r = multiply_both(int8_route(*table), reference_kernels(), m, tokens,
+        const TwoResults r = multiply_both(*table, reference_kernels(), m, tokens,
                                            static_cast<uint32_t>(tokens + 7), pool);
         for (size_t i = 0; i < r.got.size(); ++i) {
           ASSERT_NEAR(r.got[i], r.want[i], 1e-5 * (std::fabs(r.want[i]) + std::sqrt(double(cols))))
@@ -216,8 +212,7 @@ TEST(KernelsPacked, AmxEqualsVnniBitForBit) {
   if (amx == nullptr || vnni == nullptr) GTEST_SKIP() << "this CPU has no AMX";
   ThreadPool pool(2);
   for (DType type : {DType::Q4_0, DType::Q4_1, DType::Q8_0}) {
-    const TwoResults r =
-        multiply_both(int8_route(*amx), *vnni, make_matrix(type, 40, 1056, 9), 37, 10, pool);
+    const TwoResults r = multiply_both(*amx, *vnni, make_matrix(type, 40, 1056, 9), 37, 10, pool);
     EXPECT_EQ(r.got, r.want) << dtype_name(type);
   }
 }
@@ -229,13 +224,13 @@ TEST(KernelsPacked, AmxEqualsVnniBitForBit) {
 TEST(KernelsPacked, Bf16RouteMatchesItsReference) {
   ThreadPool pool(2);
   for (const KernelTable* table : available_kernels()) {
-    if (table->packed.q4_bf16 == nullptr || table == &reference_kernels()) continue;
+    if (!table->packed.bf16_route) continue;
     for (DType type : {DType::Q4_0, DType::Q4_1, DType::Q8_0}) {
       for (int64_t cols : {32, 1088}) {
         QuantMatrix m = make_matrix(type, 33, cols, static_cast<uint32_t>(cols));
         for (int64_t tokens : {1, 15, 16, 17, 32, 40}) {
-          const TwoResults r = multiply_both(bf16_route(*table), bf16_route(reference_kernels()), m,
-                                             tokens, static_cast<uint32_t>(tokens), pool);
+          const TwoResults r = multiply_both(*table, with_bf16_route(reference_kernels()), m,
+                                             tokens, static_cast<uint32_t>(tokens), pool, 0);
           for (size_t i = 0; i < r.got.size(); ++i) {
             ASSERT_NEAR(r.got[i], r.want[i],
                         1e-5 * (std::fabs(r.want[i]) + std::sqrt(double(cols))))
@@ -261,7 +256,8 @@ TEST(KernelsPacked, Bf16RouteIsCloserToExactThanInt8Route) {
     std::vector<float> bf16(static_cast<size_t>(tokens * rows)), int8(bf16.size());
     ActivationScratch scratch;
     scratch.reserve(tokens, cols);
-    matmul(m.w, x.data(), tokens, bf16.data(), scratch, pool, bf16_route(reference_kernels()));
+    matmul(m.w, x.data(), tokens, bf16.data(), scratch, pool, with_bf16_route(reference_kernels()),
+           0);
     matmul(m.w, x.data(), tokens, int8.data(), scratch, pool, reference_kernels());
     double err_bf16 = 0, err_int8 = 0, norm = 0;
     std::vector<float> wrow(static_cast<size_t>(cols));
@@ -282,10 +278,37 @@ TEST(KernelsPacked, Bf16RouteIsCloserToExactThanInt8Route) {
   }
 }
 
+// One call with rows [0, split) on the int8 kernels and the rest on the bf16 route gives, row
+// for row, the bits of the two separate calls: marking rows changes nothing for the others.
+TEST(KernelsPacked, MarkedRowsTakeTheBf16RouteAndTheOthersDoNot) {
+  ThreadPool pool(2);
+  for (const KernelTable* table : available_kernels()) {
+    if (table->packed.q4_bf16 == nullptr) continue;  // no bf16 kernels in this table
+    const KernelTable bf16 = with_bf16_route(*table);
+    for (DType type : {DType::Q4_1, DType::Q8_0}) {
+      const int64_t rows = 33, cols = 96, tokens = 45;
+      QuantMatrix m = make_matrix(type, rows, cols, 31);
+      auto x = random_floats(tokens * cols, 32, 3.0f);
+      ActivationScratch scratch;
+      scratch.reserve(tokens, cols);
+      for (int64_t split : {0, 7, 20, 45}) {
+        std::vector<float> mixed(static_cast<size_t>(tokens * rows)), part(mixed.size());
+        matmul(m.w, x.data(), tokens, mixed.data(), scratch, pool, bf16, split);
+        if (split > 0) matmul(m.w, x.data(), split, part.data(), scratch, pool, bf16);
+        if (split < tokens) {
+          matmul(m.w, &x[static_cast<size_t>(split * cols)], tokens - split,
+                 &part[static_cast<size_t>(split * rows)], scratch, pool, bf16, 0);
+        }
+        EXPECT_EQ(mixed, part) << table->isa << " " << dtype_name(type) << " split " << split;
+      }
+    }
+  }
+}
+
 // A request's greedy output must not depend on what else the server batches with it: with the
 // default kernels of every ISA, an int8-format row gets the same bits alone as in a batch of
 // any size (integer block sums are exact, and the float steps run in one order at every tile
-// size). The bf16 route is off by default for this reason.
+// size). The bf16 route is therefore chosen per row (model/batch.h), never by batch size.
 TEST(KernelsPacked, DefaultKernelsGiveARowTheSameBitsAtAnyBatchSize) {
   ThreadPool pool(2);
   for (const KernelTable* table : available_kernels()) {

@@ -129,7 +129,7 @@ void gemm_bf16_group(const uint8_t* group, int64_t blocks, const uint16_t* x, in
 PackedKernels packed_kernels() {
   PackedKernels k{quantize_act_q8, gemm_q4_group<&ActQ8Block::d_sum>, gemm_q4_group<&ActQ8Block::s>,
                   gemm_q8_0_group, gemm_f16_group};
-  // The bf16 route's definition; matmul takes it only where a table sets bf16_min_tokens.
+  // The bf16 route's definition; matmul takes it only in tables that turn bf16_route on.
   k.bf16_act = quantize_row_bf16;
   k.q4_bf16 = gemm_bf16_group<PackedQ4Block, q4_weight>;
   k.q8_0_bf16 = gemm_bf16_group<PackedQ8Block, q8_weight>;

@@ -8,10 +8,6 @@
 
 namespace inferd::kernels::amx {
 
-// From this many tokens the bf16 route beats the int8 tiles: the dequantization of a group is
-// shared by the token tiles, where the int8 route scales every 32-column block of every tile.
-constexpr int64_t kBf16MinTokens = 32;
-
 // x: bf16 activations tiled as kernels.h says (x_stride = cols); y: [n_tokens, y_stride] floats.
 void q4_bf16_group(const uint8_t* group, int64_t blocks, const uint16_t* x, int64_t x_stride,
                    int64_t n_tokens, float* y, int64_t y_stride);

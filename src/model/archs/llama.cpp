@@ -93,7 +93,7 @@ class Llama final : public Model {
     }
     for (int l = 0; l < c.n_layers; ++l) {
       attention_block(l, batch, cache, pool);
-      feed_forward_block(l, T, pool);
+      feed_forward_block(l, T, batch.bf16_rows_begin, pool);
     }
     compute_logits(batch, logits, pool);
   }
@@ -140,7 +140,8 @@ class Llama final : public Model {
     const kernels::MatmulTarget qkv[] = {{&layer.wq, ws.q.data()},   // q: [T, q_dim]
                                          {&layer.wk, ws.k.data()},   // k: [T, kv_dim]
                                          {&layer.wv, ws.v.data()}};  // v: [T, kv_dim]
-    kernels::matmul_many(qkv, ws.h.data(), T, ws.scratch, pool);
+    kernels::matmul_many(qkv, ws.h.data(), T, ws.scratch, pool, kernels::active_kernels(),
+                         batch.bf16_rows_begin);
     per_token(pool, T, [&](int64_t t) {  // every token writes its own KV slot
       const int32_t pos = batch.positions[static_cast<size_t>(t)];
       rope_.apply_normal(&ws.q[t * q_dim], c.n_heads, c.head_dim, pos);
@@ -150,7 +151,8 @@ class Llama final : public Model {
     const kernels::AttentionShape shape{c.n_heads, c.n_kv_heads, c.head_dim,
                                         1.0f / std::sqrt(static_cast<float>(c.head_dim))};
     attend_all(batch, cache, l, shape, pool);
-    kernels::matmul(layer.wo, ws.attn.data(), T, ws.proj.data(), ws.scratch, pool);  // [T, n_embd]
+    kernels::matmul(layer.wo, ws.attn.data(), T, ws.proj.data(), ws.scratch, pool,  // [T, n_embd]
+                    kernels::active_kernels(), batch.bf16_rows_begin);
     kernels::add_inplace(ws.x.data(), ws.proj.data(), T * c.n_embd);
   }
 
@@ -205,7 +207,8 @@ class Llama final : public Model {
     });
   }
 
-  void feed_forward_block(int l, int64_t T, ThreadPool& pool) {
+  // Rows from bf16_from on may take the bf16 route (model/batch.h).
+  void feed_forward_block(int l, int64_t T, int64_t bf16_from, ThreadPool& pool) {
     const ModelConfig& c = config_;
     const LlamaLayer& layer = layers_[static_cast<size_t>(l)];
     LlamaWorkspace& ws = ws_;
@@ -215,12 +218,13 @@ class Llama final : public Model {
     });
     const kernels::MatmulTarget gate_up[] = {{&layer.w_gate, ws.gate.data()},  // [T, n_ff]
                                              {&layer.w_up, ws.up.data()}};     // [T, n_ff]
-    kernels::matmul_many(gate_up, ws.h.data(), T, ws.scratch, pool);
+    kernels::matmul_many(gate_up, ws.h.data(), T, ws.scratch, pool, kernels::active_kernels(),
+                         bf16_from);
     per_token(pool, T, [&](int64_t t) {
       kernels::silu_mul(&ws.gate[t * c.n_ff], &ws.up[t * c.n_ff], c.n_ff);
     });
-    kernels::matmul(layer.w_down, ws.gate.data(), T, ws.proj.data(), ws.scratch,
-                    pool);  // [T, n_embd]
+    kernels::matmul(layer.w_down, ws.gate.data(), T, ws.proj.data(), ws.scratch,  // [T, n_embd]
+                    pool, kernels::active_kernels(), bf16_from);
     kernels::add_inplace(ws.x.data(), ws.proj.data(), T * c.n_embd);
   }
 
