@@ -319,11 +319,19 @@ TEST(KernelsPacked, DefaultKernelsGiveARowTheSameBitsAtAnyBatchSize) {
       std::vector<float> batch(static_cast<size_t>(tokens * rows)), alone(rows);
       ActivationScratch scratch;
       scratch.reserve(tokens, cols);
-      matmul(m.w, x.data(), tokens, batch.data(), scratch, pool, *table);
-      for (int64_t t : {0, 17, 39}) {
-        matmul(m.w, &x[static_cast<size_t>(t * cols)], 1, alone.data(), scratch, pool, *table);
-        const std::vector<float> in_batch(batch.begin() + t * rows, batch.begin() + (t + 1) * rows);
-        EXPECT_EQ(alone, in_batch) << table->isa << " " << dtype_name(type) << " token " << t;
+      // Unmarked rows (int8 kernels), then rows marked for the bf16 route where the table has
+      // it: the bf16 tiles, too, compute each row on its own.
+      for (const int64_t bf16_from : {kNoBf16Rows, int64_t{0}}) {
+        if (bf16_from == 0 && !table->packed.bf16_route) continue;
+        matmul(m.w, x.data(), tokens, batch.data(), scratch, pool, *table, bf16_from);
+        for (int64_t t : {0, 17, 39}) {
+          matmul(m.w, &x[static_cast<size_t>(t * cols)], 1, alone.data(), scratch, pool, *table,
+                 bf16_from);
+          const std::vector<float> in_batch(batch.begin() + t * rows,
+                                            batch.begin() + (t + 1) * rows);
+          EXPECT_EQ(alone, in_batch) << table->isa << " " << dtype_name(type) << " token " << t
+                                     << (bf16_from == 0 ? " (bf16 route)" : "");
+        }
       }
     }
   }
