@@ -58,10 +58,10 @@ using GroupGemmFn = void (*)(const uint8_t* group, int64_t blocks, const ActQ8Bl
 // F16 groups multiply the float activations as they are.
 using GroupGemmF32Fn = void (*)(const uint8_t* group, int64_t blocks, const float* x,
                                 int64_t x_stride, int64_t n_tokens, float* y, int64_t y_stride);
-// The bf16 route for large batches: the float activations rounded once to bf16 and each
-// group's weights dequantized to bf16. The activations are tiled so that a tile multiply reads
-// 1 KiB in one piece: tokens in tiles of 16, each tile [cols / 32][16 tokens][32 values], tile
-// T at x + T * 16 * x_stride (x_stride = cols), kActPaddingTokens tokens of padding.
+// The bf16 route, for the rows a caller marks (the tokens of long prompts, model/batch.h): the
+// float activations rounded once to bf16 and each group's weights dequantized to bf16. The
+// activations are tiled as bf16_tile_offset (packed.h) says, x_stride = cols, with
+// kActPaddingTokens tokens of padding.
 using GroupGemmBf16Fn = void (*)(const uint8_t* group, int64_t blocks, const uint16_t* x,
                                  int64_t x_stride, int64_t n_tokens, float* y, int64_t y_stride);
 struct PackedKernels {

@@ -11,9 +11,9 @@ namespace {
 // Below this many tokens, converting activations on the calling thread is cheaper than a
 // parallel region.
 constexpr int64_t kSerialQuantizeTokens = 4;
-// Tokens per call for the padded last group of a matrix (its tile lives on the stack).
-// 16, so that its token offsets fall on the bf16 route's 16-token activation tiles.
-constexpr int64_t kMaxTokensPerPartialTile = 16;
+// Tokens per call for the padded last group of a matrix (its tile lives on the stack), so that
+// its token offsets fall on the bf16 route's activation tiles.
+constexpr int64_t kMaxTokensPerPartialTile = kBf16TileTokens;
 
 void check_scratch(const ActivationScratch& scratch, size_t need, int64_t n_tokens, int64_t cols) {
   if (need > scratch.size()) {
@@ -124,11 +124,10 @@ void matmul_packed(std::span<const MatmulTarget> targets, const float* x, int64_
   }
   if (bf16_bytes > 0) {
     auto* xb = reinterpret_cast<uint16_t*>(scratch.data() + int8_bytes);
-    for_each_row(split, n_tokens, [&](int64_t t) {  // into the tiled layout of kernels.h
-      const int64_t r = t - split;
-      uint16_t* row = xb + r / 16 * 16 * cols + r % 16 * kPackCols;
-      for (int64_t b = 0; b < blocks; ++b)
-        table.packed.bf16_act(x + t * cols + b * kPackCols, row + b * 16 * kPackCols, kPackCols);
+    for_each_row(split, n_tokens, [&](int64_t t) {  // into the tiled layout of packed.h
+      for (int64_t c = 0; c < cols; c += kPackCols)
+        table.packed.bf16_act(x + t * cols + c, xb + bf16_tile_offset(t - split, c, cols),
+                              kPackCols);
     });
     in.x_bf16 = xb;
   }

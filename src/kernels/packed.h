@@ -19,6 +19,15 @@ constexpr int kPackCols = 32;  // columns per block (the GGUF block size)
 // buffers have that many rows of padding.
 constexpr int kActPaddingTokens = 16;
 
+// The bf16 route's activations (kernels.h) are tiled so that one tile multiply reads 1 KiB in
+// one piece: tokens in tiles of kBf16TileTokens, each tile [cols / 32][16 tokens][32 values].
+// Where value `col` of token t lies, in a matrix `cols` wide.
+constexpr int kBf16TileTokens = 16;
+constexpr int64_t bf16_tile_offset(int64_t t, int64_t col, int64_t cols) {
+  return t / kBf16TileTokens * kBf16TileTokens * cols +
+         (col / kPackCols * kBf16TileTokens + t % kBf16TileTokens) * kPackCols + col % kPackCols;
+}
+
 // 16 rows x 32 columns of 4-bit weights: w = d * q + m, q in [0, 15]. Q4_1 packs as is; Q4_0
 // (w = d * (q - 8)) packs exactly as m = -8 d.
 // qs[c] covers columns 8c .. 8c+7: byte j holds row j / 4; its low nibble is column 8c + j % 4,

@@ -103,8 +103,8 @@ float q8_weight(const PackedQ8Block& block, int r, int col) {
   return fp16_to_fp32(block.d[r]) * static_cast<float>(block.qs[col / 4][r * 4 + col % 4] - 128);
 }
 
-// The bf16 route: weights rounded to bf16, times the bf16 activations (tiled as kernels.h
-// says), summed in double.
+// The bf16 route: weights rounded to bf16, times the bf16 activations (tiled as
+// bf16_tile_offset says), summed in double.
 template <typename Block, float (*weight)(const Block&, int, int)>
 void gemm_bf16_group(const uint8_t* group, int64_t blocks, const uint16_t* x, int64_t x_stride,
                      int64_t n_tokens, float* y, int64_t y_stride) {
@@ -115,7 +115,7 @@ void gemm_bf16_group(const uint8_t* group, int64_t blocks, const uint16_t* x, in
       for (int64_t b = 0; b < blocks; ++b) {
         for (int col = 0; col < kPackCols; ++col) {
           const float wv = bf16_to_fp32(fp32_to_bf16(weight(w[b], r, col)));
-          const uint16_t a = x[t / 16 * 16 * x_stride + (b * 16 + t % 16) * kPackCols + col];
+          const uint16_t a = x[bf16_tile_offset(t, b * kPackCols + col, x_stride)];
           acc += double(wv) * bf16_to_fp32(a);
         }
       }

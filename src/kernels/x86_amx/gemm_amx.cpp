@@ -12,7 +12,6 @@
 #include <immintrin.h>
 
 #include <array>
-#include <cstring>
 #include <utility>
 
 // GCC 12's AVX-512 conversion intrinsics start from _mm512_undefined_ps(), which its own

@@ -1,8 +1,8 @@
 // Compiled with AMX-TILE, AMX-BF16 and AVX-512 (BF16) flags (src/CMakeLists.txt). No inline
 // function shared with other files is used here.
 //
-// The bf16 route for large batches: a group's weights are dequantized once per call into the
-// tile layout of bf16 pairs and multiplied by the bf16 activations of every token, 32 columns
+// The bf16 route (the tokens of long prompts): a group's weights are dequantized once per call into
+// the tile layout of bf16 pairs and multiplied by the bf16 activations of every token, 32 columns
 // per TDPBF16PS, with float sums kept in the tile across the whole row: no per-block scaling,
 // which is what bounds the int8 route. It costs a dequantization per group and call, so it pays
 // only when many token tiles share it (prefill).
@@ -21,9 +21,9 @@
 namespace inferd::kernels::amx {
 namespace {
 
-constexpr int kTileTokens = 16;
-// The activations are tiled (kernels.h): one block of one token tile is 16 x 32 contiguous
-// values.
+constexpr int kTileTokens = kBf16TileTokens;
+// The activations are tiled (packed.h, bf16_tile_offset): one block of one token tile is 16 x 32
+// contiguous values.
 constexpr int64_t kTileValues = kTileTokens * kPackCols;
 // Blocks of K dequantized at a time: 32 blocks x 16 pair rows x 64 bytes are 32 KiB.
 constexpr int64_t kChunkBlocks = 32;

@@ -1,4 +1,4 @@
-// AMX-BF16 group kernels for the bf16 route of large batches (kernels.h, PackedKernels): a
+// AMX-BF16 group kernels for the bf16 route (kernels.h, PackedKernels: prompt tokens): a
 // group's weights are dequantized to bf16 once per call and multiplied by the bf16 activations
 // of every token with TDPBF16PS, the float sums staying in the tiles across the whole row.
 // Reached only through the dispatch table, on CPUs with AMX-BF16 and AVX512_BF16.
