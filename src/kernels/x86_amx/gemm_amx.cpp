@@ -17,6 +17,7 @@
 // GCC 12's AVX-512 conversion intrinsics start from _mm512_undefined_ps(), which its own
 // -Wmaybe-uninitialized then reports at every call site; the value is never read.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 
 namespace inferd::kernels::amx {
 namespace {
@@ -70,6 +71,29 @@ inline __m512 load_fp16x16(const uint16_t* p) {
   return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
 }
 
+// Calls f(t) for t = 0..N-1 with t a compile-time constant. The accumulator arrays below are
+// only indexed through it: GCC keeps an array in registers only if every index is a constant
+// when it splits aggregates, which is before `#pragma GCC unroll` unrolls a loop (the pragma
+// left the 16 accumulators on the stack, one load and store per update).
+#define INFERD_INLINE __attribute__((always_inline))
+template <int N, typename F>
+inline INFERD_INLINE void for_each_token(F&& f) {
+  [&]<int... T>(std::integer_sequence<int, T...>) INFERD_INLINE {
+    (f(std::integral_constant<int, T>{}), ...);
+  }
+  (std::make_integer_sequence<int, N>{});
+}
+
+// Asks for the cache lines of block b of the blocks at `base` (a prefetch never faults, so the
+// group after a matrix's last one may be asked for too).
+template <typename Block>
+inline INFERD_INLINE void prefetch_block(const uint8_t* base, int64_t b) {
+  const uint8_t* p = base + b * static_cast<int64_t>(sizeof(Block));
+  for (size_t offset = 0; offset < sizeof(Block); offset += 64)
+    _mm_prefetch(p + offset, _MM_HINT_T0);
+  if constexpr (sizeof(Block) % 64 != 0) _mm_prefetch(p + sizeof(Block) - 1, _MM_HINT_T0);
+}
+
 // Blocks of K unpacked (or pointed to) at a time: 32 blocks of 8 x 64 bytes are 16 KiB.
 constexpr int64_t kChunkBlocks = 32;
 
@@ -100,32 +124,30 @@ struct Q8Format {
 template <float ActQ8Block::*offset_sum>
 struct Q4Scale {
   template <int NT>
-  static void apply(const PackedQ4Block& w, const int32_t* c, const ActQ8Block* act,
-                    __m512 (&acc)[NT]) {
+  INFERD_INLINE static void apply(const PackedQ4Block& w, const int32_t* c, const ActQ8Block* act,
+                                  __m512 (&acc)[NT]) {
     const __m512 d = load_fp16x16(w.d);
     const __m512 m = load_fp16x16(w.m);
-#pragma GCC unroll 16
-    for (int t = 0; t < NT; ++t) {
+    for_each_token<NT>([&](int t) INFERD_INLINE {
       const ActQ8Block& a = act[t];
       const __m512 s = _mm512_cvtepi32_ps(_mm512_load_si512(c + kPackRows * t));
       acc[t] = _mm512_fmadd_ps(s, _mm512_mul_ps(d, _mm512_set1_ps(a.d)), acc[t]);
       acc[t] = _mm512_fmadd_ps(m, _mm512_set1_ps(a.*offset_sum), acc[t]);
-    }
+    });
   }
 };
 struct Q8Scale {
   template <int NT>
-  static void apply(const PackedQ8Block& w, const int32_t* c, const ActQ8Block* act,
-                    __m512 (&acc)[NT]) {
+  INFERD_INLINE static void apply(const PackedQ8Block& w, const int32_t* c, const ActQ8Block* act,
+                                  __m512 (&acc)[NT]) {
     const __m512 d = load_fp16x16(w.d);
-#pragma GCC unroll 16
-    for (int t = 0; t < NT; ++t) {
+    for_each_token<NT>([&](int t) INFERD_INLINE {
       const ActQ8Block& a = act[t];
       const __m512i s =
           _mm512_sub_epi32(_mm512_load_si512(c + kPackRows * t), _mm512_set1_epi32(128 * a.sum));
       acc[t] =
           _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(d, _mm512_set1_ps(a.d)), acc[t]);
-    }
+    });
   }
 };
 
@@ -134,34 +156,38 @@ struct Q8Scale {
 // sums of the chunks before (first == false).
 template <typename Format, typename Scale, int NT>
 void token_tile(const typename Format::Block* w, const uint8_t* const* rows, int64_t count,
-                const ActQ8Block* act, int64_t act_stride, bool first, float* y, int64_t y_stride) {
+                const ActQ8Block* act, int64_t act_stride, bool first, float* y, int64_t y_stride,
+                const uint8_t* prefetch) {
   __m512 acc[NT];
-#pragma GCC unroll 16
-  for (int t = 0; t < NT; ++t)
+  for_each_token<NT>([&](int t) INFERD_INLINE {
     acc[t] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(y + t * y_stride);
+  });
   // Block b of the tile's tokens: 16 ActQ8Blocks side by side (block-major activations).
   const auto tokens = [&](int64_t b) { return act + b * act_stride; };
   constexpr int64_t kTokenBytes = sizeof(ActQ8Block);
   alignas(64) ResultTile c[2];
+  const auto scale = [&](int64_t b, const ResultTile& result) INFERD_INLINE {
+    if (prefetch != nullptr) prefetch_block<typename Format::Block>(prefetch, b);
+    Scale::apply(w[b], result, tokens(b), acc);
+  };
   start_multiply<0>(tokens(0)->qs, kTokenBytes, rows[0]);
   for (int64_t b = 0; b < count; b += 2) {
     const bool odd = b + 1 < count;
     if (odd) start_multiply<1>(tokens(b + 1)->qs, kTokenBytes, rows[b + 1]);
     finish_multiply<0>(c[0]);
-    Scale::apply(w[b], c[0], tokens(b), acc);
+    scale(b, c[0]);
     if (b + 2 < count) start_multiply<0>(tokens(b + 2)->qs, kTokenBytes, rows[b + 2]);
     if (odd) {
       finish_multiply<1>(c[1]);
-      Scale::apply(w[b + 1], c[1], tokens(b + 1), acc);
+      scale(b + 1, c[1]);
     }
   }
-#pragma GCC unroll 16
-  for (int t = 0; t < NT; ++t) _mm512_storeu_ps(y + t * y_stride, acc[t]);
+  for_each_token<NT>([&](int t) INFERD_INLINE { _mm512_storeu_ps(y + t * y_stride, acc[t]); });
 }
 
 template <typename Format, typename Scale>
 using TokenTileFn = void (*)(const typename Format::Block*, const uint8_t* const*, int64_t,
-                             const ActQ8Block*, int64_t, bool, float*, int64_t);
+                             const ActQ8Block*, int64_t, bool, float*, int64_t, const uint8_t*);
 
 template <typename Format, typename Scale, int... NT>
 constexpr auto make_token_tiles(std::integer_sequence<int, NT...>) {
@@ -177,7 +203,12 @@ void group_gemm(const uint8_t* group, int64_t blocks, const ActQ8Block* act, int
   static constexpr auto tiles =
       make_token_tiles<Format, Scale>(std::make_integer_sequence<int, kTileTokens>{});
   use_tile_shapes(TileShapes::kInt8);
-  const auto* w = reinterpret_cast<const typename Format::Block*>(group);
+  using Block = typename Format::Block;
+  const auto* w = reinterpret_cast<const Block*>(group);
+  // The next group (the next 16 rows, usually this thread's next call) is fetched while this
+  // one computes: with few tokens the compute is short and the weights would otherwise arrive
+  // from memory only when the unpacking or tile loads ask for them.
+  const uint8_t* next_group = group + blocks * static_cast<int64_t>(sizeof(Block));
   alignas(64) uint8_t unpacked[kChunkBlocks][8 * 64];
   const uint8_t* rows[kChunkBlocks];
   for (int64_t b0 = 0; b0 < blocks; b0 += kChunkBlocks) {
@@ -187,7 +218,8 @@ void group_gemm(const uint8_t* group, int64_t blocks, const ActQ8Block* act, int
     for (int64_t t0 = 0; t0 < n_tokens; t0 += kTileTokens) {
       const int64_t nt = n_tokens - t0 < kTileTokens ? n_tokens - t0 : kTileTokens;
       tiles[nt - 1](w + b0, rows, count, act + b0 * act_stride + t0, act_stride, b0 == 0,
-                    y + t0 * y_stride, y_stride);
+                    y + t0 * y_stride, y_stride,
+                    t0 == 0 ? next_group + b0 * static_cast<int64_t>(sizeof(Block)) : nullptr);
     }
   }
 }
