@@ -61,9 +61,11 @@ using GroupGemmF32Fn = void (*)(const uint8_t* group, int64_t blocks, const floa
 // The bf16 route, for the rows a caller marks (the tokens of long prompts, model/batch.h): the
 // float activations rounded once to bf16 and each group's weights dequantized to bf16. The
 // activations are tiled as bf16_tile_offset (packed.h) says, x_stride = cols, with
-// kActPaddingTokens tokens of padding.
-using GroupGemmBf16Fn = void (*)(const uint8_t* group, int64_t blocks, const uint16_t* x,
-                                 int64_t x_stride, int64_t n_tokens, float* y, int64_t y_stride);
+// kActPaddingTokens tokens of padding. A call covers `n_groups` (1 or 2) adjacent groups: the
+// second's blocks follow the first's, its 16 rows go to y + 16.
+using GroupGemmBf16Fn = void (*)(const uint8_t* group, int64_t n_groups, int64_t blocks,
+                                 const uint16_t* x, int64_t x_stride, int64_t n_tokens, float* y,
+                                 int64_t y_stride);
 struct PackedKernels {
   QuantizeActFn quantize_act = nullptr;
   GroupGemmFn q4_0 = nullptr;

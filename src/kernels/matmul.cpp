@@ -34,10 +34,12 @@ struct PackedInput {
   int64_t split;
 };
 
-// Runs the group kernel of p's format on tokens [t0, t0 + count) of group g; the range lies on
-// one side of in.split, and t0 - split is a multiple of 16 on the bf16 side.
-void call_group_kernel(const PackedWeights& p, int64_t g, const PackedInput& in, int64_t t0,
-                       int64_t count, float* y, int64_t y_stride, const KernelTable& table) {
+// Runs the group kernel of p's format on tokens [t0, t0 + count) of `n_groups` groups from g
+// (2 only on the bf16 side); the range lies on one side of in.split, and t0 - split is a
+// multiple of 16 on the bf16 side.
+void call_group_kernel(const PackedWeights& p, int64_t g, int64_t n_groups, const PackedInput& in,
+                       int64_t t0, int64_t count, float* y, int64_t y_stride,
+                       const KernelTable& table) {
   const int64_t blocks = p.blocks_per_row();
   const PackedFormat format = p.format();
   if (format == PackedFormat::F16) {
@@ -45,7 +47,8 @@ void call_group_kernel(const PackedWeights& p, int64_t g, const PackedInput& in,
   } else if (t0 >= in.split) {
     const GroupGemmBf16Fn kernel =
         format == PackedFormat::Q8_0 ? table.packed.q8_0_bf16 : table.packed.q4_bf16;
-    kernel(p.group(g), blocks, in.x_bf16 + (t0 - in.split) * in.cols, in.cols, count, y, y_stride);
+    kernel(p.group(g), n_groups, blocks, in.x_bf16 + (t0 - in.split) * in.cols, in.cols, count, y,
+           y_stride);
   } else {
     const GroupGemmFn kernel = format == PackedFormat::Q4_0   ? table.packed.q4_0
                                : format == PackedFormat::Q4_1 ? table.packed.q4_1
@@ -54,20 +57,20 @@ void call_group_kernel(const PackedWeights& p, int64_t g, const PackedInput& in,
   }
 }
 
-// Multiplies group g of a packed matrix by the tokens [begin, end) (one side of the split). The
-// last group of a matrix whose rows are not a multiple of 16 is computed into a small tile and
-// only its real rows are copied.
-void run_packed_rows(const PackedWeights& p, int64_t g, const PackedInput& in, int64_t begin,
-                     int64_t end, float* y, const KernelTable& table) {
+// Multiplies group g of a packed matrix (and g + 1 when n_groups is 2, full groups only) by
+// the tokens [begin, end) (one side of the split). The last group of a matrix whose rows are
+// not a multiple of 16 is computed into a small tile and only its real rows are copied.
+void run_packed_rows(const PackedWeights& p, int64_t g, int64_t n_groups, const PackedInput& in,
+                     int64_t begin, int64_t end, float* y, const KernelTable& table) {
   const int64_t rows = p.rows(), row0 = g * kPackRows;
-  if (row0 + kPackRows <= rows) {
-    call_group_kernel(p, g, in, begin, end - begin, y + begin * rows + row0, rows, table);
+  if (row0 + n_groups * kPackRows <= rows) {
+    call_group_kernel(p, g, n_groups, in, begin, end - begin, y + begin * rows + row0, rows, table);
     return;
   }
   float tile[kMaxTokensPerPartialTile * kPackRows];
   for (int64_t t0 = begin; t0 < end; t0 += kMaxTokensPerPartialTile) {
     const int64_t count = std::min<int64_t>(kMaxTokensPerPartialTile, end - t0);
-    call_group_kernel(p, g, in, t0, count, tile, kPackRows, table);
+    call_group_kernel(p, g, 1, in, t0, count, tile, kPackRows, table);
     for (int64_t t = 0; t < count; ++t) {
       std::memcpy(y + (t0 + t) * rows + row0, tile + t * kPackRows,
                   static_cast<size_t>(rows - row0) * sizeof(float));
@@ -75,11 +78,22 @@ void run_packed_rows(const PackedWeights& p, int64_t g, const PackedInput& in, i
   }
 }
 
-void run_packed_group(const PackedWeights& p, int64_t g, const PackedInput& in, int64_t n_tokens,
-                      float* y, const KernelTable& table) {
+// Groups [lo, hi) of p: all of them on the int8 (or F16) side first, then on the bf16 side, so
+// that a thread changes tile configurations once per matrix rather than per group. The bf16
+// side takes full groups two at a time.
+void run_packed_groups(const PackedWeights& p, int64_t lo, int64_t hi, const PackedInput& in,
+                       int64_t n_tokens, float* y, const KernelTable& table) {
   const int64_t split = p.format() == PackedFormat::F16 ? n_tokens : in.split;
-  if (split > 0) run_packed_rows(p, g, in, 0, split, y, table);
-  if (split < n_tokens) run_packed_rows(p, g, in, split, n_tokens, y, table);
+  if (split > 0) {
+    for (int64_t g = lo; g < hi; ++g) run_packed_rows(p, g, 1, in, 0, split, y, table);
+  }
+  if (split < n_tokens) {
+    for (int64_t g = lo; g < hi;) {
+      const int64_t n = g + 1 < hi && (g + 2) * kPackRows <= p.rows() ? 2 : 1;
+      run_packed_rows(p, g, n, in, split, n_tokens, y, table);
+      g += n;
+    }
+  }
 }
 
 void matmul_packed(std::span<const MatmulTarget> targets, const float* x, int64_t n_tokens,
@@ -138,8 +152,7 @@ void matmul_packed(std::span<const MatmulTarget> targets, const float* x, int64_
     for (const MatmulTarget& target : targets) {
       const PackedWeights& p = *target.w->packed;
       const int64_t lo = std::max(begin, first), hi = std::min(end, first + p.groups());
-      for (int64_t g = lo; g < hi; ++g)
-        run_packed_group(p, g - first, in, n_tokens, target.y, table);
+      if (lo < hi) run_packed_groups(p, lo - first, hi - first, in, n_tokens, target.y, table);
       first += p.groups();
     }
   });

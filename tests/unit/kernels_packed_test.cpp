@@ -3,6 +3,7 @@
 // reference on odd shapes (rows not a multiple of 16, token counts around the tile sizes).
 #include <cmath>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -226,8 +227,11 @@ TEST(KernelsPacked, Bf16RouteMatchesItsReference) {
   for (const KernelTable* table : available_kernels()) {
     if (!table->packed.bf16_route) continue;
     for (DType type : {DType::Q4_0, DType::Q4_1, DType::Q8_0}) {
-      for (int64_t cols : {32, 1088}) {
-        QuantMatrix m = make_matrix(type, 33, cols, static_cast<uint32_t>(cols));
+      // 33 and 70 rows: groups taken in pairs and alone, the last one partial; 1088 columns
+      // are two chunks of dequantized weights.
+      for (const auto& [rows, cols] :
+           {std::pair<int64_t, int64_t>{33, 32}, {33, 1088}, {70, 160}}) {
+        QuantMatrix m = make_matrix(type, rows, cols, static_cast<uint32_t>(cols));
         for (int64_t tokens : {1, 15, 16, 17, 32, 40}) {
           const TwoResults r = multiply_both(*table, with_bf16_route(reference_kernels()), m,
                                              tokens, static_cast<uint32_t>(tokens), pool, 0);

@@ -106,20 +106,22 @@ float q8_weight(const PackedQ8Block& block, int r, int col) {
 // The bf16 route: weights rounded to bf16, times the bf16 activations (tiled as
 // bf16_tile_offset says), summed in double.
 template <typename Block, float (*weight)(const Block&, int, int)>
-void gemm_bf16_group(const uint8_t* group, int64_t blocks, const uint16_t* x, int64_t x_stride,
-                     int64_t n_tokens, float* y, int64_t y_stride) {
-  const auto* w = reinterpret_cast<const Block*>(group);
-  for (int64_t t = 0; t < n_tokens; ++t) {
-    for (int r = 0; r < kPackRows; ++r) {
-      double acc = 0;
-      for (int64_t b = 0; b < blocks; ++b) {
-        for (int col = 0; col < kPackCols; ++col) {
-          const float wv = bf16_to_fp32(fp32_to_bf16(weight(w[b], r, col)));
-          const uint16_t a = x[bf16_tile_offset(t, b * kPackCols + col, x_stride)];
-          acc += double(wv) * bf16_to_fp32(a);
+void gemm_bf16_group(const uint8_t* group, int64_t n_groups, int64_t blocks, const uint16_t* x,
+                     int64_t x_stride, int64_t n_tokens, float* y, int64_t y_stride) {
+  for (int64_t g = 0; g < n_groups; ++g) {
+    const auto* w = reinterpret_cast<const Block*>(group) + g * blocks;
+    for (int64_t t = 0; t < n_tokens; ++t) {
+      for (int r = 0; r < kPackRows; ++r) {
+        double acc = 0;
+        for (int64_t b = 0; b < blocks; ++b) {
+          for (int col = 0; col < kPackCols; ++col) {
+            const float wv = bf16_to_fp32(fp32_to_bf16(weight(w[b], r, col)));
+            const uint16_t a = x[bf16_tile_offset(t, b * kPackCols + col, x_stride)];
+            acc += double(wv) * bf16_to_fp32(a);
+          }
         }
+        y[t * y_stride + g * kPackRows + r] = static_cast<float>(acc);
       }
-      y[t * y_stride + r] = static_cast<float>(acc);
     }
   }
 }

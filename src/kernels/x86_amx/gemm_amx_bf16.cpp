@@ -25,8 +25,10 @@ constexpr int kTileTokens = kBf16TileTokens;
 // The activations are tiled (packed.h, bf16_tile_offset): one block of one token tile is 16 x 32
 // contiguous values.
 constexpr int64_t kTileValues = kTileTokens * kPackCols;
-// Blocks of K dequantized at a time: 32 blocks x 16 pair rows x 64 bytes are 32 KiB.
-constexpr int64_t kChunkBlocks = 32;
+// At most this many blocks of K dequantized at a time per group (24 KiB of tiles; two groups
+// fill L1). A row is cut into equal chunks: every chunk ends with a wait for the tile unit to
+// finish before the sums are stored, and a short last chunk would pay it for little work.
+constexpr int64_t kChunkBlocks = 24;
 // One block's weights in the tile layout: 16 rows (pairs of columns 2i, 2i+1) x 16 weight rows
 // x 2 bf16.
 using WeightTile = uint16_t[kPackCols / 2][kPackRows * 2];
@@ -131,78 +133,139 @@ class ResultRows {
   alignas(64) float local_[kTileTokens * kPackRows];
 };
 
-// One or two token tiles (kTwo) x 16 rows over `count` blocks of dequantized weights; x points
-// at the first token's first column of the chunk. The sums start at zero (first chunk) or at y.
-template <bool kTwo>
-void multiply_chunk(const WeightTile* w, int64_t count, const uint16_t* x, int64_t x_stride,
-                    bool first, ResultRows& r0, ResultRows& r1) {
-  constexpr int64_t kRowBytes = kPackCols * sizeof(uint16_t);
-  const uint16_t* x1 = x + kTileTokens * x_stride;
-  if (first) {
-    _tile_zero(0);
-    if constexpr (kTwo) _tile_zero(1);
-  } else {
-    r0.stage_in();
-    _tile_loadd(0, r0.base(), r0.stride_bytes());
-    if constexpr (kTwo) {
-      r1.stage_in();
-      _tile_loadd(1, r1.base(), r1.stride_bytes());
-    }
-  }
-  for (int64_t i = 0; i < count; ++i) {
-    _tile_loadd(4, w[i], 64);
-    _tile_loadd(2, x + i * kTileValues, kRowBytes);
-    _tile_dpbf16ps(0, 2, 4);
-    if constexpr (kTwo) {
-      _tile_loadd(3, x1 + i * kTileValues, kRowBytes);
-      _tile_dpbf16ps(1, 3, 4);
-    }
-  }
-  _tile_stored(0, r0.base(), r0.stride_bytes());
-  r0.stage_out();
-  if constexpr (kTwo) {
-    _tile_stored(1, r1.base(), r1.stride_bytes());
-    r1.stage_out();
-  }
+// Tile numbers (kBf16 shapes, tile_config.h): the sums of token tile `tt` and group `g` in
+// tile 2 tt + g, activations of token tile tt in 4 + tt, weights of group g in 6 + g. Each
+// activation tile serves both groups and each weight tile both token tiles: the activations
+// come from L2 (a prompt's are larger than L1), and loading them once per multiply would
+// leave the tile unit waiting on them.
+template <int TT, int G>
+constexpr int kSumTile = 2 * TT + G;
+template <int TT>
+constexpr int kActivationTile = 4 + TT;
+template <int G>
+constexpr int kWeightTile = 6 + G;
+
+// GCC's tile intrinsics paste their tile argument into the instruction text, so they take
+// literal numbers only; these take a template constant ("%c" prints it bare). Their memory
+// effects are ordered by memory_barrier() where it matters, as for the intrinsics.
+template <int T>
+inline void tile_zero() {
+  asm volatile("tilezero %%tmm%c0" ::"i"(T));
+}
+template <int T>
+inline void tile_load(const void* base, int64_t stride) {
+  asm volatile("tileloadd (%0,%1,1), %%tmm%c2" ::"r"(base), "r"(stride), "i"(T));
+}
+template <int T>
+inline void tile_store(void* base, int64_t stride) {
+  asm volatile("tilestored %%tmm%c2, (%0,%1,1)" ::"r"(base), "r"(stride), "i"(T) : "memory");
+}
+template <int C, int A, int B>
+inline void tile_dpbf16ps() {
+  asm volatile("tdpbf16ps %%tmm%c0, %%tmm%c1, %%tmm%c2" ::"i"(B), "i"(A), "i"(C));
 }
 
-template <typename Block, void (*dequantize)(const Block&, WeightTile&)>
-void group_gemm_bf16(const uint8_t* group, int64_t blocks, const uint16_t* x, int64_t x_stride,
-                     int64_t n_tokens, float* y, int64_t y_stride) {
+template <int TT, int G>
+inline void load_sums(ResultRows& r, bool first) {
+  if (first) {
+    tile_zero<kSumTile<TT, G>>();
+  } else {
+    r.stage_in();
+    tile_load<kSumTile<TT, G>>(r.base(), r.stride_bytes());
+  }
+}
+template <int TT, int G>
+inline void store_sums(ResultRows& r) {
+  tile_store<kSumTile<TT, G>>(r.base(), r.stride_bytes());
+  r.stage_out();
+}
+template <int TT, int NG>
+inline void multiply_tokens(const uint16_t* x) {
+  constexpr int64_t kRowBytes = kPackCols * sizeof(uint16_t);
+  tile_load<kActivationTile<TT>>(x, kRowBytes);
+  tile_dpbf16ps<kSumTile<TT, 0>, kActivationTile<TT>, kWeightTile<0>>();
+  if constexpr (NG > 1) tile_dpbf16ps<kSumTile<TT, 1>, kActivationTile<TT>, kWeightTile<1>>();
+}
+
+// NT (1 or 2) token tiles x NG (1 or 2) groups of 16 rows over `count` blocks of dequantized
+// weights (w[g] for group g); x points at the first token's first column of the chunk. r[tt][g]
+// holds the sums, which start at zero (first chunk) or at y.
+template <int NT, int NG>
+void multiply_chunk(const WeightTile* const* w, int64_t count, const uint16_t* x, int64_t x_stride,
+                    bool first, ResultRows (&r)[2][2]) {
+  const uint16_t* x1 = x + kTileTokens * x_stride;
+  load_sums<0, 0>(r[0][0], first);
+  if constexpr (NG > 1) load_sums<0, 1>(r[0][1], first);
+  if constexpr (NT > 1) load_sums<1, 0>(r[1][0], first);
+  if constexpr (NT > 1 && NG > 1) load_sums<1, 1>(r[1][1], first);
+  for (int64_t i = 0; i < count; ++i) {
+    tile_load<kWeightTile<0>>(w[0][i], 64);
+    if constexpr (NG > 1) tile_load<kWeightTile<1>>(w[1][i], 64);
+    multiply_tokens<0, NG>(x + i * kTileValues);
+    if constexpr (NT > 1) multiply_tokens<1, NG>(x1 + i * kTileValues);
+  }
+  store_sums<0, 0>(r[0][0]);
+  if constexpr (NG > 1) store_sums<0, 1>(r[0][1]);
+  if constexpr (NT > 1) store_sums<1, 0>(r[1][0]);
+  if constexpr (NT > 1 && NG > 1) store_sums<1, 1>(r[1][1]);
+}
+
+template <int NG, typename Block, void (*dequantize)(const Block&, WeightTile&)>
+void groups_gemm_bf16(const uint8_t* group, int64_t blocks, const uint16_t* x, int64_t x_stride,
+                      int64_t n_tokens, float* y, int64_t y_stride) {
   use_tile_shapes(TileShapes::kBf16);
-  const auto* w = reinterpret_cast<const Block*>(group);
-  alignas(64) WeightTile tiles[kChunkBlocks];
-  for (int64_t b0 = 0; b0 < blocks; b0 += kChunkBlocks) {
-    const int64_t count = blocks - b0 < kChunkBlocks ? blocks - b0 : kChunkBlocks;
-    for (int64_t i = 0; i < count; ++i) dequantize(w[b0 + i], tiles[i]);
+  const Block* w[NG];
+  for (int g = 0; g < NG; ++g) w[g] = reinterpret_cast<const Block*>(group) + g * blocks;
+  alignas(64) WeightTile tiles[NG][kChunkBlocks];
+  const WeightTile* chunk[NG];
+  for (int g = 0; g < NG; ++g) chunk[g] = tiles[g];
+  const int64_t n_chunks = (blocks + kChunkBlocks - 1) / kChunkBlocks;
+  const int64_t chunk_blocks = (blocks + n_chunks - 1) / n_chunks;
+  for (int64_t b0 = 0; b0 < blocks; b0 += chunk_blocks) {
+    const int64_t count = blocks - b0 < chunk_blocks ? blocks - b0 : chunk_blocks;
+    for (int g = 0; g < NG; ++g)
+      for (int64_t i = 0; i < count; ++i) dequantize(w[g][b0 + i], tiles[g][i]);
     memory_barrier();  // the weight tiles are in memory before any tile load reads them
     for (int64_t t0 = 0; t0 < n_tokens; t0 += 2 * kTileTokens) {
       const int64_t left = n_tokens - t0;
-      ResultRows r0(y + t0 * y_stride, y_stride, static_cast<int>(left < 16 ? left : 16));
-      ResultRows r1(y + (t0 + 16) * y_stride, y_stride,
-                    static_cast<int>(left <= 16  ? 0
-                                     : left < 32 ? left - 16
-                                                 : 16));
+      const int n0 = static_cast<int>(left < 16 ? left : 16);
+      const int n1 = static_cast<int>(left <= 16 ? 0 : left < 32 ? left - 16 : 16);
+      float* y0 = y + t0 * y_stride;
+      float* y1 = y + (t0 + 16) * y_stride;
+      ResultRows r[2][2] = {{{y0, y_stride, n0}, {y0 + kPackRows, y_stride, n0}},
+                            {{y1, y_stride, n1}, {y1 + kPackRows, y_stride, n1}}};
       const uint16_t* xt = x + t0 * x_stride + b0 * kTileValues;
       if (left > kTileTokens) {
-        multiply_chunk<true>(tiles, count, xt, x_stride, b0 == 0, r0, r1);
+        multiply_chunk<2, NG>(chunk, count, xt, x_stride, b0 == 0, r);
       } else {
-        multiply_chunk<false>(tiles, count, xt, x_stride, b0 == 0, r0, r1);
+        multiply_chunk<1, NG>(chunk, count, xt, x_stride, b0 == 0, r);
       }
     }
   }
   memory_barrier();
 }
+
+template <typename Block, void (*dequantize)(const Block&, WeightTile&)>
+void group_gemm_bf16(const uint8_t* group, int64_t n_groups, int64_t blocks, const uint16_t* x,
+                     int64_t x_stride, int64_t n_tokens, float* y, int64_t y_stride) {
+  if (n_groups == 2) {
+    groups_gemm_bf16<2, Block, dequantize>(group, blocks, x, x_stride, n_tokens, y, y_stride);
+  } else {
+    groups_gemm_bf16<1, Block, dequantize>(group, blocks, x, x_stride, n_tokens, y, y_stride);
+  }
+}
 }  // namespace
 
-void q4_bf16_group(const uint8_t* group, int64_t blocks, const uint16_t* x, int64_t x_stride,
-                   int64_t n_tokens, float* y, int64_t y_stride) {
-  group_gemm_bf16<PackedQ4Block, dequantize_q4>(group, blocks, x, x_stride, n_tokens, y, y_stride);
+void q4_bf16_group(const uint8_t* group, int64_t n_groups, int64_t blocks, const uint16_t* x,
+                   int64_t x_stride, int64_t n_tokens, float* y, int64_t y_stride) {
+  group_gemm_bf16<PackedQ4Block, dequantize_q4>(group, n_groups, blocks, x, x_stride, n_tokens, y,
+                                                y_stride);
 }
 
-void q8_0_bf16_group(const uint8_t* group, int64_t blocks, const uint16_t* x, int64_t x_stride,
-                     int64_t n_tokens, float* y, int64_t y_stride) {
-  group_gemm_bf16<PackedQ8Block, dequantize_q8>(group, blocks, x, x_stride, n_tokens, y, y_stride);
+void q8_0_bf16_group(const uint8_t* group, int64_t n_groups, int64_t blocks, const uint16_t* x,
+                     int64_t x_stride, int64_t n_tokens, float* y, int64_t y_stride) {
+  group_gemm_bf16<PackedQ8Block, dequantize_q8>(group, n_groups, blocks, x, x_stride, n_tokens, y,
+                                                y_stride);
 }
 
 }  // namespace inferd::kernels::amx

@@ -9,9 +9,10 @@
 namespace inferd::kernels::amx {
 
 // x: bf16 activations tiled as kernels.h says (x_stride = cols); y: [n_tokens, y_stride] floats.
-void q4_bf16_group(const uint8_t* group, int64_t blocks, const uint16_t* x, int64_t x_stride,
-                   int64_t n_tokens, float* y, int64_t y_stride);
-void q8_0_bf16_group(const uint8_t* group, int64_t blocks, const uint16_t* x, int64_t x_stride,
-                     int64_t n_tokens, float* y, int64_t y_stride);
+// n_groups (1 or 2) adjacent groups, as GroupGemmBf16Fn says.
+void q4_bf16_group(const uint8_t* group, int64_t n_groups, int64_t blocks, const uint16_t* x,
+                   int64_t x_stride, int64_t n_tokens, float* y, int64_t y_stride);
+void q8_0_bf16_group(const uint8_t* group, int64_t n_groups, int64_t blocks, const uint16_t* x,
+                     int64_t x_stride, int64_t n_tokens, float* y, int64_t y_stride);
 
 }  // namespace inferd::kernels::amx

@@ -35,7 +35,7 @@ void use_tile_shapes(TileShapes shapes) {
       set_tile(config, 3 * set + 2, 8, 64);   // weights: 8 x (16 rows x 4 columns)
     }
   } else {
-    for (int tile = 0; tile < 5; ++tile) set_tile(config, tile, 16, 64);
+    for (int tile = 0; tile < 8; ++tile) set_tile(config, tile, 16, 64);
   }
   // Our own asm rather than GCC 12's _tile_loadconfig, whose operand covers only the first 8
   // bytes of the configuration: the compiler would be free to drop the stores of the rest.
