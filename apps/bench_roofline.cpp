@@ -58,8 +58,8 @@ double measure_read_bandwidth(int threads) {
   return best;
 }
 
-void add_roofline(const ModelFootprint& f, const model::Model& model, nlohmann::json& tests,
-                  int threads) {
+void add_roofline(const ModelFootprint& f, const model::Model& model, double kv_bytes_per_position,
+                  nlohmann::json& tests, int threads) {
   const model::ModelConfig& c = model.config();
   const double bandwidth = measure_read_bandwidth(threads);
   for (auto& t : tests) {
@@ -71,7 +71,7 @@ void add_roofline(const ModelFootprint& f, const model::Model& model, nlohmann::
     if (ng > 0) {
       // Weights are read once per step and shared by the step's n_parallel tokens; each token
       // reads its own sequence's K and V in every layer.
-      const double kv = context * c.n_layers * 2.0 * c.n_kv_heads * c.head_dim * 2;
+      const double kv = context * kv_bytes_per_position;
       const double per_token = double(f.matmul_bytes) / double(npl) + kv;
       t["bytes_per_token"] = per_token;
       t["kv_bytes_per_token"] = kv;

@@ -26,9 +26,10 @@ double measure_read_bandwidth(int threads);
 
 // Adds the roofline fields to each pp/tg result in `tests` (llama-bench JSON objects), measuring
 // the read bandwidth once: "read_bandwidth_gbs" on all; tg: "bytes_per_token", "achieved_gbs",
-// "bandwidth_fraction", "bound_ts"; pp: "gflops", "gflop_per_token".
-void add_roofline(const ModelFootprint& footprint, const model::Model& model, nlohmann::json& tests,
-                  int threads);
+// "bandwidth_fraction", "bound_ts"; pp: "gflops", "gflop_per_token". kv_bytes_per_position: the
+// KV cache bytes of one token position over all layers (K and V, in the cache's types).
+void add_roofline(const ModelFootprint& footprint, const model::Model& model,
+                  double kv_bytes_per_position, nlohmann::json& tests, int threads);
 
 // Prints the roofline fields of `tests` as a short summary.
 void print_roofline(const ModelFootprint& footprint, const nlohmann::json& tests, int threads);

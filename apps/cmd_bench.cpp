@@ -30,6 +30,8 @@ struct BenchArgs {
   int64_t n_parallel = 1;
   int repetitions = 5;
   bool json = false;
+  DType kv_key_type = DType::F16;
+  DType kv_value_type = DType::F16;
 };
 
 using Clock = std::chrono::steady_clock;
@@ -156,7 +158,8 @@ void bench(const BenchArgs& args) {
   auto model = model::load_model(file, {max_batch, context});
   const int block = 16;
   const auto blocks = static_cast<int32_t>((context + block - 1) / block);
-  kv::KvCache cache(model->kv_config(blocks * static_cast<int32_t>(args.n_parallel), block));
+  kv::KvCache cache(model->kv_config(blocks * static_cast<int32_t>(args.n_parallel), block,
+                                     args.kv_key_type, args.kv_value_type));
   BlockTables tables(static_cast<size_t>(args.n_parallel));
   for (auto& table : tables)
     for (int32_t b = 0; b < blocks; ++b) table.push_back(*cache.pool().allocate());
@@ -174,7 +177,10 @@ void bench(const BenchArgs& args) {
   for (const TestResult& t : results) {
     out.push_back(to_json(t, *model, path, footprint.total_bytes, footprint.parameters, threads));
   }
-  add_roofline(footprint, *model, out, threads);
+  const model::ModelConfig& c = model->config();
+  const double kv_bytes_per_position = double(cache.key_block_bytes() + cache.value_block_bytes()) *
+                                       c.n_layers * c.n_kv_heads / block;
+  add_roofline(footprint, *model, kv_bytes_per_position, out, threads);
   if (args.json) {
     fmt::print("{}\n", out.dump(2));
     return;
@@ -218,6 +224,7 @@ void register_bench(CLI::App& app) {
   cmd->add_option("-r,--repetitions", args->repetitions, "Repetitions of each test")
       ->check(CLI::Range(1, 1000));
   cmd->add_flag("--json", args->json, "Print a JSON list with llama-bench's fields");
+  add_kv_type_options(*cmd, args->kv_key_type, args->kv_value_type);
   cmd->callback([args] { bench(*args); });
 }
 

@@ -22,6 +22,8 @@ struct PerplexityArgs {
   int64_t max_chunks = 0;
   int threads = 0;
   bool json = false;
+  DType kv_key_type = DType::F16;
+  DType kv_value_type = DType::F16;
 };
 
 void run_perplexity(const PerplexityArgs& args) {
@@ -37,6 +39,8 @@ void run_perplexity(const PerplexityArgs& args) {
   options.n_ctx = args.n_ctx;
   options.n_batch = std::min<int64_t>(args.n_ctx, 512);
   options.max_chunks = args.max_chunks;
+  options.kv_key_type = args.kv_key_type;
+  options.kv_value_type = args.kv_value_type;
   options.bos_id = tokenizer->vocab().add_bos() ? tokenizer->vocab().special().bos : -1;
   model::ModelOptions model_options{options.n_batch, args.n_ctx};
   auto model = model::load_model(file, model_options);
@@ -73,6 +77,7 @@ void register_perplexity(CLI::App& app) {
   cmd->add_option("--chunks", args->max_chunks, "Evaluate at most this many chunks (0: all)");
   cmd->add_option("-t,--threads", args->threads, "Threads (0: cores, at most 4)");
   cmd->add_flag("--json", args->json, "Print the result as JSON");
+  add_kv_type_options(*cmd, args->kv_key_type, args->kv_value_type);
   cmd->callback([args] { run_perplexity(*args); });
 }
 

@@ -27,6 +27,8 @@ struct ServeArgs {
   std::string api_key;
   std::string served_model_name;
   std::string chat_template;
+  DType kv_key_type = DType::F16;
+  DType kv_value_type = DType::F16;
 };
 
 server::HttpServer* g_server = nullptr;
@@ -43,6 +45,8 @@ void serve(const ServeArgs& args) {
   config.context = args.context;
   config.max_seqs = args.max_seqs;
   config.max_batched_tokens = args.max_batched_tokens;
+  config.kv_key_type = args.kv_key_type;
+  config.kv_value_type = args.kv_value_type;
   const std::string model_id = args.served_model_name.empty()
                                    ? std::filesystem::path(path).stem().string()
                                    : args.served_model_name;
@@ -65,8 +69,9 @@ void serve(const ServeArgs& args) {
   g_server = &http;
   std::signal(SIGINT, on_signal);
   std::signal(SIGTERM, on_signal);
-  fmt::print(stderr, "[inferd] model {} ({} threads, context {}, up to {} sequences)\n", model_id,
-             config.threads, loop.context(), config.max_seqs);
+  fmt::print(stderr, "[inferd] model {} ({} threads, context {}, up to {} sequences, KV {}/{})\n",
+             model_id, config.threads, loop.context(), config.max_seqs,
+             dtype_name(config.kv_key_type), dtype_name(config.kv_value_type));
   http.listen();
   g_server = nullptr;
 }
@@ -99,6 +104,7 @@ void register_serve(CLI::App& app) {
                   "Model id in the API (default: the file name without .gguf)");
   cmd->add_option("--chat-template", args->chat_template,
                   "Built-in template name (chatml) or a Jinja file; default: the model's");
+  add_kv_type_options(*cmd, args->kv_key_type, args->kv_value_type);
   cmd->callback([args] { serve(*args); });
 }
 

@@ -1,5 +1,6 @@
 #include "generation_options.h"
 
+#include <string>
 #include <thread>
 
 #include "commands.h"
@@ -9,6 +10,21 @@ namespace inferd::app {
 int default_threads() {
   const unsigned cores = std::thread::hardware_concurrency();
   return static_cast<int>(std::clamp(cores, 1u, 4u));
+}
+
+void add_kv_type_options(CLI::App& cmd, DType& key_type, DType& value_type) {
+  const auto add = [&cmd](const std::string& name, DType& type, const std::string& help) {
+    cmd.add_option_function<std::string>(
+           name,
+           [&type](const std::string& value) {
+             type = value == "q8_0" || value == "Q8_0" ? DType::Q8_0 : DType::F16;
+           },
+           help)
+        ->check(CLI::IsMember({"f16", "q8_0"}, CLI::ignore_case));
+  };
+  // -ctk and -ctv (llama.cpp's spellings) are renamed to these by main().
+  add("--cache-type-k", key_type, "KV cache type of the keys: f16 (default) or q8_0 (-ctk)");
+  add("--cache-type-v", value_type, "KV cache type of the values: f16 (default) or q8_0 (-ctv)");
 }
 
 void GenerationOptions::add_to(CLI::App& cmd) {
@@ -36,6 +52,7 @@ void GenerationOptions::add_to(CLI::App& cmd) {
                  "Chat template: a built-in name (chatml) or a file");
   cmd.add_option("--system", system_prompt, "System message for chat mode");
   cmd.add_flag("--no-stats", quiet_stats, "Do not print timing statistics to stderr");
+  add_kv_type_options(cmd, kv_key_type, kv_value_type);
 }
 
 engine::EngineConfig GenerationOptions::engine_config() const {
@@ -43,6 +60,8 @@ engine::EngineConfig GenerationOptions::engine_config() const {
   config.threads = threads > 0 ? threads : default_threads();
   config.context = context;
   config.max_seqs = 1;
+  config.kv_key_type = kv_key_type;
+  config.kv_value_type = kv_value_type;
   return config;
 }
 

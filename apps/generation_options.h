@@ -23,6 +23,8 @@ struct GenerationOptions {
   std::string chat_template;  // built-in name or file; empty: the model's own
   std::string system_prompt;
   bool quiet_stats = false;
+  DType kv_key_type = DType::F16;
+  DType kv_value_type = DType::F16;
 
   void add_to(CLI::App& cmd);
   engine::EngineConfig engine_config() const;
@@ -30,6 +32,9 @@ struct GenerationOptions {
   engine::Request make_request(std::vector<int32_t> prompt,
                                std::shared_ptr<engine::OutputChannel> output) const;
 };
+
+// -ctk/--cache-type-k and -ctv/--cache-type-v (f16 or q8_0, as llama.cpp spells them).
+void add_kv_type_options(CLI::App& cmd, DType& key_type, DType& value_type);
 
 // The thread count used when none is given: the number of cores, at most 4 (small models
 // gain nothing past that and lose to synchronisation).

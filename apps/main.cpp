@@ -1,12 +1,29 @@
 // inferd: the command-line entry point. Parses the subcommand and runs it.
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 #include <fmt/format.h>
 
 #include "commands.h"
 #include "util/error.h"
+
+namespace {
+
+// llama.cpp's multi-letter short options that inferd takes too; CLI11 allows one letter after a
+// single dash, so they are renamed to their long forms before parsing.
+std::vector<std::string> with_long_names(int argc, char** argv) {
+  std::vector<std::string> args(argv, argv + argc);
+  for (std::string& a : args) {
+    if (a == "-ctk") a = "--cache-type-k";
+    if (a == "-ctv") a = "--cache-type-v";
+  }
+  return args;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"inferd: run and serve GGUF language models on the CPU"};
@@ -20,7 +37,10 @@ int main(int argc, char** argv) {
   inferd::app::register_bench(app);
   inferd::app::register_serve(app);
   try {
-    app.parse(argc, argv);
+    std::vector<std::string> args = with_long_names(argc, argv);
+    std::reverse(args.begin(), args.end());  // CLI11 takes the arguments last first
+    args.pop_back();                         // the program name
+    app.parse(args);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   } catch (const inferd::Error& e) {

@@ -63,7 +63,8 @@ Engine::Engine(const gguf::GgufFile& file, const EngineConfig& config) : config_
     fail("KV cache of {} blocks cannot hold one sequence of {} tokens ({} blocks of {})",
          config_.kv_blocks, config_.context, blocks_per_seq, config.block_size);
   }
-  cache_ = std::make_unique<kv::KvCache>(model_->kv_config(config_.kv_blocks, config.block_size));
+  cache_ = std::make_unique<kv::KvCache>(model_->kv_config(
+      config_.kv_blocks, config.block_size, config.kv_key_type, config.kv_value_type));
   pool_ = std::make_unique<ThreadPool>(config.threads);
   scheduler_ = std::make_unique<Scheduler>(
       SchedulerConfig{config.max_batched_tokens, config.max_seqs, config.block_size},

@@ -27,7 +27,9 @@ struct EngineConfig {
   int64_t max_batched_tokens = 512;
   int max_seqs = 16;
   int block_size = 16;
-  int32_t kv_blocks = 0;  // 0: enough for max_seqs sequences of `context` tokens
+  int32_t kv_blocks = 0;             // 0: enough for max_seqs sequences of `context` tokens
+  DType kv_key_type = DType::F16;    // F16 or Q8_0 (kv/kv_cache.h)
+  DType kv_value_type = DType::F16;  // F16 or Q8_0
 };
 
 class Engine {

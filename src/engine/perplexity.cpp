@@ -32,7 +32,8 @@ PerplexityResult perplexity(model::Model& model, ThreadPool& pool, std::span<con
   const int64_t n_vocab = model.config().n_vocab;
   const int block_size = 16;
   const auto blocks = static_cast<int32_t>((n_ctx + block_size - 1) / block_size);
-  kv::KvCache cache(model.kv_config(blocks, block_size));
+  kv::KvCache cache(
+      model.kv_config(blocks, block_size, options.kv_key_type, options.kv_value_type));
   std::vector<int32_t> block_table;
   for (int32_t b = 0; b < blocks; ++b) block_table.push_back(*cache.pool().allocate());
 

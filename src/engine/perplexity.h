@@ -30,6 +30,8 @@ struct PerplexityOptions {
   int64_t n_batch = 512;   // tokens per forward pass; must fit the model's workspace
   int64_t max_chunks = 0;  // 0: all whole chunks
   int32_t bos_id = -1;     // >= 0: replaces the first token of every chunk
+  DType kv_key_type = DType::F16;
+  DType kv_value_type = DType::F16;
 };
 
 // Evaluates `tokens`; `on_chunk(i, running_ppl)` is called after each chunk (may be empty).

@@ -44,7 +44,6 @@ class NextTilePrefetcher {
     total_ = (next_->n_keys + cache.block_size() - 1) / cache.block_size();
     total_ = std::min<int64_t>(total_, static_cast<int64_t>(next_->block_table.size()));
     per_step_ = own_blocks > 0 ? (total_ + own_blocks - 1) / own_blocks : total_;
-    block_bytes_ = size_t(cache.block_size()) * cache.config().head_dim * sizeof(uint16_t);
   }
   // Fetches the next share; finish() fetches whatever is left.
   void step() { fetch(per_step_); }
@@ -54,8 +53,9 @@ class NextTilePrefetcher {
   void fetch(int64_t count) {
     for (; count > 0 && done_ < total_; --count, ++done_) {
       const int32_t block = next_->block_table[static_cast<size_t>(done_)];
-      prefetch_bytes<2>(cache_.keys(layer_, block, next_->kv_head), block_bytes_);
-      prefetch_bytes<2>(cache_.values(layer_, block, next_->kv_head), block_bytes_);
+      prefetch_bytes<2>(cache_.key_block(layer_, block, next_->kv_head), cache_.key_block_bytes());
+      prefetch_bytes<2>(cache_.value_block(layer_, block, next_->kv_head),
+                        cache_.value_block_bytes());
     }
   }
 
@@ -63,7 +63,6 @@ class NextTilePrefetcher {
   const kv::KvCache& cache_;
   int layer_;
   int64_t total_ = 0, done_ = 0, per_step_ = 0;
-  size_t block_bytes_ = 0;
 };
 
 // Per-row state of the online softmax.
@@ -90,8 +89,8 @@ void attend_tile(const AttentionTile& tile, const kv::KvCache& cache, int layer,
   }
   const AttentionKernels& k = table.attention;
   const int64_t q_stride = int64_t{shape.n_heads} * head_dim;
-  // Row r = token t * group + head g. Queries are rounded to f16 like the keys, as llama.cpp
-  // does before its f16 dot products.
+  // Row r = token t * group + head g. Queries meeting F16 keys are rounded to f16 like them, as
+  // llama.cpp does before its f16 dot products; Q8_0 keys meet them as they are.
   alignas(64) float q[kMaxRows * kMaxHeadDim];      // [rows, head_dim]
   alignas(64) float acc[kMaxRows * kMaxHeadDim];    // [rows, head_dim]
   alignas(64) float scores[kMaxRows * kChunkKeys];  // [rows, chunk_keys]
@@ -103,7 +102,7 @@ void attend_tile(const AttentionTile& tile, const kv::KvCache& cache, int layer,
       const int r = t * group + g;
       const float* src = tile.q + t * q_stride + int64_t{tile.kv_head * group + g} * head_dim;
       std::copy(src, src + head_dim, q + r * head_dim);
-      k.round_to_fp16(q + r * head_dim, head_dim);
+      if (cache.key_type() == DType::F16) k.round_to_fp16(q + r * head_dim, head_dim);
       last_key[r] = tile.positions[t];
     }
     max_position = std::max(max_position, tile.positions[t]);
@@ -113,7 +112,8 @@ void attend_tile(const AttentionTile& tile, const kv::KvCache& cache, int layer,
   const int chunk_blocks = std::max(1, std::min(kChunkKeys, kScoreBudget / rows) / block_size);
   const int chunk_keys = chunk_blocks * block_size;
   const int64_t n_keys = int64_t{max_position} + 1;
-  const size_t block_bytes = size_t(block_size) * head_dim * sizeof(uint16_t);
+  const bool q8_keys = cache.key_type() == DType::Q8_0,
+             q8_values = cache.value_type() == DType::Q8_0;
   NextTilePrefetcher prefetcher(next, cache, layer, (n_keys + block_size - 1) / block_size);
   for (int64_t start = 0; start < n_keys; start += chunk_keys) {
     const int64_t first_block = start / block_size;
@@ -123,13 +123,19 @@ void attend_tile(const AttentionTile& tile, const kv::KvCache& cache, int layer,
     // stalling block after block.
     for (int i = 0; i < n_blocks; ++i) {
       const int32_t block = block_table[static_cast<size_t>(first_block + i)];
-      prefetch_bytes<2>(cache.keys(layer, block, tile.kv_head), block_bytes);
-      prefetch_bytes<2>(cache.values(layer, block, tile.kv_head), block_bytes);
+      prefetch_bytes<2>(cache.key_block(layer, block, tile.kv_head), cache.key_block_bytes());
+      prefetch_bytes<2>(cache.value_block(layer, block, tile.kv_head), cache.value_block_bytes());
     }
     for (int i = 0; i < n_blocks; ++i) {
       const int32_t block = block_table[static_cast<size_t>(first_block + i)];
-      k.scores(cache.keys(layer, block, tile.kv_head), block_size, head_dim, q, rows,
-               scores + i * block_size, chunk_keys);
+      if (q8_keys) {
+        k.scores_q8(cache.keys_q8(layer, block, tile.kv_head),
+                    cache.key_scales(layer, block, tile.kv_head), block_size, head_dim, q, rows,
+                    scores + i * block_size, chunk_keys);
+      } else {
+        k.scores(cache.keys(layer, block, tile.kv_head), block_size, head_dim, q, rows,
+                 scores + i * block_size, chunk_keys);
+      }
       prefetcher.step();
     }
     for (int r = 0; r < rows; ++r) {
@@ -149,8 +155,14 @@ void attend_tile(const AttentionTile& tile, const kv::KvCache& cache, int layer,
     for (int i = 0; i < n_blocks; ++i) {
       const int32_t block = block_table[static_cast<size_t>(first_block + i)];
       const int keys = std::min(block_size, count - i * block_size);
-      k.accumulate(cache.values(layer, block, tile.kv_head), keys, head_dim,
-                   scores + i * block_size, chunk_keys, rows, acc);
+      if (q8_values) {
+        k.accumulate_q8(cache.values_q8(layer, block, tile.kv_head),
+                        cache.value_scales(layer, block, tile.kv_head), keys, head_dim,
+                        scores + i * block_size, chunk_keys, rows, acc);
+      } else {
+        k.accumulate(cache.values(layer, block, tile.kv_head), keys, head_dim,
+                     scores + i * block_size, chunk_keys, rows, acc);
+      }
     }
   }
   prefetcher.finish();

@@ -44,6 +44,13 @@ struct AttentionKernels {
   // x[i] = the nearest fp16 value (ties to even, overflow to inf), as a float, for i < n:
   // queries are rounded like the keys they meet.
   void (*round_to_fp16)(float* x, int n) = nullptr;
+  // `scores` for Q8_0 keys (kv/kv_cache.h): int8 keys_t [head_dim, block_size] and a scale per
+  // 32 dimensions of each key, scales [head_dim / 32, block_size].
+  void (*scores_q8)(const int8_t* keys_t, const float* scales, int block_size, int head_dim,
+                    const float* q, int n_rows, float* s, int s_stride) = nullptr;
+  // `accumulate` for Q8_0 values: int8 values [n_keys, head_dim], scales [n_keys, head_dim / 32].
+  void (*accumulate_q8)(const int8_t* values, const float* scales, int n_keys, int head_dim,
+                        const float* p, int p_stride, int n_rows, float* acc) = nullptr;
 };
 
 // The packed path (kernels/packed.h): activations become ActQ8 blocks once per row, then one

@@ -1,53 +1,106 @@
 #include "kv/kv_cache.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstdlib>
 
 #include "kernels/kernels.h"
 #include "util/error.h"
 
 namespace inferd::kv {
+namespace {
 
-void KvCache::FreeDeleter::operator()(uint16_t* p) const {
+// One token's head_dim values as int8 with a scale per kQ8Group: q = round(x / d), d = amax / 127
+// (Q8_0's rule). Values go to q[i * q_stride], scales to scales[g * scale_stride].
+void quantize_q8(const float* x, int head_dim, int8_t* q, size_t q_stride, float* scales,
+                 size_t scale_stride) {
+  for (int g = 0; g < head_dim / kQ8Group; ++g) {
+    const float* xg = x + g * kQ8Group;
+    float amax = 0;
+    for (int i = 0; i < kQ8Group; ++i) amax = std::max(amax, std::fabs(xg[i]));
+    const float d = amax / 127.0f;
+    const float inv = d > 0 ? 1.0f / d : 0.0f;
+    for (int i = 0; i < kQ8Group; ++i) {
+      q[static_cast<size_t>(g * kQ8Group + i) * q_stride] =
+          static_cast<int8_t>(std::lrintf(xg[i] * inv));
+    }
+    scales[static_cast<size_t>(g) * scale_stride] = d;
+  }
+}
+
+}  // namespace
+
+void KvCache::FreeDeleter::operator()(uint8_t* p) const {
   std::free(p);
 }
 
-KvCache::KvCache(const KvCacheConfig& config)
-    : config_(config),
-      pool_(config.num_blocks),
-      block_stride_(static_cast<size_t>(config.block_size) * static_cast<size_t>(config.head_dim)) {
-  if (config.dtype != DType::F16) fail("KV cache: only F16 storage is implemented");
+size_t KvCache::record_bytes(DType type) const {
+  const size_t values = static_cast<size_t>(config_.block_size) * config_.head_dim;
+  const size_t bytes =
+      type == DType::F16 ? values * sizeof(uint16_t) : values + values / kQ8Group * sizeof(float);
+  return (bytes + 63) / 64 * 64;  // records start on cache lines
+}
+
+KvCache::KvCache(const KvCacheConfig& config) : config_(config), pool_(config.num_blocks) {
+  for (const DType type : {config.key_type, config.value_type}) {
+    if (type != DType::F16 && type != DType::Q8_0) {
+      fail("KV cache: type {} is not supported (f16 or q8_0)", dtype_name(type));
+    }
+  }
   if (config.n_layers <= 0 || config.n_kv_heads <= 0 || config.head_dim <= 0 ||
       config.head_dim > kMaxHeadDim || config.block_size <= 0) {
     fail("KV cache: invalid shape (layers {}, kv heads {}, head dim {}, block size {})",
          config.n_layers, config.n_kv_heads, config.head_dim, config.block_size);
   }
-  size_t total = static_cast<size_t>(config.n_layers) * static_cast<size_t>(config.num_blocks) *
-                 static_cast<size_t>(config.n_kv_heads) * block_stride_;
-  total_halves_ = total;
-  keys_.reset(static_cast<uint16_t*>(std::calloc(total, sizeof(uint16_t))));
-  values_.reset(static_cast<uint16_t*>(std::calloc(total, sizeof(uint16_t))));
+  if ((config.key_type == DType::Q8_0 || config.value_type == DType::Q8_0) &&
+      config.head_dim % kQ8Group != 0) {
+    fail("KV cache: q8_0 needs a head size that is a multiple of {}, this model's is {}", kQ8Group,
+         config.head_dim);
+  }
+  key_block_bytes_ = record_bytes(config.key_type);
+  value_block_bytes_ = record_bytes(config.value_type);
+  const size_t records = static_cast<size_t>(config.n_layers) *
+                         static_cast<size_t>(config.num_blocks) *
+                         static_cast<size_t>(config.n_kv_heads);
+  total_key_bytes_ = records * key_block_bytes_;
+  total_value_bytes_ = records * value_block_bytes_;
+  keys_.reset(static_cast<uint8_t*>(std::calloc(total_key_bytes_, 1)));
+  values_.reset(static_cast<uint8_t*>(std::calloc(total_value_bytes_, 1)));
   if (!keys_ || !values_) {
-    fail("KV cache: cannot allocate {} MiB for {} blocks", 4 * total / (1 << 20),
-         config.num_blocks);
+    fail("KV cache: cannot allocate {} MiB for {} blocks",
+         (total_key_bytes_ + total_value_bytes_) >> 20, config.num_blocks);
   }
 }
 
 void KvCache::write(int layer, int64_t slot, const float* k, const float* v) {
   const auto block = static_cast<int32_t>(slot / config_.block_size);
   const auto pos = static_cast<size_t>(slot % config_.block_size);
+  const auto block_size = static_cast<size_t>(config_.block_size);
+  const auto head_dim = static_cast<size_t>(config_.head_dim);
   // The table's fp16 conversion (F16C where the CPU has it); keys go through a buffer to be
   // stored transposed.
   const kernels::QuantizeRowFn to_fp16 = kernels::active_kernels().f16.quantize_activation;
   uint16_t key_halves[kMaxHeadDim];
+  const size_t scales_at = q8_scales_offset(), groups = head_dim / kQ8Group;
   for (int h = 0; h < config_.n_kv_heads; ++h) {
-    uint16_t* kd = keys_.get() + offset(layer, block, h) + pos;
-    uint16_t* vd = values_.get() + offset(layer, block, h) + pos * config_.head_dim;
-    const float* ks = k + static_cast<size_t>(h) * config_.head_dim;
-    const float* vs = v + static_cast<size_t>(h) * config_.head_dim;
-    to_fp16(vs, vd, config_.head_dim);
-    to_fp16(ks, key_halves, config_.head_dim);
-    for (int d = 0; d < config_.head_dim; ++d)
-      kd[static_cast<size_t>(d) * config_.block_size] = key_halves[d];
+    const float* ks = k + static_cast<size_t>(h) * head_dim;
+    const float* vs = v + static_cast<size_t>(h) * head_dim;
+    uint8_t* kb = keys_.get() + offset(layer, block, h) * key_block_bytes_;
+    uint8_t* vb = values_.get() + offset(layer, block, h) * value_block_bytes_;
+    if (config_.key_type == DType::F16) {
+      uint16_t* kd = reinterpret_cast<uint16_t*>(kb) + pos;
+      to_fp16(ks, key_halves, config_.head_dim);
+      for (size_t d = 0; d < head_dim; ++d) kd[d * block_size] = key_halves[d];
+    } else {  // transposed: dimension d of this token at d * block_size + pos
+      quantize_q8(ks, config_.head_dim, reinterpret_cast<int8_t*>(kb) + pos, block_size,
+                  reinterpret_cast<float*>(kb + scales_at) + pos, block_size);
+    }
+    if (config_.value_type == DType::F16) {
+      to_fp16(vs, reinterpret_cast<uint16_t*>(vb) + pos * head_dim, config_.head_dim);
+    } else {
+      quantize_q8(vs, config_.head_dim, reinterpret_cast<int8_t*>(vb) + pos * head_dim, 1,
+                  reinterpret_cast<float*>(vb + scales_at) + pos * groups, 1);
+    }
   }
 }
 

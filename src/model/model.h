@@ -26,9 +26,10 @@ class Model {
   // fills logits: [batch.logit_rows.size(), n_vocab]. Does not allocate.
   virtual void forward(const Batch& batch, kv::KvCache& cache, float* logits, ThreadPool& pool) = 0;
   // A KV cache shape that fits this model.
-  kv::KvCacheConfig kv_config(int32_t num_blocks, int block_size = 16) const {
+  kv::KvCacheConfig kv_config(int32_t num_blocks, int block_size = 16, DType key_type = DType::F16,
+                              DType value_type = DType::F16) const {
     const ModelConfig& c = config();
-    return {c.n_layers, c.n_kv_heads, c.head_dim, block_size, num_blocks, DType::F16};
+    return {c.n_layers, c.n_kv_heads, c.head_dim, block_size, num_blocks, key_type, value_type};
   }
 };
 

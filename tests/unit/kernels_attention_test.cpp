@@ -1,14 +1,17 @@
 // Attention: each ISA's primitives against the reference on odd sizes, and the tiled
 // flash-style driver against plain softmax attention computed in double precision.
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <limits>
+#include <utility>
 #include <vector>
 
 #include <gtest/gtest.h>
 
 #include "kernels/attention.h"
 #include "kernels/kernels.h"
+#include "kv/kv_cache.h"
 #include "random_data.h"
 #include "tensor/half.h"
 
@@ -61,6 +64,69 @@ TEST(AttentionKernels, AccumulateMatchesReference) {
           table->attention.accumulate(values.data(), n_keys, head_dim, p.data(), p_stride, rows,
                                       got.data());
           ref.accumulate(values.data(), n_keys, head_dim, p.data(), p_stride, rows, want.data());
+          for (size_t i = 0; i < got.size(); ++i)
+            ASSERT_NEAR(got[i], want[i], 1e-5 * (1 + std::fabs(want[i])))
+                << table->isa << " keys=" << n_keys << " hd=" << head_dim << " rows=" << rows;
+        }
+      }
+    }
+  }
+}
+
+// Q8_0 KV storage (kv/kv_cache.h): int8 values with a float scale per 32 dimensions.
+std::vector<int8_t> random_int8(int64_t n, uint32_t seed) {
+  auto f = random_floats(n, seed, 60.0f);
+  std::vector<int8_t> q(f.size());
+  for (size_t i = 0; i < f.size(); ++i)
+    q[i] = static_cast<int8_t>(std::clamp(std::lrintf(f[i]), -127L, 127L));
+  return q;
+}
+std::vector<float> random_scales(int64_t n, uint32_t seed) {
+  auto f = random_floats(n, seed);
+  for (float& x : f) x = 0.001f + std::fabs(x) * 0.01f;
+  return f;
+}
+
+TEST(AttentionKernels, ScoresQ8MatchReference) {
+  const AttentionKernels& ref = reference_kernels().attention;
+  for (const KernelTable* table : available_kernels()) {
+    for (int block_size : {5, 8, 12, 16, 32}) {
+      for (int head_dim : {32, 64, 96}) {
+        for (int rows : {1, 3, 5, 9, 16}) {
+          auto keys = random_int8(int64_t{head_dim} * block_size, 21);
+          auto scales = random_scales(int64_t{head_dim / 32} * block_size, 22);
+          auto q = random_floats(int64_t{rows} * head_dim, 23);
+          const int s_stride = block_size + 3;
+          std::vector<float> got(static_cast<size_t>(rows * s_stride)), want(got.size());
+          table->attention.scores_q8(keys.data(), scales.data(), block_size, head_dim, q.data(),
+                                     rows, got.data(), s_stride);
+          ref.scores_q8(keys.data(), scales.data(), block_size, head_dim, q.data(), rows,
+                        want.data(), s_stride);
+          for (size_t i = 0; i < got.size(); ++i)
+            ASSERT_NEAR(got[i], want[i], 1e-5 * (1 + std::fabs(want[i])))
+                << table->isa << " bs=" << block_size << " hd=" << head_dim << " rows=" << rows;
+        }
+      }
+    }
+  }
+}
+
+TEST(AttentionKernels, AccumulateQ8MatchesReference) {
+  const AttentionKernels& ref = reference_kernels().attention;
+  for (const KernelTable* table : available_kernels()) {
+    for (int n_keys : {1, 5, 16}) {
+      for (int head_dim : {32, 64, 96, 128}) {
+        for (int rows : {1, 2, 3, 5, 9, 16}) {
+          const int p_stride = 16;
+          auto values = random_int8(int64_t{n_keys} * head_dim, 24);
+          auto scales = random_scales(int64_t{n_keys} * (head_dim / 32), 25);
+          auto p = random_floats(int64_t{rows} * p_stride, 26);
+          auto start = random_floats(int64_t{rows} * head_dim, 27);
+          std::vector<float> got = start, want = start;
+          table->attention.accumulate_q8(values.data(), scales.data(), n_keys, head_dim, p.data(),
+                                         p_stride, rows, got.data());
+          ref.accumulate_q8(values.data(), scales.data(), n_keys, head_dim, p.data(), p_stride,
+                            rows, want.data());
           for (size_t i = 0; i < got.size(); ++i)
             ASSERT_NEAR(got[i], want[i], 1e-5 * (1 + std::fabs(want[i])))
                 << table->isa << " keys=" << n_keys << " hd=" << head_dim << " rows=" << rows;
@@ -126,11 +192,14 @@ TEST(AttentionKernels, RoundToFp16MatchesReference) {
   }
 }
 
-// Plain causal softmax attention over f16-rounded q, k, v, in double.
+// Plain causal softmax attention over q, k, v (rounded to f16 first when round_f16), in double.
 std::vector<double> naive_attention(const std::vector<float>& q, const std::vector<float>& k,
                                     const std::vector<float>& v, int64_t pos, int n_heads,
-                                    int n_kv_heads, int head_dim, float scale) {
-  auto r16 = [](float x) { return double(fp16_to_fp32(fp32_to_fp16(x))); };
+                                    int n_kv_heads, int head_dim, float scale,
+                                    bool round_f16 = true) {
+  auto r16 = [round_f16](float x) {
+    return round_f16 ? double(fp16_to_fp32(fp32_to_fp16(x))) : double(x);
+  };
   const int group = n_heads / n_kv_heads, kv_dim = n_kv_heads * head_dim;
   std::vector<double> out(static_cast<size_t>(n_heads * head_dim), 0.0);
   for (int h = 0; h < n_heads; ++h) {
@@ -205,6 +274,113 @@ TEST(Attention, TilesMatchPlainSoftmaxAttention) {
                       want[static_cast<size_t>(t)][static_cast<size_t>(i)], 2e-5)
               << table->isa << " heads " << n_heads << "/" << n_kv_heads << " block_size "
               << block_size << " token " << t << " value " << i;
+      }
+    }
+  }
+}
+
+// One token's values as the Q8_0 cache stores them: a scale of amax / 127 per 32 values and
+// every value within half a step of its input.
+TEST(Attention, Q8CacheStoresEachValueWithinHalfAStep) {
+  const int head_dim = 64, n_kv_heads = 2, block_size = 16;
+  kv::KvCache cache({1, n_kv_heads, head_dim, block_size, 2, DType::Q8_0, DType::Q8_0});
+  auto k = random_floats(n_kv_heads * head_dim, 40, 3.0f);
+  auto v = random_floats(n_kv_heads * head_dim, 41, 3.0f);
+  const int pos = 5;
+  cache.write(0, block_size + pos, k.data(), v.data());
+  for (int h = 0; h < n_kv_heads; ++h) {
+    for (int g = 0; g < head_dim / 32; ++g) {
+      float amax_k = 0, amax_v = 0;
+      for (int i = 0; i < 32; ++i) {
+        amax_k = std::max(amax_k, std::fabs(k[static_cast<size_t>(h * head_dim + g * 32 + i)]));
+        amax_v = std::max(amax_v, std::fabs(v[static_cast<size_t>(h * head_dim + g * 32 + i)]));
+      }
+      const float dk = cache.key_scales(0, 1, h)[g * block_size + pos];
+      const float dv = cache.value_scales(0, 1, h)[pos * (head_dim / 32) + g];
+      EXPECT_FLOAT_EQ(dk, amax_k / 127);
+      EXPECT_FLOAT_EQ(dv, amax_v / 127);
+      for (int i = 0; i < 32; ++i) {
+        const int d = g * 32 + i;
+        const float key = dk * cache.keys_q8(0, 1, h)[d * block_size + pos];
+        const float value = dv * cache.values_q8(0, 1, h)[pos * head_dim + d];
+        ASSERT_LE(std::fabs(key - k[static_cast<size_t>(h * head_dim + d)]), dk * 0.5001f);
+        ASSERT_LE(std::fabs(value - v[static_cast<size_t>(h * head_dim + d)]), dv * 0.5001f);
+      }
+    }
+  }
+  // The other slots of the block were never written and read as zero.
+  EXPECT_EQ(cache.keys_q8(0, 1, 0)[pos + 1], 0);
+  EXPECT_EQ(cache.key_scales(0, 1, 0)[pos + 1], 0.0f);
+}
+
+// With Q8_0 keys and values the tiles compute attention over what the cache holds: plain
+// softmax attention over the dequantized K and V (queries as they are).
+TEST(Attention, TilesWithQ8CacheMatchPlainSoftmaxAttention) {
+  const int head_dim = 64;
+  for (const auto [n_heads, n_kv_heads, block_size, n_tokens] :
+       {AttentionCase{6, 2, 16, 37}, AttentionCase{6, 2, 8, 300}, AttentionCase{32, 1, 16, 300}}) {
+    const int n_blocks = (n_tokens + block_size - 1) / block_size + 3;
+    for (const auto& [key_type, value_type] :
+         {std::pair{DType::Q8_0, DType::Q8_0}, std::pair{DType::Q8_0, DType::F16},
+          std::pair{DType::F16, DType::Q8_0}}) {
+      kv::KvCache cache({1, n_kv_heads, head_dim, block_size, n_blocks, key_type, value_type});
+      std::vector<int32_t> block_table;
+      for (int b = 0; b < n_blocks; ++b) block_table.push_back((b * 7 + 3) % n_blocks);
+      const int kv_dim = n_kv_heads * head_dim, q_dim = n_heads * head_dim;
+      auto k = random_floats(int64_t{n_tokens} * kv_dim, 30);
+      auto v = random_floats(int64_t{n_tokens} * kv_dim, 31);
+      auto q = random_floats(int64_t{n_tokens} * q_dim, 32, 2.0f);
+      // What the cache holds, read back: dequantized Q8_0, or f16-rounded (by the reference
+      // below, which then also rounds the queries as the tiles do for F16 keys).
+      std::vector<float> k_held = k, v_held = v;
+      for (int t = 0; t < n_tokens; ++t) {
+        const int32_t block = block_table[static_cast<size_t>(t / block_size)];
+        const int pos = t % block_size;
+        cache.write(0, int64_t{block} * block_size + pos, &k[static_cast<size_t>(t * kv_dim)],
+                    &v[static_cast<size_t>(t * kv_dim)]);
+        for (int h = 0; h < n_kv_heads; ++h) {
+          for (int d = 0; d < head_dim; ++d) {
+            const auto i = static_cast<size_t>(t * kv_dim + h * head_dim + d);
+            if (key_type == DType::Q8_0) {
+              k_held[i] = cache.key_scales(0, block, h)[d / 32 * block_size + pos] *
+                          cache.keys_q8(0, block, h)[d * block_size + pos];
+            } else {
+              k_held[i] = fp16_to_fp32(fp32_to_fp16(k[i]));
+            }
+            if (value_type == DType::Q8_0) {
+              v_held[i] = cache.value_scales(0, block, h)[pos * (head_dim / 32) + d / 32] *
+                          cache.values_q8(0, block, h)[pos * head_dim + d];
+            } else {
+              v_held[i] = fp16_to_fp32(fp32_to_fp16(v[i]));
+            }
+          }
+        }
+      }
+      const AttentionShape shape{n_heads, n_kv_heads, head_dim, 1.0f / std::sqrt(float(head_dim))};
+      std::vector<int32_t> positions(n_tokens);
+      for (int t = 0; t < n_tokens; ++t) positions[static_cast<size_t>(t)] = t;
+      for (const KernelTable* table : available_kernels()) {
+        std::vector<float> out(static_cast<size_t>(n_tokens * q_dim));
+        const int tile_tokens = attention_tile_tokens(shape);
+        for (int t0 = 0; t0 < n_tokens; t0 += tile_tokens) {
+          for (int h = 0; h < n_kv_heads; ++h) {
+            const AttentionTile tile{
+                &q[static_cast<size_t>(t0 * q_dim)], &positions[static_cast<size_t>(t0)],
+                std::min(tile_tokens, n_tokens - t0), h, &out[static_cast<size_t>(t0 * q_dim)]};
+            attend_tile(tile, cache, 0, block_table, shape, nullptr, *table);
+          }
+        }
+        for (int t = 0; t < n_tokens; t += 7) {
+          std::vector<float> qt(q.begin() + t * q_dim, q.begin() + (t + 1) * q_dim);
+          if (key_type == DType::F16)
+            for (float& x : qt) x = fp16_to_fp32(fp32_to_fp16(x));
+          const auto want = naive_attention(qt, k_held, v_held, t, n_heads, n_kv_heads, head_dim,
+                                            shape.scale, false);
+          for (int i = 0; i < q_dim; ++i)
+            ASSERT_NEAR(out[static_cast<size_t>(t * q_dim + i)], want[static_cast<size_t>(i)], 2e-5)
+                << table->isa << " heads " << n_heads << "/" << n_kv_heads << " block_size "
+                << block_size << " token " << t << " value " << i;
+        }
       }
     }
   }

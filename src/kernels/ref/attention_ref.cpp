@@ -52,10 +52,43 @@ void round_to_fp16(float* x, int n) {
   for (int i = 0; i < n; ++i) x[i] = fp16_to_fp32(fp32_to_fp16(x[i]));
 }
 
+// Q8_0 KV: a dot product per group of 32 dimensions, scaled by that group's scale.
+constexpr int kGroup = 32;
+
+void scores_q8(const int8_t* keys_t, const float* scales, int block_size, int head_dim,
+               const float* q, int n_rows, float* s, int s_stride) {
+  for (int r = 0; r < n_rows; ++r) {
+    for (int j = 0; j < block_size; ++j) {
+      float acc = 0;
+      for (int g = 0; g < head_dim / kGroup; ++g) {
+        float part = 0;
+        for (int d = g * kGroup; d < (g + 1) * kGroup; ++d)
+          part += q[r * head_dim + d] * static_cast<float>(keys_t[d * block_size + j]);
+        acc += part * scales[g * block_size + j];
+      }
+      s[r * s_stride + j] = acc;
+    }
+  }
+}
+
+void accumulate_q8(const int8_t* values, const float* scales, int n_keys, int head_dim,
+                   const float* p, int p_stride, int n_rows, float* acc) {
+  const int groups = head_dim / kGroup;
+  for (int r = 0; r < n_rows; ++r) {
+    for (int j = 0; j < n_keys; ++j) {
+      for (int g = 0; g < groups; ++g) {
+        const float w = p[r * p_stride + j] * scales[j * groups + g];
+        for (int d = g * kGroup; d < (g + 1) * kGroup; ++d)
+          acc[r * head_dim + d] += w * static_cast<float>(values[j * head_dim + d]);
+      }
+    }
+  }
+}
+
 }  // namespace
 
 AttentionKernels attention_kernels() {
-  return {scores, accumulate, exp_sum, scale_max, round_to_fp16};
+  return {scores, accumulate, exp_sum, scale_max, round_to_fp16, scores_q8, accumulate_q8};
 }
 
 }  // namespace inferd::kernels::ref

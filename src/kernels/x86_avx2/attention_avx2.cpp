@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "kernels/ref/attention_ref.h"
 #include "kernels/row_groups.h"
 
 #include "kernels/x86_avx2/exp_avx2.h"
@@ -155,10 +156,86 @@ void round_to_fp16(float* x, int n) {
   for (; i < n; ++i) x[i] = _cvtsh_ss(_cvtss_sh(x[i], kNearest));
 }
 
+// Q8_0 KV (kv/kv_cache.h): a scale per 32 dimensions of each key or value.
+constexpr int kGroup = 32;
+
+inline __m256 load_int8x8(const int8_t* p) {
+  return _mm256_cvtepi32_ps(
+      _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+}
+
+// NR query rows x 8 keys: per group of 32 dimensions a dot product, then times the keys' scales
+// of that group.
+template <int NR>
+void score_rows_q8(const int8_t* keys_t, const float* scales, int block_size, int head_dim,
+                   const float* q, float* s, int s_stride, int j0) {
+  __m256 total[NR];
+  for (int r = 0; r < NR; ++r) total[r] = _mm256_setzero_ps();
+  for (int g = 0; g < head_dim / kGroup; ++g) {
+    __m256 part[NR];
+    for (int r = 0; r < NR; ++r) part[r] = _mm256_setzero_ps();
+    for (int d = g * kGroup; d < (g + 1) * kGroup; ++d) {
+      const __m256 k = load_int8x8(keys_t + d * block_size + j0);
+      for (int r = 0; r < NR; ++r)
+        part[r] = _mm256_fmadd_ps(_mm256_broadcast_ss(q + r * head_dim + d), k, part[r]);
+    }
+    const __m256 scale = _mm256_loadu_ps(scales + g * block_size + j0);
+    for (int r = 0; r < NR; ++r) total[r] = _mm256_fmadd_ps(part[r], scale, total[r]);
+  }
+  for (int r = 0; r < NR; ++r) _mm256_storeu_ps(s + r * s_stride + j0, total[r]);
+}
+
+// Up to 4 rows at a time: two accumulators per row in the 16 ymm registers.
+void scores_q8(const int8_t* keys_t, const float* scales, int block_size, int head_dim,
+               const float* q, int n_rows, float* s, int s_stride) {
+  if (block_size % 8 != 0) {
+    static const AttentionKernels reference = ref::attention_kernels();
+    return reference.scores_q8(keys_t, scales, block_size, head_dim, q, n_rows, s, s_stride);
+  }
+  for (int j0 = 0; j0 < block_size; j0 += 8) {
+    for_row_groups<4>(n_rows, [&]<int NR>(int r0) {
+      score_rows_q8<NR>(keys_t, scales, block_size, head_dim, q + r0 * head_dim, s + r0 * s_stride,
+                        s_stride, j0);
+    });
+  }
+}
+
+// NR query rows x DC chunks of 8 dimensions (within one group of 32): value j's chunk is
+// converted once and serves every row, weighted by p times the value's scale.
+template <int NR, int DC>
+void accumulate_rows_q8(const int8_t* values, const float* scales, int n_keys, int head_dim,
+                        const float* p, int p_stride, float* acc, int d0) {
+  const int groups = head_dim / kGroup;
+  __m256 a[NR][DC];
+  for (int r = 0; r < NR; ++r)
+    for (int c = 0; c < DC; ++c) a[r][c] = _mm256_loadu_ps(acc + r * head_dim + d0 + 8 * c);
+  for (int j = 0; j < n_keys; ++j) {
+    const float scale = scales[j * groups + d0 / kGroup];
+    for (int c = 0; c < DC; ++c) {
+      const __m256 v = load_int8x8(values + j * head_dim + d0 + 8 * c);
+      for (int r = 0; r < NR; ++r)
+        a[r][c] = _mm256_fmadd_ps(_mm256_set1_ps(p[r * p_stride + j] * scale), v, a[r][c]);
+    }
+  }
+  for (int r = 0; r < NR; ++r)
+    for (int c = 0; c < DC; ++c) _mm256_storeu_ps(acc + r * head_dim + d0 + 8 * c, a[r][c]);
+}
+
+void accumulate_q8(const int8_t* values, const float* scales, int n_keys, int head_dim,
+                   const float* p, int p_stride, int n_rows, float* acc) {
+  for_row_groups<4>(n_rows, [&]<int NR>(int r0) {
+    constexpr int DC = NR <= 2 ? 4 : 2;  // 8 dimensions x DC stay inside a group of 32
+    for (int d0 = 0; d0 < head_dim; d0 += 8 * DC) {
+      accumulate_rows_q8<NR, DC>(values, scales, n_keys, head_dim, p + r0 * p_stride, p_stride,
+                                 acc + r0 * head_dim, d0);
+    }
+  });
+}
+
 }  // namespace
 
 AttentionKernels attention_kernels() {
-  return {scores, accumulate, exp_sum, scale_max, round_to_fp16};
+  return {scores, accumulate, exp_sum, scale_max, round_to_fp16, scores_q8, accumulate_q8};
 }
 
 }  // namespace inferd::kernels::avx2
