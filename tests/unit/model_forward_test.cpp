@@ -1,7 +1,9 @@
 // The Llama forward pass on a tiny random model: a prompt run in one batch, in chunks, token
 // by token, or next to another sequence in the same ragged batch must give the same logits,
 // and the model must reject bad files with errors that name the tensor.
+#include <algorithm>
 #include <cmath>
+#include <string>
 
 #include <gtest/gtest.h>
 
@@ -16,8 +18,8 @@ namespace {
 // empty cache, and returns the logits after the last token.
 class Runner {
  public:
-  Runner(Model& model, int32_t num_blocks)
-      : model_(model), cache_(model.kv_config(num_blocks, 4)), pool_(2) {}
+  Runner(Model& model, int32_t num_blocks, DType kv_type = DType::F16)
+      : model_(model), cache_(model.kv_config(num_blocks, 4, kv_type, kv_type)), pool_(2) {}
 
   std::vector<int32_t> new_sequence(int64_t max_tokens) {
     std::vector<int32_t> table;
@@ -71,6 +73,44 @@ TEST(LlamaForward, ChunkedAndTokenByTokenMatchOneBatch) {
   float spread = 0;
   for (float v : whole) spread = std::max(spread, std::fabs(v - whole[0]));
   EXPECT_GT(spread, 1e-2f);  // the logits are not trivially constant
+}
+
+// With a Q8_0 KV cache the logits stay close to those with F16 (the cache rounds K and V to 8
+// bits) and, as with F16, do not depend on how the prompt is split into steps.
+TEST(LlamaForward, Q8CacheIsCloseToF16AndIndependentOfChunking) {
+  testing::TinyLlamaSpec spec;
+  spec.n_embd = 128;  // head size 32: Q8_0 keeps a scale per 32 dimensions
+  auto bytes = testing::make_tiny_llama(spec);
+  auto file = gguf::GgufFile::parse(bytes);
+  auto model = load_model(file, {64, 256});
+  Runner f16(*model, 64), q8(*model, 64, DType::Q8_0);
+  auto tokens = prompt(29, 3);
+  const auto want = f16.run(tokens, 29), whole = q8.run(tokens, 29);
+  expect_close(q8.run(tokens, 6), whole, 1e-4f);
+  expect_close(q8.run(tokens, 1), whole, 1e-4f);
+  float spread = 0, diff = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    spread = std::max(spread, std::fabs(want[i] - want[0]));
+    diff = std::max(diff, std::fabs(whole[i] - want[i]));
+  }
+  EXPECT_GT(diff, 0.0f);  // the cache really is quantized
+  // The random tiny model's attention is sharp (large scores), so 8-bit keys move its logits
+  // more than a trained model's; the bound is loose, a broken cache gives unrelated logits.
+  EXPECT_LT(diff, 0.1f * spread);
+  EXPECT_EQ(std::max_element(whole.begin(), whole.end()) - whole.begin(),
+            std::max_element(want.begin(), want.end()) - want.begin());
+}
+
+TEST(LlamaForward, Q8CacheNeedsAHeadSizeMultipleOf32) {
+  auto bytes = testing::make_tiny_llama({});  // head size 16
+  auto file = gguf::GgufFile::parse(bytes);
+  auto model = load_model(file, {64, 256});
+  try {
+    kv::KvCache cache(model->kv_config(8, 4, DType::Q8_0, DType::F16));
+    FAIL() << "a Q8_0 cache with head size 16 was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("multiple of 32"), std::string::npos) << e.what();
+  }
 }
 
 TEST(LlamaForward, RaggedBatchMatchesSequencesAlone) {
