@@ -15,6 +15,7 @@
 #include "kernels/x86_avx512/attention_avx512.h"
 #include "kernels/x86_avx512/bf16_avx512.h"
 #include "kernels/x86_avx512/gemm_avx512.h"
+#include "kernels/x86_avx512/ops_avx512.h"
 #include "util/error.h"
 
 namespace inferd::kernels {
@@ -96,6 +97,7 @@ static const KernelTable& avx512_kernels() {
     t.isa = "avx512";
     t.packed = avx512::packed_kernels();
     t.attention = avx512::attention_kernels();
+    t.silu_mul = avx512::silu_mul;
     t.bf16.quantize_activation = avx512::quantize_row_bf16;
     if (cpu_features().avx512bf16) t.bf16.dot = avx512::dot_bf16_bf16;
     return t;

@@ -1,30 +1,27 @@
 #include "kv/kv_cache.h"
 
-#include <algorithm>
-#include <cmath>
 #include <cstdlib>
 
 #include "kernels/kernels.h"
+#include "tensor/half.h"
+#include "tensor/quant_blocks.h"
 #include "util/error.h"
 
 namespace inferd::kv {
 namespace {
 
-// One token's head_dim values as int8 with a scale per kQ8Group: q = round(x / d), d = amax / 127
-// (Q8_0's rule). Values go to q[i * q_stride], scales to scales[g * scale_stride].
+// One token's head_dim values in Q8_0 blocks (the table's quantizer, SIMD where the CPU has it:
+// d = amax / 127 kept as fp16, q = round(x / d), as llama.cpp's Q8_0), spread into the cache's
+// layout: value i to q[i * q_stride], the scale of block g (as a float) to scales[g *
+// scale_stride].
 void quantize_q8(const float* x, int head_dim, int8_t* q, size_t q_stride, float* scales,
                  size_t scale_stride) {
+  BlockQ8_0 blocks[KvCache::kMaxHeadDim / kQ8Group];
+  kernels::active_kernels().q8_0.quantize_activation(x, blocks, head_dim);
   for (int g = 0; g < head_dim / kQ8Group; ++g) {
-    const float* xg = x + g * kQ8Group;
-    float amax = 0;
-    for (int i = 0; i < kQ8Group; ++i) amax = std::max(amax, std::fabs(xg[i]));
-    const float d = amax / 127.0f;
-    const float inv = d > 0 ? 1.0f / d : 0.0f;
-    for (int i = 0; i < kQ8Group; ++i) {
-      q[static_cast<size_t>(g * kQ8Group + i) * q_stride] =
-          static_cast<int8_t>(std::lrintf(xg[i] * inv));
-    }
-    scales[static_cast<size_t>(g) * scale_stride] = d;
+    for (int i = 0; i < kQ8Group; ++i)
+      q[static_cast<size_t>(g * kQ8Group + i) * q_stride] = blocks[g].qs[i];
+    scales[static_cast<size_t>(g) * scale_stride] = fp16_to_fp32(blocks[g].d);
   }
 }
 

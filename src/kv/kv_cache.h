@@ -4,9 +4,10 @@
 // values are [offset][dim].
 //
 // Keys and values are each stored as F16 or Q8_0 (llama.cpp's --cache-type-k/-v). Q8_0 keeps
-// int8 values with a float scale per 32 dimensions of each token (amax / 127, as the Q8_0
-// weight blocks), about half the bytes of F16: a decode step reads every sequence's whole KV,
-// so with many sequences this is memory traffic saved.
+// int8 values with a scale per 32 dimensions of each token, quantized as llama.cpp's Q8_0
+// blocks (d = amax / 127 rounded to fp16, q = round(x / d)) and laid out for attention: about
+// half the bytes of F16. A decode step reads every sequence's whole KV, so with many sequences
+// this is memory traffic saved.
 #pragma once
 
 #include <cstdint>

@@ -104,25 +104,23 @@ void dequantize_q8(const PackedQ8Block& block, WeightTile& out) {
   }
 }
 
-// Where a token tile's 16 result rows are loaded from and stored to: y itself, or a local
-// buffer when fewer than 16 tokens are left (a tile always moves 16 rows).
+// Where a token tile's 16 result rows are loaded from and stored to: a local buffer, copied
+// from and to the n real rows of y. A tile always moves 16 rows, and a tile store straight into
+// y (rows a whole output row apart, not in cache) held up the next tile instructions far
+// longer than the copy takes.
 class ResultRows {
  public:
   ResultRows(float* y, int64_t y_stride, int n) : y_(y), y_stride_(y_stride), n_(n) {}
-  float* base() { return n_ == kTileTokens ? y_ : local_; }
-  int64_t stride_bytes() const {
-    return static_cast<int64_t>(sizeof(float)) * (n_ == kTileTokens ? y_stride_ : kPackRows);
-  }
+  float* base() { return local_; }
+  static constexpr int64_t stride_bytes() { return sizeof(float) * kPackRows; }
   // Before a tile load of the sums so far.
   void stage_in() {
-    if (n_ == kTileTokens) return;
     for (int t = 0; t < n_; ++t) std::memcpy(local_ + t * kPackRows, y_ + t * y_stride_, 64);
     memory_barrier();
   }
   // After a tile store.
   void stage_out() {
     memory_barrier();
-    if (n_ == kTileTokens) return;
     for (int t = 0; t < n_; ++t) std::memcpy(y_ + t * y_stride_, local_ + t * kPackRows, 64);
   }
 

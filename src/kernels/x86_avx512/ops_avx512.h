@@ -1,0 +1,11 @@
+// AVX-512 element-wise ops (kernels/ops.h): reached only through the dispatch table.
+#pragma once
+
+#include <cstdint>
+
+namespace inferd::kernels::avx512 {
+
+// a[i] = silu(a[i]) * b[i], as the AVX2 version computes it, 16 lanes at a time.
+void silu_mul(float* a, const float* b, int64_t n);
+
+}  // namespace inferd::kernels::avx512
