@@ -59,6 +59,7 @@ const KernelTable& reference_kernels() {
     t.f32 = {DType::F32, ref::quantize_row_f32, ref::dot_f32_f32, ref::dequantize_row_f32};
     t.attention = ref::attention_kernels();
     t.silu_mul = ref::silu_mul;
+    t.argmax = ref::argmax;
     t.packed = ref::packed_kernels();
     return t;
   }();
@@ -98,6 +99,7 @@ static const KernelTable& avx512_kernels() {
     t.packed = avx512::packed_kernels();
     t.attention = avx512::attention_kernels();
     t.silu_mul = avx512::silu_mul;
+    t.argmax = avx512::argmax;
     t.bf16.quantize_activation = avx512::quantize_row_bf16;
     if (cpu_features().avx512bf16) t.bf16.dot = avx512::dot_bf16_bf16;
     return t;

@@ -94,6 +94,9 @@ struct KernelTable {
   AttentionKernels attention;
   // a[i] = silu(a[i]) * b[i] (SwiGLU's gate times up).
   void (*silu_mul)(float* a, const float* b, int64_t n) = nullptr;
+  // The index of the largest of x[0..n), n >= 1; the first one where several are equal (NaN
+  // values are not expected: logits).
+  int64_t (*argmax)(const float* x, int64_t n) = nullptr;
   PackedKernels packed;
 
   // Kernels for a weight type; nullptr when the type has no matmul support yet.

@@ -5,6 +5,7 @@
 #include <limits>
 #include <random>
 
+#include "kernels/kernels.h"
 #include "util/error.h"
 
 namespace inferd::sampling {
@@ -105,10 +106,7 @@ int32_t Sampler::sample(std::span<float> logits, std::span<const int32_t> prompt
     fail("sampler: {} logits for a vocabulary of {}", logits.size(), n_vocab_);
   }
   apply_bias_and_penalties(logits, prompt, output);
-  int32_t best = 0;
-  for (int32_t i = 1; i < n_vocab_; ++i) {
-    if (logits[static_cast<size_t>(i)] > logits[static_cast<size_t>(best)]) best = i;
-  }
+  const auto best = static_cast<int32_t>(kernels::active_kernels().argmax(logits.data(), n_vocab_));
   const int32_t token = params_.greedy() ? best : draw(logits);
   if (logprobs_) {
     last_logsumexp_ = log_sum_exp(logits, logits[static_cast<size_t>(best)]);

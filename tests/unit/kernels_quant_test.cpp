@@ -1,5 +1,6 @@
 // Quantized-format kernels: the reference against plain float math, and every ISA table this
 // CPU has against the reference, on random data of odd sizes.
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <limits>
@@ -179,6 +180,24 @@ TEST(KernelsIsa, Bf16ConversionMatchesReferenceOnEdgeValues) {
       table->bf16.quantize_activation(x.data(), got.data(), n);
       ref.quantize_activation(x.data(), want.data(), n);
       EXPECT_EQ(got, want) << table->isa << " n=" << n;  // the extra last value untouched
+    }
+  }
+}
+
+// The first index of the largest value, ties included, at every length around the vector width.
+TEST(KernelsIsa, ArgmaxMatchesReference) {
+  for (const KernelTable* table : available_kernels()) {
+    for (int64_t n : {1, 2, 15, 16, 17, 31, 33, 49152}) {
+      auto x = random_floats(n, 40 + static_cast<uint32_t>(n), 5.0f);
+      ASSERT_EQ(table->argmax(x.data(), n), reference_kernels().argmax(x.data(), n))
+          << table->isa << " n=" << n;
+      // The largest value twice, then everywhere: the first one wins.
+      const float top = 100.0f;
+      x[static_cast<size_t>(n - 1)] = top;
+      x[static_cast<size_t>(n / 2)] = top;
+      EXPECT_EQ(table->argmax(x.data(), n), n / 2) << table->isa << " n=" << n;
+      std::fill(x.begin(), x.end(), -3.0f);
+      EXPECT_EQ(table->argmax(x.data(), n), 0) << table->isa << " n=" << n;
     }
   }
 }

@@ -27,4 +27,21 @@ void silu_mul(float* a, const float* b, int64_t n) {
   }
 }
 
+int64_t argmax(const float* x, int64_t n) {
+  const auto lanes_at = [n](int64_t i) {
+    return n - i >= 16 ? static_cast<__mmask16>(0xFFFF)
+                       : static_cast<__mmask16>((1u << (n - i)) - 1);
+  };
+  __m512 m = _mm512_set1_ps(x[0]);
+  for (int64_t i = 0; i < n; i += 16)  // lanes past n keep m
+    m = _mm512_mask_max_ps(m, lanes_at(i), m, _mm512_maskz_loadu_ps(lanes_at(i), x + i));
+  const __m512 best = _mm512_set1_ps(_mm512_reduce_max_ps(m));
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 hit = _mm512_mask_cmp_ps_mask(
+        lanes_at(i), _mm512_maskz_loadu_ps(lanes_at(i), x + i), best, _CMP_EQ_OQ);
+    if (hit != 0) return i + __builtin_ctz(hit);
+  }
+  return 0;
+}
+
 }  // namespace inferd::kernels::avx512

@@ -8,4 +8,7 @@ namespace inferd::kernels::avx512 {
 // a[i] = silu(a[i]) * b[i], as the AVX2 version computes it, 16 lanes at a time.
 void silu_mul(float* a, const float* b, int64_t n);
 
+// The first index of the largest value, as the reference: a max pass, then a search for it.
+int64_t argmax(const float* x, int64_t n);
+
 }  // namespace inferd::kernels::avx512
