@@ -1,5 +1,6 @@
 // Llama: RMSNorm, RoPE (normal pairs), grouped-query attention, SwiGLU feed-forward, optional
 // tied output embedding. Covers Llama 2/3, SmolLM, TinyLlama and other `llama` GGUF files.
+#include <algorithm>
 #include <cmath>
 #include <optional>
 #include <vector>
@@ -91,6 +92,9 @@ class Llama final : public Model {
       }
       kernels::dequantize_row(token_embd_, token, &ws.x[static_cast<size_t>(t * c.n_embd)]);
     }
+    // Each block leaves its output in ws.proj; the residual add happens in the next block's
+    // first per-token pass (and for the logit rows before the final norm), so it costs no
+    // serial pass of its own.
     for (int l = 0; l < c.n_layers; ++l) {
       attention_block(l, batch, cache, pool);
       feed_forward_block(l, T, batch.bf16_rows_begin, pool);
@@ -107,6 +111,12 @@ class Llama final : public Model {
     pool.parallel_for(T, kTokensPerThread, [&](int64_t begin, int64_t end) {
       for (int64_t t = begin; t < end; ++t) fn(t);
     });
+  }
+
+  // x[t] += proj[t]: the residual connection of the block that wrote ws.proj.
+  void add_residual(int64_t t) {
+    const int64_t n = config_.n_embd;
+    kernels::add_inplace(&ws_.x[t * n], &ws_.proj[t * n], n);
   }
 
   void allocate_workspace() {
@@ -134,6 +144,7 @@ class Llama final : public Model {
     const int64_t q_dim = int64_t{c.n_heads} * c.head_dim,
                   kv_dim = int64_t{c.n_kv_heads} * c.head_dim;
     per_token(pool, T, [&](int64_t t) {
+      if (l > 0) add_residual(t);  // the previous layer's feed-forward output
       kernels::rms_norm(&ws.x[t * c.n_embd], layer.attn_norm, &ws.h[t * c.n_embd], c.n_embd,
                         c.rms_eps);
     });
@@ -153,7 +164,6 @@ class Llama final : public Model {
     attend_all(batch, cache, l, shape, pool);
     kernels::matmul(layer.wo, ws.attn.data(), T, ws.proj.data(), ws.scratch, pool,  // [T, n_embd]
                     kernels::active_kernels(), batch.bf16_rows_begin);
-    kernels::add_inplace(ws.x.data(), ws.proj.data(), T * c.n_embd);
   }
 
   // Attention of every sequence in the batch, split into tiles (kv head x a few tokens) that run
@@ -213,6 +223,7 @@ class Llama final : public Model {
     const LlamaLayer& layer = layers_[static_cast<size_t>(l)];
     LlamaWorkspace& ws = ws_;
     per_token(pool, T, [&](int64_t t) {
+      add_residual(t);  // the attention output
       kernels::rms_norm(&ws.x[t * c.n_embd], layer.ffn_norm, &ws.h[t * c.n_embd], c.n_embd,
                         c.rms_eps);
     });
@@ -225,7 +236,6 @@ class Llama final : public Model {
     });
     kernels::matmul(layer.w_down, ws.gate.data(), T, ws.proj.data(), ws.scratch,  // [T, n_embd]
                     pool, kernels::active_kernels(), bf16_from);
-    kernels::add_inplace(ws.x.data(), ws.proj.data(), T * c.n_embd);
   }
 
   void compute_logits(const Batch& batch, float* logits, ThreadPool& pool) {
@@ -234,8 +244,12 @@ class Llama final : public Model {
     const auto R = static_cast<int64_t>(batch.logit_rows.size());
     for (int64_t r = 0; r < R; ++r) {
       const int64_t t = batch.logit_rows[static_cast<size_t>(r)];
-      kernels::rms_norm(&ws.x[t * c.n_embd], output_norm_, &ws.last[r * c.n_embd], c.n_embd,
-                        c.rms_eps);
+      // The last layer's residual add, for the rows that need it (into ws.last, so a row
+      // listed twice is not added twice).
+      float* row = &ws.last[r * c.n_embd];
+      std::copy_n(&ws.x[t * c.n_embd], c.n_embd, row);
+      kernels::add_inplace(row, &ws.proj[t * c.n_embd], c.n_embd);
+      kernels::rms_norm(row, output_norm_, row, c.n_embd, c.rms_eps);
     }
     kernels::matmul(output_, ws.last.data(), R, logits, ws.scratch, pool);  // [R, n_vocab]
   }
