@@ -84,14 +84,16 @@ inline INFERD_INLINE void for_each_token(F&& f) {
   (std::make_integer_sequence<int, N>{});
 }
 
-// Asks for the cache lines of block b of the blocks at `base` (a prefetch never faults, so the
-// group after a matrix's last one may be asked for too).
+// Asks for the cache lines of block b of the blocks at address `base`. A prefetch never faults,
+// so the group after a matrix's last one may be asked for too; the address is an integer so
+// that no pointer past the weights is formed.
 template <typename Block>
-inline INFERD_INLINE void prefetch_block(const uint8_t* base, int64_t b) {
-  const uint8_t* p = base + b * static_cast<int64_t>(sizeof(Block));
+inline INFERD_INLINE void prefetch_block(uintptr_t base, int64_t b) {
+  const uintptr_t p = base + static_cast<uintptr_t>(b) * sizeof(Block);
   for (size_t offset = 0; offset < sizeof(Block); offset += 64)
-    _mm_prefetch(p + offset, _MM_HINT_T0);
-  if constexpr (sizeof(Block) % 64 != 0) _mm_prefetch(p + sizeof(Block) - 1, _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(p + offset), _MM_HINT_T0);
+  if constexpr (sizeof(Block) % 64 != 0)
+    _mm_prefetch(reinterpret_cast<const char*>(p + sizeof(Block) - 1), _MM_HINT_T0);
 }
 
 // Blocks of K unpacked (or pointed to) at a time: 32 blocks of 8 x 64 bytes are 16 KiB.
@@ -153,11 +155,12 @@ struct Q8Scale {
 
 // NT tokens (the tile computes 16; rows past NT are ignored) x 16 rows over `count` blocks
 // whose weight-tile rows are rows[0..count): accumulators stay in registers, and y holds the
-// sums of the chunks before (first == false).
+// sums of the chunks before (first == false). `prefetch`, unless 0, is the address of `count`
+// blocks to fetch meanwhile, one per block computed.
 template <typename Format, typename Scale, int NT>
 void token_tile(const typename Format::Block* w, const uint8_t* const* rows, int64_t count,
                 const ActQ8Block* act, int64_t act_stride, bool first, float* y, int64_t y_stride,
-                const uint8_t* prefetch) {
+                uintptr_t prefetch) {
   __m512 acc[NT];
   for_each_token<NT>([&](int t) INFERD_INLINE {
     acc[t] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(y + t * y_stride);
@@ -167,7 +170,7 @@ void token_tile(const typename Format::Block* w, const uint8_t* const* rows, int
   constexpr int64_t kTokenBytes = sizeof(ActQ8Block);
   alignas(64) ResultTile c[2];
   const auto scale = [&](int64_t b, const ResultTile& result) INFERD_INLINE {
-    if (prefetch != nullptr) prefetch_block<typename Format::Block>(prefetch, b);
+    if (prefetch != 0) prefetch_block<typename Format::Block>(prefetch, b);
     Scale::apply(w[b], result, tokens(b), acc);
   };
   start_multiply<0>(tokens(0)->qs, kTokenBytes, rows[0]);
@@ -187,7 +190,7 @@ void token_tile(const typename Format::Block* w, const uint8_t* const* rows, int
 
 template <typename Format, typename Scale>
 using TokenTileFn = void (*)(const typename Format::Block*, const uint8_t* const*, int64_t,
-                             const ActQ8Block*, int64_t, bool, float*, int64_t, const uint8_t*);
+                             const ActQ8Block*, int64_t, bool, float*, int64_t, uintptr_t);
 
 template <typename Format, typename Scale, int... NT>
 constexpr auto make_token_tiles(std::integer_sequence<int, NT...>) {
@@ -208,7 +211,8 @@ void group_gemm(const uint8_t* group, int64_t blocks, const ActQ8Block* act, int
   // The next group (the next 16 rows, usually this thread's next call) is fetched while this
   // one computes: with few tokens the compute is short and the weights would otherwise arrive
   // from memory only when the unpacking or tile loads ask for them.
-  const uint8_t* next_group = group + blocks * static_cast<int64_t>(sizeof(Block));
+  const uintptr_t next_group =
+      reinterpret_cast<uintptr_t>(group) + static_cast<uintptr_t>(blocks) * sizeof(Block);
   alignas(64) uint8_t unpacked[kChunkBlocks][8 * 64];
   const uint8_t* rows[kChunkBlocks];
   for (int64_t b0 = 0; b0 < blocks; b0 += kChunkBlocks) {
@@ -219,7 +223,7 @@ void group_gemm(const uint8_t* group, int64_t blocks, const ActQ8Block* act, int
       const int64_t nt = n_tokens - t0 < kTileTokens ? n_tokens - t0 : kTileTokens;
       tiles[nt - 1](w + b0, rows, count, act + b0 * act_stride + t0, act_stride, b0 == 0,
                     y + t0 * y_stride, y_stride,
-                    t0 == 0 ? next_group + b0 * static_cast<int64_t>(sizeof(Block)) : nullptr);
+                    t0 == 0 ? next_group + static_cast<uintptr_t>(b0) * sizeof(Block) : 0);
     }
   }
 }
