@@ -10,12 +10,14 @@ namespace {
 
 class EngineTest : public ModelTest {
  protected:
-  engine::Engine make_engine(int max_seqs = 4, int64_t context = 1024) {
+  engine::Engine make_engine(int max_seqs = 4, int64_t context = 1024, DType kv_type = DType::F16) {
     engine::EngineConfig config;
     config.threads = 2;
     config.context = context;
     config.max_seqs = max_seqs;
     config.max_batched_tokens = 256;
+    config.kv_key_type = kv_type;
+    config.kv_value_type = kv_type;
     return engine::Engine(*file_, config);
   }
 
@@ -58,6 +60,28 @@ TEST_F(EngineTest, ConcurrentGreedyEqualsAlone) {
   auto e = make_engine(4);
   const std::vector<std::string> prompts = {
       "Once upon a time", "def fibonacci(n):", "The three primary colors are", "In 1492,"};
+  std::vector<std::string> alone;
+  for (const auto& p : prompts) {
+    auto out = submit(e, p, 24, greedy());
+    e.run_until_idle();
+    alone.push_back(out->text_);
+  }
+  std::vector<std::shared_ptr<CollectOutput>> together;
+  for (const auto& p : prompts) together.push_back(submit(e, p, 24, greedy()));
+  e.run_until_idle();
+  for (size_t i = 0; i < prompts.size(); ++i) EXPECT_EQ(together[i]->text_, alone[i]) << prompts[i];
+  EXPECT_EQ(e.kv_cache().pool().num_used(), 0);
+}
+
+// With a Q8_0 KV cache the engine still answers the factual prompt, and a request's greedy
+// output does not depend on what it is batched with (each token's K/V is quantized on its own).
+TEST_F(EngineTest, Q8CacheGreedyIsCoherentAndEqualsAlone) {
+  auto e = make_engine(4, 1024, DType::Q8_0);
+  auto fact = submit(e, "The capital of France is", 12, greedy());
+  e.run_until_idle();
+  EXPECT_NE(fact->text_.find("Paris"), std::string::npos) << fact->text_;
+  const std::vector<std::string> prompts = {"Once upon a time",
+                                            "def fibonacci(n):", "The three primary colors are"};
   std::vector<std::string> alone;
   for (const auto& p : prompts) {
     auto out = submit(e, p, 24, greedy());
