@@ -1,5 +1,6 @@
 #include "generation_options.h"
 
+#include <cctype>
 #include <string>
 #include <thread>
 
@@ -16,8 +17,9 @@ void add_kv_type_options(CLI::App& cmd, DType& key_type, DType& value_type) {
   const auto add = [&cmd](const std::string& name, DType& type, const std::string& help) {
     cmd.add_option_function<std::string>(
            name,
-           [&type](const std::string& value) {
-             type = value == "q8_0" || value == "Q8_0" ? DType::Q8_0 : DType::F16;
+           [&type](std::string value) {  // one of the two names, in any case (the check)
+             for (char& ch : value) ch = static_cast<char>(std::tolower(ch));
+             type = value == "q8_0" ? DType::Q8_0 : DType::F16;
            },
            help)
         ->check(CLI::IsMember({"f16", "q8_0"}, CLI::ignore_case));
