@@ -104,10 +104,11 @@ void dequantize_q8(const PackedQ8Block& block, WeightTile& out) {
   }
 }
 
-// Where a token tile's 16 result rows are loaded from and stored to: a local buffer, copied
-// from and to the n real rows of y. A tile always moves 16 rows, and a tile store straight into
-// y (rows a whole output row apart, not in cache) held up the next tile instructions far
-// longer than the copy takes.
+// Where a token tile's 16 result rows are loaded from and stored to: a local buffer (in L1,
+// rows 64 bytes apart), copied from and to the n real rows of y. A tile always moves 16 rows;
+// staging every tile this way, not only partial ones, measured the same or a few percent faster
+// for prompts of 128 tokens than tile stores straight into y, whose rows are a whole output row
+// apart.
 class ResultRows {
  public:
   ResultRows(float* y, int64_t y_stride, int n) : y_(y), y_stride_(y_stride), n_(n) {}
