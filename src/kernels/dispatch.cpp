@@ -83,6 +83,7 @@ static const KernelTable& avx2_kernels() {
     t.f32.dot = avx2::dot_f32_f32;
     t.attention = avx2::attention_kernels();
     t.silu_mul = avx2::silu_mul;
+    t.argmax = avx2::argmax;
     t.f16.quantize_activation = avx2::quantize_row_f16;
     t.packed = avx2::packed_kernels();
     return t;

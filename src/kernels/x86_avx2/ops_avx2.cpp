@@ -23,6 +23,24 @@ void silu_mul(float* a, const float* b, int64_t n) {
   for (; i < n; ++i) a[i] = a[i] / (1.0f + std::exp(-a[i])) * b[i];
 }
 
+int64_t argmax(const float* x, int64_t n) {
+  __m256 m = _mm256_set1_ps(x[0]);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) m = _mm256_max_ps(m, _mm256_loadu_ps(x + i));
+  __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+  m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+  float best = _mm_cvtss_f32(_mm_max_ss(m4, _mm_movehdup_ps(m4)));
+  for (int64_t j = i; j < n; ++j) best = x[j] > best ? x[j] : best;  // no std:: inline here
+  const __m256 target = _mm256_set1_ps(best);
+  for (i = 0; i + 8 <= n; i += 8) {
+    const int hit = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(x + i), target, _CMP_EQ_OQ));
+    if (hit != 0) return i + __builtin_ctz(static_cast<unsigned>(hit));
+  }
+  for (; i < n; ++i)
+    if (x[i] == best) return i;
+  return 0;
+}
+
 void quantize_row_f16(const float* x, void* out, int64_t n) {
   auto* y = static_cast<uint16_t*>(out);
   constexpr int kNearest = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
