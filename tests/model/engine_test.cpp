@@ -35,6 +35,23 @@ class EngineTest : public ModelTest {
     return out;
   }
 
+  // Runs each prompt alone (24 greedy tokens), then all of them together: every output must be
+  // the same both times, and no KV block may stay in use.
+  void expect_batched_equals_alone(engine::Engine& e, const std::vector<std::string>& prompts) {
+    std::vector<std::string> alone;
+    for (const auto& p : prompts) {
+      auto out = submit(e, p, 24, greedy());
+      e.run_until_idle();
+      alone.push_back(out->text_);
+    }
+    std::vector<std::shared_ptr<CollectOutput>> together;
+    for (const auto& p : prompts) together.push_back(submit(e, p, 24, greedy()));
+    e.run_until_idle();
+    for (size_t i = 0; i < prompts.size(); ++i)
+      EXPECT_EQ(together[i]->text_, alone[i]) << prompts[i];
+    EXPECT_EQ(e.kv_cache().pool().num_used(), 0);
+  }
+
   static sampling::SamplingParams greedy() {
     sampling::SamplingParams p;
     p.temperature = 0;
@@ -60,17 +77,7 @@ TEST_F(EngineTest, ConcurrentGreedyEqualsAlone) {
   auto e = make_engine(4);
   const std::vector<std::string> prompts = {
       "Once upon a time", "def fibonacci(n):", "The three primary colors are", "In 1492,"};
-  std::vector<std::string> alone;
-  for (const auto& p : prompts) {
-    auto out = submit(e, p, 24, greedy());
-    e.run_until_idle();
-    alone.push_back(out->text_);
-  }
-  std::vector<std::shared_ptr<CollectOutput>> together;
-  for (const auto& p : prompts) together.push_back(submit(e, p, 24, greedy()));
-  e.run_until_idle();
-  for (size_t i = 0; i < prompts.size(); ++i) EXPECT_EQ(together[i]->text_, alone[i]) << prompts[i];
-  EXPECT_EQ(e.kv_cache().pool().num_used(), 0);
+  expect_batched_equals_alone(e, prompts);
 }
 
 // With a Q8_0 KV cache the engine still answers the factual prompt, and a request's greedy
@@ -82,17 +89,7 @@ TEST_F(EngineTest, Q8CacheGreedyIsCoherentAndEqualsAlone) {
   EXPECT_NE(fact->text_.find("Paris"), std::string::npos) << fact->text_;
   const std::vector<std::string> prompts = {"Once upon a time",
                                             "def fibonacci(n):", "The three primary colors are"};
-  std::vector<std::string> alone;
-  for (const auto& p : prompts) {
-    auto out = submit(e, p, 24, greedy());
-    e.run_until_idle();
-    alone.push_back(out->text_);
-  }
-  std::vector<std::shared_ptr<CollectOutput>> together;
-  for (const auto& p : prompts) together.push_back(submit(e, p, 24, greedy()));
-  e.run_until_idle();
-  for (size_t i = 0; i < prompts.size(); ++i) EXPECT_EQ(together[i]->text_, alone[i]) << prompts[i];
-  EXPECT_EQ(e.kv_cache().pool().num_used(), 0);
+  expect_batched_equals_alone(e, prompts);
 }
 
 TEST_F(EngineTest, SeededSamplingReproduces) {

@@ -11,6 +11,7 @@
 #include "kernels/row_groups.h"
 
 #include "kernels/x86_avx2/exp_avx2.h"
+#include "kernels/x86_avx2/reduce_avx2.h"
 
 namespace inferd::kernels::avx2 {
 namespace {
@@ -118,9 +119,7 @@ float exp_sum(float* x, int n, float max) {
     _mm256_storeu_ps(x + i, e);
     sum = _mm256_add_ps(sum, e);
   }
-  __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(sum), _mm256_extractf128_ps(sum, 1));
-  s4 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
-  float total = _mm_cvtss_f32(_mm_add_ss(s4, _mm_movehdup_ps(s4)));
+  float total = hsum_ps(sum);
   for (; i < n; ++i) {
     x[i] = std::exp(x[i] - max);
     total += x[i];
@@ -137,9 +136,7 @@ float scale_max(float* x, int n, float scale, float max) {
     _mm256_storeu_ps(x + i, v);
     m = _mm256_max_ps(m, v);
   }
-  __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
-  m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-  float result = _mm_cvtss_f32(_mm_max_ss(m4, _mm_movehdup_ps(m4)));
+  float result = hmax_ps(m);
   for (; i < n; ++i) {
     x[i] *= scale;
     result = std::max(result, x[i]);

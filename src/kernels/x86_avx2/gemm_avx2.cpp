@@ -1,6 +1,7 @@
 // Compiled with AVX2 flags (src/CMakeLists.txt). No inline function shared with other files
 // is used here: the linker could keep this file's AVX2 copy of it for every caller.
 #include "kernels/x86_avx2/gemm_avx2.h"
+#include "kernels/x86_avx2/reduce_avx2.h"
 
 #include <immintrin.h>
 
@@ -174,10 +175,7 @@ void quantize_act_q8(const float* x, ActQ8Block* out, int64_t n, int64_t out_str
       v[j] = _mm256_loadu_ps(xb + 8 * j);
       amax = _mm256_max_ps(amax, _mm256_andnot_ps(sign, v[j]));
     }
-    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps(amax, 1));
-    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
-    const float d = _mm_cvtss_f32(m4) / 127.0f;
+    const float d = hmax_ps(amax) / 127.0f;
     const __m256 inv = _mm256_set1_ps(d != 0 ? 1.0f / d : 0.0f);
     __m256i q[4];
     for (int j = 0; j < 4; ++j)

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "kernels/x86_avx2/exp_avx2.h"
+#include "kernels/x86_avx2/reduce_avx2.h"
 
 namespace inferd::kernels::avx2 {
 
@@ -27,9 +28,7 @@ int64_t argmax(const float* x, int64_t n) {
   __m256 m = _mm256_set1_ps(x[0]);
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) m = _mm256_max_ps(m, _mm256_loadu_ps(x + i));
-  __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
-  m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-  float best = _mm_cvtss_f32(_mm_max_ss(m4, _mm_movehdup_ps(m4)));
+  float best = hmax_ps(m);
   for (int64_t j = i; j < n; ++j) best = x[j] > best ? x[j] : best;  // no std:: inline here
   const __m256 target = _mm256_set1_ps(best);
   for (i = 0; i + 8 <= n; i += 8) {

@@ -3,6 +3,7 @@
 #include <immintrin.h>
 
 #include "kernels/x86_avx2/quant_avx2.h"
+#include "kernels/x86_avx2/reduce_avx2.h"
 #include "tensor/quant_blocks.h"
 
 namespace inferd::kernels::avx2 {
@@ -17,22 +18,12 @@ inline uint16_t f2h(float f) {
   return static_cast<uint16_t>(_cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT));
 }
 
-inline float hsum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
-
 inline float hmax_abs(const float* x) {
   const __m256 sign = _mm256_set1_ps(-0.0f);
   __m256 m = _mm256_andnot_ps(sign, _mm256_loadu_ps(x));
   for (int j = 8; j < kQK; j += 8)
     m = _mm256_max_ps(m, _mm256_andnot_ps(sign, _mm256_loadu_ps(x + j)));
-  __m128 s = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
-  s = _mm_max_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_max_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
+  return hmax_ps(m);
 }
 
 // Rounds 32 floats * inv to int8 (nearest, ties to even, as the reference's nearbyint) and
@@ -109,7 +100,7 @@ float dot_q4_0_q8_0(int64_t n, const void* w, const void* a) {
     const float d = h2f(wb[b].d) * h2f(ab[b].d);
     acc = _mm256_fmadd_ps(_mm256_set1_ps(d), p, acc);
   }
-  return hsum(acc);
+  return hsum_ps(acc);
 }
 
 float dot_q4_1_q8_1(int64_t n, const void* w, const void* a) {
@@ -124,7 +115,7 @@ float dot_q4_1_q8_1(int64_t n, const void* w, const void* a) {
     acc = _mm256_fmadd_ps(_mm256_set1_ps(d), p, acc);
     mins += h2f(wb[b].m) * h2f(ab[b].s);
   }
-  return hsum(acc) + mins;
+  return hsum_ps(acc) + mins;
 }
 
 float dot_q8_0_q8_0(int64_t n, const void* w, const void* a) {
@@ -138,7 +129,7 @@ float dot_q8_0_q8_0(int64_t n, const void* w, const void* a) {
     const float d = h2f(wb[b].d) * h2f(ab[b].d);
     acc = _mm256_fmadd_ps(_mm256_set1_ps(d), p, acc);
   }
-  return hsum(acc);
+  return hsum_ps(acc);
 }
 
 float dot_f16_f16(int64_t n, const void* w, const void* a) {
@@ -153,7 +144,7 @@ float dot_f16_f16(int64_t n, const void* w, const void* a) {
     acc0 = _mm256_fmadd_ps(load(x + i), load(y + i), acc0);
     acc1 = _mm256_fmadd_ps(load(x + i + 8), load(y + i + 8), acc1);
   }
-  float sum = hsum(_mm256_add_ps(acc0, acc1));
+  float sum = hsum_ps(_mm256_add_ps(acc0, acc1));
   for (; i < n; ++i) sum += h2f(x[i]) * h2f(y[i]);
   return sum;
 }
@@ -167,7 +158,7 @@ float dot_f32_f32(int64_t n, const void* w, const void* a) {
     acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i), acc0);
     acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 8), _mm256_loadu_ps(y + i + 8), acc1);
   }
-  float sum = hsum(_mm256_add_ps(acc0, acc1));
+  float sum = hsum_ps(_mm256_add_ps(acc0, acc1));
   for (; i < n; ++i) sum += x[i] * y[i];
   return sum;
 }
@@ -185,7 +176,7 @@ float dot_bf16_bf16(int64_t n, const void* w, const void* a) {
     };
     acc = _mm256_fmadd_ps(load(x + i), load(y + i), acc);
   }
-  float sum = hsum(acc);
+  float sum = hsum_ps(acc);
   for (; i < n; ++i) {
     const float xf = _mm_cvtss_f32(_mm_castsi128_ps(_mm_cvtsi32_si128(int(x[i]) << 16)));
     const float yf = _mm_cvtss_f32(_mm_castsi128_ps(_mm_cvtsi32_si128(int(y[i]) << 16)));

@@ -4,6 +4,7 @@
 #include <immintrin.h>
 
 #include "kernels/x86_avx512/exp_avx512.h"
+#include "kernels/x86_avx512/reduce_avx512.h"
 
 // GCC 12's AVX-512 intrinsics start from an undefined vector, which its own uninitialized-value
 // warnings then report at every call site; the value is never read.
@@ -35,7 +36,7 @@ int64_t argmax(const float* x, int64_t n) {
   __m512 m = _mm512_set1_ps(x[0]);
   for (int64_t i = 0; i < n; i += 16)  // lanes past n keep m
     m = _mm512_mask_max_ps(m, lanes_at(i), m, _mm512_maskz_loadu_ps(lanes_at(i), x + i));
-  const __m512 best = _mm512_set1_ps(_mm512_reduce_max_ps(m));
+  const __m512 best = _mm512_set1_ps(hmax_ps(m));
   for (int64_t i = 0; i < n; i += 16) {
     const __mmask16 hit = _mm512_mask_cmp_ps_mask(
         lanes_at(i), _mm512_maskz_loadu_ps(lanes_at(i), x + i), best, _CMP_EQ_OQ);
