@@ -25,7 +25,7 @@ struct BenchArgs {
   std::string model;
   int64_t n_prompt = 512;
   int64_t n_gen = 128;
-  int threads = 0;
+  ThreadOptions threads;
   int64_t n_depth = 0;
   int64_t n_parallel = 1;
   int repetitions = 5;
@@ -151,7 +151,7 @@ nlohmann::json to_json(const TestResult& t, const model::Model& model, const std
 void bench(const BenchArgs& args) {
   const std::string path = args.model.empty() ? default_model_path() : args.model;
   gguf::GgufFile file = gguf::GgufFile::open(path);
-  const int threads = args.threads > 0 ? args.threads : default_threads();
+  const int threads = args.threads.count();
   const int64_t context = args.n_depth + std::max<int64_t>(args.n_prompt, args.n_gen) + 16;
   const int64_t max_batch =
       std::max({args.n_prompt, args.n_depth * args.n_parallel, args.n_parallel, int64_t{1}});
@@ -164,7 +164,7 @@ void bench(const BenchArgs& args) {
   for (auto& table : tables)
     for (int32_t b = 0; b < blocks; ++b) table.push_back(*cache.pool().allocate());
   const BlockTables one_sequence(tables.begin(), tables.begin() + 1);
-  ThreadPool pool(threads);
+  ThreadPool pool(threads, args.threads.pin());
   const ModelFootprint footprint = model_footprint(file);
   nlohmann::json out = nlohmann::json::array();
   std::vector<TestResult> results;
@@ -219,8 +219,7 @@ void register_bench(CLI::App& app) {
                   "Sequences decoding together in the tg test, one token each per step; "
                   "t/s counts all of them")
       ->check(CLI::Range(1, 256));
-  cmd->add_option("-t,--threads", args->threads, "Threads (0: cores, at most 4)")
-      ->check(CLI::NonNegativeNumber);
+  args->threads.add_to(*cmd);
   cmd->add_option("-r,--repetitions", args->repetitions, "Repetitions of each test")
       ->check(CLI::Range(1, 1000));
   cmd->add_flag("--json", args->json, "Print a JSON list with llama-bench's fields");

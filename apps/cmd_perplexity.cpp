@@ -20,7 +20,7 @@ struct PerplexityArgs {
   std::string text_file;
   int64_t n_ctx = 512;
   int64_t max_chunks = 0;
-  int threads = 0;
+  ThreadOptions threads;
   bool json = false;
   DType kv_key_type = DType::F16;
   DType kv_value_type = DType::F16;
@@ -44,7 +44,7 @@ void run_perplexity(const PerplexityArgs& args) {
   options.bos_id = tokenizer->vocab().add_bos() ? tokenizer->vocab().special().bos : -1;
   model::ModelOptions model_options{options.n_batch, args.n_ctx};
   auto model = model::load_model(file, model_options);
-  ThreadPool pool(args.threads > 0 ? args.threads : default_threads());
+  ThreadPool pool(args.threads.count(), args.threads.pin());
   fmt::print(stderr, "perplexity: {} tokens, {} chunks of {}\n", tokens.size(),
              tokens.size() / args.n_ctx, args.n_ctx);
   auto result = engine::perplexity(*model, pool, tokens, options, [](int64_t chunk, double ppl) {
@@ -75,7 +75,7 @@ void register_perplexity(CLI::App& app) {
   cmd->add_option("-c,--ctx-size", args->n_ctx, "Chunk size in tokens")
       ->check(CLI::Range(4, 1 << 20));
   cmd->add_option("--chunks", args->max_chunks, "Evaluate at most this many chunks (0: all)");
-  cmd->add_option("-t,--threads", args->threads, "Threads (0: cores, at most 4)");
+  args->threads.add_to(*cmd);
   cmd->add_flag("--json", args->json, "Print the result as JSON");
   add_kv_type_options(*cmd, args->kv_key_type, args->kv_value_type);
   cmd->callback([args] { run_perplexity(*args); });

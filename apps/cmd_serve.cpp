@@ -18,7 +18,7 @@ struct ServeArgs {
   std::string model;
   std::string host = "127.0.0.1";
   int port = 8080;
-  int threads = 0;
+  ThreadOptions threads;
   int64_t context = 0;
   int max_seqs = 16;
   int64_t max_batched_tokens = 512;
@@ -41,7 +41,8 @@ void serve(const ServeArgs& args) {
   const std::string path = args.model.empty() ? default_model_path() : args.model;
   gguf::GgufFile file = gguf::GgufFile::open(path);
   engine::EngineConfig config;
-  config.threads = args.threads > 0 ? args.threads : default_threads();
+  config.threads = args.threads.count();
+  config.pin_threads = args.threads.pin();
   config.context = args.context;
   config.max_seqs = args.max_seqs;
   config.max_batched_tokens = args.max_batched_tokens;
@@ -84,8 +85,7 @@ void register_serve(CLI::App& app) {
   cmd->add_option("-m,--model", args->model, "GGUF model file (default: the fetched SmolLM2)");
   cmd->add_option("--host", args->host, "Address to listen on");
   cmd->add_option("--port", args->port, "Port (0: any free port)")->check(CLI::Range(0, 65535));
-  cmd->add_option("-t,--threads", args->threads, "Threads (0: cores, at most 4)")
-      ->check(CLI::NonNegativeNumber);
+  args->threads.add_to(*cmd);
   cmd->add_option("-c,--ctx-size", args->context,
                   "Tokens per sequence, prompt + output (0: the model's, at most 4096)")
       ->check(CLI::NonNegativeNumber);

@@ -13,6 +13,18 @@ int default_threads() {
   return static_cast<int>(std::clamp(cores, 1u, 4u));
 }
 
+void ThreadOptions::add_to(CLI::App& cmd) {
+  cmd.add_option("-t,--threads", threads, "Threads (0: cores, at most 4)")
+      ->check(CLI::NonNegativeNumber);
+  cmd.add_flag("--no-pin", no_pin,
+               "Let the OS move the compute threads between CPUs (by default, when there are as "
+               "many threads as CPUs this process may use, each stays on its own)");
+}
+
+int ThreadOptions::count() const {
+  return threads > 0 ? threads : default_threads();
+}
+
 void add_kv_type_options(CLI::App& cmd, DType& key_type, DType& value_type) {
   const auto add = [&cmd](const std::string& name, DType& type, const std::string& help) {
     cmd.add_option_function<std::string>(
@@ -35,8 +47,7 @@ void GenerationOptions::add_to(CLI::App& cmd) {
       ->check(CLI::PositiveNumber);
   cmd.add_option("-c,--ctx-size", context, "Context size in tokens (0: the model's, at most 4096)")
       ->check(CLI::NonNegativeNumber);
-  cmd.add_option("-t,--threads", threads, "Threads (0: cores, at most 4)")
-      ->check(CLI::NonNegativeNumber);
+  threads.add_to(cmd);
   cmd.add_option("--temp", sampling.temperature, "Temperature (0: greedy)");
   cmd.add_option("--top-k", sampling.top_k, "Keep the k most likely tokens (0: off)");
   cmd.add_option("--top-p", sampling.top_p, "Nucleus sampling mass (1: off)");
@@ -59,7 +70,8 @@ void GenerationOptions::add_to(CLI::App& cmd) {
 
 engine::EngineConfig GenerationOptions::engine_config() const {
   engine::EngineConfig config;
-  config.threads = threads > 0 ? threads : default_threads();
+  config.threads = threads.count();
+  config.pin_threads = threads.pin();
   config.context = context;
   config.max_seqs = 1;
   config.kv_key_type = kv_key_type;

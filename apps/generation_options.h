@@ -12,11 +12,21 @@
 
 namespace inferd::app {
 
+// -t/--threads and --no-pin, for every command that computes.
+struct ThreadOptions {
+  int threads = 0;  // 0: the default for this machine
+  bool no_pin = false;
+
+  void add_to(CLI::App& cmd);
+  int count() const;
+  bool pin() const { return !no_pin; }
+};
+
 struct GenerationOptions {
   std::string model;
   int64_t max_tokens = 256;
   int64_t context = 0;
-  int threads = 0;  // 0: the default for this machine
+  ThreadOptions threads;
   sampling::SamplingParams sampling;
   std::vector<std::string> stop;
   bool ignore_eos = false;

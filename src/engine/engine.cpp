@@ -65,7 +65,7 @@ Engine::Engine(const gguf::GgufFile& file, const EngineConfig& config) : config_
   }
   cache_ = std::make_unique<kv::KvCache>(model_->kv_config(
       config_.kv_blocks, config.block_size, config.kv_key_type, config.kv_value_type));
-  pool_ = std::make_unique<ThreadPool>(config.threads);
+  pool_ = std::make_unique<ThreadPool>(config.threads, config.pin_threads);
   scheduler_ = std::make_unique<Scheduler>(
       SchedulerConfig{config.max_batched_tokens, config.max_seqs, config.block_size},
       cache_->pool());

@@ -23,7 +23,8 @@ namespace inferd::engine {
 
 struct EngineConfig {
   int threads = 2;
-  int64_t context = 0;  // tokens per sequence (prompt + output); 0: the model's, capped at 4096
+  bool pin_threads = true;  // ThreadPool's `pin`: each thread on its own CPU when they match
+  int64_t context = 0;      // tokens per sequence (prompt + output); 0: the model's, capped at 4096
   int64_t max_batched_tokens = 512;
   int max_seqs = 16;
   int block_size = 16;

@@ -88,7 +88,8 @@ bool PackedWeights::supports(DType type, int64_t cols) {
 
 std::shared_ptr<const PackedWeights> PackedWeights::pack(DType type, const uint8_t* data,
                                                          int64_t rows, int64_t cols,
-                                                         size_t row_bytes) {
+                                                         size_t row_bytes,
+                                                         std::shared_ptr<HugePageArena> arena) {
   if (!supports(type, kPackCols))
     fail("pack: weight type {} has no packed layout", dtype_name(type));
   if (cols % kPackCols != 0 || cols <= 0 || rows <= 0) {
@@ -105,16 +106,22 @@ std::shared_ptr<const PackedWeights> PackedWeights::pack(DType type, const uint8
   const size_t bytes =
       static_cast<size_t>(packed->groups_ * packed->blocks_per_row_) * packed->block_bytes();
   // 64-byte alignment: every packed block starts on a cache line (320 and 544 are multiples).
-  packed->data_.reset(static_cast<uint8_t*>(std::aligned_alloc(64, (bytes + 63) / 64 * 64)));
-  if (!packed->data_) fail("pack: out of memory for {} bytes of packed weights", bytes);
+  if (arena != nullptr) {
+    packed->data_ = arena->allocate(bytes, 64);
+    packed->arena_ = std::move(arena);
+  } else {
+    packed->owned_.reset(static_cast<uint8_t*>(std::aligned_alloc(64, (bytes + 63) / 64 * 64)));
+    if (!packed->owned_) fail("pack: out of memory for {} bytes of packed weights", bytes);
+    packed->data_ = packed->owned_.get();
+  }
   for (int64_t g = 0; g < packed->groups_; ++g) {
     const uint8_t* group_rows[kPackRows];
     for (int r = 0; r < kPackRows; ++r) {
       const int64_t row = g * kPackRows + r;
       group_rows[r] = row < rows ? data + static_cast<size_t>(row) * row_bytes : nullptr;
     }
-    uint8_t* out = packed->data_.get() +
-                   static_cast<size_t>(g * packed->blocks_per_row_) * packed->block_bytes();
+    uint8_t* out =
+        packed->data_ + static_cast<size_t>(g * packed->blocks_per_row_) * packed->block_bytes();
     for (int64_t b = 0; b < packed->blocks_per_row_; ++b) {
       switch (packed->format_) {
         case PackedFormat::Q8_0:

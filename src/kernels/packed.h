@@ -9,6 +9,7 @@
 #include <memory>
 
 #include "tensor/dtype.h"
+#include "util/huge_pages.h"
 
 namespace inferd::kernels {
 
@@ -93,14 +94,17 @@ class PackedWeights {
   }
   // The blocks of group g: [blocks_per_row] packed blocks.
   const uint8_t* group(int64_t g) const {
-    return data_.get() + static_cast<size_t>(g * blocks_per_row_) * block_bytes();
+    return data_ + static_cast<size_t>(g * blocks_per_row_) * block_bytes();
   }
 
   // True when a matrix of this type and width is multiplied through the packed path.
   static bool supports(DType type, int64_t cols);
-  // Repacks rows x cols weights stored as GGUF rows of `type` (Q4_0, Q4_1, Q8_0 or F16).
+  // Repacks rows x cols weights stored as GGUF rows of `type` (Q4_0, Q4_1, Q8_0 or F16), into
+  // memory from `arena` when given (a model's matrices share one, in huge pages), which the
+  // packed matrix keeps alive.
   static std::shared_ptr<const PackedWeights> pack(DType type, const uint8_t* data, int64_t rows,
-                                                   int64_t cols, size_t row_bytes);
+                                                   int64_t cols, size_t row_bytes,
+                                                   std::shared_ptr<HugePageArena> arena = nullptr);
 
  private:
   struct FreeDeleter {
@@ -108,7 +112,9 @@ class PackedWeights {
   };
   PackedFormat format_ = PackedFormat::Q4_1;
   int64_t rows_ = 0, groups_ = 0, blocks_per_row_ = 0;
-  std::unique_ptr<uint8_t, FreeDeleter> data_;
+  uint8_t* data_ = nullptr;  // in owned_ or in arena_
+  std::unique_ptr<uint8_t, FreeDeleter> owned_;
+  std::shared_ptr<HugePageArena> arena_;
 };
 
 }  // namespace inferd::kernels

@@ -27,10 +27,6 @@ void quantize_q8(const float* x, int head_dim, int8_t* q, size_t q_stride, float
 
 }  // namespace
 
-void KvCache::FreeDeleter::operator()(uint8_t* p) const {
-  std::free(p);
-}
-
 size_t KvCache::record_bytes(DType type) const {
   const size_t values = static_cast<size_t>(config_.block_size) * config_.head_dim;
   const size_t bytes =
@@ -61,9 +57,10 @@ KvCache::KvCache(const KvCacheConfig& config) : config_(config), pool_(config.nu
                          static_cast<size_t>(config.n_kv_heads);
   total_key_bytes_ = records * key_block_bytes_;
   total_value_bytes_ = records * value_block_bytes_;
-  keys_.reset(static_cast<uint8_t*>(std::calloc(total_key_bytes_, 1)));
-  values_.reset(static_cast<uint8_t*>(std::calloc(total_value_bytes_, 1)));
-  if (!keys_ || !values_) {
+  try {
+    keys_ = HugePageBuffer(total_key_bytes_);
+    values_ = HugePageBuffer(total_value_bytes_);
+  } catch (const Error&) {
     fail("KV cache: cannot allocate {} MiB for {} blocks",
          (total_key_bytes_ + total_value_bytes_) >> 20, config.num_blocks);
   }
@@ -82,8 +79,8 @@ void KvCache::write(int layer, int64_t slot, const float* k, const float* v) {
   for (int h = 0; h < config_.n_kv_heads; ++h) {
     const float* ks = k + static_cast<size_t>(h) * head_dim;
     const float* vs = v + static_cast<size_t>(h) * head_dim;
-    uint8_t* kb = keys_.get() + offset(layer, block, h) * key_block_bytes_;
-    uint8_t* vb = values_.get() + offset(layer, block, h) * value_block_bytes_;
+    uint8_t* kb = keys_.data() + offset(layer, block, h) * key_block_bytes_;
+    uint8_t* vb = values_.data() + offset(layer, block, h) * value_block_bytes_;
     if (config_.key_type == DType::F16) {
       uint16_t* kd = reinterpret_cast<uint16_t*>(kb) + pos;
       to_fp16(ks, key_halves, config_.head_dim);

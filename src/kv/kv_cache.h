@@ -15,6 +15,7 @@
 
 #include "kv/block_pool.h"
 #include "tensor/dtype.h"
+#include "util/huge_pages.h"
 
 namespace inferd::kv {
 
@@ -50,10 +51,10 @@ class KvCache {
 
   // The bytes of one kv head's keys (or values) in one block, whatever their type.
   const uint8_t* key_block(int layer, int32_t block, int kv_head) const {
-    return keys_.get() + offset(layer, block, kv_head) * key_block_bytes_;
+    return keys_.data() + offset(layer, block, kv_head) * key_block_bytes_;
   }
   const uint8_t* value_block(int layer, int32_t block, int kv_head) const {
-    return values_.get() + offset(layer, block, kv_head) * value_block_bytes_;
+    return values_.data() + offset(layer, block, kv_head) * value_block_bytes_;
   }
   size_t key_block_bytes() const { return key_block_bytes_; }
   size_t value_block_bytes() const { return value_block_bytes_; }
@@ -97,13 +98,10 @@ class KvCache {
   BlockPool pool_;
   size_t key_block_bytes_ = 0, value_block_bytes_ = 0;  // one record, 64-byte multiples
   size_t total_key_bytes_ = 0, total_value_bytes_ = 0;
-  // Zeroed storage from calloc: the pages are mapped lazily, so a large cache costs nothing
-  // until its blocks are first written, and never-written slots read as 0.
-  struct FreeDeleter {
-    void operator()(uint8_t* p) const;
-  };
-  std::unique_ptr<uint8_t[], FreeDeleter> keys_;    // [n_layers, num_blocks, n_kv_heads] records
-  std::unique_ptr<uint8_t[], FreeDeleter> values_;  // [n_layers, num_blocks, n_kv_heads] records
+  // Zeroed huge-page mappings (util/huge_pages.h): the pages are committed lazily, so a large
+  // cache costs nothing until its blocks are first written, and never-written slots read as 0.
+  HugePageBuffer keys_;    // [n_layers, num_blocks, n_kv_heads] records
+  HugePageBuffer values_;  // [n_layers, num_blocks, n_kv_heads] records
 };
 
 }  // namespace inferd::kv

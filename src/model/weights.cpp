@@ -33,7 +33,7 @@ kernels::WeightMatrix WeightLoader::matrix(const std::string& name, int64_t rows
   // Repacked once here so every matmul streams SIMD-friendly 16-row groups; the original rows
   // stay in the file's map for embedding look-ups.
   if (kernels::PackedWeights::supports(t.type, cols) && rows > 1)
-    w.packed = kernels::PackedWeights::pack(t.type, t.data, rows, cols, w.row_bytes);
+    w.packed = kernels::PackedWeights::pack(t.type, t.data, rows, cols, w.row_bytes, arena_);
   return w;
 }
 

@@ -3,16 +3,19 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "gguf/gguf.h"
 #include "kernels/matmul.h"
+#include "util/huge_pages.h"
 
 namespace inferd::model {
 
 class WeightLoader {
  public:
-  explicit WeightLoader(const gguf::GgufFile& file) : file_(file) {}
+  explicit WeightLoader(const gguf::GgufFile& file)
+      : file_(file), arena_(std::make_shared<HugePageArena>()) {}
 
   bool has(const std::string& name) const { return file_.find_tensor(name) != nullptr; }
   // A [rows, cols] matrix (GGUF shape [cols, rows]) whose type the kernels can multiply.
@@ -23,6 +26,8 @@ class WeightLoader {
  private:
   const gguf::TensorInfo& find(const std::string& name) const;
   const gguf::GgufFile& file_;
+  // The packed matrices of one model, together in huge pages (util/huge_pages.h).
+  std::shared_ptr<HugePageArena> arena_;
 };
 
 }  // namespace inferd::model

@@ -14,13 +14,20 @@ namespace inferd {
 
 class ThreadPool {
  public:
-  // `num_threads` counts the caller; 1 means no extra threads.
-  explicit ThreadPool(int num_threads);
+  // `num_threads` counts the caller; 1 means no extra threads. With `pin`, when the threads are
+  // as many as the CPUs this process may run on (sched_getaffinity), thread i is kept on the
+  // i-th of them (the caller on the first, from its first region on): waits that spin need
+  // every thread on a CPU of its own, and when another process briefly takes a CPU the
+  // scheduler could otherwise move a worker onto its partner's CPU, where the two then take
+  // turns. With fewer threads than CPUs nothing is pinned, so other programs keep their room.
+  explicit ThreadPool(int num_threads, bool pin = false);
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;
 
   int num_threads() const { return num_threads_; }
+  // True when the threads are pinned (see the constructor).
+  bool pinned() const { return !cpus_.empty(); }
 
   // Runs fn(thread_index, num_threads) on every thread and returns when all are done.
   // `fn` must not throw. It is called through a plain pointer: nothing is copied or allocated.
@@ -70,6 +77,8 @@ class ThreadPool {
   void worker_loop(int index);
 
   int num_threads_;
+  uint64_t id_;
+  std::vector<int> cpus_;  // thread i runs on cpus_[i]; empty: not pinned
   std::vector<std::thread> workers_;
   RawJob job_ = nullptr;
   void* job_ctx_ = nullptr;

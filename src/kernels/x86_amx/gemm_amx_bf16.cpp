@@ -189,15 +189,40 @@ inline void multiply_tokens(const uint16_t* x) {
 // NT (1 or 2) token tiles x NG (1 or 2) groups of 16 rows over `count` blocks of dequantized
 // weights (w[g] for group g); x points at the first token's first column of the chunk. r[tt][g]
 // holds the sums, which start at zero (first chunk) or at y.
+// Asks for the cache lines of `bytes` at address p (an integer: it may lie past the weights,
+// and a prefetch never faults).
+inline void prefetch_bytes(uintptr_t p, size_t bytes) {
+  for (size_t offset = 0; offset < bytes; offset += 64)
+    _mm_prefetch(reinterpret_cast<const char*>(p + offset), _MM_HINT_T1);
+}
+
+// The packed blocks of the groups after this call's (usually the same thread's next call),
+// fetched into L2 one block per block multiplied while the tile unit works, so that their
+// dequantization does not wait on memory.
+struct NextGroups {
+  uintptr_t base = 0;  // block 0 of the first of them; 0: nothing to fetch
+  int64_t group_bytes = 0;
+  int n_groups = 0;
+  int64_t block_bytes = 0;
+  void fetch(int64_t b) const {
+    if (base == 0) return;
+    for (int g = 0; g < n_groups; ++g) {
+      prefetch_bytes(base + static_cast<uintptr_t>(g * group_bytes + b * block_bytes),
+                     static_cast<size_t>(block_bytes));
+    }
+  }
+};
+
 template <int NT, int NG>
 void multiply_chunk(const WeightTile* const* w, int64_t count, const uint16_t* x, int64_t x_stride,
-                    bool first, ResultRows (&r)[2][2]) {
+                    bool first, ResultRows (&r)[2][2], const NextGroups& next, int64_t b0) {
   const uint16_t* x1 = x + kTileTokens * x_stride;
   load_sums<0, 0>(r[0][0], first);
   if constexpr (NG > 1) load_sums<0, 1>(r[0][1], first);
   if constexpr (NT > 1) load_sums<1, 0>(r[1][0], first);
   if constexpr (NT > 1 && NG > 1) load_sums<1, 1>(r[1][1], first);
   for (int64_t i = 0; i < count; ++i) {
+    next.fetch(b0 + i);
     tile_load<kWeightTile<0>>(w[0][i], 64);
     if constexpr (NG > 1) tile_load<kWeightTile<1>>(w[1][i], 64);
     multiply_tokens<0, NG>(x + i * kTileValues);
@@ -220,6 +245,10 @@ void groups_gemm_bf16(const uint8_t* group, int64_t blocks, const uint16_t* x, i
   for (int g = 0; g < NG; ++g) chunk[g] = tiles[g];
   const int64_t n_chunks = (blocks + kChunkBlocks - 1) / kChunkBlocks;
   const int64_t chunk_blocks = (blocks + n_chunks - 1) / n_chunks;
+  const int64_t group_bytes = blocks * static_cast<int64_t>(sizeof(Block));
+  const NextGroups next{
+      reinterpret_cast<uintptr_t>(group) + static_cast<uintptr_t>(NG * group_bytes), group_bytes,
+      NG, static_cast<int64_t>(sizeof(Block))};
   for (int64_t b0 = 0; b0 < blocks; b0 += chunk_blocks) {
     const int64_t count = blocks - b0 < chunk_blocks ? blocks - b0 : chunk_blocks;
     for (int g = 0; g < NG; ++g)
@@ -234,10 +263,12 @@ void groups_gemm_bf16(const uint8_t* group, int64_t blocks, const uint16_t* x, i
       ResultRows r[2][2] = {{{y0, y_stride, n0}, {y0 + kPackRows, y_stride, n0}},
                             {{y1, y_stride, n1}, {y1 + kPackRows, y_stride, n1}}};
       const uint16_t* xt = x + t0 * x_stride + b0 * kTileValues;
+      // The first token pair fetches the next groups' blocks of this chunk.
+      const NextGroups fetch = t0 == 0 ? next : NextGroups{};
       if (left > kTileTokens) {
-        multiply_chunk<2, NG>(chunk, count, xt, x_stride, b0 == 0, r);
+        multiply_chunk<2, NG>(chunk, count, xt, x_stride, b0 == 0, r, fetch, b0);
       } else {
-        multiply_chunk<1, NG>(chunk, count, xt, x_stride, b0 == 0, r);
+        multiply_chunk<1, NG>(chunk, count, xt, x_stride, b0 == 0, r, fetch, b0);
       }
     }
   }
