@@ -119,13 +119,10 @@ void attend_tile(const AttentionTile& tile, const kv::KvCache& cache, int layer,
     const int64_t first_block = start / block_size;
     const int count = static_cast<int>(std::min<int64_t>(chunk_keys, n_keys - start));
     const int n_blocks = (count + block_size - 1) / block_size;
-    // The whole chunk's keys and values into L2 at once, so their misses overlap instead of
-    // stalling block after block.
-    for (int i = 0; i < n_blocks; ++i) {
-      const int32_t block = block_table[static_cast<size_t>(first_block + i)];
-      prefetch_bytes<2>(cache.key_block(layer, block, tile.kv_head), cache.key_block_bytes());
-      prefetch_bytes<2>(cache.value_block(layer, block, tile.kv_head), cache.value_block_bytes());
-    }
+    // No prefetch of the chunk's own blocks here: a decode tile's KV was fetched while the
+    // previous tile ran (`next`), a prompt's was just written and is in cache, and a burst of
+    // prefetches for lines already present or on their way only held the core up (measured:
+    // the tiles ran up to 15% faster without it, from cache and from memory).
     for (int i = 0; i < n_blocks; ++i) {
       const int32_t block = block_table[static_cast<size_t>(first_block + i)];
       if (q8_keys) {

@@ -186,9 +186,6 @@ inline void multiply_tokens(const uint16_t* x) {
   if constexpr (NG > 1) tile_dpbf16ps<kSumTile<TT, 1>, kActivationTile<TT>, kWeightTile<1>>();
 }
 
-// NT (1 or 2) token tiles x NG (1 or 2) groups of 16 rows over `count` blocks of dequantized
-// weights (w[g] for group g); x points at the first token's first column of the chunk. r[tt][g]
-// holds the sums, which start at zero (first chunk) or at y.
 // Asks for the cache lines of `bytes` at address p (an integer: it may lie past the weights,
 // and a prefetch never faults).
 inline void prefetch_bytes(uintptr_t p, size_t bytes) {
@@ -213,16 +210,20 @@ struct NextGroups {
   }
 };
 
-template <int NT, int NG>
+// NT (1 or 2) token tiles x NG (1 or 2) groups of 16 rows over `count` blocks of dequantized
+// weights (w[g] for group g); x points at the first token's first column of the chunk. r[tt][g]
+// holds the sums, which start at zero (first chunk) or at y. before_block(i) runs before block
+// i's tile loads, so that vector work it does overlaps the tile multiplies of block i - 1.
+template <int NT, int NG, typename BeforeBlock>
 void multiply_chunk(const WeightTile* const* w, int64_t count, const uint16_t* x, int64_t x_stride,
-                    bool first, ResultRows (&r)[2][2], const NextGroups& next, int64_t b0) {
+                    bool first, ResultRows (&r)[2][2], BeforeBlock&& before_block) {
   const uint16_t* x1 = x + kTileTokens * x_stride;
   load_sums<0, 0>(r[0][0], first);
   if constexpr (NG > 1) load_sums<0, 1>(r[0][1], first);
   if constexpr (NT > 1) load_sums<1, 0>(r[1][0], first);
   if constexpr (NT > 1 && NG > 1) load_sums<1, 1>(r[1][1], first);
   for (int64_t i = 0; i < count; ++i) {
-    next.fetch(b0 + i);
+    before_block(i);
     tile_load<kWeightTile<0>>(w[0][i], 64);
     if constexpr (NG > 1) tile_load<kWeightTile<1>>(w[1][i], 64);
     multiply_tokens<0, NG>(x + i * kTileValues);
@@ -251,9 +252,20 @@ void groups_gemm_bf16(const uint8_t* group, int64_t blocks, const uint16_t* x, i
       NG, static_cast<int64_t>(sizeof(Block))};
   for (int64_t b0 = 0; b0 < blocks; b0 += chunk_blocks) {
     const int64_t count = blocks - b0 < chunk_blocks ? blocks - b0 : chunk_blocks;
-    for (int g = 0; g < NG; ++g)
-      for (int64_t i = 0; i < count; ++i) dequantize(w[g][b0 + i], tiles[g][i]);
-    memory_barrier();  // the weight tiles are in memory before any tile load reads them
+    const auto dequantize_block = [&](int64_t i) {
+      for (int g = 0; g < NG; ++g) dequantize(w[g][b0 + i], tiles[g][i]);
+    };
+    // The first token pair dequantizes the chunk as it goes: block i + 1 while the tile unit
+    // multiplies block i (the tile unit and the vector units work side by side), and asks for
+    // the next groups' blocks; the other pairs find the chunk's tiles made.
+    const auto first_pair = [&](int64_t i) {
+      if (i + 1 < count) dequantize_block(i + 1);
+      next.fetch(b0 + i);
+      memory_barrier();  // block i + 1's tiles are in memory before any tile load reads them
+    };
+    const auto later_pairs = [](int64_t) {};
+    dequantize_block(0);
+    memory_barrier();
     for (int64_t t0 = 0; t0 < n_tokens; t0 += 2 * kTileTokens) {
       const int64_t left = n_tokens - t0;
       const int n0 = static_cast<int>(left < 16 ? left : 16);
@@ -263,12 +275,16 @@ void groups_gemm_bf16(const uint8_t* group, int64_t blocks, const uint16_t* x, i
       ResultRows r[2][2] = {{{y0, y_stride, n0}, {y0 + kPackRows, y_stride, n0}},
                             {{y1, y_stride, n1}, {y1 + kPackRows, y_stride, n1}}};
       const uint16_t* xt = x + t0 * x_stride + b0 * kTileValues;
-      // The first token pair fetches the next groups' blocks of this chunk.
-      const NextGroups fetch = t0 == 0 ? next : NextGroups{};
       if (left > kTileTokens) {
-        multiply_chunk<2, NG>(chunk, count, xt, x_stride, b0 == 0, r, fetch, b0);
+        if (t0 == 0) {
+          multiply_chunk<2, NG>(chunk, count, xt, x_stride, b0 == 0, r, first_pair);
+        } else {
+          multiply_chunk<2, NG>(chunk, count, xt, x_stride, b0 == 0, r, later_pairs);
+        }
+      } else if (t0 == 0) {
+        multiply_chunk<1, NG>(chunk, count, xt, x_stride, b0 == 0, r, first_pair);
       } else {
-        multiply_chunk<1, NG>(chunk, count, xt, x_stride, b0 == 0, r, fetch, b0);
+        multiply_chunk<1, NG>(chunk, count, xt, x_stride, b0 == 0, r, later_pairs);
       }
     }
   }
