@@ -1,7 +1,5 @@
 #include "kv/kv_cache.h"
 
-#include <cstdlib>
-
 #include "kernels/kernels.h"
 #include "tensor/half.h"
 #include "tensor/quant_blocks.h"

@@ -15,7 +15,7 @@ HugePageBuffer::HugePageBuffer(size_t bytes) {
   // only whole, aligned 2 MiB ranges can be huge pages.
   const size_t mapped = size + kHugePage;
   void* p = mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (p == MAP_FAILED) fail("cannot map {} MiB of memory", bytes >> 20);
+  if (p == MAP_FAILED) fail("cannot map {} bytes of memory", bytes);
   const auto base = reinterpret_cast<uintptr_t>(p);
   const uintptr_t aligned = (base + kHugePage - 1) / kHugePage * kHugePage;
   if (aligned > base) munmap(p, aligned - base);
