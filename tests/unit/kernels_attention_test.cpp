@@ -4,6 +4,7 @@
 #include <bit>
 #include <cmath>
 #include <limits>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -27,6 +28,15 @@ std::vector<uint16_t> random_halves(int64_t n, uint32_t seed) {
   return h;
 }
 
+// Every value of an ISA's output within 1e-5 (relative, plus absolute) of the reference's;
+// `where` names the case in the failure message.
+void expect_matches_reference(const std::vector<float>& got, const std::vector<float>& want,
+                              const std::string& where) {
+  ASSERT_EQ(got.size(), want.size()) << where;
+  for (size_t i = 0; i < got.size(); ++i)
+    ASSERT_NEAR(got[i], want[i], 1e-5 * (1 + std::fabs(want[i]))) << where << " i=" << i;
+}
+
 TEST(AttentionKernels, ScoresMatchReference) {
   const AttentionKernels& ref = reference_kernels().attention;
   for (const KernelTable* table : available_kernels()) {
@@ -41,9 +51,10 @@ TEST(AttentionKernels, ScoresMatchReference) {
           table->attention.scores(keys.data(), block_size, head_dim, q.data(), rows, got.data(),
                                   s_stride);
           ref.scores(keys.data(), block_size, head_dim, q.data(), rows, want.data(), s_stride);
-          for (size_t i = 0; i < got.size(); ++i)
-            ASSERT_NEAR(got[i], want[i], 1e-5 * (1 + std::fabs(want[i])))
-                << table->isa << " bs=" << block_size << " hd=" << head_dim << " rows=" << rows;
+          ASSERT_NO_FATAL_FAILURE(expect_matches_reference(
+              got, want,
+              std::string(table->isa) + " bs=" + std::to_string(block_size) +
+                  " hd=" + std::to_string(head_dim) + " rows=" + std::to_string(rows)));
         }
       }
     }
@@ -64,9 +75,10 @@ TEST(AttentionKernels, AccumulateMatchesReference) {
           table->attention.accumulate(values.data(), n_keys, head_dim, p.data(), p_stride, rows,
                                       got.data());
           ref.accumulate(values.data(), n_keys, head_dim, p.data(), p_stride, rows, want.data());
-          for (size_t i = 0; i < got.size(); ++i)
-            ASSERT_NEAR(got[i], want[i], 1e-5 * (1 + std::fabs(want[i])))
-                << table->isa << " keys=" << n_keys << " hd=" << head_dim << " rows=" << rows;
+          ASSERT_NO_FATAL_FAILURE(expect_matches_reference(
+              got, want,
+              std::string(table->isa) + " keys=" + std::to_string(n_keys) +
+                  " hd=" + std::to_string(head_dim) + " rows=" + std::to_string(rows)));
         }
       }
     }
@@ -102,9 +114,10 @@ TEST(AttentionKernels, ScoresQ8MatchReference) {
                                      rows, got.data(), s_stride);
           ref.scores_q8(keys.data(), scales.data(), block_size, head_dim, q.data(), rows,
                         want.data(), s_stride);
-          for (size_t i = 0; i < got.size(); ++i)
-            ASSERT_NEAR(got[i], want[i], 1e-5 * (1 + std::fabs(want[i])))
-                << table->isa << " bs=" << block_size << " hd=" << head_dim << " rows=" << rows;
+          ASSERT_NO_FATAL_FAILURE(expect_matches_reference(
+              got, want,
+              std::string(table->isa) + " bs=" + std::to_string(block_size) +
+                  " hd=" + std::to_string(head_dim) + " rows=" + std::to_string(rows)));
         }
       }
     }
@@ -127,9 +140,10 @@ TEST(AttentionKernels, AccumulateQ8MatchesReference) {
                                          p_stride, rows, got.data());
           ref.accumulate_q8(values.data(), scales.data(), n_keys, head_dim, p.data(), p_stride,
                             rows, want.data());
-          for (size_t i = 0; i < got.size(); ++i)
-            ASSERT_NEAR(got[i], want[i], 1e-5 * (1 + std::fabs(want[i])))
-                << table->isa << " keys=" << n_keys << " hd=" << head_dim << " rows=" << rows;
+          ASSERT_NO_FATAL_FAILURE(expect_matches_reference(
+              got, want,
+              std::string(table->isa) + " keys=" + std::to_string(n_keys) +
+                  " hd=" + std::to_string(head_dim) + " rows=" + std::to_string(rows)));
         }
       }
     }

@@ -193,23 +193,6 @@ inline void prefetch_bytes(uintptr_t p, size_t bytes) {
     _mm_prefetch(reinterpret_cast<const char*>(p + offset), _MM_HINT_T1);
 }
 
-// The packed blocks of the groups after this call's (usually the same thread's next call),
-// fetched into L2 one block per block multiplied while the tile unit works, so that their
-// dequantization does not wait on memory.
-struct NextGroups {
-  uintptr_t base = 0;  // block 0 of the first of them; 0: nothing to fetch
-  int64_t group_bytes = 0;
-  int n_groups = 0;
-  int64_t block_bytes = 0;
-  void fetch(int64_t b) const {
-    if (base == 0) return;
-    for (int g = 0; g < n_groups; ++g) {
-      prefetch_bytes(base + static_cast<uintptr_t>(g * group_bytes + b * block_bytes),
-                     static_cast<size_t>(block_bytes));
-    }
-  }
-};
-
 // NT (1 or 2) token tiles x NG (1 or 2) groups of 16 rows over `count` blocks of dequantized
 // weights (w[g] for group g); x points at the first token's first column of the chunk. r[tt][g]
 // holds the sums, which start at zero (first chunk) or at y. before_block(i) runs before block
@@ -246,10 +229,15 @@ void groups_gemm_bf16(const uint8_t* group, int64_t blocks, const uint16_t* x, i
   for (int g = 0; g < NG; ++g) chunk[g] = tiles[g];
   const int64_t n_chunks = (blocks + kChunkBlocks - 1) / kChunkBlocks;
   const int64_t chunk_blocks = (blocks + n_chunks - 1) / n_chunks;
-  const int64_t group_bytes = blocks * static_cast<int64_t>(sizeof(Block));
-  const NextGroups next{
-      reinterpret_cast<uintptr_t>(group) + static_cast<uintptr_t>(NG * group_bytes), group_bytes,
-      NG, static_cast<int64_t>(sizeof(Block))};
+  // Block b of the groups after this call's (usually the same thread's next call), fetched into
+  // L2 while the tile unit works, so that their dequantization does not wait on memory.
+  const uintptr_t group_bytes = static_cast<uintptr_t>(blocks) * sizeof(Block);
+  const uintptr_t next_groups = reinterpret_cast<uintptr_t>(group) + NG * group_bytes;
+  const auto fetch_next = [&](int64_t b) {
+    for (int g = 0; g < NG; ++g)
+      prefetch_bytes(next_groups + g * group_bytes + static_cast<uintptr_t>(b) * sizeof(Block),
+                     sizeof(Block));
+  };
   for (int64_t b0 = 0; b0 < blocks; b0 += chunk_blocks) {
     const int64_t count = blocks - b0 < chunk_blocks ? blocks - b0 : chunk_blocks;
     const auto dequantize_block = [&](int64_t i) {
@@ -260,7 +248,7 @@ void groups_gemm_bf16(const uint8_t* group, int64_t blocks, const uint16_t* x, i
     // the next groups' blocks; the other pairs find the chunk's tiles made.
     const auto first_pair = [&](int64_t i) {
       if (i + 1 < count) dequantize_block(i + 1);
-      next.fetch(b0 + i);
+      fetch_next(b0 + i);
       memory_barrier();  // block i + 1's tiles are in memory before any tile load reads them
     };
     const auto later_pairs = [](int64_t) {};
