@@ -17,7 +17,9 @@ ModelRunner::ModelRunner(model::Model& model, kv::KvCache& cache, ThreadPool& po
   sequences_.resize(2 * seqs);  // a sequence may give one entry to each kernel route
   logit_rows_.resize(seqs);
   logit_index_.resize(seqs);
-  logits_.resize(seqs * static_cast<size_t>(n_vocab_));
+  const size_t n_logits = seqs * static_cast<size_t>(n_vocab_);
+  logits_memory_ = HugePageBuffer(n_logits * sizeof(float));
+  logits_ = {reinterpret_cast<float*>(logits_memory_.data()), n_logits};
 }
 
 void ModelRunner::run(std::span<const ScheduledSequence> scheduled) {

@@ -8,6 +8,7 @@
 #include "engine/scheduler.h"
 #include "kv/kv_cache.h"
 #include "model/model.h"
+#include "util/huge_pages.h"
 #include "util/thread_pool.h"
 
 namespace inferd::engine {
@@ -34,7 +35,10 @@ class ModelRunner {
   std::vector<model::BatchSequence> sequences_;  // [max_seqs]
   std::vector<int32_t> logit_rows_;              // [max_seqs]
   std::vector<int32_t> logit_index_;             // per scheduled sequence: row in logits_ or -1
-  std::vector<float> logits_;                    // [max_seqs, n_vocab]
+  // [max_seqs, n_vocab], in huge pages: the rows the output matmul stores together lie n_vocab
+  // floats apart (192 KiB for a 49K vocabulary), so in 4 KiB pages each is a page of its own.
+  HugePageBuffer logits_memory_;
+  std::span<float> logits_;
 };
 
 }  // namespace inferd::engine

@@ -192,7 +192,7 @@ void ActivationScratch::reserve(int64_t max_tokens, int64_t max_cols) {
       std::max(static_cast<size_t>(max_tokens * max_cols) * sizeof(float),
                static_cast<size_t>(padded * max_cols / kPackCols) * sizeof(ActQ8Block) + 64 +
                    static_cast<size_t>(padded * max_cols) * sizeof(uint16_t));
-  if (buffer_.size() < need) buffer_.resize(need);
+  if (buffer_.size() < need) buffer_ = HugePageBuffer(need);
 }
 
 void matmul_many(std::span<const MatmulTarget> targets, const float* x, int64_t n_tokens,

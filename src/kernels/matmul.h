@@ -14,6 +14,7 @@
 
 #include "kernels/kernels.h"
 #include "tensor/dtype.h"
+#include "util/huge_pages.h"
 #include "util/thread_pool.h"
 
 namespace inferd::kernels {
@@ -33,15 +34,18 @@ struct WeightMatrix {
 
 // Scratch for converted activations; sized once for the largest batch so matmul never
 // allocates in the decode loop.
+// The converted activations of a matmul, in huge pages: every group of weight rows reads all of
+// them again, and in 4 KiB pages a prompt's activations alone span dozens of TLB entries.
 class ActivationScratch {
  public:
-  // Room for `max_tokens` rows of up to `max_cols` values in any activation format.
+  // Room for `max_tokens` rows of up to `max_cols` values in any activation format (what was
+  // there is not kept when it grows).
   void reserve(int64_t max_tokens, int64_t max_cols);
   uint8_t* data() { return buffer_.data(); }
   size_t size() const { return buffer_.size(); }
 
  private:
-  std::vector<uint8_t> buffer_;
+  HugePageBuffer buffer_;
 };
 
 // Rows [bf16_from, n_tokens) may take the table's bf16 route (kernels.h; model/batch.h says

@@ -1,15 +1,18 @@
-// Memory for the large buffers a decode step streams through every time (packed weights, the
-// KV cache), in 2 MiB-aligned anonymous mappings the kernel is asked to back with transparent
-// huge pages (madvise). With 4 KiB pages a batched decode step touches tens of thousands of
-// pages, far more than the TLB holds, and pays a page walk for each; measured on SmolLM2-135M
-// with 16 sequences, huge pages for both weights and KV made the step about 9% faster (either
-// alone did not). Where the kernel has transparent huge pages off, the memory simply stays in
-// small pages.
+// Memory for the large buffers a step streams through every time (packed weights, the KV
+// cache, the activation workspaces), in 2 MiB-aligned anonymous mappings the kernel is asked to
+// back with transparent huge pages (madvise). With 4 KiB pages a batched decode step touches
+// tens of thousands of pages, far more than the TLB holds, and pays a page walk for each;
+// measured on SmolLM2-135M with 16 sequences, huge pages for both weights and KV made the step
+// about 9% faster (either alone did not). The workspaces matter for prompts: a matmul's output
+// rows lie a whole row (6 KiB and more) apart, so each row a tile stores is another page.
+// Where the kernel has transparent huge pages off, the memory simply stays in small pages.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
+#include <type_traits>
 #include <vector>
 
 namespace inferd {
@@ -45,6 +48,12 @@ class HugePageArena {
  public:
   // `bytes` zeroed bytes aligned to `alignment` (a power of two, at most 2 MiB).
   uint8_t* allocate(size_t bytes, size_t alignment = 64);
+  // `count` zeroed values of T (a trivially copyable type whose zero bytes are its zero).
+  template <typename T>
+  std::span<T> allocate_array(size_t count) {
+    static_assert(std::is_trivially_copyable_v<T> && alignof(T) <= 64);
+    return {reinterpret_cast<T*>(allocate(count * sizeof(T), 64)), count};
+  }
 
  private:
   static constexpr size_t kChunk = size_t{32} << 20;

@@ -1,6 +1,7 @@
 // HugePageBuffer and HugePageArena: zeroed, aligned, writable memory; pieces that do not overlap.
 #include <algorithm>
 #include <cstdint>
+#include <span>
 #include <utility>
 #include <vector>
 
@@ -59,6 +60,20 @@ TEST(HugePageArena, PiecesAreAlignedZeroedAndDisjoint) {
         << "piece " << i << " was overwritten by another";
   }
   EXPECT_THROW(arena.allocate(10, 48), Error);
+}
+
+TEST(HugePageArena, ArraysAreTypedZeroedAndDisjoint) {
+  HugePageArena arena;
+  const std::span<float> a = arena.allocate_array<float>(1000);
+  const std::span<float> b = arena.allocate_array<float>(3);
+  ASSERT_EQ(a.size(), 1000u);
+  ASSERT_EQ(b.size(), 3u);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(a.data()) % 64, 0u);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(b.data()) % 64, 0u);
+  EXPECT_TRUE(std::all_of(a.begin(), a.end(), [](float x) { return x == 0.0f; }));
+  std::fill(a.begin(), a.end(), 1.5f);
+  std::fill(b.begin(), b.end(), -2.0f);
+  EXPECT_TRUE(std::all_of(a.begin(), a.end(), [](float x) { return x == 1.5f; }));
 }
 
 }  // namespace

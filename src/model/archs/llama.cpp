@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <optional>
+#include <span>
 #include <vector>
 
 #include "kernels/attention.h"
@@ -11,6 +12,7 @@
 #include "model/registry.h"
 #include "model/weights.h"
 #include "util/error.h"
+#include "util/huge_pages.h"
 
 namespace inferd::model {
 namespace {
@@ -29,18 +31,19 @@ struct LlamaLayer {
   WeightMatrix w_down;     // [n_embd, n_ff]
 };
 
-// Work buffers for up to max_tokens tokens, allocated once.
+// Work buffers for up to max_tokens tokens, allocated once, in huge pages (util/huge_pages.h).
 struct LlamaWorkspace {
-  std::vector<float> x;     // [T, n_embd] residual stream
-  std::vector<float> h;     // [T, n_embd] normed input of a sub-layer
-  std::vector<float> q;     // [T, n_heads * head_dim]
-  std::vector<float> k;     // [T, n_kv_heads * head_dim]
-  std::vector<float> v;     // [T, n_kv_heads * head_dim]
-  std::vector<float> attn;  // [T, n_heads * head_dim]
-  std::vector<float> proj;  // [T, n_embd] output of wo / w_down
-  std::vector<float> gate;  // [T, n_ff]
-  std::vector<float> up;    // [T, n_ff]
-  std::vector<float> last;  // [R, n_embd] rows that need logits
+  HugePageArena memory;   // holds the spans below
+  std::span<float> x;     // [T, n_embd] residual stream
+  std::span<float> h;     // [T, n_embd] normed input of a sub-layer
+  std::span<float> q;     // [T, n_heads * head_dim]
+  std::span<float> k;     // [T, n_kv_heads * head_dim]
+  std::span<float> v;     // [T, n_kv_heads * head_dim]
+  std::span<float> attn;  // [T, n_heads * head_dim]
+  std::span<float> proj;  // [T, n_embd] output of wo / w_down
+  std::span<float> gate;  // [T, n_ff]
+  std::span<float> up;    // [T, n_ff]
+  std::span<float> last;  // [R, n_embd] rows that need logits
   kernels::ActivationScratch scratch;
 };
 
@@ -123,16 +126,17 @@ class Llama final : public Model {
     const ModelConfig& c = config_;
     const auto T = static_cast<size_t>(max_tokens_);
     const size_t q_dim = size_t(c.n_heads) * c.head_dim, kv_dim = size_t(c.n_kv_heads) * c.head_dim;
-    ws_.x.resize(T * c.n_embd);
-    ws_.h.resize(T * c.n_embd);
-    ws_.q.resize(T * q_dim);
-    ws_.k.resize(T * kv_dim);
-    ws_.v.resize(T * kv_dim);
-    ws_.attn.resize(T * q_dim);
-    ws_.proj.resize(T * c.n_embd);
-    ws_.gate.resize(T * c.n_ff);
-    ws_.up.resize(T * c.n_ff);
-    ws_.last.resize(T * c.n_embd);
+    const auto floats = [&](size_t n) { return ws_.memory.allocate_array<float>(n); };
+    ws_.x = floats(T * c.n_embd);
+    ws_.h = floats(T * c.n_embd);
+    ws_.q = floats(T * q_dim);
+    ws_.k = floats(T * kv_dim);
+    ws_.v = floats(T * kv_dim);
+    ws_.attn = floats(T * q_dim);
+    ws_.proj = floats(T * c.n_embd);
+    ws_.gate = floats(T * c.n_ff);
+    ws_.up = floats(T * c.n_ff);
+    ws_.last = floats(T * c.n_embd);
     ws_.scratch.reserve(max_tokens_, std::max<int64_t>({c.n_embd, c.n_ff, int64_t(q_dim)}));
   }
 
