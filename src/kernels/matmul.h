@@ -33,9 +33,8 @@ struct WeightMatrix {
 };
 
 // Scratch for converted activations; sized once for the largest batch so matmul never
-// allocates in the decode loop.
-// The converted activations of a matmul, in huge pages: every group of weight rows reads all of
-// them again, and in 4 KiB pages a prompt's activations alone span dozens of TLB entries.
+// allocates in the decode loop. In huge pages: every group of weight rows reads all of them
+// again, and in 4 KiB pages a prompt's activations alone span dozens of TLB entries.
 class ActivationScratch {
  public:
   // Room for `max_tokens` rows of up to `max_cols` values in any activation format (what was
