@@ -23,14 +23,12 @@ constexpr int kMaxRows = 64;
 constexpr int kChunkKeys = 256;
 constexpr int kScoreBudget = 4096;
 
-// Asks for `bytes` from p ahead of their use (locality 3: into L1, 2: into L2). A sequence's
-// KV blocks lie anywhere in the pool, so the hardware prefetcher cannot guess the next one; with
-// many sequences in a batch their KV is far larger than the caches and comes from memory.
-template <int kLocality>
-inline void prefetch_bytes(const void* p, size_t bytes) {
+// Asks for `bytes` from p into L2 ahead of their use. A sequence's KV blocks lie anywhere in the
+// pool, so the hardware prefetcher cannot guess the next one; with many sequences in a batch
+// their KV is far larger than the caches and comes from memory.
+inline void prefetch_to_l2(const void* p, size_t bytes) {
   const char* c = static_cast<const char*>(p);
-  for (size_t offset = 0; offset < bytes; offset += 64)
-    __builtin_prefetch(c + offset, 0, kLocality);
+  for (size_t offset = 0; offset < bytes; offset += 64) __builtin_prefetch(c + offset, 0, 2);
 }
 
 // Fetches another tile's K/V blocks into L2 in steps, one share per block this tile scores, so
@@ -53,9 +51,8 @@ class NextTilePrefetcher {
   void fetch(int64_t count) {
     for (; count > 0 && done_ < total_; --count, ++done_) {
       const int32_t block = next_->block_table[static_cast<size_t>(done_)];
-      prefetch_bytes<2>(cache_.key_block(layer_, block, next_->kv_head), cache_.key_block_bytes());
-      prefetch_bytes<2>(cache_.value_block(layer_, block, next_->kv_head),
-                        cache_.value_block_bytes());
+      prefetch_to_l2(cache_.key_block(layer_, block, next_->kv_head), cache_.key_block_bytes());
+      prefetch_to_l2(cache_.value_block(layer_, block, next_->kv_head), cache_.value_block_bytes());
     }
   }
 

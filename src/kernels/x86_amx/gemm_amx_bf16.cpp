@@ -263,16 +263,17 @@ void groups_gemm_bf16(const uint8_t* group, int64_t blocks, const uint16_t* x, i
       ResultRows r[2][2] = {{{y0, y_stride, n0}, {y0 + kPackRows, y_stride, n0}},
                             {{y1, y_stride, n1}, {y1 + kPackRows, y_stride, n1}}};
       const uint16_t* xt = x + t0 * x_stride + b0 * kTileValues;
-      if (left > kTileTokens) {
-        if (t0 == 0) {
-          multiply_chunk<2, NG>(chunk, count, xt, x_stride, b0 == 0, r, first_pair);
+      const auto multiply = [&](const auto& before_block) {
+        if (left > kTileTokens) {
+          multiply_chunk<2, NG>(chunk, count, xt, x_stride, b0 == 0, r, before_block);
         } else {
-          multiply_chunk<2, NG>(chunk, count, xt, x_stride, b0 == 0, r, later_pairs);
+          multiply_chunk<1, NG>(chunk, count, xt, x_stride, b0 == 0, r, before_block);
         }
-      } else if (t0 == 0) {
-        multiply_chunk<1, NG>(chunk, count, xt, x_stride, b0 == 0, r, first_pair);
+      };
+      if (t0 == 0) {
+        multiply(first_pair);
       } else {
-        multiply_chunk<1, NG>(chunk, count, xt, x_stride, b0 == 0, r, later_pairs);
+        multiply(later_pairs);
       }
     }
   }
