@@ -1,6 +1,7 @@
 // `inferd tokenize` and `inferd detokenize`: the model's tokenizer at the terminal, for
 // checking prompts and comparing against other tools.
 #include <cstdio>
+#include <fstream>
 #include <iostream>
 #include <iterator>
 #include <memory>
@@ -8,6 +9,7 @@
 #include <vector>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
@@ -58,6 +60,12 @@ std::string read_stdin() {
   return std::string(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
 }
 
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail("cannot open {}", path);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
 // Accepts "1 2 3", "1,2,3", "[1, 2, 3]" or any mix, spread over one or more arguments.
 std::vector<int32_t> parse_ids(const std::vector<std::string>& args) {
   std::vector<int32_t> ids;
@@ -90,15 +98,29 @@ std::vector<int32_t> parse_ids(const std::vector<std::string>& args) {
 struct TokenizeOptions {
   std::string model;
   std::string text;
+  std::string file;
   bool json = false;
+  bool ids_only = false;
   bool no_bos = false;
   bool no_parse_special = false;
 };
 
 void run_tokenize(const TokenizeOptions& opt) {
   auto tok = load_tokenizer(opt.model);
-  std::string text = opt.text == "-" ? read_stdin() : opt.text;
+  std::string text;
+  if (!opt.file.empty()) {
+    text = read_file(opt.file);
+  } else if (opt.text == "-") {
+    text = read_stdin();
+  } else {
+    text = opt.text;
+  }
   std::vector<int32_t> ids = tok->encode(text, !opt.no_bos, !opt.no_parse_special);
+  if (opt.ids_only) {
+    // One line "[1, 2, 3]", as llama-tokenize --ids prints it, so outputs compare directly.
+    fmt::print("[{}]\n", fmt::join(ids, ", "));
+    return;
+  }
   if (opt.json) {
     nlohmann::json pieces = nlohmann::json::array();
     for (int32_t id : ids) pieces.push_back(tok->token_piece(id));
@@ -116,12 +138,19 @@ void register_tokenize(CLI::App& app) {
   auto* cmd = app.add_subcommand("tokenize", "Show the token ids and pieces of a text");
   auto opt = std::make_shared<TokenizeOptions>();
   cmd->add_option("-m,--model", opt->model, "GGUF file (default: the fetched SmolLM2)");
-  cmd->add_option("text", opt->text, "Text to tokenize; '-' reads standard input")->required();
+  auto* text = cmd->add_option("text", opt->text, "Text to tokenize; '-' reads standard input");
+  auto* file = cmd->add_option("-f,--file", opt->file, "Read the text from a file, as its bytes");
+  text->excludes(file);
+  file->excludes(text);
   cmd->add_flag("--json", opt->json, "Print {\"ids\": [...], \"pieces\": [...]}");
+  cmd->add_flag("--ids", opt->ids_only, "Print only the ids, as one line [1, 2, 3]");
   cmd->add_flag("--no-bos", opt->no_bos, "Do not add BOS/EOS even if the model asks for them");
   cmd->add_flag("--no-parse-special", opt->no_parse_special,
                 "Treat special-token texts such as <|im_start|> as plain text");
-  cmd->callback([opt] { run_tokenize(*opt); });
+  cmd->callback([opt, text, file] {
+    if (text->count() == 0 && file->count() == 0) fail("tokenize needs a TEXT argument or -f FILE");
+    run_tokenize(*opt);
+  });
 }
 
 void register_detokenize(CLI::App& app) {
