@@ -57,10 +57,11 @@ bool ByteLevelBpe::round_trips(std::string_view text) const {
 }
 
 void ByteLevelBpe::encode(std::string_view text, std::vector<int32_t>& out) const {
-  // The regexes need valid UTF-8; almost all input is, and is used in place.
+  // Almost all input is valid UTF-8 and is used in place; anything else is decoded the way
+  // the reference decodes it, which is what the pre-tokenizer expects.
   std::string cleaned;
   if (!is_valid_utf8(text)) {
-    cleaned = sanitize_utf8(text);
+    cleaned = lenient_utf8(text);
     text = cleaned;
   }
   Scratch scratch;

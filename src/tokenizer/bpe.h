@@ -16,7 +16,8 @@ class ByteLevelBpe final : public TextEncoder {
   // `vocab` must outlive the encoder. Throws inferd::Error for an unknown pre-tokenizer.
   explicit ByteLevelBpe(const Vocab& vocab);
 
-  // Invalid UTF-8 is encoded as U+FFFD (one per maximal invalid subpart). Bytes of valid
+  // Invalid UTF-8 is decoded as the reference does (lenient_utf8: U+FFFD for each byte that
+  // starts no code point; overlong forms and surrogates are taken as code points). Bytes of valid
   // characters that the vocabulary cannot spell (SmolLM2 has no token for 0x04 or for the
   // lead byte 0xF1, say) are left out, as the reference tokenizer does.
   void encode(std::string_view text, std::vector<int32_t>& out) const override;
