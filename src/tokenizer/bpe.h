@@ -24,7 +24,7 @@ class ByteLevelBpe final : public TextEncoder {
   std::string token_bytes(int32_t id) const override;
 
   // True when encode() keeps `text` exactly: valid UTF-8 that the vocabulary can spell.
-  bool round_trips(std::string_view text) const;
+  bool round_trips(std::string_view text) const override;
 
   struct Scratch;  // per-call working memory, so that encode() shares no mutable state
 
