@@ -15,6 +15,7 @@ class ByteLevelBpe final : public TextEncoder {
  public:
   // `vocab` must outlive the encoder. Throws inferd::Error for an unknown pre-tokenizer.
   explicit ByteLevelBpe(const Vocab& vocab);
+  ~ByteLevelBpe() override;
 
   // Invalid UTF-8 is decoded as the reference does (lenient_utf8: U+FFFD for each byte that
   // starts no code point; overlong forms and surrogates are taken as code points). Bytes of valid
@@ -29,11 +30,16 @@ class ByteLevelBpe final : public TextEncoder {
   struct Scratch;  // per-call working memory, so that encode() shares no mutable state
 
  private:
+  class TokenIndex;
+  class PairCache;
+
   void encode_word(std::string_view word, Scratch& scratch, std::vector<int32_t>& out) const;
+  void merge_short_word(std::string_view word, PairCache& pairs, std::vector<int32_t>& out) const;
 
   const Vocab& vocab_;
   std::unique_ptr<PreTokenizer> pre_;
   std::array<int32_t, 256> byte_tokens_{};  // token of each single byte, or kNoToken
+  std::unique_ptr<TokenIndex> tokens_;      // only when the pre-tokenizer ignores merges
 };
 
 }  // namespace inferd::tokenizer

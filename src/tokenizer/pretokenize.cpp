@@ -29,7 +29,7 @@
 //    upper from lower case, and beyond ASCII every letter is both); \s beyond ASCII is exactly
 //    the White_Space property; controls, format characters, private use, surrogates and
 //    unassigned code points belong to no category and only negated classes match them; and
-//    0x1C..0x1F, which Unicode counts as white space in some definitions, are not \s.
+//    0x1C..0x1F, which Python's \s matches, are not \s.
 //    The categories come from Unicode 15.1 (pretokenize_unicode.inc).
 // 3. A regex without categories runs on the code points themselves, with every non-ASCII
 //    white space code point replaced by 0x0B; \s, \d, \w and \b are again ASCII only.
@@ -37,10 +37,14 @@
 //    see the piece's ends as the text's ends. A piece becomes its matches and the text between
 //    them. Empty matches cut too, and after one the search goes on as C++'s regex_iterator
 //    does: first a non-empty match at the same place, else from one character further on.
-// 5. For the GPT-2 and Llama 3 patterns, and the Qwen2 patterns, the reference has hand-written
+// 5. For the GPT-2, Llama 3, Qwen2 and Qwen3.5 patterns the reference has hand-written
 //    splitters instead of the regex; they give the same pieces as the regex does under rules
-//    2-4 (ours are checked against the regexes by tests/unit/tokenizer_pretokenize_test.cpp).
-//    Two digit-grouping rules (AFMoE's, also used for Tiny Aya) exist only as hand-written code.
+//    2-4, and so do ours (tests/unit/tokenizer_pretokenize_test.cpp compares them). AFMoE's
+//    digit grouping, which Tiny Aya's first regex is also run as, exists only as code.
+//
+// Which regexes a name uses, and whether it ignores merges, are the reference's tables. Not
+// here: Kimi K2 (a splitter with no regex behind it) and the names whose vocabularies are not
+// byte-level (gemma4, sarvam-moe, whitespace).
 //
 // Here the category regexes run with PCRE2 in 8-bit mode without UTF on a string of those class
 // bytes (one per code point), the others with PCRE2 in UTF mode without UCP on UTF-8 where
@@ -123,6 +127,10 @@ bool is_letter(uint8_t c) {
 }
 bool is_number(uint8_t c) {
   return c == kN || (c >= '0' && c <= '9');
+}
+// \s on class bytes: ASCII white space, and kW (the same byte as \v).
+bool is_space(uint8_t c) {
+  return c == ' ' || (c >= '\t' && c <= '\r');
 }
 
 // One code point as the reference decodes it; a byte that starts none counts as U+FFFD.
@@ -225,10 +233,12 @@ constexpr std::string_view kPoro = " ?[^(\\s|.,!?…。，、।۔،)]+";
 constexpr std::string_view kCjkHangul = "[一-龥ࠀ-一가-퟿]+";
 constexpr std::string_view kCjkKana = "[一-龥぀-ゟ゠-ヿ]+";
 constexpr std::string_view kYoutuScripts =
-    "[가-힣ㄱ-ㆎ]+|[！…“”‘’—：；，、-〿︰-﹏]+|[ㄅ-ㄯ]+|[一-龥぀-ゟ゠-ヿ]"
+    "[가-힣ㄱ-ㆎ]+|[！…“”‘’—：；，、-〿︰-﹏]+|[ㄅ-ㄯ]+|[一-龥぀-ゟ゠-"
+    "ヿ]"
     "+";
 constexpr std::string_view kAfmoeScripts =
-    "[一-鿿㐀-䶿豈-﫿぀-ゟ゠-ヿ･-ﾟ⼀-⿟เ-๿຀-໿ក-៿က-႟ꩠ-ꩿꧠ-꧿가-힯ᄀ-ᇿ]"
+    "[一-鿿㐀-䶿豈-﫿぀-ゟ゠-ヿ･-ﾟ⼀-⿟เ-๿຀-໿ក-៿က-႟ꩠ-ꩿꧠ-꧿가-힯ᄀ-"
+    "ᇿ]"
     "+";
 constexpr std::string_view kAfmoe =
     INFERD_DEEPSEEK3_HEAD "[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
@@ -254,9 +264,12 @@ const std::vector<Spec>& specs() {
       {{"jais-2"}, {kJais2}},
       {{"deepseek-llm"},
        {"[\\r\\n]",
-        "\\s?[A-Za-zµÀ-ÖØ-öø-ƺƼ-ƿǄ-ʓʕ-ʯͰ-ͳͶͷͻ-ͽͿΆΈ-ΊΌΎ-ΡΣ-ϵϷ-ҁҊ-ԯԱ-ՖႠ-ჅᎠ-Ᏽᏸ-ᏽᲐ-ᲺᲽ-"
-        "Ჿᴀ-ᴫᵫ-ᵷᵹ-ᶚḀ-ἕἘ-Ἕἠ-ὅὈ-Ὅὐ-ὗὙὛὝὟ-ώᾀ-ᾴᾶ-ᾼιῂ-ῄῆ-ῌῐ-ΐῖ-Ίῠ-Ῥῲ-ῴῶ-ῼℂℇℊ-ℓℕℙ-ℝℤΩℨK-ℭℯ-ℴℹℼ-ℿⅅ-"
-        "ⅉⅎↃↄⰀ-ⱻⱾ-ⳤⳫ-ⳮⳲⳳꙀ-ꙭꚀ-ꚛꜢ-ꝯꝱ-ꞇꞋ-ꞎꭰ-ꮿﬀ-ﬆﬓ-ﬗＡ-Ｚａ-ｚ𐐀-𐑏𐒰-𐓓𐓘-𐓻𐲀-𐲲𐳀-"
+        "\\s?[A-Za-zµÀ-ÖØ-öø-ƺƼ-ƿǄ-ʓʕ-ʯͰ-ͳͶͷͻ-ͽͿΆΈ-ΊΌΎ-ΡΣ-ϵϷ-ҁҊ-ԯԱ-ՖႠ-ჅᎠ-Ᏽᏸ-ᏽᲐ-"
+        "ᲺᲽ-"
+        "Ჿᴀ-ᴫᵫ-ᵷᵹ-ᶚḀ-ἕἘ-Ἕἠ-ὅὈ-Ὅὐ-ὗὙὛὝὟ-ώᾀ-ᾴᾶ-ᾼιῂ-ῄῆ-ῌῐ-ΐῖ-Ίῠ-Ῥῲ-ῴῶ-ῼℂℇℊ-ℓℕℙ-ℝℤΩℨK-ℭℯ-ℴℹℼ-"
+        "ℿⅅ-"
+        "ⅉⅎↃↄⰀ-ⱻⱾ-ⳤⳫ-ⳮⳲⳳꙀ-ꙭꚀ-ꚛꜢ-ꝯꝱ-ꞇꞋ-ꞎꭰ-ꮿﬀ-ﬆﬓ-ﬗＡ-Ｚａ-ｚ𐐀-𐑏𐒰-𐓓𐓘-𐓻𐲀-"
+        "𐲲𐳀-"
         "𐳲𑢠-𑣟𞤀-𞥃]+",
         "\\s?[!-/:-~！-／：-～‘-‟　-。]+", "\\s+$", kCjkHangul, "\\p{N}+"}},
       {{"deepseek-coder"}, {"[\\r\\n]", "\\s?\\p{L}+", "\\s?\\p{P}+", kCjkHangul, "\\p{N}"}},
@@ -391,9 +404,13 @@ struct PreTokenizer::Step {
     kClassRegex,      // PCRE2 on the class bytes
     kCodePointRegex,  // PCRE2 on UTF-8 with non-ASCII white space as 0x0B
     kNumberGroups,    // the AFMoE rule
+    kGpt2,            // hand-written kGpt2 (the same pieces, faster)
+    kLlama3,          // hand-written kLlama3, kQwen2 and kQwen35
   };
   Kind kind = Kind::kClassRegex;
   pcre2_code* code = nullptr;
+  size_t max_digits = 3;        // kLlama3: \p{N}{1,3} or \p{N}
+  bool marks_in_words = false;  // kLlama3: [\p{L}\p{M}]+ instead of \p{L}+ (Qwen3.5)
   ~Step() { pcre2_code_free(code); }
 };
 
@@ -427,7 +444,7 @@ pcre2_code* compile(std::string_view name, const std::string& pattern, bool utf)
 
 }  // namespace
 
-std::unique_ptr<PreTokenizer> PreTokenizer::create(std::string_view name) {
+std::unique_ptr<PreTokenizer> PreTokenizer::create(std::string_view name, bool hand_written) {
   for (const Spec& spec : specs()) {
     if (std::find(spec.names.begin(), spec.names.end(), name) == spec.names.end()) continue;
     std::unique_ptr<PreTokenizer> pre(new PreTokenizer());
@@ -437,6 +454,12 @@ std::unique_ptr<PreTokenizer> PreTokenizer::create(std::string_view name) {
       auto step = std::make_unique<Step>();
       if (pattern == kNumberGroupsRule || pattern == kTinyAyaDigits) {
         step->kind = Step::Kind::kNumberGroups;
+      } else if (hand_written && pattern == kGpt2) {
+        step->kind = Step::Kind::kGpt2;
+      } else if (hand_written && (pattern == kLlama3 || pattern == kQwen2 || pattern == kQwen35)) {
+        step->kind = Step::Kind::kLlama3;
+        step->max_digits = pattern == kLlama3 ? 3 : 1;
+        step->marks_in_words = pattern == kQwen35;
       } else if (uses_categories(pattern)) {
         step->kind = Step::Kind::kClassRegex;
         step->code = compile(name, class_pattern(pattern), false);
@@ -537,6 +560,95 @@ void regex_pieces(const pcre2_code* code, const unsigned char* subject, size_t l
   if (done < length) cut(length);
 }
 
+// Length of an English contraction at s[0, n) ('s, 't, 're, 've, 'm, 'll, 'd), or 0. With
+// `any_case` the letters may be upper case too ('S, 'Re, ...).
+size_t contraction(const unsigned char* s, size_t n, bool any_case) {
+  if (n < 2 || s[0] != '\'') return 0;
+  auto lower = [any_case](unsigned char c) {
+    return any_case && c >= 'A' && c <= 'Z' ? static_cast<unsigned char>(c + 32) : c;
+  };
+  unsigned char a = lower(s[1]);
+  if (a == 's' || a == 't' || a == 'm' || a == 'd') return 2;
+  if (n < 3) return 0;
+  unsigned char b = lower(s[2]);
+  return (a == 'r' && b == 'e') || (a == 'v' && b == 'e') || (a == 'l' && b == 'l') ? 3 : 0;
+}
+
+// kGpt2 by hand: 's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)
+// on class bytes. One white space character before a non-space that is not a space matches
+// nothing; it is a piece of its own all the same, as text between matches.
+template <class Cut>
+void gpt2_pieces(const unsigned char* s, size_t n, Cut&& cut) {
+  auto other = [](unsigned char c) { return !is_space(c) && !is_letter(c) && !is_number(c); };
+  size_t pos = 0;
+  while (pos < n) {
+    if (size_t k = contraction(s + pos, n - pos, false)) {
+      cut(pos += k);
+      continue;
+    }
+    // A space joins the run that follows it, whatever its kind (not white space).
+    size_t q = s[pos] == ' ' && pos + 1 < n && !is_space(s[pos + 1]) ? pos + 1 : pos;
+    unsigned char c = s[q];
+    if (is_letter(c)) {
+      while (q < n && is_letter(s[q])) ++q;
+    } else if (is_number(c)) {
+      while (q < n && is_number(s[q])) ++q;
+    } else if (!is_space(c)) {
+      while (q < n && other(s[q])) ++q;
+    } else {
+      while (q < n && is_space(s[q])) ++q;
+      // \s+(?!\S): a run followed by a non-space leaves its last character to what follows.
+      if (q < n && q - pos > 1) --q;
+    }
+    cut(pos = q);
+  }
+}
+
+// kLlama3 (max_digits 3), kQwen2 (1) and kQwen35 (1, marks in words) by hand:
+// contractions (any case) | [^\r\n\p{L}\p{N}]?\p{L}+ | \p{N}{1,max} |
+// ' ?[^\s\p{L}\p{N}]+[\r\n]*' | \s*[\r\n]+ | \s+(?!\S) | \s+ on class bytes.
+template <class Cut>
+void llama3_pieces(const unsigned char* s, size_t n, size_t max_digits, bool marks, Cut&& cut) {
+  auto word = [marks](unsigned char c) { return is_letter(c) || (marks && c == kM); };
+  auto other = [&](unsigned char c) { return !is_space(c) && !word(c) && !is_number(c); };
+  auto newline = [](unsigned char c) { return c == '\r' || c == '\n'; };
+  size_t pos = 0;
+  while (pos < n) {
+    if (size_t k = contraction(s + pos, n - pos, true)) {
+      cut(pos += k);
+      continue;
+    }
+    unsigned char c = s[pos];
+    // A word, with one leading character that is neither a line break nor a number.
+    if (word(c) || (!newline(c) && !is_number(c) && pos + 1 < n && word(s[pos + 1]))) {
+      size_t q = pos + 1;
+      while (q < n && word(s[q])) ++q;
+      cut(pos = q);
+      continue;
+    }
+    if (is_number(c)) {
+      size_t q = pos + 1;
+      while (q < n && q - pos < max_digits && is_number(s[q])) ++q;
+      cut(pos = q);
+      continue;
+    }
+    size_t q = c == ' ' && pos + 1 < n && other(s[pos + 1]) ? pos + 1 : pos;
+    if (other(s[q])) {
+      while (q < n && other(s[q])) ++q;
+      while (q < n && newline(s[q])) ++q;
+      cut(pos = q);
+      continue;
+    }
+    // White space: up to its last line break if it has one, else as in GPT-2.
+    size_t end = pos, last_newline = 0;
+    while (end < n && is_space(s[end])) {
+      if (newline(s[end])) last_newline = end + 1;
+      ++end;
+    }
+    cut(pos = last_newline > 0 ? last_newline : end < n && end - pos > 1 ? end - 1 : end);
+  }
+}
+
 // The AFMoE rule: a run of numbers is cut into groups of three from its end, and the text
 // before the run goes with its first group (the rule only cuts, before and after groups).
 template <class Cut>
@@ -556,31 +668,60 @@ void number_group_pieces(const unsigned char* classes, size_t length, Cut&& cut)
   cut(length);
 }
 
+// Bytes in the unit that starts at p[0]: one code point, or one byte that starts none.
+size_t unit_length(const unsigned char* p, size_t available) {
+  return p[0] < 0x80 ? 1 : decode(p, available).length;
+}
+
 // The text as the steps see it. Offsets in pieces are code point indices.
 class Subject {
  public:
   explicit Subject(std::string_view text) : text_(text) {
+    const auto* p = reinterpret_cast<const unsigned char*>(text.data());
+    const size_t n = text.size();
     size_t i = 0;
-    while (i < text.size() && static_cast<unsigned char>(text[i]) < 0x80) ++i;
-    ascii_ = i == text.size();
+    while (i < n && p[i] < 0x80) ++i;
+    ascii_ = i == n;
     if (ascii_) return;
     const ClassTable& table = class_table();
-    const auto* p = reinterpret_cast<const unsigned char*>(text.data());
-    starts_.reserve(text.size() + 1);
-    classes_.reserve(text.size());
-    for (i = 0; i < text.size();) {
-      CodePoint c = decode(p + i, text.size() - i);
-      starts_.push_back(static_cast<uint32_t>(i));
-      classes_.push_back(static_cast<char>(c.valid ? table(c.cp) : table(0xFFFD)));
+    classes_.resize(n);
+    std::copy(p, p + i, classes_.begin());
+    size_t w = i;
+    while (i < n) {
+      if (p[i] < 0x80) {
+        classes_[w++] = static_cast<char>(p[i++]);
+        continue;
+      }
+      CodePoint c = decode(p + i, n - i);
+      classes_[w++] = static_cast<char>(table(c.cp));  // an invalid byte counts as U+FFFD
       i += c.length;
     }
-    starts_.push_back(static_cast<uint32_t>(text.size()));
+    classes_.resize(w);
   }
 
   size_t size() const { return ascii_ ? text_.size() : classes_.size(); }
-  size_t byte_offset(size_t index) const { return ascii_ ? index : starts_[index]; }
   const unsigned char* classes() const {
     return reinterpret_cast<const unsigned char*>(ascii_ ? text_.data() : classes_.data());
+  }
+
+  // Appends the text of each piece; `ends` holds the code point index where each one ends.
+  void pieces(const std::vector<uint32_t>& ends, std::vector<std::string_view>& out) const {
+    out.reserve(out.size() + ends.size());
+    size_t first = 0;
+    if (ascii_) {
+      for (uint32_t last : ends) {
+        out.push_back(text_.substr(first, last - first));
+        first = last;
+      }
+      return;
+    }
+    const auto* p = reinterpret_cast<const unsigned char*>(text_.data());
+    size_t index = 0, byte = 0;
+    for (uint32_t last : ends) {
+      for (; index < last; ++index) byte += unit_length(p + byte, text_.size() - byte);
+      out.push_back(text_.substr(first, byte - first));
+      first = byte;
+    }
   }
 
   // Runs `code` on pieces [first, last) of the code point subject; cut() gets indices.
@@ -600,38 +741,43 @@ class Subject {
   }
 
  private:
+  // The code point subject: the text as UTF-8 that PCRE2 accepts, with non-ASCII white space
+  // written as \v, as the reference has it for regexes without categories.
   void build_code_points() {
     if (!cp_starts_.empty()) return;
     const auto* p = reinterpret_cast<const unsigned char*>(text_.data());
     cp_text_.reserve(text_.size());
     cp_starts_.reserve(classes_.size() + 1);
-    for (size_t k = 0; k < classes_.size(); ++k) {
-      size_t at = starts_[k];
+    for (size_t k = 0, at = 0; k < classes_.size(); ++k) {
       CodePoint c = decode(p + at, text_.size() - at);
       cp_starts_.push_back(static_cast<uint32_t>(cp_text_.size()));
       if (c.length > 1 && static_cast<uint8_t>(classes_[k]) == kW) {
         cp_text_ += '\v';
       } else if (!c.valid) {
         cp_text_ += kReplacementUtf8;
-      } else if ((c.cp >= 0xD800 && c.cp <= 0xDFFF) || c.cp > kMaxCodePoint) {
-        // Not UTF-8 for PCRE2. No pattern names these, so any code point no pattern names
-        // behaves the same: U+FFFF is one.
-        cp_text_ += "\xEF\xBF\xBF";
+      } else if (c.cp >= 0xD800 && c.cp <= 0xDFFF) {
+        // Not UTF-8 for PCRE2, so a stand-in that every pattern puts in the same classes: the
+        // only class holding surrogates is AFMoE's range U+8C48-U+FAFF (its first character
+        // is U+8C48, not U+F900), and the private-use U+E000 is in it and in no other.
+        cp_text_ += "\xEE\x80\x80";
+      } else if (c.cp > kMaxCodePoint) {
+        cp_text_ += "\xEF\xBF\xBF";  // U+FFFF: like these, in no class of any pattern
       } else {
         cp_text_.append(text_.substr(at, c.length));
       }
+      at += c.length;
     }
     cp_starts_.push_back(static_cast<uint32_t>(cp_text_.size()));
     cp_index_.assign(cp_text_.size() + 1, 0);
-    for (size_t k = 0; k < cp_starts_.size(); ++k)
+    for (size_t k = 0; k < cp_starts_.size(); ++k) {
       cp_index_[cp_starts_[k]] = static_cast<uint32_t>(k);
+    }
   }
 
   std::string_view text_;
   bool ascii_ = true;
-  std::vector<uint32_t> starts_;  // byte offset of each code point, then text.size()
-  std::string classes_;           // class byte of each code point
-  std::string cp_text_;
+  std::string classes_;              // class byte of each code point (when not ascii_)
+  std::string cp_text_;              // the code point subject, built on first use
   std::vector<uint32_t> cp_starts_;  // offset in cp_text_ of each code point, then its size
   std::vector<uint32_t> cp_index_;   // code point index at each offset in cp_text_ that starts one
 };
@@ -670,18 +816,19 @@ void PreTokenizer::split(std::string_view text, std::vector<std::string_view>& o
         case Step::Kind::kNumberGroups:
           number_group_pieces(subject.classes() + first, last - first, cut_at);
           break;
+        case Step::Kind::kGpt2:
+          gpt2_pieces(subject.classes() + first, last - first, cut_at);
+          break;
+        case Step::Kind::kLlama3:
+          llama3_pieces(subject.classes() + first, last - first, step->max_digits,
+                        step->marks_in_words, cut_at);
+          break;
       }
       first = last;
     }
     ends.swap(next);
   }
-  out.reserve(out.size() + ends.size());
-  size_t first = 0;
-  for (uint32_t last : ends) {
-    size_t begin = subject.byte_offset(first);
-    out.push_back(text.substr(begin, subject.byte_offset(last) - begin));
-    first = last;
-  }
+  subject.pieces(ends, out);
 }
 
 }  // namespace inferd::tokenizer

@@ -154,6 +154,46 @@ TEST_P(TokenizerVocabPairs, MatchLlamaCpp) {
       GetParam().c_str(), model.c_str(), pre.c_str(), matched, texts.size(), decoded);
 }
 
+// Two byte-level vocabularies of the source come without pairs and without a pre-tokenizer name
+// (so the "default" rules apply); their ids here are llama-tokenize's (--no-bos
+// --no-parse-special) for the same texts.
+TEST(TokenizerVocabPairsSpotChecks, VocabulariesWithoutPairFiles) {
+  const std::string src = llama_src();
+  if (src.empty()) GTEST_SKIP() << "INFERD_LLAMA_SRC is not set (scripts/fetch-llama-src)";
+  struct Case {
+    const char* vocab;
+    const char* text;
+    Ids ids;
+  };
+  const std::string text1 = "Hello world! 1234567 na\u00EFve caf\u00E9 \u2014 \u65E5\u672C\u8A9E";
+  const std::string text2 = "  leading spaces\n\n\ttabs, it's DON'T 3.14159";
+  const Case cases[] = {
+      {"aquila",
+       text1.c_str(),
+       {22299, 3117, 1, 221, 11218, 31441, 23, 74502, 80526, 221, 923, 221, 4639, 4700, 253}},
+      {"aquila",
+       text2.c_str(),
+       {221, 8060, 15819, 982, 198, 71494, 12, 503, 7, 83, 67279, 7, 52, 221, 19, 14, 27263, 5547}},
+      {"gpt-neox",
+       text1.c_str(),
+       {12092, 1533, 2, 209, 10683, 25133, 24, 36060, 36241, 209, 1128, 209, 49868, 19119, 241}},
+      {"gpt-neox",
+       text2.c_str(),
+       {50276, 16378, 8470, 535, 186, 33754, 13, 352, 8, 84, 24694, 8, 53, 209, 20, 15, 18962,
+        3046}},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(fmt::format("{}: \"{}\"", c.vocab, shown(c.text)));
+    const fs::path path = fs::path(src) / "models" / fmt::format("ggml-vocab-{}.gguf", c.vocab);
+    if (!fs::exists(path)) continue;
+    gguf::GgufFile file = gguf::GgufFile::open(path.string());
+    auto tok = Tokenizer::from_gguf(file);
+    EXPECT_EQ(tok->vocab().pre(), "default");
+    EXPECT_EQ(tok->encode(c.text, false, false), c.ids);
+    EXPECT_EQ(tok->decode(c.ids, false), c.text);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(LlamaCpp, TokenizerVocabPairs, testing::ValuesIn(vocab_names()),
                          [](const testing::TestParamInfo<std::string>& info) {
                            std::string name;
