@@ -3,13 +3,21 @@
 #include <algorithm>
 
 namespace inferd::tokenizer {
+namespace {
+
+// The C locale's isspace(), without its locale and signed-char pitfalls.
+bool is_space(char c) {
+  return c == ' ' || (c >= '\t' && c <= '\r');
+}
+
+}  // namespace
 
 SpecialTokenSplitter::SpecialTokenSplitter(const Vocab& vocab) {
   for (int32_t id = 0; id < vocab.size(); ++id) {
     TokenType t = vocab.type(id);
     bool user = t == TokenType::kUserDefined;
     if ((user || vocab.is_control(id)) && !vocab.text(id).empty()) {
-      candidates_.push_back({id, vocab.text(id), user});
+      candidates_.push_back({id, vocab.text(id), user, vocab.strips_right(id)});
       has_user_defined_ = has_user_defined_ || user;
     }
   }
@@ -81,6 +89,9 @@ std::vector<TextSegment> SpecialTokenSplitter::split(std::string_view text,
         if (at > 0) next.push_back({rest.substr(0, at), kNoToken});
         next.push_back({rest.substr(at, cand.text.size()), cand.id});
         rest.remove_prefix(at + cand.text.size());
+        if (cand.strips_right) {
+          while (!rest.empty() && is_space(rest.front())) rest.remove_prefix(1);
+        }
       }
       if (!rest.empty()) next.push_back({rest, kNoToken});
     }

@@ -24,6 +24,8 @@ class SpecialTokenSplitter {
   // ones in the text that is left, each at every non-overlapping place from the left; this
   // is the reference's rule, which differs from a leftmost-longest scan in odd cases.
   // Without `parse_special` only user-defined tokens are taken, as the reference does.
+  // Whitespace right after a token that Vocab::strips_right() names is dropped. Text runs in
+  // the result never touch each other, and none is empty.
   std::vector<TextSegment> split(std::string_view text, bool parse_special) const;
 
  private:
@@ -35,6 +37,7 @@ class SpecialTokenSplitter {
     int32_t id;
     std::string_view text;
     bool user_defined;
+    bool strips_right;
   };
 
   void add_to_trie(int32_t candidate);

@@ -22,7 +22,8 @@ namespace inferd::tokenizer {
 class Tokenizer {
  public:
   // Throws inferd::Error naming the metadata key when the file's tokenizer is unusable or of
-  // a kind we do not implement (today: tokenizer.ggml.model = "gpt2", byte-level BPE).
+  // a kind we do not implement (tokenizer.ggml.model "gpt2", byte-level BPE, and "llama",
+  // SentencePiece BPE, are).
   static std::unique_ptr<Tokenizer> from_gguf(const gguf::GgufFile& file);
   static std::unique_ptr<Tokenizer> from_vocab(Vocab vocab);
 
@@ -31,17 +32,21 @@ class Tokenizer {
 
   // Text -> ids. `add_special` adds BOS/EOS as the vocab's flags say; `parse_special` turns
   // special-token texts such as "<|im_start|>" into their ids (off: they are plain text).
-  // Any bytes are accepted: invalid UTF-8 is encoded as U+FFFD, and bytes the vocabulary
-  // cannot spell are left out (see round_trips). Safe from several threads at once.
+  // Any bytes are accepted. Byte-level BPE replaces invalid UTF-8 (with U+FFFD, as the
+  // reference does) and leaves out bytes the vocabulary cannot spell; SentencePiece keeps
+  // every byte (byte tokens, else the unknown token). See round_trips. Thread-safe.
   std::vector<int32_t> encode(std::string_view text, bool add_special, bool parse_special) const;
 
   // Ids -> bytes, the exact inverse of encode() for valid UTF-8 it can spell. The result can
   // end inside a character; IncrementalDetokenizer makes clean text for streaming.
   // `skip_special_tokens` drops control, unknown and unused tokens (BOS, "<|im_end|>", ...).
+  // With a space prefix (SentencePiece), the first id's leading space is dropped, as
+  // llama.cpp's common_detokenize does.
   // Throws inferd::Error for an id outside the vocabulary.
   std::string decode(std::span<const int32_t> ids, bool skip_special_tokens) const;
 
-  // The bytes of one token: a special token's text as is, other tokens decoded.
+  // The bytes of one token: a special or user-defined token's text as is, unused ones empty,
+  // other tokens decoded. No space is dropped here (streaming shows pieces as they are).
   const std::string& token_piece(int32_t id) const;
   // The longest token_piece(), so streaming buffers can be sized once.
   size_t max_piece_bytes() const { return max_piece_bytes_; }
@@ -62,6 +67,7 @@ class Tokenizer {
   std::vector<std::string> pieces_;  // token_piece() of every id
   std::vector<bool> special_;        // is_special() of every id
   size_t max_piece_bytes_ = 0;
+  bool runs_get_space_prefix_ = false;  // the encoder starts every text run with a space
 };
 
 }  // namespace inferd::tokenizer

@@ -1,5 +1,5 @@
-// Small byte-level BPE vocabularies made from readable parts, for tests and fuzzing: ids and
-// merges are spelt with raw bytes and converted to the GPT-2 alphabet here.
+// Small vocabularies made from readable parts, for tests and fuzzing: byte-level BPE ones
+// (ids and merges spelt with raw bytes, converted to the GPT-2 alphabet) and SentencePiece ones.
 #pragma once
 
 #include <optional>
@@ -25,5 +25,19 @@ struct ToyVocabSpec {
 // Ids: control tokens first, then the 256 single bytes (less the missing ones) in byte
 // order, then one token per merge, then user-defined tokens.
 VocabData make_toy_vocab(const ToyVocabSpec& spec);
+
+struct ToySpmSpec {
+  // Normal tokens with their scores, spelt as in the vocabulary ("▁the" for " the").
+  std::vector<std::pair<std::string, float>> pieces{};
+  std::vector<std::string> user_defined{};
+  std::vector<std::string> control{};  // besides <s> and </s>
+  bool byte_tokens = true;             // <0x00> .. <0xFF>
+  bool unknown_token = true;           // <unk>
+  std::optional<bool> add_space_prefix{};
+};
+
+// A tokenizer.ggml.model = "llama" vocabulary. Ids: <unk> (if any), <s> (BOS), </s> (EOS),
+// then the other control tokens, the byte tokens, the pieces, the user-defined tokens.
+VocabData make_toy_spm_vocab(const ToySpmSpec& spec);
 
 }  // namespace inferd::tokenizer

@@ -74,4 +74,36 @@ std::string sanitize_utf8(std::string_view text) {
   return out;
 }
 
+std::string lenient_utf8(std::string_view text) {
+  std::string out;
+  out.reserve(text.size() + 16);
+  size_t pos = 0;
+  while (pos < text.size()) {
+    auto lead = static_cast<unsigned char>(text[pos]);
+    // The length comes from the lead byte's high bits alone; 10xxxxxx and 11111xxx start
+    // nothing. The continuation bytes are checked for their form only.
+    size_t need = lead < 0x80   ? 1
+                  : lead < 0xC0 ? 0
+                  : lead < 0xE0 ? 2
+                  : lead < 0xF0 ? 3
+                  : lead < 0xF8 ? 4
+                                : 0;
+    bool ok = need > 0 && pos + need <= text.size();
+    char32_t cp = need == 1 ? lead : lead & (0x7F >> need);
+    for (size_t k = 1; ok && k < need; ++k) {
+      auto b = static_cast<unsigned char>(text[pos + k]);
+      ok = (b & 0xC0) == 0x80;
+      cp = (cp << 6) | (b & 0x3F);
+    }
+    if (ok && cp <= 0x10FFFF) {
+      append_utf8(out, cp);  // surrogates too: three bytes, as the reference writes them
+      pos += need;
+    } else {
+      out.append(kReplacementUtf8);
+      ++pos;
+    }
+  }
+  return out;
+}
+
 }  // namespace inferd::tokenizer

@@ -30,4 +30,11 @@ void append_utf8(std::string& out, char32_t code_point);
 // `text` with every invalid or cut-off unit replaced by U+FFFD; the result is valid UTF-8.
 std::string sanitize_utf8(std::string_view text);
 
+// `text` decoded the way the reference tokenizer decodes it before pre-tokenizing, and encoded
+// again. A lead byte followed by enough bytes of the form 10xxxxxx is one code point even when
+// the form is overlong (it comes back in its shortest form: "\xC1\x81" is "A") or a surrogate
+// (kept as its three bytes); every other byte becomes one U+FFFD. Code points above U+10FFFF,
+// which the reference cannot encode again, give one U+FFFD per byte. Valid UTF-8 is unchanged.
+std::string lenient_utf8(std::string_view text);
+
 }  // namespace inferd::tokenizer

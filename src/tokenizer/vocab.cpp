@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cctype>
 #include <limits>
 
 #include "util/error.h"
@@ -20,6 +21,36 @@ constexpr std::array<std::string_view, 7> kEndOfTurnTexts = {
     "<|im_end|>",    "<|eot_id|>",      "<|end|>", "<end_of_turn>",
     "<|endoftext|>", "<|end_of_text|>", "<EOT>",
 };
+
+// Texts that llama.cpp treats as control tokens whatever type the file gives them: its
+// end-of-generation markers, and fill-in-the-middle markers when the file names none of
+// that kind. A user-defined "</s>" (Phi-3) is then not split out of plain text.
+// clang-format off
+constexpr std::array<std::string_view, 22> kControlTexts = {
+    "<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<|flush|>", "<|calls|>",
+    "<end_of_turn>", "<|endoftext|>", "</s>", "<|eom_id|>", "<EOT>", "_<EOT>", "[EOT]", "[EOS]",
+    "<|end_of_text|>", "<end_of_utterance>", "<eos>", "<turn|>", "<|tool_response>",
+    "<｜end▁of▁sentence｜>", "[e~["};
+// clang-format on
+
+struct FimTexts {
+  int32_t SpecialIds::*field;
+  std::array<std::string_view, 8> texts;  // unused entries empty
+};
+constexpr std::array<FimTexts, 6> kFimTexts = {{
+    {&SpecialIds::fim_pre,
+     {"<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>", "<｜fim▁begin｜>", "<PRE>", "▁<PRE>",
+      "<|code_prefix|>", "<|prefix|>"}},
+    {&SpecialIds::fim_suf,
+     {"<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>", "<｜fim▁hole｜>", "<SUF>", "▁<SUF>",
+      "<|code_suffix|>", "<|suffix|>"}},
+    {&SpecialIds::fim_mid,
+     {"<|fim_middle|>", "<fim-middle>", "<fim_middle>", "<｜fim▁end｜>", "<MID>", "▁<MID>",
+      "<|code_middle|>", "<|middle|>"}},
+    {&SpecialIds::fim_pad, {"<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]"}},
+    {&SpecialIds::fim_rep, {"<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>"}},
+    {&SpecialIds::fim_sep, {"<|file_sep|>"}},
+}};
 
 constexpr std::array<SpecialIdKey, 14> kSpecialIdKeys = {{
     {"tokenizer.ggml.bos_token_id", &SpecialIds::bos},
@@ -83,9 +114,11 @@ Vocab::Vocab(VocabData data)
   }
   index_tokens();
   check_special_ids();
+  promote_control_texts();
   index_merges(data.merges);
   add_bos_ = data.add_bos.value_or(default_add_bos(model_, pre_));
   add_eos_ = data.add_eos.value_or(false);
+  add_space_prefix_ = data.add_space_prefix.value_or(model_ == "llama");
   if (add_bos_ && special_.bos == kNoToken) {
     fail("tokenizer.ggml.add_bos_token is true but tokenizer.ggml.bos_token_id is not set");
   }
@@ -93,6 +126,25 @@ Vocab::Vocab(VocabData data)
     fail("tokenizer.ggml.add_eos_token is true but tokenizer.ggml.eos_token_id is not set");
   }
   find_end_tokens();
+  apply_name_rules(data.name);
+}
+
+// The reference marks Phi-3's special and user-defined tokens (but not <unk>, <s> and
+// <|endoftext|>) to swallow the whitespace after them, chosen by the model's name.
+void Vocab::apply_name_rules(std::string_view name) {
+  std::string lower(name);
+  std::transform(lower.begin(), lower.end(), lower.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  if (lower.find("phi-3") == std::string::npos && lower.find("phi3") == std::string::npos) return;
+  strips_right_.assign(texts_.size(), false);
+  for (int32_t id = 0; id < size(); ++id) {
+    strips_right_[id] = is_control(id) || types_[id] == TokenType::kUserDefined;
+  }
+  auto set = [this](std::string_view text, bool value) {
+    if (int32_t id = find(text); id != kNoToken) strips_right_[id] = value;
+  };
+  set("</s>", true);
+  for (std::string_view text : {"<unk>", "<s>", "<|endoftext|>"}) set(text, false);
 }
 
 void Vocab::index_tokens() {
@@ -102,6 +154,20 @@ void Vocab::index_tokens() {
     auto [it, inserted] = ids_.emplace(texts_[i], static_cast<int32_t>(i));
     if (!inserted) {
       fail("{}: tokens {} and {} have the same text '{}'", kTokensKey, it->second, i, texts_[i]);
+    }
+  }
+}
+
+void Vocab::promote_control_texts() {
+  auto promote = [this](std::string_view text) {
+    if (int32_t id = find(text); id != kNoToken && !is_control(id))
+      types_[id] = TokenType::kControl;
+  };
+  for (std::string_view text : kControlTexts) promote(text);
+  for (const FimTexts& fim : kFimTexts) {
+    if (special_.*fim.field != kNoToken) continue;
+    for (std::string_view text : fim.texts) {
+      if (!text.empty()) promote(text);
     }
   }
 }

@@ -65,6 +65,10 @@ struct VocabData {
   SpecialIds special;
   std::optional<bool> add_bos;  // nullopt: the default for this model and pre-tokenizer
   std::optional<bool> add_eos;
+  std::optional<bool> add_space_prefix;  // nullopt: true for "llama", false otherwise
+  // general.name: the reference gives some models per-token rules by name (Phi-3 drops the
+  // whitespace after its special tokens).
+  std::string name;
 };
 
 class Vocab {
@@ -99,6 +103,10 @@ class Vocab {
   const SpecialIds& special() const { return special_; }
   bool add_bos() const { return add_bos_; }
   bool add_eos() const { return add_eos_; }
+  // SentencePiece: text runs start with a space, and decoding drops the first token's one.
+  bool add_space_prefix() const { return add_space_prefix_; }
+  // Special-token splitting drops the whitespace right after this token (reference: RSTRIP).
+  bool strips_right(int32_t id) const { return !strips_right_.empty() && strips_right_.at(id); }
   // Tokens that end generation: EOS, EOT, EOM and the usual end markers found by text.
   const std::vector<int32_t>& eog_ids() const { return eog_ids_; }
   bool is_eog(int32_t id) const;
@@ -111,8 +119,10 @@ class Vocab {
 
   void index_tokens();
   void check_special_ids();
+  void promote_control_texts();
   void index_merges(const std::vector<std::string>& merges);
   void find_end_tokens();
+  void apply_name_rules(std::string_view name);
 
   std::string model_;
   std::string pre_;
@@ -124,7 +134,9 @@ class Vocab {
   SpecialIds special_;
   bool add_bos_ = false;
   bool add_eos_ = false;
+  bool add_space_prefix_ = false;
   std::vector<int32_t> eog_ids_;
+  std::vector<bool> strips_right_;  // empty: no token strips
 };
 
 // Default of tokenizer.ggml.add_bos_token when a file does not say (as llama.cpp decides).

@@ -22,8 +22,20 @@ std::vector<TokenType> read_types(const gguf::Array& array) {
   return types;
 }
 
-SpecialIds read_special_ids(const gguf::GgufFile& file) {
+// SentencePiece files that leave an id out get the reference's defaults, where they exist.
+SpecialIds default_special_ids(std::string_view model, size_t n_tokens) {
   SpecialIds ids;
+  if (model != "llama") return ids;
+  auto set = [n_tokens](int32_t& field, int32_t id) {
+    if (static_cast<size_t>(id) < n_tokens) field = id;
+  };
+  set(ids.unk, 0);
+  set(ids.bos, 1);
+  set(ids.eos, 2);
+  return ids;
+}
+
+SpecialIds read_special_ids(const gguf::GgufFile& file, SpecialIds ids) {
   for (const SpecialIdKey& k : special_id_keys()) {
     std::optional<int64_t> value = file.get_int(k.key);
     if (!value) continue;
@@ -33,6 +45,20 @@ SpecialIds read_special_ids(const gguf::GgufFile& file) {
     ids.*k.field = static_cast<int32_t>(*value);
   }
   return ids;
+}
+
+// Normalization keys we do not implement: a file that asks for one is refused rather than
+// tokenized differently from what its author meant.
+void check_normalization_keys(const gguf::GgufFile& file) {
+  constexpr std::string_view kRemoveSpaces = "tokenizer.ggml.remove_extra_whitespaces";
+  if (file.get_bool(kRemoveSpaces).value_or(false)) {
+    fail("{} = true is not supported (only false)", kRemoveSpaces);
+  }
+  constexpr std::string_view kCharsmap = "tokenizer.ggml.precompiled_charsmap";
+  if (const gguf::Array* map = file.get_array(kCharsmap); map != nullptr && !map->items.empty()) {
+    fail("{} ({} bytes) is not supported: no normalization map is applied", kCharsmap,
+         map->items.size());
+  }
 }
 
 }  // namespace
@@ -53,9 +79,12 @@ Vocab Vocab::from_gguf(const gguf::GgufFile& file) {
   } else if (const gguf::Array* merges = file.get_array("tokenizer.ggml.merges")) {
     data.merges = merges->strings("tokenizer.ggml.merges");
   }
-  data.special = read_special_ids(file);
+  data.special = read_special_ids(file, default_special_ids(data.model, data.tokens.size()));
   data.add_bos = file.get_bool("tokenizer.ggml.add_bos_token");
   data.add_eos = file.get_bool("tokenizer.ggml.add_eos_token");
+  data.add_space_prefix = file.get_bool("tokenizer.ggml.add_space_prefix");
+  check_normalization_keys(file);
+  data.name = file.get_string("general.name").value_or("");
   return Vocab(std::move(data));
 }
 

@@ -71,21 +71,26 @@ TEST(TokenizerBpe, SmollmSplitsEveryDigit) {
   EXPECT_EQ(pieces(*gpt2, "12 12"), (Pieces{"12", " 12"}));
 }
 
-TEST(TokenizerBpe, InvalidUtf8BecomesReplacementCharacter) {
+TEST(TokenizerBpe, InvalidUtf8IsDecodedAsTheReferenceDoes) {
   auto tok = make({});
   const std::string fffd = "\xEF\xBF\xBD";
-  // One U+FFFD per maximal invalid subpart: "\xE4\xB8" is one cut-off character.
+  // One U+FFFD per byte that starts no code point: a cut-off "\xE4\xB8" is two of them.
   EXPECT_EQ(tok->decode(tok->encode("a\xFF"
                                     "b\xE4\xB8"
                                     "c\xE4",
                                     false, false),
                         false),
-            "a" + fffd + "b" + fffd + "c" + fffd);
+            "a" + fffd + "b" + fffd + fffd + "c" + fffd);
   EXPECT_FALSE(tok->round_trips("a\xFF"));
   EXPECT_TRUE(tok->round_trips("a\xC3\xA9"));
-  // Surrogates and overlong forms are not UTF-8 either.
-  EXPECT_EQ(tok->decode(tok->encode("\xED\xA0\x80", false, false), false), fffd + fffd + fffd);
-  EXPECT_EQ(tok->decode(tok->encode("\xC0\xAF", false, false), false), fffd + fffd);
+  // A lead byte with enough continuation bytes is a code point even when UTF-8 forbids the
+  // form: overlong forms come out in their shortest form, surrogates as they are.
+  EXPECT_EQ(tok->decode(tok->encode("\xC0\xAF", false, false), false), "/");
+  EXPECT_EQ(tok->decode(tok->encode("\xED\xA0\x80", false, false), false), "\xED\xA0\x80");
+  EXPECT_FALSE(tok->round_trips("\xED\xA0\x80"));
+  // Above U+10FFFF there is no code point to write back.
+  EXPECT_EQ(tok->decode(tok->encode("\xF5\x80\x80\x80", false, false), false),
+            fffd + fffd + fffd + fffd);
 }
 
 TEST(TokenizerBpe, BytesWithoutATokenAreLeftOut) {

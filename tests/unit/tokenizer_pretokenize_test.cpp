@@ -2,6 +2,7 @@
 // reference tokenizer's behaviour for the same pattern names.
 #include <gtest/gtest.h>
 
+#include <random>
 #include <string>
 #include <vector>
 
@@ -13,9 +14,11 @@ namespace {
 
 using Pieces = std::vector<std::string>;
 
-Pieces split(std::string_view pre, std::string_view text) {
+Pieces split(std::string_view pre, std::string_view text, bool hand_written = true) {
   Pieces out;
-  for (std::string_view p : PreTokenizer::create(pre)->split(text)) out.emplace_back(p);
+  for (std::string_view p : PreTokenizer::create(pre, hand_written)->split(text)) {
+    out.emplace_back(p);
+  }
   return out;
 }
 
@@ -73,6 +76,91 @@ TEST(TokenizerPretokenize, Llama3GroupsDigitsByThree) {
   EXPECT_EQ(split("llama3", "a\n\nb"), (Pieces{"a", "\n\n", "b"}));
 }
 
+TEST(TokenizerPretokenize, EveryKnownNameCompiles) {
+  for (std::string_view name : PreTokenizer::known_names()) {
+    SCOPED_TRACE(name);
+    auto pre = PreTokenizer::create(name);
+    EXPECT_EQ(pre->name(), name);
+    std::string text =
+        "Hello, World! It's 2024: 1234567 ñandú \u00E9\u0301 \u4E2D\u6587 \u3000x\n\n";
+    size_t total = 0;
+    for (std::string_view p : pre->split(text)) total += p.size();
+    EXPECT_EQ(total, text.size());
+  }
+  EXPECT_TRUE(PreTokenizer::create("llama-bpe")->ignore_merges());
+  EXPECT_TRUE(PreTokenizer::create("tekken")->ignore_merges());
+  EXPECT_FALSE(PreTokenizer::create("dbrx")->ignore_merges());  // Llama 3's regex, not its rule
+  EXPECT_FALSE(PreTokenizer::create("qwen2")->ignore_merges());
+}
+
+// The expectations below are the pieces llama.cpp's own splitter gives for the same text.
+
+TEST(TokenizerPretokenize, LetterCategoriesAllMeanLetterBeyondAscii) {
+  // The case-aware patterns tell upper from lower case with [^a-z] and [^A-Z] after a letter
+  // look-ahead, so every non-ASCII letter is both: "a" + "\u00C0" + "b" stays one word.
+  EXPECT_EQ(split("gpt-4o", "a\u00C0b HelloWORLD \u00C9COLE\u00E9cole"),
+            (Pieces{"a\u00C0b", " Hello", "WORLD", " \u00C9COLE\u00E9cole"}));
+  EXPECT_EQ(split("tekken", "HelloWORLD"), (Pieces{"Hello", "WORLD"}));
+}
+
+TEST(TokenizerPretokenize, ControlsAndFormatCharactersAreNeitherSpaceNorLetter) {
+  // 0x1C..0x1F are not \s; U+200B (format) only matches negated classes.
+  EXPECT_EQ(split("gpt-2",
+                  "a\x1C"
+                  "b c\x1F d \u200B\u200By"),
+            (Pieces{"a", "\x1C", "b", " c", "\x1F", " d", " \u200B\u200B", "y"}));
+}
+
+TEST(TokenizerPretokenize, EmptyMatchesCut) {
+  // SuperBPE's second regex only looks ahead: it cuts digit runs into threes from the right.
+  EXPECT_EQ(split("superbpe", "1234567 12"), (Pieces{"1", "234", "567", " ", "12"}));
+}
+
+TEST(TokenizerPretokenize, AfmoeGroupsDigitsFromTheRight) {
+  // The rule cuts only before and after groups, so "ab" stays with the first group until the
+  // next regex separates letters from digits.
+  auto pre = PreTokenizer::create("afmoe");
+  EXPECT_EQ(split("afmoe", "ab1234 5"), (Pieces{"ab", "1", "234", " ", "5"}));
+  EXPECT_EQ(split("tiny_aya", "x1234567"), (Pieces{"x", "1", "234", "567"}));
+}
+
+TEST(TokenizerPretokenize, SurrogatesFromLenientDecodingSplitLikeTheReference) {
+  // "\xED\xA0\x80" (U+D800, which lenient_utf8 keeps) falls in AFMoE's script range
+  // U+8C48-U+FAFF, so it is cut off and the white space before it stays together.
+  EXPECT_EQ(split("afmoe", "\u00A0 \xED\xA0\x80"), (Pieces{"\u00A0 ", "\xED\xA0\x80"}));
+  EXPECT_EQ(split("deepseek-v3", "\u00A0 \xED\xA0\x80"), (Pieces{"\u00A0", " ", "\xED\xA0\x80"}));
+}
+
+TEST(TokenizerPretokenize, DeepseekRulesWithoutCategories) {
+  // Line breaks first, then listed letters and ASCII/full-width punctuation, trailing white
+  // space, CJK runs, numbers.
+  EXPECT_EQ(split("deepseek-llm", "Hello, \u4E16\u754C!\n123  "),
+            (Pieces{"Hello", ",", " ", "\u4E16\u754C", "!", "\n", "123", "  "}));
+}
+
+// Random text over characters each rule treats differently; the hand-written splitters must
+// give exactly the regexes' pieces.
+TEST(TokenizerPretokenize, HandWrittenSplittersMatchTheirRegexes) {
+  const std::vector<std::string> alphabet = {
+      "a",      "Z",      "s",      "t",      "r",          "e",      "v",      "l",
+      "m",      "d",      "S",      "T",      "R",          "E",      "L",      "D",
+      "'",      "'",      "1",      "7",      " ",          " ",      " ",      "\t",
+      "\n",     "\r",     "\v",     "\f",     "\x1C",       "!",      ".",      "/",
+      "$",      "_",      "\u00E9", "\u0301", "\u00B2",     "\u0663", "\u00A0", "\u3000",
+      "\u2028", "\u0085", "\u4E2D", "\u200B", "\U0001F600", "\uFFFD", "\u0378", "\xED\xA0\x80"};
+  std::mt19937 rng(1234);
+  for (std::string_view name : {"gpt-2", "smollm", "llama-bpe", "qwen2", "qwen35", "jais"}) {
+    auto fast = PreTokenizer::create(name, true);
+    auto slow = PreTokenizer::create(name, false);
+    for (int round = 0; round < 1500; ++round) {
+      std::string text;
+      int length = std::uniform_int_distribution<int>(1, 24)(rng);
+      for (int k = 0; k < length; ++k) text += alphabet[rng() % alphabet.size()];
+      ASSERT_EQ(fast->split(text), slow->split(text)) << name << ": \"" << text << "\"";
+    }
+  }
+}
+
 TEST(TokenizerPretokenize, UnknownNameIsAClearError) {
   try {
     PreTokenizer::create("no-such-pre");
@@ -80,6 +168,7 @@ TEST(TokenizerPretokenize, UnknownNameIsAClearError) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("tokenizer.ggml.pre"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("no-such-pre"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("llama-bpe"), std::string::npos) << e.what();
   }
 }
 
