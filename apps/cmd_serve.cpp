@@ -58,8 +58,8 @@ void serve(const ServeArgs& args) {
   context.tokenizer = &loop.tokenizer();
   context.context = loop.context();
   context.model_ids = {model_id};
-  context.render_chat = [&loop, chat_template](const std::vector<tokenizer::ChatMessage>& m) {
-    return render_chat(loop.tokenizer(), chat_template, m);
+  context.render_chat = [&loop, chat_template](const nlohmann::json& messages) {
+    return render_chat(loop.tokenizer(), chat_template, nlohmann::ordered_json(messages));
   };
   server::ServerOptions options;
   options.host = args.host;

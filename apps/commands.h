@@ -17,6 +17,7 @@ void register_chat(CLI::App& app);
 void register_perplexity(CLI::App& app);
 void register_bench(CLI::App& app);
 void register_serve(CLI::App& app);
+void register_template(CLI::App& app);
 
 using inferd::default_model_path;  // util/paths.h
 

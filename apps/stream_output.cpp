@@ -24,26 +24,42 @@ void print_stats(const engine::RequestResult& result, const engine::Engine& engi
     fmt::print(stderr, "[inferd] error: {}\n", result.error);
 }
 
+tokenizer::ChatTemplate load_chat_template(const std::string& name_or_file) {
+  if (auto builtin = tokenizer::ChatTemplate::builtin(name_or_file)) return *builtin;
+  std::ifstream in(name_or_file);
+  if (!in)
+    fail("--chat-template '{}' is neither a built-in template (chatml) nor a readable file",
+         name_or_file);
+  std::stringstream text;
+  text << in.rdbuf();
+  try {
+    return tokenizer::ChatTemplate(text.str());
+  } catch (const Error& e) {
+    fail("{}: {}", name_or_file, e.what());
+  }
+}
+
 tokenizer::ChatTemplate load_chat_template(const gguf::GgufFile& file,
                                            const std::string& override_name) {
   if (override_name.empty()) return tokenizer::ChatTemplate::from_gguf(file);
-  if (auto builtin = tokenizer::ChatTemplate::builtin(override_name)) return *builtin;
-  std::ifstream in(override_name);
-  if (!in)
-    fail("--chat-template '{}' is neither a built-in template (chatml) nor a readable file",
-         override_name);
-  std::stringstream text;
-  text << in.rdbuf();
-  return tokenizer::ChatTemplate(text.str());
+  return load_chat_template(override_name);
+}
+
+std::string render_chat(const tokenizer::Tokenizer& tokenizer,
+                        const tokenizer::ChatTemplate& chat_template,
+                        const nlohmann::ordered_json& messages) {
+  const auto& ids = tokenizer.vocab().special();
+  tokenizer::ChatInputs inputs;
+  inputs.messages = messages;
+  inputs.bos_token = ids.bos >= 0 ? tokenizer.token_piece(ids.bos) : std::string();
+  inputs.eos_token = ids.eos >= 0 ? tokenizer.token_piece(ids.eos) : std::string();
+  return chat_template.render(inputs);
 }
 
 std::string render_chat(const tokenizer::Tokenizer& tokenizer,
                         const tokenizer::ChatTemplate& chat_template,
                         const std::vector<tokenizer::ChatMessage>& messages) {
-  const auto& ids = tokenizer.vocab().special();
-  const std::string bos = ids.bos >= 0 ? tokenizer.token_piece(ids.bos) : std::string();
-  const std::string eos = ids.eos >= 0 ? tokenizer.token_piece(ids.eos) : std::string();
-  return chat_template.render(messages, true, bos, eos);
+  return render_chat(tokenizer, chat_template, tokenizer::to_json(messages));
 }
 
 }  // namespace inferd::app

@@ -34,10 +34,17 @@ class StreamOutput final : public engine::OutputChannel {
 // Prompt tokens, TTFT, prefill tok/s, generated tokens, decode tok/s and mean ITL, to stderr.
 void print_stats(const engine::RequestResult& result, const engine::Engine& engine);
 
-// The model's template, or the override: a built-in name or a template file.
+// A --chat-template value: a built-in name (chatml) or a template file.
+tokenizer::ChatTemplate load_chat_template(const std::string& name_or_file);
+// The model's template, or the override when one is given.
 tokenizer::ChatTemplate load_chat_template(const gguf::GgufFile& file,
                                            const std::string& override_name);
-// Renders messages with a generation prompt, using the vocab's BOS/EOS texts.
+// Renders messages (a JSON list: role, content, tool_calls, ...) with a generation prompt,
+// using the vocab's BOS/EOS texts.
+std::string render_chat(const tokenizer::Tokenizer& tokenizer,
+                        const tokenizer::ChatTemplate& chat_template,
+                        const nlohmann::ordered_json& messages);
+// The same for plain role/content messages.
 std::string render_chat(const tokenizer::Tokenizer& tokenizer,
                         const tokenizer::ChatTemplate& chat_template,
                         const std::vector<tokenizer::ChatMessage>& messages);

@@ -95,12 +95,14 @@ std::vector<std::pair<int32_t, float>> parse_logit_bias(const json& body, int32_
   return out;
 }
 
-std::string message_content(const json& message, size_t index) {
+// Content is a string, null, or a list of text parts (inferd reads no images or audio). A
+// list is joined into one string: templates written for string content would print a list
+// as Python's repr, and text is all the parts can hold here.
+void normalize_content(json& message, size_t index) {
   const std::string param = fmt::format("messages[{}].content", index);
   const json* content = field(message, "content");
-  if (content == nullptr) return {};
-  if (content->is_string()) return content->get<std::string>();
-  if (!content->is_array()) bad(param, "content must be a string or a list of text parts");
+  if (content == nullptr || content->is_string()) return;
+  if (!content->is_array()) bad(param, "content must be a string, null or a list of text parts");
   std::string text;
   for (const json& part : *content) {
     if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") ||
@@ -109,21 +111,23 @@ std::string message_content(const json& message, size_t index) {
     }
     text += part["text"].get<std::string>();
   }
-  return text;
+  message["content"] = text;
 }
 
-std::vector<tokenizer::ChatMessage> parse_messages(const json& body) {
+// The messages as the request has them (tool_calls, tool_call_id, names, ...) for the chat
+// template, once each has a string role and its content is a string or null.
+json parse_messages(const json& body) {
   const json* v = field(body, "messages");
   if (v == nullptr) bad("messages", "'messages' is required");
   if (!v->is_array() || v->empty()) bad("messages", "'messages' must be a non-empty list");
-  std::vector<tokenizer::ChatMessage> messages;
-  for (size_t i = 0; i < v->size(); ++i) {
-    const json& m = (*v)[i];
+  json messages = *v;
+  for (size_t i = 0; i < messages.size(); ++i) {
+    json& m = messages[i];
     if (!m.is_object()) bad(fmt::format("messages[{}]", i), "each message must be an object");
     const json* role = field(m, "role");
     if (role == nullptr || !role->is_string())
       bad(fmt::format("messages[{}].role", i), "each message needs a string 'role'");
-    messages.push_back({role->get<std::string>(), message_content(m, i)});
+    normalize_content(m, i);
   }
   return messages;
 }
@@ -212,7 +216,7 @@ CompletionRequest parse_completion(const json& body, bool chat, const ParseConte
   out.model = ctx.model_ids.empty() ? "" : ctx.model_ids.front();
   const int32_t n_vocab = ctx.tokenizer->vocab().size();
   if (chat) {
-    const auto messages = parse_messages(body);
+    const json messages = parse_messages(body);
     try {
       out.prompt_text = ctx.render_chat(messages);
     } catch (const Error& e) {

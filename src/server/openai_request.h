@@ -35,7 +35,8 @@ struct ParseContext {
   const tokenizer::Tokenizer* tokenizer = nullptr;
   int64_t context = 0;                 // tokens per sequence (prompt + output)
   std::vector<std::string> model_ids;  // names a request may use in "model"
-  std::function<std::string(const std::vector<tokenizer::ChatMessage>&)> render_chat;
+  // Renders the request's messages (a validated JSON list) with the chat template.
+  std::function<std::string(const nlohmann::json& messages)> render_chat;
 };
 
 struct CompletionRequest {

@@ -173,12 +173,19 @@ class ByteLevelBpe::TokenIndex {
 // mapped: a pair that collides just replaces the one there.
 class ByteLevelBpe::PairCache {
  public:
+  // Sizes the table for a text of `bytes` (a long text meets more distinct pairs); it is
+  // allocated on the first look-up, so a text that merges nothing costs nothing.
+  void size_for(size_t bytes) {
+    bits_ = 8;
+    while (bits_ < 14 && (size_t{64} << bits_) < bytes) ++bits_;
+  }
+
   // The rank and result of merging `left` and `right` (rank INT_MAX: they never merge).
   std::pair<int32_t, int32_t> find(const Vocab& vocab, int32_t left, int32_t right) {
-    if (entries_.empty()) entries_.resize(size_t{1} << kBits);  // on first use: 64 KiB
+    if (entries_.empty()) entries_.resize(size_t{1} << bits_);
     const uint64_t key =
         static_cast<uint64_t>(static_cast<uint32_t>(left)) << 32 | static_cast<uint32_t>(right);
-    Entry& e = entries_[(key * 0x9E3779B97F4A7C15ull) >> (64 - kBits)];
+    Entry& e = entries_[(key * 0x9E3779B97F4A7C15ull) >> (64 - bits_)];
     if (e.key != key) {
       const Vocab::Merge* m = vocab.find_merge(left, right);
       e = {key, m != nullptr ? m->rank : INT_MAX, m != nullptr ? m->result : kNoToken};
@@ -187,12 +194,12 @@ class ByteLevelBpe::PairCache {
   }
 
  private:
-  static constexpr int kBits = 12;
   struct Entry {
     uint64_t key = ~0ull;  // no pair of token ids has this key
     int32_t rank = INT_MAX;
     int32_t result = kNoToken;
   };
+  int bits_ = 8;  // 2^8 to 2^14 entries of 16 bytes
   std::vector<Entry> entries_;
 };
 
@@ -239,6 +246,7 @@ void ByteLevelBpe::encode(std::string_view text, std::vector<int32_t>& out) cons
     text = cleaned;
   }
   Scratch scratch;
+  scratch.pairs.size_for(text.size());
   pre_->split(text, scratch.words);
   // A short text has few repeats; its words are merged each time.
   const bool cache = scratch.words.size() > 32;

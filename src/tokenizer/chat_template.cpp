@@ -1,5 +1,6 @@
 #include "tokenizer/chat_template.h"
 
+#include <climits>
 #include <ctime>
 
 #include "gguf/gguf.h"
@@ -16,6 +17,41 @@ constexpr const char* kChatML =
     "+ "
     "'<|im_end|>' + '\\n' }}{% endfor %}{% if add_generation_prompt %}{{ "
     "'<|im_start|>assistant\\n' }}{% endif %}";
+
+// JSON -> Jinja values as Python's json.loads builds them, object keys in their order.
+jinja::Value from_json(const nlohmann::ordered_json& j, int depth = 0) {
+  if (depth > 64) fail("chat template input: JSON nested more than 64 deep");
+  switch (j.type()) {
+    case nlohmann::ordered_json::value_t::null:
+      return jinja::Value::none();
+    case nlohmann::ordered_json::value_t::boolean:
+      return jinja::Value(j.get<bool>());
+    case nlohmann::ordered_json::value_t::number_integer:
+      return jinja::Value(j.get<int64_t>());
+    case nlohmann::ordered_json::value_t::number_unsigned: {
+      const auto v = j.get<uint64_t>();
+      if (v > static_cast<uint64_t>(INT64_MAX))
+        fail("chat template input: integer {} does not fit 64 bits", v);
+      return jinja::Value(static_cast<int64_t>(v));
+    }
+    case nlohmann::ordered_json::value_t::number_float:
+      return jinja::Value(j.get<double>());
+    case nlohmann::ordered_json::value_t::string:
+      return jinja::Value(j.get<std::string>());
+    case nlohmann::ordered_json::value_t::array: {
+      jinja::List list;
+      for (const auto& x : j) list.push_back(from_json(x, depth + 1));
+      return jinja::Value(std::move(list));
+    }
+    case nlohmann::ordered_json::value_t::object: {
+      jinja::Dict dict;
+      for (const auto& [k, v] : j.items()) dict.set(k, from_json(v, depth + 1));
+      return jinja::Value(std::move(dict));
+    }
+    default:
+      fail("chat template input: unsupported JSON value");
+  }
+}
 
 }  // namespace
 
@@ -49,40 +85,71 @@ std::optional<ChatTemplate> ChatTemplate::builtin(const std::string& name) {
   return std::nullopt;
 }
 
+void from_json(const nlohmann::json& j, ChatMessage& message) {
+  if (!j.is_object() || !j.contains("role") || !j["role"].is_string())
+    fail("a chat message must be an object with a string 'role'");
+  message.role = j["role"].get<std::string>();
+  const auto content = j.find("content");
+  if (content != j.end() && !content->is_null() && !content->is_string())
+    fail("a plain chat message's content must be a string");
+  message.content = content != j.end() && content->is_string() ? content->get<std::string>() : "";
+}
+
+nlohmann::ordered_json to_json(const std::vector<ChatMessage>& messages) {
+  nlohmann::ordered_json out = nlohmann::ordered_json::array();
+  for (const ChatMessage& m : messages) out.push_back({{"role", m.role}, {"content", m.content}});
+  return out;
+}
+
 std::string ChatTemplate::render(const std::vector<ChatMessage>& messages,
                                  bool add_generation_prompt, const std::string& bos_token,
                                  const std::string& eos_token) const {
-  jinja::List list;
-  for (const ChatMessage& m : messages) {
-    jinja::Dict d;
-    d.set("role", jinja::Value(m.role));
-    d.set("content", jinja::Value(m.content));
-    list.push_back(jinja::Value(std::move(d)));
-  }
+  ChatInputs inputs;
+  inputs.messages = to_json(messages);
+  inputs.add_generation_prompt = add_generation_prompt;
+  inputs.bos_token = bos_token;
+  inputs.eos_token = eos_token;
+  return render(inputs);
+}
+
+std::string ChatTemplate::render(const ChatInputs& inputs) const {
+  if (!inputs.messages.is_array()) fail("chat template: messages must be a JSON list");
+  if (!inputs.extra.is_object()) fail("chat template: extra variables must be a JSON object");
   jinja::Dict globals;
-  globals.set("messages", jinja::Value(std::move(list)));
-  globals.set("add_generation_prompt", jinja::Value(add_generation_prompt));
-  globals.set("bos_token", jinja::Value(bos_token));
-  globals.set("eos_token", jinja::Value(eos_token));
-  // apply_chat_template passes tools and documents, None when the request has none.
-  globals.set("tools", jinja::Value::none());
+  // apply_chat_template's own variables first; extra variables may override them, as HF's
+  // **kwargs do.
+  globals.set("messages", from_json(inputs.messages));
+  globals.set("tools", inputs.tools ? from_json(*inputs.tools) : jinja::Value::none());
   globals.set("documents", jinja::Value::none());
+  globals.set("add_generation_prompt", jinja::Value(inputs.add_generation_prompt));
+  globals.set("bos_token", jinja::Value(inputs.bos_token));
+  globals.set("eos_token", jinja::Value(inputs.eos_token));
   globals.set("raise_exception",
               jinja::Value(jinja::Function([](const jinja::Args& args) -> jinja::Value {
                 const jinja::Value* message = args.get(0, "message");
                 fail("the chat template refused the messages: {}",
                      message != nullptr ? message->to_string() : "");
               })));
-  globals.set("strftime_now", jinja::Value(jinja::Function([](const jinja::Args& args) {
+  const std::optional<std::tm> fixed = inputs.now;
+  globals.set("strftime_now", jinja::Value(jinja::Function([fixed](const jinja::Args& args) {
                 const jinja::Value* f = args.get(0, "format");
-                const std::string format = f != nullptr ? f->to_string() : "%Y-%m-%d";
-                std::time_t now = std::time(nullptr);
-                char buffer[128];
+                if (f == nullptr || !f->is_string())
+                  fail("chat template: strftime_now() needs a format string");
                 std::tm tm{};
-                localtime_r(&now, &tm);
-                size_t n = std::strftime(buffer, sizeof(buffer), format.c_str(), &tm);
+                if (fixed) {
+                  tm = *fixed;
+                } else {
+                  const std::time_t now = std::time(nullptr);
+                  localtime_r(&now, &tm);
+                }
+                char buffer[256];
+                const size_t n = std::strftime(buffer, sizeof(buffer), f->as_string().c_str(), &tm);
+                if (n == 0 && !f->as_string().empty())
+                  fail("chat template: strftime_now('{}') gives no text or too much",
+                       f->as_string());
                 return jinja::Value(std::string(buffer, n));
               })));
+  for (const auto& [key, value] : inputs.extra.items()) globals.set(key, from_json(value));
   return jinja::render(*program_, globals);
 }
 

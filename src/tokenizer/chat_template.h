@@ -2,21 +2,26 @@
 // (`tokenizer.chat_template`), as Hugging Face's apply_chat_template does.
 //
 // The interpreter (src/tokenizer/jinja) follows jinja2 with HF's settings (trim_blocks,
-// lstrip_blocks, loopcontrols, default Undefined, HF's tojson, raise_exception, strftime_now;
-// tools and documents are None). Not supported, each an error or noted difference:
-// - statements: include/import/extends/block, call, filter, with, raw, recursive loops,
-//   tuple assignment (`set a, b = ...`), macro varargs/kwargs/caller;
-// - tuples are lists (a tuple prints as [..], not (..)); dict keys are strings;
+// lstrip_blocks, loopcontrols, {% generation %}, default Undefined, the immutable sandbox, HF's
+// tojson, raise_exception, strftime_now), with Python's objects where templates can tell:
+// tuples, Markup (`|safe` escapes what is added to it), generators (map/select/... results
+// are one-pass), dict views. Messages, tools and extra variables come in as JSON, with their
+// key order kept. What it does not do is an error naming the construct, never other text:
+// - statements: include/import/extends/block, raw, with, recursive loops;
+// - filters: groupby, slice, truncate, wordwrap, striptags, urlize, xmlattr, pprint, random,
+//   filesizeformat, urlencode; str.format specs (`{:>8}`); dict keys other than strings;
 // - integers are 64-bit (overflow is an error, where Python would grow them);
-// - upper/lower/title/capitalize change ASCII letters only;
-// - filters beyond the common set (no batch, slice, dictsort, wordwrap, center, format, ...);
-// - `%` string formatting and str.format.
+// - upper/lower/title/capitalize change ASCII letters only; wordcount, islower/isupper and
+//   isalpha/isdigit refuse non-ASCII text rather than guess Unicode's classes.
 #pragma once
 
+#include <ctime>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 namespace inferd::gguf {
 class GgufFile;
@@ -27,10 +32,32 @@ struct Stmt;
 
 namespace inferd::tokenizer {
 
+// A plain message, for callers that have nothing but text.
 struct ChatMessage {
   std::string role;
   std::string content;
 };
+
+// What apply_chat_template hands the template. JSON objects become dicts in their key order.
+struct ChatInputs {
+  // Messages as the OpenAI API writes them: role, content (a string, a list of parts, or
+  // null), tool_calls, tool_call_id, name, reasoning_content, ...
+  nlohmann::ordered_json messages = nlohmann::ordered_json::array();
+  // The `tools` list; nullopt renders tools as None.
+  std::optional<nlohmann::ordered_json> tools;
+  bool add_generation_prompt = true;
+  std::string bos_token, eos_token;
+  // Extra template variables (HF's **kwargs: enable_thinking, ...), a JSON object.
+  nlohmann::ordered_json extra = nlohmann::ordered_json::object();
+  // strftime_now's clock (broken-down local time); nullopt: the current local time.
+  std::optional<std::tm> now;
+};
+
+// Messages from plain role/content pairs.
+nlohmann::ordered_json to_json(const std::vector<ChatMessage>& messages);
+// A plain message from a JSON message: its role, and its content when that is a string (null
+// or absent: empty); other fields are dropped. Lets a JSON list convert to ChatMessages.
+void from_json(const nlohmann::json& j, ChatMessage& message);
 
 class ChatTemplate {
  public:
@@ -46,6 +73,8 @@ class ChatTemplate {
   static std::optional<ChatTemplate> builtin(const std::string& name);
 
   // Throws inferd::Error when the template raises an exception or cannot be evaluated.
+  std::string render(const ChatInputs& inputs) const;
+  // Plain messages, no tools.
   std::string render(const std::vector<ChatMessage>& messages, bool add_generation_prompt,
                      const std::string& bos_token, const std::string& eos_token) const;
   const std::string& source() const { return source_; }

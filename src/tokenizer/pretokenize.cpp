@@ -40,7 +40,8 @@
 // 5. For the GPT-2, Llama 3, Qwen2 and Qwen3.5 patterns the reference has hand-written
 //    splitters instead of the regex; they give the same pieces as the regex does under rules
 //    2-4, and so do ours (tests/unit/tokenizer_pretokenize_test.cpp compares them). AFMoE's
-//    digit grouping, which Tiny Aya's first regex is also run as, exists only as code.
+//    digit grouping, which Tiny Aya's first regex is also run as, exists only as code. We also
+//    write SuperBPE's digit look-ahead as code: as a regex it is quadratic in a digit run.
 //
 // Which regexes a name uses, and whether it ignores merges, are the reference's tables. Not
 // here: Kimi K2 (a splitter with no regex behind it) and the names whose vocabularies are not
@@ -157,6 +158,10 @@ CodePoint decode(const unsigned char* p, size_t available) {
 
 // Rules that exist in the reference as code, not as a regex; the names stand in the lists.
 constexpr std::string_view kNumberGroupsRule = "\\p{AFMoE_digits}";
+// SuperBPE's look-ahead: cuts before every group of three ASCII digits that ends a digit run.
+// As a regex it rescans the rest of the run at every position (quadratic in the run's length),
+// so it runs as code unless `hand_written` is off.
+constexpr std::string_view kDigitThrees = "(?=(\\d{3})+(?!\\d))";
 // Tiny Aya's regex; the reference runs the AFMoE rule for it instead.
 constexpr std::string_view kTinyAyaDigits = "\\d{1,3}(?=(?:\\d{3})*\\b)";
 
@@ -233,11 +238,14 @@ constexpr std::string_view kPoro = " ?[^(\\s|.,!?…。，、।۔،)]+";
 constexpr std::string_view kCjkHangul = "[一-龥ࠀ-一가-퟿]+";
 constexpr std::string_view kCjkKana = "[一-龥぀-ゟ゠-ヿ]+";
 constexpr std::string_view kYoutuScripts =
-    "[가-힣ㄱ-ㆎ]+|[！…“”‘’—：；，、-〿︰-﹏]+|[ㄅ-ㄯ]+|[一-龥぀-ゟ゠-"
+    "[가-힣ㄱ-ㆎ]+|[！…“”‘’—：；，、-〿︰-﹏]+|[ㄅ-ㄯ]+|[一-龥぀-"
+    "ゟ゠-"
     "ヿ]"
     "+";
 constexpr std::string_view kAfmoeScripts =
-    "[一-鿿㐀-䶿豈-﫿぀-ゟ゠-ヿ･-ﾟ⼀-⿟เ-๿຀-໿ក-៿က-႟ꩠ-ꩿꧠ-꧿가-힯ᄀ-"
+    "[一-鿿㐀-䶿豈-﫿぀-ゟ゠-ヿ･-ﾟ⼀-⿟เ-๿຀-໿ក-៿က-႟ꩠ-ꩿꧠ-"
+    "꧿가-"
+    "힯ᄀ-"
     "ᇿ]"
     "+";
 constexpr std::string_view kAfmoe =
@@ -264,11 +272,17 @@ const std::vector<Spec>& specs() {
       {{"jais-2"}, {kJais2}},
       {{"deepseek-llm"},
        {"[\\r\\n]",
-        "\\s?[A-Za-zµÀ-ÖØ-öø-ƺƼ-ƿǄ-ʓʕ-ʯͰ-ͳͶͷͻ-ͽͿΆΈ-ΊΌΎ-ΡΣ-ϵϷ-ҁҊ-ԯԱ-ՖႠ-ჅᎠ-Ᏽᏸ-ᏽᲐ-"
+        "\\s?[A-Za-zµÀ-ÖØ-öø-ƺƼ-ƿǄ-ʓʕ-ʯͰ-ͳͶͷͻ-ͽͿΆΈ-ΊΌΎ-ΡΣ-ϵϷ-ҁҊ-ԯԱ-ՖႠ-ჅᎠ-"
+        "Ᏽᏸ-"
+        "ᏽᲐ-"
         "ᲺᲽ-"
-        "Ჿᴀ-ᴫᵫ-ᵷᵹ-ᶚḀ-ἕἘ-Ἕἠ-ὅὈ-Ὅὐ-ὗὙὛὝὟ-ώᾀ-ᾴᾶ-ᾼιῂ-ῄῆ-ῌῐ-ΐῖ-Ίῠ-Ῥῲ-ῴῶ-ῼℂℇℊ-ℓℕℙ-ℝℤΩℨK-ℭℯ-ℴℹℼ-"
+        "Ჿᴀ-ᴫᵫ-ᵷᵹ-ᶚḀ-ἕἘ-Ἕἠ-ὅὈ-Ὅὐ-ὗὙὛὝὟ-ώᾀ-ᾴᾶ-ᾼιῂ-ῄῆ-ῌῐ-ΐῖ-Ίῠ-Ῥῲ-ῴῶ-ῼℂℇℊ-ℓℕℙ-ℝℤΩℨK-"
+        "ℭℯ-"
+        "ℴℹℼ-"
         "ℿⅅ-"
-        "ⅉⅎↃↄⰀ-ⱻⱾ-ⳤⳫ-ⳮⳲⳳꙀ-ꙭꚀ-ꚛꜢ-ꝯꝱ-ꞇꞋ-ꞎꭰ-ꮿﬀ-ﬆﬓ-ﬗＡ-Ｚａ-ｚ𐐀-𐑏𐒰-𐓓𐓘-𐓻𐲀-"
+        "ⅉⅎↃↄⰀ-ⱻⱾ-ⳤⳫ-ⳮⳲⳳꙀ-ꙭꚀ-ꚛꜢ-ꝯꝱ-ꞇꞋ-ꞎꭰ-ꮿﬀ-ﬆﬓ-ﬗＡ-Ｚａ-ｚ𐐀-𐑏𐒰-"
+        "𐓓𐓘-"
+        "𐓻𐲀-"
         "𐲲𐳀-"
         "𐳲𑢠-𑣟𞤀-𞥃]+",
         "\\s?[!-/:-~！-／：-～‘-‟　-。]+", "\\s+$", kCjkHangul, "\\p{N}+"}},
@@ -299,7 +313,7 @@ const std::vector<Spec>& specs() {
       {{"gpt-4o", "llama4", "kanana2", "talkie", "minimax-m2"}, {kGpt4o}},
       {{"granite-embed-multi-97m"}, {kGraniteMulti}, true},
       {{"tiny_aya", "cohere2moe"}, {kTinyAyaDigits, kTinyAya}},
-      {{"superbpe"}, {"\\p{N}+", "(?=(\\d{3})+(?!\\d))"}},
+      {{"superbpe"}, {"\\p{N}+", kDigitThrees}},
       {{"bailingmoe", "bailingmoe2", "llada-moe"}, {kBailingMoe}},
       {{"seed-coder"}, {kSeedCoder}},
       {{"ufakzeka"}, {kUfakzeka}},
@@ -318,34 +332,16 @@ struct Category {
   const char* members;
 };
 constexpr Category kCategories[] = {
-    {"N",
-     "\\xD1"
-     "0-9"},
-    {"L",
-     "\\xD2"
-     "A-Za-z"},
-    {"P",
-     "\\xD3"
-     "!-#%-*,-/:-;?-@\\[-\\]_\\{\\}"},
-    {"M", "\\xD4"},
-    {"S",
-     "\\xD5"
-     "\\$\\+<->\\^`\\|~"},
-    {"Lu",
-     "\\xD2"
-     "A-Za-z"},
-    {"Ll",
-     "\\xD2"
-     "A-Za-z"},
-    {"Lt",
-     "\\xD2"
-     "A-Za-z"},
-    {"Lm",
-     "\\xD2"
-     "A-Za-z"},
-    {"Lo",
-     "\\xD2"
-     "A-Za-z"},
+    {"N", "\\x{D1}0-9"},
+    {"L", "\\x{D2}A-Za-z"},
+    {"P", "\\x{D3}!-#%-*,-/:-;?-@\\[-\\]_\\{\\}"},
+    {"M", "\\x{D4}"},
+    {"S", "\\x{D5}\\$\\+<->\\^`\\|~"},
+    {"Lu", "\\x{D2}A-Za-z"},
+    {"Ll", "\\x{D2}A-Za-z"},
+    {"Lt", "\\x{D2}A-Za-z"},
+    {"Lm", "\\x{D2}A-Za-z"},
+    {"Lo", "\\x{D2}A-Za-z"},
 };
 
 const Category* category_at(std::string_view pattern, size_t i, size_t* length) {
@@ -406,6 +402,7 @@ struct PreTokenizer::Step {
     kNumberGroups,    // the AFMoE rule
     kGpt2,            // hand-written kGpt2 (the same pieces, faster)
     kLlama3,          // hand-written kLlama3, kQwen2 and kQwen35
+    kDigitThrees,     // hand-written kDigitThrees
   };
   Kind kind = Kind::kClassRegex;
   pcre2_code* code = nullptr;
@@ -454,6 +451,8 @@ std::unique_ptr<PreTokenizer> PreTokenizer::create(std::string_view name, bool h
       auto step = std::make_unique<Step>();
       if (pattern == kNumberGroupsRule || pattern == kTinyAyaDigits) {
         step->kind = Step::Kind::kNumberGroups;
+      } else if (hand_written && pattern == kDigitThrees) {
+        step->kind = Step::Kind::kDigitThrees;
       } else if (hand_written && pattern == kGpt2) {
         step->kind = Step::Kind::kGpt2;
       } else if (hand_written && (pattern == kLlama3 || pattern == kQwen2 || pattern == kQwen35)) {
@@ -649,6 +648,25 @@ void llama3_pieces(const unsigned char* s, size_t n, size_t max_digits, bool mar
   }
 }
 
+// kDigitThrees by hand: a cut wherever the ASCII digits from there to the end of their run
+// are three, six, nine, ... (the regex's \\d is ASCII only here).
+template <class Cut>
+void digit_three_pieces(const unsigned char* s, size_t n, Cut&& cut) {
+  auto digit = [](unsigned char c) { return c >= '0' && c <= '9'; };
+  size_t pos = 0;
+  while (pos < n) {
+    if (!digit(s[pos])) {
+      ++pos;
+      continue;
+    }
+    size_t end = pos;
+    while (end < n && digit(s[end])) ++end;
+    for (size_t at = pos + (end - pos) % 3; at + 3 <= end; at += 3) cut(at);
+    pos = end;
+  }
+  cut(n);
+}
+
 // The AFMoE rule: a run of numbers is cut into groups of three from its end, and the text
 // before the run goes with its first group (the rule only cuts, before and after groups).
 template <class Cut>
@@ -818,6 +836,9 @@ void PreTokenizer::split(std::string_view text, std::vector<std::string_view>& o
           break;
         case Step::Kind::kGpt2:
           gpt2_pieces(subject.classes() + first, last - first, cut_at);
+          break;
+        case Step::Kind::kDigitThrees:
+          digit_three_pieces(subject.classes() + first, last - first, cut_at);
           break;
         case Step::Kind::kLlama3:
           llama3_pieces(subject.classes() + first, last - first, step->max_digits,

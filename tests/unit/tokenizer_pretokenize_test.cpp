@@ -113,7 +113,15 @@ TEST(TokenizerPretokenize, ControlsAndFormatCharactersAreNeitherSpaceNorLetter) 
 
 TEST(TokenizerPretokenize, EmptyMatchesCut) {
   // SuperBPE's second regex only looks ahead: it cuts digit runs into threes from the right.
-  EXPECT_EQ(split("superbpe", "1234567 12"), (Pieces{"1", "234", "567", " ", "12"}));
+  for (bool hand_written : {true, false}) {
+    EXPECT_EQ(split("superbpe", "1234567 12", hand_written),
+              (Pieces{"1", "234", "567", " ", "12"}));
+    EXPECT_EQ(split("superbpe", "x\u0663123456", hand_written),
+              (Pieces{"x", "\u0663", "123", "456"}));
+  }
+  // As a regex it rescans the digits ahead at every position; by hand it is linear.
+  std::string digits(1 << 20, '7');
+  EXPECT_EQ(PreTokenizer::create("superbpe")->split(digits).size(), digits.size() / 3 + 1);
 }
 
 TEST(TokenizerPretokenize, AfmoeGroupsDigitsFromTheRight) {
@@ -149,7 +157,8 @@ TEST(TokenizerPretokenize, HandWrittenSplittersMatchTheirRegexes) {
       "$",      "_",      "\u00E9", "\u0301", "\u00B2",     "\u0663", "\u00A0", "\u3000",
       "\u2028", "\u0085", "\u4E2D", "\u200B", "\U0001F600", "\uFFFD", "\u0378", "\xED\xA0\x80"};
   std::mt19937 rng(1234);
-  for (std::string_view name : {"gpt-2", "smollm", "llama-bpe", "qwen2", "qwen35", "jais"}) {
+  for (std::string_view name :
+       {"gpt-2", "smollm", "llama-bpe", "qwen2", "qwen35", "jais", "superbpe"}) {
     auto fast = PreTokenizer::create(name, true);
     auto slow = PreTokenizer::create(name, false);
     for (int round = 0; round < 1500; ++round) {

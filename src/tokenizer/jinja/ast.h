@@ -23,6 +23,7 @@ struct Expr {
     kLiteral,      // value
     kName,         // name
     kList,         // items
+    kTuple,        // items, as a tuple
     kDict,         // keys[i]: items[i]
     kAttribute,    // object.name
     kSubscript,    // object[items[0]]
@@ -53,18 +54,34 @@ struct Stmt;
 using StmtList = std::vector<std::unique_ptr<Stmt>>;
 
 struct Stmt {
-  enum class Kind { kText, kOutput, kIf, kFor, kSet, kSetBlock, kMacro };
+  enum class Kind {
+    kText,
+    kOutput,
+    kIf,
+    kFor,
+    kSet,
+    kSetBlock,
+    kMacro,
+    kCallBlock,    // {% call m(args) %}: expr is the call, branches[0] the caller's body
+    kFilterBlock,  // {% filter f %}: expr filters the body, which it reads as kBlockName
+    kScope,        // a body with its own scope: {% generation %} (HF's extension)
+  };
   Kind kind;
   Location where;
   std::string text;  // kText
   ExprPtr expr;      // kOutput value, kIf/kFor condition or iterable, kSet value
-  std::vector<std::string>
-      targets;                      // kFor loop variables, kSet target (["ns", "attr"] for ns.attr)
+  // kFor loop variables, kSet targets (several: tuple unpacking), kMacro name
+  std::vector<std::string> targets;
+  std::string attribute;            // kSet/kSetBlock `ns.attribute`: targets[0] is the namespace
   std::vector<ExprPtr> conditions;  // kIf: condition of each branch (null for else)
   std::vector<StmtList> branches;   // kIf branches; kFor body and else; kMacro/kSetBlock body
   ExprPtr loop_filter;              // kFor: `for x in y if cond`
-  std::vector<std::string> parameters;  // kMacro parameter names
-  std::vector<ExprPtr> defaults;        // kMacro default values (null when none)
+  std::vector<std::string> parameters;  // kMacro (and kCallBlock's caller) parameter names
+  std::vector<ExprPtr> defaults;        // their default values (null when none)
 };
+
+// The name a {% filter %} block's rendered body has while its filters run; not a valid Jinja
+// name, so no template can read it.
+inline constexpr const char* kBlockName = " block";
 
 }  // namespace inferd::jinja

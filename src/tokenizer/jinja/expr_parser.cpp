@@ -331,14 +331,10 @@ ExprPtr ExprParser::primary() {
   }
   if (t.kind == Token::Kind::kName) return name_or_constant();
   if (accept_op("(")) {
-    if (accept_op(")")) return finish(node(Expr::Kind::kList, t.where));  // `()`
+    if (accept_op(")")) return finish(node(Expr::Kind::kTuple, t.where));  // `()`
+    NestingGuard guard(nesting_, t.where);
     ExprPtr e = expression();
-    if (is_op(",")) {  // a tuple, which behaves as a list here
-      auto list = node(Expr::Kind::kList, t.where);
-      list->items.push_back(std::move(e));
-      while (accept_op(",") && !is_op(")")) list->items.push_back(expression());
-      e = finish(std::move(list));
-    }
+    if (is_op(",")) e = tuple_rest(std::move(e));
     expect_op(")");
     return e;
   }
@@ -347,6 +343,27 @@ ExprPtr ExprParser::primary() {
   syntax_error(t.where, t.kind == Token::Kind::kEnd
                             ? "expected an expression, found the end of the tag"
                             : "expected an expression, found '" + t.text + "'");
+}
+
+ExprPtr ExprParser::tuple_rest(ExprPtr first) {
+  auto tuple = node(Expr::Kind::kTuple, first->where);
+  tuple->items.push_back(std::move(first));
+  while (accept_op(",") && !is_op(")") && !at_end()) tuple->items.push_back(expression());
+  return finish(std::move(tuple));
+}
+
+ExprPtr ExprParser::block_filters(bool leading_bar) {
+  auto e = node(Expr::Kind::kName, peek().where);
+  e->name = kBlockName;
+  for (bool first = true; first ? (!leading_bar || accept_op("|")) : accept_op("|");
+       first = false) {
+    auto f = node(Expr::Kind::kFilter, peek().where);
+    f->name = expect_name();
+    f->object = std::move(e);
+    if (accept_op("(")) arguments(*f);
+    e = finish(std::move(f));
+  }
+  return e;
 }
 
 ExprPtr ExprParser::name_or_constant() {

@@ -32,6 +32,10 @@ class ExprParser {
   // A full expression, with `x if c else y`; `with_condition` false stops before `if`
   // (a for loop's iterable, whose `if` is its filter).
   ExprPtr expression(bool with_condition = true);
+  // After `first` and a ",": the rest of a tuple written without brackets (`a, b`).
+  ExprPtr tuple_rest(ExprPtr first);
+  // A {% filter %} or {% set x | f %} chain: `f(args) | g ...` applied to kBlockName.
+  ExprPtr block_filters(bool leading_bar);
 
  private:
   ExprPtr node(Expr::Kind kind, Location where) const;

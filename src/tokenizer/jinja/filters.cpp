@@ -1,16 +1,19 @@
-// Jinja's built-in filters that chat templates use, with jinja2's argument names and
-// defaults (`tojson(indent=2)`, `default(x, true)`, `selectattr('role', 'equalto', 'user')`).
+// Jinja's built-in filters on single values (text, numbers, JSON), with jinja2's argument
+// names and defaults (`tojson(indent=2)`, `default(x, true)`, `replace(a, b, count)`), and the
+// filter dispatch. Sequence filters are in filters_seq.cpp.
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
 
 #include "tokenizer/jinja/builtins.h"
+#include "tokenizer/jinja/filter_helpers.h"
+#include "tokenizer/jinja/format.h"
 #include "tokenizer/jinja/lexer.h"
 #include "tokenizer/jinja/operators.h"
 #include "tokenizer/jinja/text.h"
+#include "util/error.h"
 
 namespace inferd::jinja {
-namespace {
 
 std::string string_arg(const Args& args, size_t i, const char* name, const std::string& fallback) {
   const Value* v = args.get(i, name);
@@ -18,135 +21,84 @@ std::string string_arg(const Args& args, size_t i, const char* name, const std::
 }
 int64_t int_arg(const Args& args, size_t i, const char* name, int64_t fallback) {
   const Value* v = args.get(i, name);
-  return v != nullptr && v->is_int() ? v->as_int() : fallback;
+  if (v == nullptr || v->is_none()) return fallback;
+  if (v->is_bool()) return v->as_bool();
+  if (!v->is_int())
+    fail("chat template: argument '{}' must be an int, not {}", name, v->type_name());
+  return v->as_int();
 }
-bool bool_arg(const Args& args, size_t i, const char* name) {
+bool bool_arg(const Args& args, size_t i, const char* name, bool fallback) {
   const Value* v = args.get(i, name);
-  return v != nullptr && v->truthy();
+  return v != nullptr ? v->truthy() : fallback;
 }
 
-// The items a filter iterates over: a list's items, a dict's keys, a string's characters.
-List iterate(const Value& v, const char* filter, Location where) {
-  if (v.is_list()) return v.as_list();
-  List out;
-  if (v.is_dict()) {
-    for (const auto& [k, val] : v.as_dict().items) out.push_back(Value(k));
-  } else if (v.is_string()) {
-    for (std::string& c : characters(v.as_string())) out.push_back(Value(std::move(c)));
-  } else if (!v.is_undefined()) {
-    syntax_error(where, std::string(filter) + " cannot iterate over a " + v.type_name());
-  }
-  return out;
-}
+namespace {
 
-// `attribute="a.b"` or "0": a path of keys and indices, as jinja2's make_attrgetter follows.
-Value follow(Value v, const std::string& path, Location where, size_t max_size) {
-  for (const std::string& part : split(path, ".", -1)) {
-    const bool index = !part.empty() && std::all_of(part.begin(), part.end(), ::isdigit);
-    v = item(v, index ? Value(static_cast<int64_t>(std::atoll(part.c_str()))) : Value(part), where,
-             max_size);
-  }
-  return v;
+// soft_str(): a string stays as it is (Markup too), anything else becomes str(x).
+Value soft_str(const Value& v) {
+  return v.is_string() ? v : Value(v.to_string());
+}
+Value same_flavor(const Value& like, std::string text) {
+  return like.is_markup() ? Value::markup(std::move(text)) : Value(std::move(text));
 }
 
 Value length_of(const Value& v, Location where) {
   if (v.is_string()) return Value(static_cast<int64_t>(characters(v.as_string()).size()));
   if (v.is_list()) return Value(static_cast<int64_t>(v.as_list().size()));
-  if (v.is_dict()) return Value(static_cast<int64_t>(v.as_dict().items.size()));
+  if (v.is_mapping()) return Value(static_cast<int64_t>(v.as_dict().items.size()));
   if (v.is_undefined()) return Value(0);
-  syntax_error(where, "length of a " + v.type_name());
+  syntax_error(where, "object of type '" + v.type_name() + "' has no len()");
 }
 
-// Sort order of jinja2's sort/min/max: strings compare case-insensitively by default.
-bool less(const Value& a, const Value& b, bool case_sensitive, Location where) {
-  if (!case_sensitive && a.is_string() && b.is_string())
-    return to_lower(a.as_string()) < to_lower(b.as_string());
-  return compare_op("<", a, b, where);
-}
-
-// select / reject / selectattr / rejectattr: keep items whose test (or truth) matches `keep`.
-Value select(const Value& v, const Args& args, bool by_attribute, bool keep, Location where,
-             size_t max_size) {
-  const size_t first = by_attribute ? 1 : 0;
-  Args test_args;
-  for (size_t i = first + 1; i < args.positional.size(); ++i)
-    test_args.positional.push_back(args.positional[i]);
-  List out;
-  for (const Value& x : iterate(v, "select", where)) {
-    const Value subject =
-        by_attribute ? follow(x, string_arg(args, 0, "attribute", ""), where, max_size) : x;
-    bool passed = subject.truthy();
-    if (args.positional.size() > first) {
-      const std::string test = args.positional[first].to_string();
-      auto result = apply_test(test, subject, test_args, where);
-      if (!result) syntax_error(where, "unknown test '" + test + "'");
-      passed = *result;
-    }
-    if (passed == keep) out.push_back(x);
-  }
-  return Value(std::move(out));
-}
-
-Value map_items(const Value& v, const Args& args, Location where, size_t max_size) {
-  List out;
-  const Value* attr = args.keyword("attribute");
-  const Value* fallback = args.keyword("default");
-  Args rest;
-  for (size_t i = 1; i < args.positional.size(); ++i) rest.positional.push_back(args.positional[i]);
-  for (const Value& x : iterate(v, "map", where)) {
-    if (attr != nullptr) {
-      Value got = follow(x, attr->to_string(), where, max_size);
-      out.push_back(got.is_undefined() && fallback != nullptr ? *fallback : got);
-      continue;
-    }
-    if (args.positional.empty()) syntax_error(where, "map needs a filter name or attribute=");
-    const std::string filter = args.positional[0].to_string();
-    auto mapped = apply_filter(filter, x, rest, where, max_size);
-    if (!mapped) syntax_error(where, "unknown filter '" + filter + "'");
-    out.push_back(*mapped);
-  }
-  return Value(std::move(out));
-}
-
-Value sorted(const Value& v, const Args& args, Location where, size_t max_size) {
-  List out = iterate(v, "sort", where);
-  const bool reverse = bool_arg(args, 0, "reverse");
-  const bool case_sensitive = bool_arg(args, 1, "case_sensitive");
-  const std::string attr = string_arg(args, 2, "attribute", "");
-  auto key = [&](const Value& x) { return attr.empty() ? x : follow(x, attr, where, max_size); };
-  std::stable_sort(out.begin(), out.end(), [&](const Value& a, const Value& b) {
-    return reverse ? less(key(b), key(a), case_sensitive, where)
-                   : less(key(a), key(b), case_sensitive, where);
-  });
-  return Value(std::move(out));
-}
-
-Value to_number(const Value& v, bool as_int, const Args& args) {
+// jinja2's int filter: int(x) (int(str, base) for strings), else int(float(x)), else default.
+Value to_int(const Value& v, const Args& args) {
   const Value* fallback = args.get(0, "default");
-  Value dflt = fallback != nullptr ? *fallback : as_int ? Value(0) : Value(0.0);
+  const Value dflt = fallback != nullptr ? *fallback : Value(0);
+  if (int_arg(args, 1, "base", 10) != 10) fail("chat template: int(base=...) is not supported");
+  if (v.is_int()) return v;
+  if (v.is_bool()) return Value(int64_t{v.as_bool()});
   double d = 0;
-  if (v.is_number() || v.is_bool()) {
-    d = v.is_bool() ? v.as_bool() : v.as_number();
-    if (v.is_int() && as_int) return v;
+  if (v.is_float()) {
+    d = v.as_number();
   } else if (v.is_string()) {
-    const std::string s = strip(v.as_string(), "", true, true);
+    std::string s = strip(v.as_string(), "", true, true);
+    s.erase(std::remove(s.begin(), s.end(), '_'), s.end());
     char* end = nullptr;
+    const long long n = std::strtoll(s.c_str(), &end, 10);
+    if (!s.empty() && end == s.c_str() + s.size()) return Value(static_cast<int64_t>(n));
     d = std::strtod(s.c_str(), &end);
     if (s.empty() || end != s.c_str() + s.size()) return dflt;
   } else {
     return dflt;
   }
-  if (!as_int) return Value(d);
-  if (!std::isfinite(d) || std::fabs(d) >= 9.2e18) return dflt;
+  if (!std::isfinite(d) || std::fabs(d) >= 9.2e18)
+    fail("chat template: int() of {} is out of range", d);
   return Value(static_cast<int64_t>(d));
 }
 
+Value to_float(const Value& v, const Args& args) {
+  const Value* fallback = args.get(0, "default");
+  const Value dflt = fallback != nullptr ? *fallback : Value(0.0);
+  if (v.is_number() || v.is_bool()) return Value(v.is_bool() ? v.as_bool() : v.as_number());
+  if (!v.is_string()) return dflt;
+  const std::string s = strip(v.as_string(), "", true, true);
+  char* end = nullptr;
+  const double d = std::strtod(s.c_str(), &end);
+  if (s.empty() || end != s.c_str() + s.size() || s.find_first_of("xXpP") != std::string::npos)
+    return dflt;
+  return Value(d);
+}
+
 Value rounded(const Value& v, const Args& args, Location where) {
-  if (!v.is_number()) syntax_error(where, "round of a " + v.type_name());
+  if (!v.is_number() && !v.is_bool()) syntax_error(where, "round of a " + v.type_name());
   const int64_t precision = std::clamp<int64_t>(int_arg(args, 0, "precision", 0), -20, 20);
   const std::string method = string_arg(args, 1, "method", "common");
+  if (method != "common" && method != "ceil" && method != "floor")
+    syntax_error(where, "round method must be 'common', 'ceil' or 'floor'");
+  // round(int, n) stays an int in Python.
+  if (method == "common" && !v.is_float() && precision >= 0) return v;
   const double scale = std::pow(10.0, static_cast<double>(precision));
-  const double x = v.as_number() * scale;
+  const double x = (v.is_bool() ? v.as_bool() : v.as_number()) * scale;
   // "common" is Python's round(): halves go to the even neighbour.
   const double r = method == "ceil"    ? std::ceil(x)
                    : method == "floor" ? std::floor(x)
@@ -154,6 +106,8 @@ Value rounded(const Value& v, const Args& args, Location where) {
   return Value(r / scale);
 }
 
+// jinja2's indent: lines after the first get `width` (spaces or a string); blank lines only
+// with blank=True; the first line too with first=True.
 Value indented(const Value& v, const Args& args) {
   const Value* width_arg = args.get(0, "width");
   const std::string pad =
@@ -163,101 +117,105 @@ Value indented(const Value& v, const Args& args) {
                 static_cast<size_t>(std::clamp<int64_t>(int_arg(args, 0, "width", 4), 0, 1000)),
                 ' ');
   const bool first = bool_arg(args, 1, "first"), blank = bool_arg(args, 2, "blank");
-  std::vector<std::string> lines = split(v.to_string(), "\n", -1);
+  const std::vector<std::string> lines = splitlines(v.to_string() + "\n");
   std::string out;
   for (size_t i = 0; i < lines.size(); ++i) {
     if (i > 0) out += '\n';
-    if ((i > 0 || first) && (blank || !lines[i].empty())) out += pad;
+    if (i > 0 && (blank || !lines[i].empty())) out += pad;
     out += lines[i];
   }
-  return Value(out);
+  if (first) out = pad + out;
+  return same_flavor(v, out);
+}
+
+Value centered(const Value& v, const Args& args) {
+  const std::string s = v.to_string();
+  const auto width =
+      static_cast<size_t>(std::clamp<int64_t>(int_arg(args, 0, "width", 80), 0, 10000));
+  const size_t length = characters(s).size();
+  if (length >= width) return Value(s);
+  const size_t margin = width - length;
+  const size_t left = margin / 2 + (margin & width & 1);  // CPython's str.center
+  return Value(std::string(left, ' ') + s + std::string(margin - left, ' '));
 }
 
 // HF's tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False).
 Value json(const Value& v, const Args& args) {
   JsonOptions options;
   options.ensure_ascii = bool_arg(args, 0, "ensure_ascii");
-  options.indent = static_cast<int>(std::clamp<int64_t>(int_arg(args, 1, "indent", -1), -1, 64));
+  if (const Value* indent = args.get(1, "indent"); indent != nullptr && !indent->is_none()) {
+    if (indent->is_string()) {
+      options.indent_text = indent->as_string();
+      if (options.indent_text.empty()) options.indent = 0;
+    } else {
+      options.indent = static_cast<int>(std::clamp<int64_t>(int_arg(args, 1, "indent", 0), 0, 64));
+    }
+  }
   options.sort_keys = bool_arg(args, 3, "sort_keys");
-  if (const Value* seps = args.get(2, "separators");
-      seps && seps->is_list() && seps->as_list().size() == 2) {
-    options.item_separator = seps->as_list()[0].to_string();
-    options.key_separator = seps->as_list()[1].to_string();
+  if (const Value* seps = args.get(2, "separators"); seps != nullptr && !seps->is_none()) {
+    if (!seps->is_list() || seps->as_list().size() != 2 || !seps->as_list()[0].is_string() ||
+        !seps->as_list()[1].is_string())
+      fail("chat template: tojson separators must be two strings");
+    options.item_separator = seps->as_list()[0].as_string();
+    options.key_separator = seps->as_list()[1].as_string();
+    if (options.item_separator.empty())
+      fail("chat template: an empty tojson item separator is not supported");
   }
   return Value(to_json(v, options));
 }
 
 std::optional<Value> text_filter(const std::string& name, const Value& v, const Args& args,
                                  size_t max_size) {
-  if (name == "trim")
-    return Value(strip(v.to_string(), string_arg(args, 0, "chars", ""), true, true));
-  if (name == "upper") return Value(to_upper(v.to_string()));
-  if (name == "lower") return Value(to_lower(v.to_string()));
-  if (name == "capitalize") return Value(capitalize(v.to_string()));
-  if (name == "title") return Value(title(v.to_string()));
-  if (name == "string") return Value(v.to_string());
-  if (name == "safe") return v;
+  if (name == "trim") {
+    const Value* chars = args.get(0, "chars");
+    const Value s = soft_str(v);
+    if (chars != nullptr && !chars->is_none() && chars->to_string().empty()) return s;
+    return same_flavor(s, strip(s.as_string(), string_arg(args, 0, "chars", ""), true, true));
+  }
+  if (name == "upper") return same_flavor(v, to_upper(v.to_string()));
+  if (name == "lower") return same_flavor(v, to_lower(v.to_string()));
+  if (name == "capitalize") return same_flavor(v, capitalize(v.to_string()));
+  if (name == "title") return same_flavor(v, jinja_title(v.to_string()));
+  if (name == "string") return soft_str(v);
+  if (name == "safe") return v.is_markup() ? v : Value::markup(v.to_string());
+  if (name == "escape" || name == "e" || name == "forceescape") {
+    if (v.is_markup() && name != "forceescape") return v;
+    return Value::markup(escape_html(v.to_string()));
+  }
   if (name == "replace") {
-    return Value(replace(v.to_string(), string_arg(args, 0, "old", ""),
-                         string_arg(args, 1, "new", ""), int_arg(args, 2, "count", -1), max_size));
+    // Without autoescape, str(s).replace(old, new, count or -1): count 0 replaces all.
+    int64_t count = int_arg(args, 2, "count", -1);
+    if (count == 0) count = -1;
+    const std::string old_text = string_arg(args, 0, "old", "");
+    return Value(replace(v.to_string(), old_text, string_arg(args, 1, "new", ""), count, max_size));
   }
   if (name == "indent") return indented(v, args);
+  if (name == "center") return centered(v, args);
+  if (name == "wordcount") return Value(word_count(v.to_string()));
+  if (name == "format") {
+    Value format_args;
+    if (!args.keywords.empty()) {
+      if (!args.positional.empty())
+        fail("chat template: format filter takes positional or keyword arguments, not both");
+      Dict d;
+      for (const auto& [k, x] : args.keywords) d.set(k, x);
+      format_args = Value(std::move(d));
+    } else {
+      format_args = Value::tuple(args.positional);
+    }
+    const Value s = soft_str(v);
+    return same_flavor(s, percent_format(s.as_string(), format_args, s.is_markup()));
+  }
   return std::nullopt;
 }
 
-// Filters over the items of a list (or a string's characters, or a dict's keys).
-std::optional<Value> list_filter(const std::string& name, const Value& v, const Args& args,
-                                 Location where, size_t max_size) {
-  if (name == "reverse") {
-    if (v.is_string()) {
-      auto chars = characters(v.as_string());
-      std::string out;
-      for (auto it = chars.rbegin(); it != chars.rend(); ++it) out += *it;
-      return Value(out);
-    }
-    List out = iterate(v, "reverse", where);
-    std::reverse(out.begin(), out.end());
-    return Value(std::move(out));
-  }
-  if (name == "sort") return sorted(v, args, where, max_size);
-  if (name == "unique") {
-    // Strings differing only in case are one, unless case_sensitive=true.
-    const bool cs = bool_arg(args, 0, "case_sensitive");
-    auto key = [cs](const Value& x) {
-      return !cs && x.is_string() ? Value(to_lower(x.as_string())) : x;
-    };
-    List out;
-    for (const Value& x : iterate(v, "unique", where)) {
-      bool seen = false;
-      for (const Value& y : out) seen = seen || equal(key(x), key(y));
-      if (!seen) out.push_back(x);
-    }
-    return Value(std::move(out));
-  }
-  if (name == "min" || name == "max") {
-    List items = iterate(v, name.c_str(), where);
-    if (items.empty()) return Value::undefined("");
-    const bool cs = bool_arg(args, 0, "case_sensitive");
-    Value best = items[0];
-    for (const Value& x : items) {
-      if (name == "min" ? less(x, best, cs, where) : less(best, x, cs, where)) best = x;
-    }
-    return best;
-  }
-  if (name == "sum") {
-    const std::string attr = string_arg(args, 0, "attribute", "");
-    Value total = args.get(1, "start") ? *args.get(1, "start") : Value(0);
-    for (const Value& x : iterate(v, "sum", where))
-      total = binary_op("+", total, attr.empty() ? x : follow(x, attr, where, max_size), where,
-                        max_size);
-    return total;
-  }
-  if (name == "select" || name == "reject")
-    return select(v, args, false, name == "select", where, max_size);
-  if (name == "selectattr" || name == "rejectattr")
-    return select(v, args, true, name == "selectattr", where, max_size);
-  if (name == "map") return map_items(v, args, where, max_size);
-  return std::nullopt;
+// Filters jinja2 has that no chat template here needs: an error says so, rather than
+// "unknown filter".
+bool unsupported(const std::string& name) {
+  static const char* const kNames[] = {"filesizeformat", "groupby",   "pprint",   "random",
+                                       "slice",          "striptags", "truncate", "urlencode",
+                                       "urlize",         "wordwrap",  "xmlattr"};
+  return std::find(std::begin(kNames), std::end(kNames), name) != std::end(kNames);
 }
 
 }  // namespace
@@ -267,45 +225,32 @@ std::optional<Value> apply_filter(const std::string& name, const Value& v, const
   if (auto text = text_filter(name, v, args, max_size)) return text;
   if (name == "length" || name == "count") return length_of(v, where);
   if (name == "tojson") return json(v, args);
-  if (name == "first" || name == "last") {
-    List items = iterate(v, name.c_str(), where);
-    if (items.empty()) return Value::undefined("");
-    return name == "first" ? items.front() : items.back();
-  }
-  if (name == "join") {
-    std::string out, sep = string_arg(args, 0, "d", "");
-    const std::string attr = string_arg(args, 1, "attribute", "");
-    List items = iterate(v, "join", where);
-    for (size_t i = 0; i < items.size(); ++i) {
-      out += (i ? sep : "") +
-             (attr.empty() ? items[i] : follow(items[i], attr, where, max_size)).to_string();
-      if (out.size() > max_size) syntax_error(where, "join exceeds the size limit");
-    }
-    return Value(out);
-  }
   if (name == "default" || name == "d") {
     const Value* fallback = args.get(0, "default_value");
     if (v.is_undefined() || (bool_arg(args, 1, "boolean") && !v.truthy()))
       return fallback != nullptr ? *fallback : Value("");
     return v;
   }
-  if (name == "list") return Value(iterate(v, "list", where));
-  if (name == "items") {
-    List out;
-    if (v.is_dict()) {
-      for (const auto& [k, val] : v.as_dict().items) out.push_back(Value(List{Value(k), val}));
-    }
-    return Value(std::move(out));
-  }
-  if (name == "int" || name == "float") return to_number(v, name == "int", args);
+  if (name == "int") return to_int(v, args);
+  if (name == "float") return to_float(v, args);
   if (name == "abs") {
     if (v.is_int() && v.as_int() != INT64_MIN)
       return Value(v.as_int() < 0 ? -v.as_int() : v.as_int());
+    if (v.is_bool()) return Value(int64_t{v.as_bool()});
     if (v.is_float()) return Value(std::fabs(v.as_number()));
-    syntax_error(where, "abs of a " + v.type_name());
+    syntax_error(where, "bad operand type for abs(): '" + v.type_name() + "'");
   }
   if (name == "round") return rounded(v, args, where);
-  return list_filter(name, v, args, where, max_size);
+  if (name == "attr") {
+    // The sandbox's getattr: methods and namespace attributes, never a dict's keys.
+    const std::string attr = string_arg(args, 0, "name", "");
+    if (v.is_namespace()) return attribute(v, attr, where, max_size);
+    if (v.is_undefined()) return v;
+    return method(v, attr, max_size).value_or(missing_attribute(v, attr));
+  }
+  if (auto result = sequence_filter(name, v, args, where, max_size)) return result;
+  if (unsupported(name)) syntax_error(where, "the '" + name + "' filter is not supported");
+  return std::nullopt;
 }
 
 }  // namespace inferd::jinja

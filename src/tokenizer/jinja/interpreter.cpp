@@ -1,18 +1,20 @@
-// Interpreter: walks the statement tree with a stack of scopes (a for loop's body and a macro
-// call get their own, as in jinja2), charging every step against a budget.
+// Interpreter: walks the statement tree with a chain of scopes as jinja2 scopes names: a for
+// loop's iteration, a macro call, a call/filter block and {% generation %} get their own; `if`
+// and `set` at the top level do not. Macros see the scopes they were defined in (late bound),
+// never their caller's. Every step is charged against a budget.
 #include "tokenizer/jinja/interpreter.h"
 
 #include <algorithm>
-#include <map>
 
 #include "tokenizer/jinja/builtins.h"
+#include "tokenizer/jinja/interpreter_impl.h"
 #include "tokenizer/jinja/lexer.h"
 #include "tokenizer/jinja/operators.h"
+#include "util/error.h"
 
 namespace inferd::jinja {
+namespace detail {
 namespace {
-
-enum class Flow { kNormal, kBreak, kContinue };
 
 // True when `v` holds a namespace anywhere inside; storing such a value into a namespace is
 // refused, which keeps namespaces from containing themselves (a cycle nothing could print).
@@ -32,336 +34,345 @@ bool holds_namespace(const Value& v, int depth) {
   return false;
 }
 
-class Interpreter {
- public:
-  Interpreter(const Dict& globals, const RenderLimits& limits) : limits_(limits) {
-    scopes_.emplace_back();
-    for (const auto& [k, v] : default_globals(limits.max_output_bytes / kBytesPerItem).items)
-      scopes_.back()[k] = v;
-    for (const auto& [k, v] : globals.items) scopes_.back()[k] = v;
+// Whether the expression or statement tree reads `name` (a macro's varargs/kwargs/caller).
+bool reads(const Expr* e, const std::string& name) {
+  if (e == nullptr) return false;
+  if (e->kind == Expr::Kind::kName && e->name == name) return true;
+  if (reads(e->object.get(), name)) return true;
+  for (const auto* list : {&e->items, &e->keys, &e->keyword_values}) {
+    for (const auto& x : *list) {
+      if (reads(x.get(), name)) return true;
+    }
   }
-
-  std::string run(const StmtList& program) {
-    std::string out;
-    execute(program, out);
-    return out;
-  }
-
-  Value eval(const Expr& e);
-
- private:
-  void tick(int64_t cost, Location where) {
-    steps_ += cost;
-    if (steps_ > limits_.max_steps) syntax_error(where, "template takes too many steps to render");
-  }
-
-  // Charges for building a large value and refuses one larger than the output limit.
-  const Value& checked(const Value& v, Location where) {
-    const size_t size = v.is_string() ? v.as_string().size()
-                        : v.is_list() ? v.as_list().size() * kBytesPerItem
-                                      : 0;
-    if (size > limits_.max_output_bytes) syntax_error(where, "a value exceeds the size limit");
-    tick(static_cast<int64_t>(size / 64), where);
-    return v;
-  }
-
-  Value lookup(const std::string& name) const {
-    for (auto it = scopes_.rbegin(); it != scopes_.rend(); ++it) {
-      if (auto found = it->find(name); found != it->end()) return found->second;
-    }
-    return Value::undefined(name);
-  }
-
-  void emit(std::string& out, const std::string& text, Location where) {
-    out += text;
-    if (out.size() > limits_.max_output_bytes)
-      syntax_error(where, "template output exceeds the size limit");
-  }
-
-  Flow execute(const StmtList& body, std::string& out) {
-    for (const auto& st : body) {
-      const Flow flow = execute(*st, out);
-      if (flow != Flow::kNormal) return flow;
-    }
-    return Flow::kNormal;
-  }
-
-  Flow execute(const Stmt& st, std::string& out) {
-    tick(1, st.where);
-    switch (st.kind) {
-      case Stmt::Kind::kText:
-        emit(out, st.text, st.where);
-        return Flow::kNormal;
-      case Stmt::Kind::kOutput:
-        if (!st.targets.empty()) return st.targets[0] == "break" ? Flow::kBreak : Flow::kContinue;
-        emit(out, eval(*st.expr).to_string(), st.where);
-        return Flow::kNormal;
-      case Stmt::Kind::kIf:
-        for (size_t i = 0; i < st.branches.size(); ++i) {
-          if (st.conditions[i] == nullptr || eval(*st.conditions[i]).truthy())
-            return execute(st.branches[i], out);
-        }
-        return Flow::kNormal;
-      case Stmt::Kind::kFor:
-        return run_for(st, out);
-      case Stmt::Kind::kSet:
-        assign(st, eval(*st.expr));
-        return Flow::kNormal;
-      case Stmt::Kind::kSetBlock: {
-        std::string captured;
-        execute(st.branches[0], captured);
-        assign(st, Value(captured));
-        return Flow::kNormal;
-      }
-      case Stmt::Kind::kMacro:
-        define_macro(st);
-        return Flow::kNormal;
-    }
-    return Flow::kNormal;
-  }
-
-  void assign(const Stmt& st, Value value) {
-    if (st.targets.size() == 1) {
-      scopes_.back()[st.targets[0]] = std::move(value);
-      return;
-    }
-    Value ns = lookup(st.targets[0]);
-    if (!ns.is_dict() || !ns.as_dict().is_namespace) {
-      syntax_error(st.where, "cannot set an attribute of '" + st.targets[0] + "' (a " +
-                                 ns.type_name() + ", not a namespace)");
-    }
-    if (holds_namespace(value, 0))
-      syntax_error(st.where, "a namespace cannot be stored in a namespace");
-    ns.as_dict().set(st.targets[1], std::move(value));
-  }
-
-  List loop_items(const Stmt& st) {
-    Value iterable = eval(*st.expr);
-    List items;
-    if (iterable.is_list()) {
-      items = iterable.as_list();
-    } else if (iterable.is_dict() && !iterable.as_dict().is_namespace) {
-      for (const auto& [k, v] : iterable.as_dict().items) items.push_back(Value(k));
-    } else if (iterable.is_string()) {
-      for (std::string& c : characters(iterable.as_string())) items.push_back(Value(std::move(c)));
-    } else if (!iterable.is_undefined()) {
-      syntax_error(st.where, "cannot loop over a " + iterable.type_name());
-    }
-    tick(static_cast<int64_t>(items.size() / 16), st.where);
-    if (!st.loop_filter) return items;
-    List kept;
-    for (const Value& item : items) {
-      scopes_.emplace_back();
-      bind_targets(st, item);
-      if (eval(*st.loop_filter).truthy()) kept.push_back(item);
-      scopes_.pop_back();
-    }
-    return kept;
-  }
-
-  Flow run_for(const Stmt& st, std::string& out) {
-    const List items = loop_items(st);
-    if (items.empty()) return st.branches.size() > 1 ? execute(st.branches[1], out) : Flow::kNormal;
-    const auto n = static_cast<int64_t>(items.size());
-    for (int64_t i = 0; i < n; ++i) {
-      tick(4, st.where);  // an iteration builds a scope and a loop object
-      scopes_.emplace_back();
-      bind_targets(st, items[static_cast<size_t>(i)]);
-      Dict loop;
-      loop.set("index", Value(i + 1));
-      loop.set("index0", Value(i));
-      loop.set("revindex", Value(n - i));
-      loop.set("revindex0", Value(n - i - 1));
-      loop.set("first", Value(i == 0));
-      loop.set("last", Value(i == n - 1));
-      loop.set("length", Value(n));
-      loop.set("previtem",
-               i > 0 ? items[static_cast<size_t>(i - 1)] : Value::undefined("previtem"));
-      loop.set("nextitem",
-               i + 1 < n ? items[static_cast<size_t>(i + 1)] : Value::undefined("nextitem"));
-      scopes_.back()["loop"] = Value(std::move(loop));
-      const Flow flow = execute(st.branches[0], out);
-      scopes_.pop_back();
-      if (flow == Flow::kBreak) break;
-    }
-    return Flow::kNormal;
-  }
-
-  void bind_targets(const Stmt& st, const Value& item) {
-    if (st.targets.size() == 1) {
-      scopes_.back()[st.targets[0]] = item;
-      return;
-    }
-    if (!item.is_list() || item.as_list().size() != st.targets.size()) {
-      syntax_error(st.where, "cannot unpack a " + item.type_name() + " into " +
-                                 std::to_string(st.targets.size()) + " names");
-    }
-    for (size_t k = 0; k < st.targets.size(); ++k)
-      scopes_.back()[st.targets[k]] = item.as_list()[k];
-  }
-
-  void define_macro(const Stmt& st) {
-    const Stmt* macro = &st;
-    scopes_.back()[st.targets[0]] =
-        Value(Function([this, macro](const Args& args) { return call_macro(*macro, args); }));
-  }
-
-  Value call_macro(const Stmt& macro, const Args& args) {
-    if (call_depth_ >= limits_.max_call_depth)
-      syntax_error(macro.where, "macro calls nested too deeply");
-    if (args.positional.size() > macro.parameters.size())
-      syntax_error(macro.where, "macro '" + macro.targets[0] + "' called with too many arguments");
-    std::map<std::string, Value> scope;
-    for (size_t i = 0; i < macro.parameters.size(); ++i) {
-      const Value* given = args.get(i, macro.parameters[i].c_str());
-      scope[macro.parameters[i]] = given != nullptr    ? *given
-                                   : macro.defaults[i] ? eval(*macro.defaults[i])
-                                                       : Value::undefined(macro.parameters[i]);
-    }
-    ++call_depth_;
-    scopes_.push_back(std::move(scope));
-    std::string out;
-    execute(macro.branches[0], out);
-    scopes_.pop_back();
-    --call_depth_;
-    return Value(out);
-  }
-
-  Args arguments(const Expr& e) {
-    Args args;
-    for (const auto& a : e.items) args.positional.push_back(eval(*a));
-    for (size_t i = 0; i < e.keyword_names.size(); ++i)
-      args.keywords.emplace_back(e.keyword_names[i], eval(*e.keyword_values[i]));
-    return args;
-  }
-
-  Value eval_compare(const Expr& e) {
-    Value left = eval(*e.items[0]);
-    for (size_t i = 0; i < e.ops.size(); ++i) {
-      Value right = eval(*e.items[i + 1]);
-      if (!compare_op(e.ops[i], left, right, e.where)) return Value(false);
-      left = std::move(right);
-    }
-    return Value(true);
-  }
-
-  Value eval_slice(const Expr& e);
-
-  RenderLimits limits_;
-  std::vector<std::map<std::string, Value>> scopes_;
-  int call_depth_ = 0;
-  int64_t steps_ = 0;
-};
-
-Value Interpreter::eval(const Expr& e) {
-  tick(1, e.where);
-  switch (e.kind) {
-    case Expr::Kind::kLiteral:
-      return e.value;
-    case Expr::Kind::kName:
-      return lookup(e.name);
-    case Expr::Kind::kList: {
-      List out;
-      for (const auto& item : e.items) out.push_back(eval(*item));
-      return Value(std::move(out));
-    }
-    case Expr::Kind::kDict: {
-      Dict out;
-      for (size_t i = 0; i < e.items.size(); ++i)
-        out.set(eval(*e.keys[i]).to_string(), eval(*e.items[i]));
-      return Value(std::move(out));
-    }
-    case Expr::Kind::kAttribute:
-      return attribute(eval(*e.object), e.name, e.where, limits_.max_output_bytes);
-    case Expr::Kind::kSubscript: {
-      Value object = eval(*e.object);
-      return item(object, eval(*e.items[0]), e.where, limits_.max_output_bytes);
-    }
-    case Expr::Kind::kSlice:
-      return checked(eval_slice(e), e.where);
-    case Expr::Kind::kCall: {
-      Value callee = eval(*e.object);
-      if (callee.is_undefined()) undefined_error(callee, e.where);
-      if (!callee.is_callable())
-        syntax_error(e.where, "a " + callee.type_name() + " is not callable");
-      return checked(callee.as_callable()(arguments(e)), e.where);
-    }
-    case Expr::Kind::kFilter: {
-      Value object = eval(*e.object);
-      auto result = apply_filter(e.name, object, arguments(e), e.where, limits_.max_output_bytes);
-      if (!result) syntax_error(e.where, "unknown filter '" + e.name + "'");
-      return checked(*result, e.where);
-    }
-    case Expr::Kind::kTest: {
-      Value object = eval(*e.object);
-      auto result = apply_test(e.name, object, arguments(e), e.where);
-      if (!result) syntax_error(e.where, "unknown test '" + e.name + "'");
-      return Value(*result != e.negated);
-    }
-    case Expr::Kind::kUnary: {
-      Value v = eval(*e.object);
-      if (e.name == "not") return Value(!v.truthy());
-      if (v.is_float()) return Value(e.name == "-" ? -v.as_number() : v.as_number());
-      return binary_op(e.name, Value(0), v, e.where, limits_.max_output_bytes);
-    }
-    case Expr::Kind::kBinary: {
-      Value a = eval(*e.items[0]);
-      if (e.name == "and") return a.truthy() ? eval(*e.items[1]) : a;
-      if (e.name == "or") return a.truthy() ? a : eval(*e.items[1]);
-      return checked(binary_op(e.name, a, eval(*e.items[1]), e.where, limits_.max_output_bytes),
-                     e.where);
-    }
-    case Expr::Kind::kCompare:
-      return eval_compare(e);
-    case Expr::Kind::kConditional:
-      if (eval(*e.items[1]).truthy()) return eval(*e.items[0]);
-      return e.items[2] ? eval(*e.items[2]) : Value::undefined("");
-  }
-  return Value();
+  return false;
 }
-
-Value Interpreter::eval_slice(const Expr& e) {
-  Value object = eval(*e.object);
-  if (!object.is_list() && !object.is_string())
-    syntax_error(e.where, "cannot slice a " + object.type_name());
-  const std::vector<std::string> chars =
-      object.is_string() ? characters(object.as_string()) : std::vector<std::string>{};
-  const auto n = static_cast<int64_t>(object.is_list() ? object.as_list().size() : chars.size());
-  auto bound = [&](const ExprPtr& x, int64_t fallback) {
-    if (!x) return fallback;
-    Value v = eval(*x);
-    if (v.is_none()) return fallback;
-    if (!v.is_int()) syntax_error(e.where, "slice bounds must be integers");
-    return v.as_int();
-  };
-  const int64_t step = bound(e.items[2], 1);
-  if (step == 0) syntax_error(e.where, "slice step cannot be zero");
-  // Python's rule: a negative index counts from the end; what is still out of range clamps.
-  auto clamp = [&](int64_t i, int64_t lo, int64_t hi) {
-    if (i < 0 && (i += n) < 0) return lo;
-    return std::min(i, hi);
-  };
-  const int64_t start =
-      step > 0 ? clamp(bound(e.items[0], 0), 0, n) : clamp(bound(e.items[0], n - 1), -1, n - 1);
-  const int64_t stop = step > 0 ? clamp(bound(e.items[1], n), 0, n)
-                                : (e.items[1] ? clamp(bound(e.items[1], -n - 1), -1, n - 1) : -1);
-  List list_out;
-  std::string string_out;
-  for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) {
-    if (object.is_list()) {
-      list_out.push_back(object.as_list()[static_cast<size_t>(i)]);
-    } else {
-      string_out += chars[static_cast<size_t>(i)];
+bool reads(const StmtList& body, const std::string& name) {
+  for (const auto& st : body) {
+    if (reads(st->expr.get(), name) || reads(st->loop_filter.get(), name)) return true;
+    for (const auto& c : st->conditions) {
+      if (reads(c.get(), name)) return true;
     }
-    if (step > 0 ? i > INT64_MAX - step : i < INT64_MIN - step) break;
+    for (const auto& d : st->defaults) {
+      if (reads(d.get(), name)) return true;
+    }
+    for (const auto& b : st->branches) {
+      if (reads(b, name)) return true;
+    }
   }
-  return object.is_list() ? Value(std::move(list_out)) : Value(string_out);
+  return false;
 }
 
 }  // namespace
 
+Interpreter::Interpreter(const Dict& globals, const RenderLimits& limits) : limits_(limits) {
+  scopes_.push_back(std::make_shared<Scope>());
+  for (const auto& [k, v] : default_globals(limits.max_output_bytes / kBytesPerItem).items)
+    top()[k.as_string()] = v;
+  for (const auto& [k, v] : globals.items) top()[k.to_string()] = v;
+}
+
+Interpreter::~Interpreter() {
+  // A macro stored in a scope it closes over is a reference cycle; emptying the captured
+  // scopes breaks every such cycle.
+  for (const auto& scope : captured_) scope->clear();
+}
+
+std::string Interpreter::run(const StmtList& program) {
+  std::string out;
+  execute(program, out);
+  return out;
+}
+
+void Interpreter::tick(int64_t cost, Location where) {
+  steps_ += cost;
+  if (steps_ > limits_.max_steps) syntax_error(where, "template takes too many steps to render");
+}
+
+// Charges for building a large value and refuses one larger than the output limit.
+const Value& Interpreter::checked(const Value& v, Location where) {
+  const size_t size = v.is_string() ? v.as_string().size()
+                      : v.is_list() ? v.as_list().size() * kBytesPerItem
+                                    : 0;
+  if (size > limits_.max_output_bytes) syntax_error(where, "a value exceeds the size limit");
+  tick(static_cast<int64_t>(size / 64), where);
+  return v;
+}
+
+Value Interpreter::lookup(const std::string& name) const {
+  for (auto it = scopes_.rbegin(); it != scopes_.rend(); ++it) {
+    if (auto found = (*it)->find(name); found != (*it)->end()) return found->second;
+  }
+  return Value::undefined(name);
+}
+
+void Interpreter::emit(std::string& out, const std::string& text, Location where) {
+  out += text;
+  if (out.size() > limits_.max_output_bytes)
+    syntax_error(where, "template output exceeds the size limit");
+}
+
+Flow Interpreter::execute(const StmtList& body, std::string& out) {
+  for (const auto& st : body) {
+    const Flow flow = execute(*st, out);
+    if (flow != Flow::kNormal) return flow;
+  }
+  return Flow::kNormal;
+}
+
+// Errors raised without a place (by values, filters, raise_exception) get this statement's.
+Flow Interpreter::execute(const Stmt& st, std::string& out) {
+  try {
+    return execute_unlocated(st, out);
+  } catch (const Error& e) {
+    const std::string message = e.what();
+    if (message.rfind("chat template line ", 0) == 0) throw;
+    const std::string prefix = "chat template: ";
+    syntax_error(st.where, message.rfind(prefix, 0) == 0 ? message.substr(prefix.size()) : message);
+  }
+}
+
+Flow Interpreter::execute_unlocated(const Stmt& st, std::string& out) {
+  tick(1, st.where);
+  switch (st.kind) {
+    case Stmt::Kind::kText:
+      emit(out, st.text, st.where);
+      return Flow::kNormal;
+    case Stmt::Kind::kOutput:
+      if (!st.targets.empty()) return st.targets[0] == "break" ? Flow::kBreak : Flow::kContinue;
+      emit(out, eval(*st.expr).to_string(), st.where);
+      return Flow::kNormal;
+    case Stmt::Kind::kIf:
+      for (size_t i = 0; i < st.branches.size(); ++i) {
+        if (st.conditions[i] == nullptr || eval(*st.conditions[i]).truthy())
+          return execute(st.branches[i], out);
+      }
+      return Flow::kNormal;
+    case Stmt::Kind::kFor:
+      return run_for(st, out);
+    case Stmt::Kind::kSet:
+      assign(st, eval(*st.expr));
+      return Flow::kNormal;
+    case Stmt::Kind::kSetBlock: {
+      // The captured text is the body rendered in a scope of its own, then run through the
+      // block's filters if it has any.
+      const std::string captured = render_scoped(st.branches[0], {});
+      if (!st.expr) {
+        assign(st, Value(captured));
+        return Flow::kNormal;
+      }
+      scopes_.push_back(std::make_shared<Scope>(Scope{{kBlockName, Value(captured)}}));
+      Value filtered = eval(*st.expr);
+      scopes_.pop_back();
+      assign(st, filtered);
+      return Flow::kNormal;
+    }
+    case Stmt::Kind::kMacro:
+      top()[st.targets[0]] = make_macro(st);
+      return Flow::kNormal;
+    case Stmt::Kind::kCallBlock: {
+      // The callee gets the block's body as a macro defined here, as its `caller` argument.
+      Value callee = eval(*st.expr->object);
+      if (!callee.is_callable()) syntax_error(st.where, "{% call %} of a " + callee.type_name());
+      Args args = arguments(*st.expr);
+      args.keywords.emplace_back("caller", make_macro(st));
+      emit(out, checked(callee.as_callable()(args), st.where).to_string(), st.where);
+      return Flow::kNormal;
+    }
+    case Stmt::Kind::kFilterBlock: {
+      const std::string body = render_scoped(st.branches[0], {});
+      scopes_.push_back(std::make_shared<Scope>(Scope{{kBlockName, Value(body)}}));
+      Value filtered = eval(*st.expr);
+      scopes_.pop_back();
+      emit(out, filtered.to_string(), st.where);
+      return Flow::kNormal;
+    }
+    case Stmt::Kind::kScope:
+      emit(out, render_scoped(st.branches[0], {}), st.where);
+      return Flow::kNormal;
+  }
+  return Flow::kNormal;
+}
+
+std::string Interpreter::render_scoped(const StmtList& body, Scope scope) {
+  scopes_.push_back(std::make_shared<Scope>(std::move(scope)));
+  std::string out;
+  try {
+    execute(body, out);
+  } catch (...) {
+    scopes_.pop_back();
+    throw;
+  }
+  scopes_.pop_back();
+  return out;
+}
+
+void Interpreter::assign(const Stmt& st, Value value) {
+  if (st.attribute.empty()) {
+    bind(st.targets, value, st.where);
+    return;
+  }
+  Value ns = lookup(st.targets[0]);
+  if (!ns.is_namespace()) {
+    syntax_error(st.where, "cannot set an attribute of '" + st.targets[0] + "' (a " +
+                               ns.type_name() + ", not a namespace)");
+  }
+  if (st.attribute[0] == '_')
+    syntax_error(st.where, "a namespace attribute cannot start with '_' (HF's sandbox refuses it)");
+  if (holds_namespace(value, 0))
+    syntax_error(st.where, "a namespace cannot be stored in a namespace");
+  ns.as_dict().set(st.attribute, std::move(value));
+}
+
+// Assigns one name, or unpacks an iterable into several as Python does.
+void Interpreter::bind(const std::vector<std::string>& targets, const Value& value,
+                       Location where) {
+  if (targets.size() == 1) {
+    top()[targets[0]] = value;
+    return;
+  }
+  if (value.is_undefined()) undefined_error(value, where);
+  const List items = iterate(value, "unpacking");
+  if (items.size() != targets.size()) {
+    syntax_error(where, "cannot unpack " + std::to_string(items.size()) + " values into " +
+                            std::to_string(targets.size()) + " names");
+  }
+  for (size_t k = 0; k < targets.size(); ++k) top()[targets[k]] = items[k];
+}
+
+List Interpreter::loop_items(const Stmt& st) {
+  Value iterable = eval(*st.expr);
+  if (iterable.is_none() || iterable.is_namespace() || iterable.is_number() || iterable.is_bool() ||
+      iterable.is_callable())
+    syntax_error(st.where, "'" + iterable.type_name() + "' object is not iterable");
+  List items = iterate(iterable, "for");
+  tick(static_cast<int64_t>(items.size() / 16), st.where);
+  if (!st.loop_filter) return items;
+  List kept;
+  for (const Value& item : items) {
+    scopes_.push_back(std::make_shared<Scope>());
+    bind(st.targets, item, st.where);
+    const bool keep = eval(*st.loop_filter).truthy();
+    scopes_.pop_back();
+    if (keep) kept.push_back(item);
+  }
+  return kept;
+}
+
+Value Interpreter::loop_object(const List& items, size_t i) {
+  const auto n = static_cast<int64_t>(items.size());
+  const auto k = static_cast<int64_t>(i);
+  Dict loop;
+  loop.set("index", Value(k + 1));
+  loop.set("index0", Value(k));
+  loop.set("revindex", Value(n - k));
+  loop.set("revindex0", Value(n - k - 1));
+  loop.set("first", Value(k == 0));
+  loop.set("last", Value(k == n - 1));
+  loop.set("length", Value(n));
+  loop.set("depth", Value(1));
+  loop.set("depth0", Value(0));
+  loop.set("previtem", i > 0 ? items[i - 1] : Value::missing("there is no previous item"));
+  loop.set("nextitem", k + 1 < n ? items[i + 1] : Value::missing("there is no next item"));
+  loop.set("cycle", Value(Function([k](const Args& a) {
+             if (a.positional.empty()) fail("chat template: loop.cycle() needs at least one value");
+             return a.positional[static_cast<size_t>(k) % a.positional.size()];
+           })));
+  return Value(std::move(loop));
+}
+
+Flow Interpreter::run_for(const Stmt& st, std::string& out) {
+  const List items = loop_items(st);
+  if (items.empty()) return st.branches.size() > 1 ? execute(st.branches[1], out) : Flow::kNormal;
+  for (size_t i = 0; i < items.size(); ++i) {
+    tick(4, st.where);  // an iteration builds a scope and a loop object
+    // Each iteration starts from the enclosing scopes afresh: jinja2 does not carry names set
+    // in one iteration into the next, nor out of the loop.
+    scopes_.push_back(std::make_shared<Scope>());
+    top()["loop"] = loop_object(items, i);
+    bind(st.targets, items[i], st.where);
+    Flow flow = Flow::kNormal;
+    try {
+      flow = execute(st.branches[0], out);
+    } catch (...) {
+      scopes_.pop_back();
+      throw;
+    }
+    scopes_.pop_back();
+    if (flow == Flow::kBreak) break;
+  }
+  return Flow::kNormal;
+}
+
+Value Interpreter::make_macro(const Stmt& st) {
+  const Stmt* macro = &st;
+  MacroInfo info;
+  info.closure = scopes_;  // the macro closes over the scopes it is defined in
+  captured_.insert(captured_.end(), scopes_.begin(), scopes_.end());
+  info.varargs = reads(st.branches[0], "varargs");
+  info.kwargs = reads(st.branches[0], "kwargs");
+  auto shared = std::make_shared<const MacroInfo>(std::move(info));
+  return Value(Function(
+      [this, macro, shared](const Args& args) { return call_macro(*macro, *shared, args); }));
+}
+
+Value Interpreter::call_macro(const Stmt& macro, const MacroInfo& info, const Args& args) {
+  const std::string name = macro.kind == Stmt::Kind::kMacro ? macro.targets[0] : "caller";
+  if (call_depth_ >= limits_.max_call_depth)
+    syntax_error(macro.where, "macro calls nested too deeply");
+  if (args.positional.size() > macro.parameters.size() && !info.varargs) {
+    fail("chat template: macro '{}' takes not more than {} argument(s)", name,
+         macro.parameters.size());
+  }
+  auto scope = std::make_shared<Scope>();
+  Dict extra_keywords;
+  for (const auto& [k, v] : args.keywords) {
+    const bool known =
+        std::find(macro.parameters.begin(), macro.parameters.end(), k) != macro.parameters.end();
+    if (k == "caller" && !known) {
+      (*scope)["caller"] = v;
+    } else if (!known && !info.kwargs) {
+      fail("chat template: macro '{}' takes no keyword argument '{}'", name, k);
+    } else if (!known) {
+      extra_keywords.set(k, v);
+    }
+  }
+  ScopeChain saved = std::move(scopes_);
+  scopes_ = info.closure;
+  scopes_.push_back(scope);
+  ++call_depth_;
+  std::string out;
+  try {
+    // Parameters are bound in order, so a default can read the parameters before it.
+    for (size_t i = 0; i < macro.parameters.size(); ++i) {
+      const std::string& p = macro.parameters[i];
+      const Value* keyword = args.keyword(p.c_str());
+      if (keyword != nullptr && i < args.positional.size())
+        fail("chat template: macro '{}' got multiple values for argument '{}'", name, p);
+      const Value* given = i < args.positional.size() ? &args.positional[i] : keyword;
+      (*scope)[p] = given != nullptr    ? *given
+                    : macro.defaults[i] ? eval(*macro.defaults[i])
+                                        : Value::missing("parameter '" + p + "' was not provided");
+    }
+    List rest;
+    for (size_t i = macro.parameters.size(); i < args.positional.size(); ++i)
+      rest.push_back(args.positional[i]);
+    (*scope)["varargs"] = Value::tuple(std::move(rest));
+    (*scope)["kwargs"] = Value(std::move(extra_keywords));
+    execute(macro.branches[0], out);
+  } catch (...) {
+    scopes_ = std::move(saved);
+    --call_depth_;
+    throw;
+  }
+  scopes_ = std::move(saved);
+  --call_depth_;
+  return Value(out);
+}
+
+}  // namespace detail
+
 std::string render(const StmtList& program, const Dict& globals, const RenderLimits& limits) {
-  return Interpreter(globals, limits).run(program);
+  return detail::Interpreter(globals, limits).run(program);
 }
 
 }  // namespace inferd::jinja

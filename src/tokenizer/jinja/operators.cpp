@@ -4,6 +4,7 @@
 #include <cmath>
 #include <optional>
 
+#include "tokenizer/jinja/format.h"
 #include "tokenizer/jinja/lexer.h"
 
 namespace inferd::jinja {
@@ -24,8 +25,8 @@ double float_of(const Value& v) {
 
 [[noreturn]] void type_error(const std::string& op, const Value& a, const Value& b,
                              Location where) {
-  syntax_error(where,
-               "cannot apply '" + op + "' to a " + a.type_name() + " and a " + b.type_name());
+  syntax_error(where, "unsupported operand type(s) for " + op + ": '" + a.type_name() + "' and '" +
+                          b.type_name() + "'");
 }
 
 // x op y for + - *, with overflow (Python would switch to big integers) as an error.
@@ -48,12 +49,12 @@ Value repeat(const Value& seq, int64_t count, Location where, size_t max_size) {
     std::string out;
     out.reserve(unit * static_cast<size_t>(count));
     for (int64_t i = 0; i < count; ++i) out += seq.as_string();
-    return Value(std::move(out));
+    return Value(std::move(out), seq.flavor());
   }
   List out;
   for (int64_t i = 0; i < count; ++i)
     out.insert(out.end(), seq.as_list().begin(), seq.as_list().end());
-  return Value(std::move(out));
+  return Value(std::move(out), seq.flavor());
 }
 
 Value integer_op(const std::string& op, int64_t x, int64_t y, Location where) {
@@ -87,8 +88,7 @@ Value float_op(const std::string& op, double x, double y, Location where) {
 }  // namespace
 
 void undefined_error(const Value& v, Location where) {
-  const std::string& name = v.undefined_name();
-  syntax_error(where, name.empty() ? "a value is undefined" : "'" + name + "' is undefined");
+  syntax_error(where, v.undefined_hint().empty() ? "a value is undefined" : v.undefined_hint());
 }
 
 Value binary_op(const std::string& op, const Value& a, const Value& b, Location where,
@@ -96,18 +96,30 @@ Value binary_op(const std::string& op, const Value& a, const Value& b, Location 
   if (op == "~") return Value(a.to_string() + b.to_string());
   if (a.is_undefined()) undefined_error(a, where);
   if (b.is_undefined()) undefined_error(b, where);
-  if (op == "+" && a.is_string() && b.is_string()) return Value(a.as_string() + b.as_string());
-  if (op == "+" && a.is_list() && b.is_list()) {
+  if (op == "+" && a.is_string() && b.is_string()) {
+    // Markup + str escapes the str (and str + Markup too): markupsafe's __add__/__radd__.
+    if (a.is_markup() || b.is_markup()) {
+      return Value::markup((a.is_markup() ? a.as_string() : escape_html(a.as_string())) +
+                           (b.is_markup() ? b.as_string() : escape_html(b.as_string())));
+    }
+    return Value(a.as_string() + b.as_string());
+  }
+  if (op == "+" && a.is_list() && b.is_list() && !a.is_view() && !b.is_view() &&
+      a.is_tuple() == b.is_tuple()) {
     if (a.as_list().size() + b.as_list().size() > max_size / kBytesPerItem)
       syntax_error(where, "list exceeds the size limit");
     List out = a.as_list();
     out.insert(out.end(), b.as_list().begin(), b.as_list().end());
-    return Value(std::move(out));
+    return Value(std::move(out), a.flavor());
   }
-  if (op == "*" && (a.is_string() || a.is_list()) && integral(b))
-    return repeat(a, int_of(b), where, max_size);
-  if (op == "*" && integral(a) && (b.is_string() || b.is_list()))
-    return repeat(b, int_of(a), where, max_size);
+  if (op == "%" && a.is_string()) {
+    std::string text = percent_format(a.as_string(), b, a.is_markup());
+    return a.is_markup() ? Value::markup(std::move(text)) : Value(std::move(text));
+  }
+  const bool a_seq = a.is_string() || (a.is_list() && !a.is_view());
+  const bool b_seq = b.is_string() || (b.is_list() && !b.is_view());
+  if (op == "*" && a_seq && integral(b)) return repeat(a, int_of(b), where, max_size);
+  if (op == "*" && integral(a) && b_seq) return repeat(b, int_of(a), where, max_size);
   if (!numeric(a) || !numeric(b)) type_error(op, a, b, where);
   if (op == "/") return float_op(op, float_of(a), float_of(b), where);
   if (integral(a) && integral(b) && !(op == "**" && int_of(b) < 0))
@@ -125,8 +137,12 @@ bool compare_op(const std::string& op, const Value& a, const Value& b, Location 
       found = b.as_string().find(a.as_string()) != std::string::npos;
     } else if (b.is_list()) {
       for (const Value& v : b.as_list()) found = found || equal(a, v);
-    } else if (b.is_dict()) {
-      found = a.is_string() && b.as_dict().find(a.as_string()) != nullptr;
+    } else if (b.is_mapping()) {
+      found = b.as_dict().find(a) != nullptr;
+    } else if (b.is_generator()) {
+      // `in` consumes a generator up to the match, as Python's does.
+      Generator& g = b.as_generator();
+      while (!found && g.next < g.items.size()) found = equal(a, g.items[g.next++]);
     } else if (!b.is_undefined()) {
       type_error(op, a, b, where);
     }
@@ -135,7 +151,14 @@ bool compare_op(const std::string& op, const Value& a, const Value& b, Location 
   if (a.is_undefined()) undefined_error(a, where);
   if (b.is_undefined()) undefined_error(b, where);
   std::optional<int> order;
-  if (a.is_string() && b.is_string()) {
+  if (a.is_list() && b.is_list() && !a.is_view() && !b.is_view() && a.is_tuple() == b.is_tuple()) {
+    // Python compares sequences item by item.
+    const List &x = a.as_list(), &y = b.as_list();
+    size_t i = 0;
+    while (i < x.size() && i < y.size() && equal(x[i], y[i])) ++i;
+    if (i < x.size() && i < y.size()) return compare_op(op, x[i], y[i], where);
+    order = x.size() < y.size() ? -1 : x.size() > y.size() ? 1 : 0;
+  } else if (a.is_string() && b.is_string()) {
     const int c = a.as_string().compare(b.as_string());
     order = c < 0 ? -1 : c > 0 ? 1 : 0;
   } else if (numeric(a) && numeric(b)) {

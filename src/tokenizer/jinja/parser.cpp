@@ -37,6 +37,7 @@ class TemplateParser {
       if (seg.kind == Segment::Kind::kExpression) {
         auto st = make(Stmt::Kind::kOutput, seg.where);
         st->expr = p->expression();
+        if (p->is_op(",")) st->expr = p->tuple_rest(std::move(st->expr));  // {{ a, b }}
         p->expect_end();
         body.push_back(std::move(st));
         continue;
@@ -68,6 +69,14 @@ class TemplateParser {
     if (keyword == "for") return for_statement(p, at);
     if (keyword == "set") return set_statement(p, at);
     if (keyword == "macro") return macro_statement(p, at);
+    if (keyword == "call") return call_statement(p, at);
+    if (keyword == "filter") {
+      auto st = make(Stmt::Kind::kFilterBlock, at);
+      st->expr = p.block_filters(false);
+      p.expect_end();
+      st->branches.push_back(block_body("endfilter", at));
+      return st;
+    }
     if (keyword == "break" || keyword == "continue") {
       p.expect_end();
       if (loops_ == 0) syntax_error(at, "{% " + keyword + " %} outside a for loop");
@@ -75,13 +84,28 @@ class TemplateParser {
       st->targets = {keyword};  // loop control, carried out by the interpreter
       return st;
     }
-    // HF's AssistantTracker marks assistant text with these; the text renders as it is.
-    if (keyword == "generation" || keyword == "endgeneration") {
+    // HF's AssistantTracker marks assistant text with this; the body renders as it is, in
+    // its own scope (jinja2 runs it as a call block's caller).
+    if (keyword == "generation") {
       p.expect_end();
-      return nullptr;
+      auto st = make(Stmt::Kind::kScope, at);
+      st->branches.push_back(block_body("endgeneration", at));
+      return st;
     }
     syntax_error(at, "unknown or misplaced statement '" + keyword +
-                         "' (supported: if, for, set, macro, break, continue)");
+                         "' (supported: if, for, set, macro, call, filter, generation, break, "
+                         "continue)");
+  }
+
+  // A body up to `end`, as a caller's or filter's: loop controls of an enclosing loop do not
+  // reach into it.
+  StmtList block_body(const char* end, Location at) {
+    std::string stop;
+    const int outer_loops = loops_;
+    loops_ = 0;
+    StmtList body = parse_body({end}, stop, nullptr, at);
+    loops_ = outer_loops;
+    return body;
   }
 
   std::unique_ptr<Stmt> if_statement(ExprParser& p, Location at) {
@@ -106,8 +130,11 @@ class TemplateParser {
 
   std::unique_ptr<Stmt> for_statement(ExprParser& p, Location at) {
     auto st = make(Stmt::Kind::kFor, at);
+    const bool parenthesized = p.accept_op("(");
     st->targets.push_back(p.expect_name());
-    while (p.accept_op(",")) st->targets.push_back(p.expect_name());
+    while (p.accept_op(",") && !p.is_op(")") && !p.is_name("in"))
+      st->targets.push_back(p.expect_name());
+    if (parenthesized) p.expect_op(")");
     if (!p.accept_name("in")) syntax_error(p.peek().where, "expected 'in' in the for loop");
     st->expr = p.expression(false);
     if (p.accept_name("if")) st->loop_filter = p.expression(false);
@@ -121,15 +148,27 @@ class TemplateParser {
     return st;
   }
 
+  // `set x = v`, `set a, b = v`, `set ns.x = v`, or a block `set x %}...{% endset` with
+  // optional filters (`set x | trim %}`).
   std::unique_ptr<Stmt> set_statement(ExprParser& p, Location at) {
     auto st = make(Stmt::Kind::kSet, at);
+    const bool parenthesized = p.accept_op("(");
     st->targets.push_back(p.expect_name());
-    if (p.accept_op(".")) st->targets.push_back(p.expect_name());
+    if (!parenthesized && p.accept_op(".")) {
+      st->attribute = p.expect_name();
+    } else {
+      while (p.accept_op(",") && !p.is_op(")") && !p.is_op("="))
+        st->targets.push_back(p.expect_name());
+      if (parenthesized) p.expect_op(")");
+    }
     if (p.accept_op("=")) {
       st->expr = p.expression();
+      if (p.is_op(",")) st->expr = p.tuple_rest(std::move(st->expr));  // `set a, b = 1, 2`
       p.expect_end();
       return st;
     }
+    if (st->targets.size() > 1) syntax_error(at, "a {% set %} block assigns one name");
+    if (p.is_op("|")) st->expr = p.block_filters(true);
     p.expect_end();
     st->kind = Stmt::Kind::kSetBlock;
     std::string stop;
@@ -137,21 +176,33 @@ class TemplateParser {
     return st;
   }
 
+  void parameter_list(ExprParser& p, Stmt& st) {
+    p.expect_op("(");
+    while (!p.accept_op(")")) {
+      st.parameters.push_back(p.expect_name());
+      st.defaults.push_back(p.accept_op("=") ? p.expression() : nullptr);
+      if (!p.is_op(")")) p.expect_op(",");
+    }
+  }
+
   std::unique_ptr<Stmt> macro_statement(ExprParser& p, Location at) {
     auto st = make(Stmt::Kind::kMacro, at);
     st->targets.push_back(p.expect_name());
-    p.expect_op("(");
-    while (!p.accept_op(")")) {
-      st->parameters.push_back(p.expect_name());
-      st->defaults.push_back(p.accept_op("=") ? p.expression() : nullptr);
-      if (!p.is_op(")")) p.expect_op(",");
-    }
+    parameter_list(p, *st);
     p.expect_end();
-    std::string stop;
-    const int outer_loops = loops_;
-    loops_ = 0;  // a loop around the macro's definition does not make `break` valid inside it
-    st->branches.push_back(parse_body({"endmacro"}, stop, nullptr, at));
-    loops_ = outer_loops;
+    // a loop around the macro's definition does not make `break` valid inside it
+    st->branches.push_back(block_body("endmacro", at));
+    return st;
+  }
+
+  // `{% call m(args) %}` or `{% call(params) m(args) %}`: m's caller() renders the body.
+  std::unique_ptr<Stmt> call_statement(ExprParser& p, Location at) {
+    auto st = make(Stmt::Kind::kCallBlock, at);
+    if (p.is_op("(")) parameter_list(p, *st);
+    st->expr = p.expression();
+    if (st->expr->kind != Expr::Kind::kCall) syntax_error(at, "{% call %} needs a macro call");
+    p.expect_end();
+    st->branches.push_back(block_body("endcall", at));
     return st;
   }
 

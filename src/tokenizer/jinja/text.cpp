@@ -152,4 +152,75 @@ std::string title(const std::string& s) {
   return out;
 }
 
+std::string jinja_title(const std::string& s) {
+  std::string out = s;
+  bool word_start = true;
+  for (size_t i = 0; i < out.size();) {
+    const size_t space = space_at(out, i);
+    const char c = out[i];
+    if (space > 0 || c == '-' || c == '(' || c == '{' || c == '[' || c == '<') {
+      word_start = true;
+      i += space > 0 ? space : 1;
+      continue;
+    }
+    const auto u = static_cast<unsigned char>(c);
+    out[i] = static_cast<char>(word_start ? std::toupper(u) : std::tolower(u));
+    word_start = false;
+    i += char_len(out, i);
+  }
+  return out;
+}
+
+std::vector<std::string> splitlines(const std::string& s) {
+  std::vector<std::string> out;
+  size_t start = 0, i = 0;
+  auto byte = [&](size_t k) { return k < s.size() ? static_cast<unsigned char>(s[k]) : 0; };
+  while (i < s.size()) {
+    const unsigned char c = byte(i);
+    size_t len = 0;
+    if (c == '\r' && byte(i + 1) == '\n') {
+      len = 2;
+    } else if (c == '\n' || c == '\r' || c == 0x0b || c == 0x0c || (c >= 0x1c && c <= 0x1e)) {
+      len = 1;
+    } else if (c == 0xC2 && byte(i + 1) == 0x85) {
+      len = 2;
+    } else if (c == 0xE2 && byte(i + 1) == 0x80 && (byte(i + 2) == 0xA8 || byte(i + 2) == 0xA9)) {
+      len = 3;
+    }
+    if (len == 0) {
+      ++i;
+      continue;
+    }
+    out.push_back(s.substr(start, i - start));
+    i += len;
+    start = i;
+  }
+  if (start < s.size()) out.push_back(s.substr(start));
+  return out;
+}
+
+bool is_cased(const std::string& s, bool lower) {
+  bool cased = false;
+  for (unsigned char c : s) {
+    if (c >= 0x80) fail("chat template: islower()/isupper() of non-ASCII text is not supported");
+    if (std::isalpha(c)) {
+      if ((lower && std::isupper(c)) || (!lower && std::islower(c))) return false;
+      cased = true;
+    }
+  }
+  return cased;
+}
+
+int64_t word_count(const std::string& s) {
+  int64_t words = 0;
+  bool in_word = false;
+  for (unsigned char c : s) {
+    if (c >= 0x80) fail("chat template: wordcount of non-ASCII text is not supported");
+    const bool word = std::isalnum(c) || c == '_';
+    if (word && !in_word) ++words;
+    in_word = word;
+  }
+  return words;
+}
+
 }  // namespace inferd::jinja

@@ -2,6 +2,7 @@
 // and split() know Unicode whitespace; case changes are ASCII-only (see chat_template.h).
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -18,5 +19,14 @@ std::string to_upper(std::string s);
 std::string to_lower(std::string s);
 std::string capitalize(const std::string& s);
 std::string title(const std::string& s);
+// jinja2's title filter (not str.title): the first character after a run of whitespace,
+// '-', '(', '{', '[' or '<' is upper case, the rest lower case.
+std::string jinja_title(const std::string& s);
+// Python's str.splitlines(): breaks at \n, \r\n, \r, \v, \f, \x1c-\x1e, U+0085, U+2028/9.
+std::vector<std::string> splitlines(const std::string& s);
+// str.islower() (`lower` true) or str.isupper(): some cased letter, and all of that case.
+bool is_cased(const std::string& s, bool lower);
+// Python's \w+ word count (the wordcount filter).
+int64_t word_count(const std::string& s);
 
 }  // namespace inferd::jinja

@@ -53,7 +53,18 @@ std::string string_repr(const std::string& s) {
 
 std::string container_text(const Value& v, int depth);
 
+// A dict key as json.dumps writes it: str as is; int, float, bool and None as their JSON.
+std::string json_key(const Value& k) {
+  if (k.is_string()) return k.as_string();
+  if (k.is_none()) return "null";
+  if (k.is_bool()) return k.as_bool() ? "true" : "false";
+  if (k.is_int()) return std::to_string(k.as_int());
+  if (k.is_float()) return float_text(k.as_number());
+  fail("chat template: tojson: keys must be str, int, float, bool or None, not {}", k.type_name());
+}
+
 std::string repr_at(const Value& v, int depth) {
+  if (v.is_markup()) return "Markup(" + string_repr(v.as_string()) + ")";
   if (v.is_string()) return string_repr(v.as_string());
   if (v.is_list() || v.is_dict()) return container_text(v, depth);
   return v.to_string();
@@ -63,19 +74,40 @@ std::string container_text(const Value& v, int depth) {
   check_nesting(depth);
   std::string out;
   if (v.is_list()) {
-    out = "[";
-    for (size_t i = 0; i < v.as_list().size(); ++i) {
+    const List& items = v.as_list();
+    const bool tuple = v.is_tuple();
+    out = tuple ? "(" : "[";
+    for (size_t i = 0; i < items.size(); ++i) {
       if (i > 0) out += ", ";
-      out += repr_at(v.as_list()[i], depth + 1);
+      out += repr_at(items[i], depth + 1);
     }
-    return out + "]";
+    out += tuple ? (items.size() == 1 ? ",)" : ")") : "]";
+    switch (v.flavor()) {
+      case Flavor::kItemsView:
+        return "dict_items(" + out + ")";
+      case Flavor::kKeysView:
+        return "dict_keys(" + out + ")";
+      case Flavor::kValuesView:
+        return "dict_values(" + out + ")";
+      default:
+        return out;
+    }
   }
-  if (v.as_dict().is_namespace) return "<Namespace>";
+  if (v.as_dict().is_namespace) {
+    // jinja2's Namespace repr
+    out = "<Namespace {";
+    const auto& items = v.as_dict().items;
+    for (size_t i = 0; i < items.size(); ++i) {
+      if (i > 0) out += ", ";
+      out += repr_at(items[i].first, depth + 1) + ": " + repr_at(items[i].second, depth + 1);
+    }
+    return out + "}>";
+  }
   out = "{";
   const auto& items = v.as_dict().items;
   for (size_t i = 0; i < items.size(); ++i) {
     if (i > 0) out += ", ";
-    out += string_repr(items[i].first) + ": " + repr_at(items[i].second, depth + 1);
+    out += repr_at(items[i].first, depth + 1) + ": " + repr_at(items[i].second, depth + 1);
   }
   return out + "}";
 }
@@ -139,17 +171,54 @@ std::string json_string(const std::string& s, bool ensure_ascii) {
 
 }  // namespace
 
+namespace {
+
+void check_hashable(const Value& key) {
+  if ((key.is_list() && !key.is_tuple()) || key.is_dict() || key.is_generator())
+    fail("chat template: unhashable type: '{}'", key.type_name());
+}
+
+}  // namespace
+
 const Value* Dict::find(const std::string& key) const {
   for (const auto& [k, v] : items) {
-    if (k == key) return &v;
+    if (k.is_string() && k.as_string() == key) return &v;
+  }
+  return nullptr;
+}
+
+const Value* Dict::find(const Value& key) const {
+  if (key.is_string()) return find(key.as_string());
+  check_hashable(key);
+  for (const auto& [k, v] : items) {
+    if (equal(k, key)) return &v;
   }
   return nullptr;
 }
 
 void Dict::set(const std::string& key, Value value) {
   for (auto& [k, v] : items) {
-    if (k == key) {
+    if (k.is_string() && k.as_string() == key) {
       v = std::move(value);
+      return;
+    }
+  }
+  items.emplace_back(Value(key), std::move(value));
+}
+
+const Value* Dict::find(const char* key) const {
+  return find(std::string(key));
+}
+
+void Dict::set(const char* key, Value value) {
+  set(std::string(key), std::move(value));
+}
+
+void Dict::set(const Value& key, Value value) {
+  check_hashable(key);
+  for (auto& [k, v] : items) {
+    if (equal(k, key)) {
+      v = std::move(value);  // Python keeps the first key object
       return;
     }
   }
@@ -168,6 +237,12 @@ const Value* Args::keyword(const char* name) const {
   return nullptr;
 }
 
+Value Value::generator(List items) {
+  auto g = std::make_shared<Generator>();
+  g->items = std::move(items);
+  return Value(std::move(g));
+}
+
 bool Value::truthy() const {
   if (is_undefined() || is_none()) return false;
   if (is_bool()) return as_bool();
@@ -175,8 +250,8 @@ bool Value::truthy() const {
   if (is_float()) return as_number() != 0.0;
   if (is_string()) return !as_string().empty();
   if (is_list()) return !as_list().empty();
-  if (is_dict()) return !as_dict().items.empty();
-  return true;
+  if (is_dict()) return as_dict().is_namespace || !as_dict().items.empty();
+  return true;  // generators and functions, as in Python
 }
 
 std::string Value::to_string() const {
@@ -186,7 +261,12 @@ std::string Value::to_string() const {
   if (is_int()) return std::to_string(as_int());
   if (is_float()) return float_text(as_number());
   if (is_string()) return as_string();
-  if (is_callable()) return "<function>";
+  if (is_generator()) {
+    fail(
+        "chat template: cannot print a generator (jinja2 prints its memory address); "
+        "convert it with |list");
+  }
+  if (is_callable()) fail("chat template: cannot print a function (jinja2 prints its address)");
   return container_text(*this, 0);
 }
 
@@ -195,15 +275,68 @@ std::string Value::repr() const {
 }
 
 std::string Value::type_name() const {
-  if (is_undefined()) return "undefined";
-  if (is_none()) return "none";
+  if (is_undefined()) return "Undefined";
+  if (is_none()) return "NoneType";
   if (is_bool()) return "bool";
   if (is_int()) return "int";
   if (is_float()) return "float";
-  if (is_string()) return "string";
+  if (is_markup()) return "Markup";
+  if (is_string()) return "str";
+  if (is_tuple()) return "tuple";
+  if (flavor_ == Flavor::kItemsView) return "dict_items";
+  if (flavor_ == Flavor::kKeysView) return "dict_keys";
+  if (flavor_ == Flavor::kValuesView) return "dict_values";
   if (is_list()) return "list";
-  if (is_dict()) return as_dict().is_namespace ? "namespace" : "dict";
+  if (is_dict()) return as_dict().is_namespace ? "Namespace" : "dict";
+  if (is_generator()) return "generator";
   return "function";
+}
+
+List iterate(const Value& v, const std::string& what) {
+  if (v.is_list()) return v.as_list();
+  List out;
+  if (v.is_mapping()) {
+    for (const auto& [k, val] : v.as_dict().items) out.push_back(k);
+  } else if (v.is_string()) {
+    for (std::string& c : characters(v.as_string())) {
+      out.push_back(v.is_markup() ? Value::markup(std::move(c)) : Value(std::move(c)));
+    }
+  } else if (v.is_generator()) {
+    Generator& g = v.as_generator();
+    out.assign(g.items.begin() + static_cast<std::ptrdiff_t>(g.next), g.items.end());
+    g.next = g.items.size();
+  } else if (!v.is_undefined()) {
+    fail("chat template: {} cannot iterate over a {} ('{}' object is not iterable)", what,
+         v.type_name(), v.type_name());
+  }
+  return out;
+}
+
+std::string escape_html(const std::string& s) {
+  std::string out;
+  out.reserve(s.size());
+  for (char c : s) {
+    switch (c) {
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '\'':
+        out += "&#39;";
+        break;
+      case '"':
+        out += "&#34;";
+        break;
+      default:
+        out += c;
+    }
+  }
+  return out;
 }
 
 std::string to_json(const Value& v, const JsonOptions& options, int depth) {
@@ -217,15 +350,23 @@ std::string to_json(const Value& v, const JsonOptions& options, int depth) {
     return float_text(v.as_number());
   }
   if (v.is_string()) return json_string(v.as_string(), options.ensure_ascii);
-  if (v.is_undefined() || v.is_callable() || (v.is_dict() && v.as_dict().is_namespace))
-    fail("chat template: tojson cannot write a {}", v.type_name());
+  if ((!v.is_list() && !v.is_mapping()) || v.is_view()) {
+    // As json.dumps: "Object of type generator is not JSON serializable".
+    fail("chat template: tojson: Object of type {} is not JSON serializable", v.type_name());
+  }
+  const bool indenting = options.indent >= 0 || !options.indent_text.empty();
   std::string pad, close;  // newline and indentation before an item and before the closer
-  if (options.indent >= 0) {
-    pad = "\n" + std::string(static_cast<size_t>(options.indent) * (depth + 1), ' ');
-    close = "\n" + std::string(static_cast<size_t>(options.indent) * depth, ' ');
+  if (indenting) {
+    std::string unit = options.indent_text.empty()
+                           ? std::string(static_cast<size_t>(std::max(options.indent, 0)), ' ')
+                           : options.indent_text;
+    pad = "\n";
+    close = "\n";
+    for (int i = 0; i < depth; ++i) close += unit;
+    pad = close + unit;
   }
   const std::string sep = !options.item_separator.empty() ? options.item_separator
-                          : options.indent >= 0           ? ","
+                          : indenting                     ? ","
                                                           : ", ";
   std::string out;
   if (v.is_list()) {
@@ -239,12 +380,24 @@ std::string to_json(const Value& v, const JsonOptions& options, int depth) {
   auto items = v.as_dict().items;
   if (items.empty()) return "{}";
   if (options.sort_keys) {
-    std::stable_sort(items.begin(), items.end(),
-                     [](const auto& a, const auto& b) { return a.first < b.first; });
+    // json.dumps sorts the keys themselves: numbers among numbers, strings among strings.
+    const bool strings = std::all_of(items.begin(), items.end(),
+                                     [](const auto& item) { return item.first.is_string(); });
+    const bool numbers = std::all_of(items.begin(), items.end(), [](const auto& item) {
+      return item.first.is_number() || item.first.is_bool();
+    });
+    if (!strings && !numbers) fail("chat template: tojson(sort_keys=true) of mixed key types");
+    std::stable_sort(items.begin(), items.end(), [strings](const auto& a, const auto& b) {
+      if (strings) return a.first.as_string() < b.first.as_string();
+      auto number = [](const Value& k) {
+        return k.is_bool() ? static_cast<double>(k.as_bool()) : k.as_number();
+      };
+      return number(a.first) < number(b.first);
+    });
   }
   out = "{";
   for (size_t i = 0; i < items.size(); ++i) {
-    out += (i > 0 ? sep : "") + pad + json_string(items[i].first, options.ensure_ascii) +
+    out += (i > 0 ? sep : "") + pad + json_string(json_key(items[i].first), options.ensure_ascii) +
            options.key_separator + to_json(items[i].second, options, depth + 1);
   }
   return out + close + "}";
@@ -284,6 +437,7 @@ bool equal_at(const Value& a, const Value& b, int depth) {
   if (a.is_none() || b.is_none()) return a.is_none() && b.is_none();
   if (a.is_undefined() || b.is_undefined()) return a.is_undefined() && b.is_undefined();
   if (a.is_list() && b.is_list()) {
+    if (a.is_tuple() != b.is_tuple()) return false;
     const List &x = a.as_list(), &y = b.as_list();
     if (x.size() != y.size()) return false;
     for (size_t i = 0; i < x.size(); ++i) {
@@ -302,6 +456,7 @@ bool equal_at(const Value& a, const Value& b, int depth) {
     return true;
   }
   if (a.is_callable() && b.is_callable()) return &a.as_callable() == &b.as_callable();
+  if (a.is_generator() && b.is_generator()) return &a.as_generator() == &b.as_generator();
   return false;
 }
 
