@@ -32,7 +32,6 @@ struct GoldenSet {
 constexpr GoldenSet kGoldenSets[] = {
     {"smollm2", "default"},
     {"llama-bpe", "sdist:llama-bpe"},
-    {"qwen2", "sdist:qwen2"},
     {"phi-3", "sdist:phi-3"},
     {"gemma3", "cache:gemma-3-270m-q4_k_m.gguf"},
 };
