@@ -102,8 +102,9 @@ void register_serve(CLI::App& app) {
   cmd->add_option("--api-key", args->api_key, "Require 'Authorization: Bearer KEY'");
   cmd->add_option("--served-model-name", args->served_model_name,
                   "Model id in the API (default: the file name without .gguf)");
-  cmd->add_option("--chat-template", args->chat_template,
-                  "Built-in template name (chatml) or a Jinja file; default: the model's");
+  cmd->add_option(
+      "--chat-template", args->chat_template,
+      "Built-in template name (chatml, llama3, gemma, ...) or a Jinja file; default: the model's");
   add_kv_type_options(*cmd, args->kv_key_type, args->kv_value_type);
   cmd->callback([args] { serve(*args); });
 }

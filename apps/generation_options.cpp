@@ -61,8 +61,9 @@ void GenerationOptions::add_to(CLI::App& cmd) {
   cmd.add_option("-s,--seed", sampling.seed, "Random seed (same seed and settings: same text)");
   cmd.add_option("--stop", stop, "Stop string (repeatable); never part of the output");
   cmd.add_flag("--ignore-eos", ignore_eos, "Keep generating past end-of-sequence tokens");
-  cmd.add_option("--chat-template", chat_template,
-                 "Chat template: a built-in name (chatml) or a file");
+  cmd.add_option(
+      "--chat-template", chat_template,
+      "Chat template: a built-in name (chatml, llama3, gemma, mistral-v7, phi3, ...) or a file");
   cmd.add_option("--system", system_prompt, "System message for chat mode");
   cmd.add_flag("--no-stats", quiet_stats, "Do not print timing statistics to stderr");
   add_kv_type_options(cmd, kv_key_type, kv_value_type);

@@ -4,7 +4,9 @@
 #include <sstream>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
+#include "tokenizer/builtin_templates.h"
 #include "util/error.h"
 
 namespace inferd::app {
@@ -28,8 +30,8 @@ tokenizer::ChatTemplate load_chat_template(const std::string& name_or_file) {
   if (auto builtin = tokenizer::ChatTemplate::builtin(name_or_file)) return *builtin;
   std::ifstream in(name_or_file);
   if (!in)
-    fail("--chat-template '{}' is neither a built-in template (chatml) nor a readable file",
-         name_or_file);
+    fail("--chat-template '{}' is neither a built-in template ({}) nor a readable file",
+         name_or_file, fmt::join(tokenizer::builtin_template_names(), ", "));
   std::stringstream text;
   text << in.rdbuf();
   try {

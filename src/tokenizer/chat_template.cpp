@@ -4,19 +4,13 @@
 #include <ctime>
 
 #include "gguf/gguf.h"
+#include "tokenizer/builtin_templates.h"
 #include "tokenizer/jinja/interpreter.h"
 #include "tokenizer/jinja/parser.h"
 #include "util/error.h"
 
 namespace inferd::tokenizer {
 namespace {
-
-// ChatML as most instruction-tuned models use it, without a default system message.
-constexpr const char* kChatML =
-    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] "
-    "+ "
-    "'<|im_end|>' + '\\n' }}{% endfor %}{% if add_generation_prompt %}{{ "
-    "'<|im_start|>assistant\\n' }}{% endif %}";
 
 // JSON -> Jinja values as Python's json.loads builds them, object keys in their order.
 jinja::Value from_json(const nlohmann::ordered_json& j, int depth = 0) {
@@ -81,8 +75,9 @@ ChatTemplate ChatTemplate::from_gguf(const gguf::GgufFile& file) {
 }
 
 std::optional<ChatTemplate> ChatTemplate::builtin(const std::string& name) {
-  if (name == "chatml") return ChatTemplate(kChatML);
-  return std::nullopt;
+  std::optional<std::string> source = builtin_template_source(name);
+  if (!source) return std::nullopt;
+  return ChatTemplate(*source);
 }
 
 void from_json(const nlohmann::json& j, ChatMessage& message) {

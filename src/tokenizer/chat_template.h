@@ -69,7 +69,7 @@ class ChatTemplate {
 
   // The file's own template; an inferd::Error when it has none.
   static ChatTemplate from_gguf(const gguf::GgufFile& file);
-  // A template shipped with inferd ("chatml"); nullopt for an unknown name.
+  // A template shipped with inferd by name ("chatml", "llama3", ...); nullopt for an unknown name.
   static std::optional<ChatTemplate> builtin(const std::string& name);
 
   // Throws inferd::Error when the template raises an exception or cannot be evaluated.
