@@ -174,6 +174,49 @@ TEST(ChatTemplate, GlobalsMatchApplyChatTemplate) {
             "1userTrue");
 }
 
+TEST(ChatTemplate, JsonInputsReachTheTemplateAsApplyChatTemplatePassesThem) {
+  // Tool calls with object arguments, tools, extra variables, key order as given, and a
+  // fixed clock; the expected text is what jinja2 renders.
+  ChatInputs inputs;
+  inputs.messages = nlohmann::ordered_json::parse(R"([
+    {"role": "user", "content": "weather?"},
+    {"role": "assistant", "content": null, "tool_calls": [{"type": "function",
+      "function": {"name": "get_weather", "arguments": {"zone": "Paris", "unit": "c"}}}]},
+    {"role": "tool", "tool_call_id": "1", "content": "sunny"}])");
+  inputs.tools = nlohmann::ordered_json::parse(
+      R"([{"type": "function", "function": {"name": "get_weather", "parameters": {"b": 1, "a": 2}}}])");
+  inputs.extra = {{"enable_thinking", false}};
+  inputs.add_generation_prompt = false;
+  std::tm date{};
+  date.tm_year = 125;
+  date.tm_mon = 2;
+  date.tm_mday = 7;
+  inputs.now = date;
+  const ChatTemplate t(
+      "{{ strftime_now('%d %b %Y') }}|{{ tools[0].function.parameters | tojson }}|"
+      "{% for m in messages %}{{ m.role }}:{{ m.content }}"
+      "{% for c in m.tool_calls or [] %}[{{ c.function.name }} {{ c.function.arguments | tojson }}"
+      "{{ c.function.arguments is mapping }}]{% endfor %};{% endfor %}"
+      "{{ enable_thinking }}{{ add_generation_prompt }}{{ documents }}");
+  EXPECT_EQ(t.render(inputs),
+            "07 Mar 2025|{\"b\": 1, \"a\": 2}|user:weather?;assistant:None"
+            "[get_weather {\"zone\": \"Paris\", \"unit\": \"c\"}True];tool:sunny;"
+            "FalseFalseNone");
+  inputs.tools.reset();
+  EXPECT_EQ(ChatTemplate("{{ tools }}").render(inputs), "None");
+  // Plain messages convert from JSON too (the server's tests build them so).
+  ChatMessage m = nlohmann::json{{"role", "user"}, {"content", nullptr}};
+  EXPECT_EQ(m.role, "user");
+  EXPECT_EQ(m.content, "");
+}
+
+TEST(ChatTemplate, ErrorsNameTheLineOfTheStatement) {
+  // Errors raised by values and filters carry the place of the statement that hit them.
+  EXPECT_NE(error_of("a\n{{ messages | map('upper') }}").find("line 2"), std::string::npos);
+  EXPECT_NE(error_of("{% set x = [1] %}\n{{ x.append(2) }}").find("line 2"), std::string::npos);
+  EXPECT_NE(error_of("{{ '{:,}'.format(1) }}").find("not supported"), std::string::npos);
+}
+
 TEST(ChatTemplate, HostileTemplatesHitLimits) {
   EXPECT_NE(error_of("{% set s = 'xxxxxxxxxxxxxxxx' %}{{ s * 100000000 }}").find("size limit"),
             std::string::npos);
@@ -194,7 +237,7 @@ TEST(ChatTemplate, HostileTemplatesHitLimits) {
                      "{% endfor %}")
                 .find("too many steps"),
             std::string::npos);
-  EXPECT_NE(error_of("{{ range(100000000) | length }}").find("size limit"), std::string::npos);
+  EXPECT_NE(error_of("{{ range(100000000) | length }}").find("too big"), std::string::npos);
   EXPECT_NE(error_of("{% set ns = namespace(x=1) %}{% set ns.x = [ns] %}").find("namespace"),
             std::string::npos);
   // Deep nesting of every kind is refused at parse time, before it can exhaust the stack.

@@ -140,7 +140,12 @@ TEST(JinjaEval, StringMethodsAndFormatting) {
       "1 and b xx 3! a=5 003.1|ab  |ff [3, 1, 2]");
   EXPECT_EQ(run("{{ 'it''s the-end (ok) [x]' | title }} {{ \"it's\".title() }}"),
             "Its The-End (Ok) [X] It'S");
-  EXPECT_NE(error_of("{{ '{:>4}'.format(1) }}").find("not supported"), std::string::npos);
+  EXPECT_EQ(run("{{ '{:>4}|{:<3}|{:05.1f}|{:x}'.format(1, 'a', 2.25, 255) }} {{ 'a b c'.rsplit(' "
+                "', 1) }} "
+                "{{ '%c%c' % (65, 'b') }} {{ 2.675 | round(2) }} {{ '0x10' | int }}"),
+            "   1|a  |002.2|ff ['a b', 'c'] Ab 2.67 0");
+  EXPECT_NE(error_of("{{ '{:,}'.format(1000) }}").find("not supported"), std::string::npos);
+  EXPECT_NE(error_of("{{ range(3) }}").find("range"), std::string::npos);
 }
 
 TEST(JinjaEval, MacrosCallBlocksFiltersAndUnpacking) {

@@ -12,6 +12,9 @@
 namespace inferd::jinja {
 namespace {
 
+// jinja2's sandbox refuses range() of more items (MAX_RANGE).
+constexpr size_t kMaxRange = 100000;
+
 int64_t int_arg(const Args& a, size_t i, const char* name, int64_t fallback) {
   const Value* v = a.get(i, name);
   if (v == nullptr) return fallback;
@@ -149,10 +152,12 @@ Dict default_globals(size_t max_items) {
           List out;
           for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) {
             if (out.size() >= max_items) fail("chat template: range() exceeds the size limit");
+            if (out.size() >= kMaxRange)
+              fail("chat template: range() is too big (the sandbox allows {} items)", kMaxRange);
             out.emplace_back(i);
             if ((step > 0 && i > INT64_MAX - step) || (step < 0 && i < INT64_MIN - step)) break;
           }
-          return Value(std::move(out));
+          return Value(std::move(out), Flavor::kRange);
         })));
   // HF's dict(): Python's dict(mapping or pairs, **kwargs).
   auto make_dict = [](const Args& a) {
@@ -186,6 +191,13 @@ Dict default_globals(size_t max_items) {
           }
           return Value(std::move(ns));
         })));
+  // jinja2 has these too; no template here needs them, so calling one is an error.
+  for (const char* name : {"cycler", "lipsum"}) {
+    const std::string n = name;
+    g.set(name, Value(Function([n](const Args&) -> Value {
+            fail("chat template: {}() is not supported", n);
+          })));
+  }
   // joiner(sep): returns "" the first time it is called and `sep` after that.
   g.set("joiner", Value(Function([](const Args& a) {
           const Value* sep = a.get(0, "sep");

@@ -2,8 +2,12 @@
 // names and defaults (`tojson(indent=2)`, `default(x, true)`, `replace(a, b, count)`), and the
 // filter dispatch. Sequence filters are in filters_seq.cpp.
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstdlib>
+#include <optional>
+
+#include <fmt/format.h>
 
 #include "tokenizer/jinja/builtins.h"
 #include "tokenizer/jinja/filter_helpers.h"
@@ -50,6 +54,30 @@ Value length_of(const Value& v, Location where) {
   syntax_error(where, "object of type '" + v.type_name() + "' has no len()");
 }
 
+// Python's numeric literal rules for int() and float() of a string: surrounding whitespace,
+// a sign, and single underscores between digits; no hex (strtod would take "0x10").
+std::optional<std::string> python_number_text(const std::string& text, bool integral) {
+  const std::string s = strip(text, "", true, true);
+  std::string out;
+  for (size_t i = 0; i < s.size(); ++i) {
+    const char c = s[i];
+    if (c == '_') {
+      if (i == 0 || i + 1 >= s.size() || !std::isdigit(static_cast<unsigned char>(s[i - 1])) ||
+          !std::isdigit(static_cast<unsigned char>(s[i + 1])))
+        return std::nullopt;
+      continue;
+    }
+    const bool ok = std::isdigit(static_cast<unsigned char>(c)) || c == '+' || c == '-' ||
+                    (!integral && std::isalpha(static_cast<unsigned char>(c)) && c != 'x' &&
+                     c != 'X' && c != 'p' && c != 'P') ||
+                    (!integral && c == '.');
+    if (!ok) return std::nullopt;
+    out += c;
+  }
+  if (out.empty()) return std::nullopt;
+  return out;
+}
+
 // jinja2's int filter: int(x) (int(str, base) for strings), else int(float(x)), else default.
 Value to_int(const Value& v, const Args& args) {
   const Value* fallback = args.get(0, "default");
@@ -61,16 +89,24 @@ Value to_int(const Value& v, const Args& args) {
   if (v.is_float()) {
     d = v.as_number();
   } else if (v.is_string()) {
-    std::string s = strip(v.as_string(), "", true, true);
-    s.erase(std::remove(s.begin(), s.end(), '_'), s.end());
+    if (auto text = python_number_text(v.as_string(), true)) {
+      char* end = nullptr;
+      errno = 0;
+      const long long n = std::strtoll(text->c_str(), &end, 10);
+      if (end == text->c_str() + text->size()) {
+        if (errno == ERANGE) fail("chat template: int() of {} does not fit 64 bits", *text);
+        return Value(static_cast<int64_t>(n));
+      }
+    }
+    auto text = python_number_text(v.as_string(), false);
     char* end = nullptr;
-    const long long n = std::strtoll(s.c_str(), &end, 10);
-    if (!s.empty() && end == s.c_str() + s.size()) return Value(static_cast<int64_t>(n));
-    d = std::strtod(s.c_str(), &end);
-    if (s.empty() || end != s.c_str() + s.size()) return dflt;
+    if (!text) return dflt;
+    d = std::strtod(text->c_str(), &end);
+    if (end != text->c_str() + text->size()) return dflt;
   } else {
     return dflt;
   }
+  if (std::isnan(d)) return dflt;  // int(nan) is a ValueError, which jinja2 catches
   if (!std::isfinite(d) || std::fabs(d) >= 9.2e18)
     fail("chat template: int() of {} is out of range", d);
   return Value(static_cast<int64_t>(d));
@@ -79,13 +115,15 @@ Value to_int(const Value& v, const Args& args) {
 Value to_float(const Value& v, const Args& args) {
   const Value* fallback = args.get(0, "default");
   const Value dflt = fallback != nullptr ? *fallback : Value(0.0);
-  if (v.is_number() || v.is_bool()) return Value(v.is_bool() ? v.as_bool() : v.as_number());
+  if (v.is_number() || v.is_bool()) {
+    return Value(v.is_bool() ? static_cast<double>(v.as_bool()) : v.as_number());
+  }
   if (!v.is_string()) return dflt;
-  const std::string s = strip(v.as_string(), "", true, true);
+  const auto text = python_number_text(v.as_string(), false);
+  if (!text) return dflt;
   char* end = nullptr;
-  const double d = std::strtod(s.c_str(), &end);
-  if (s.empty() || end != s.c_str() + s.size() || s.find_first_of("xXpP") != std::string::npos)
-    return dflt;
+  const double d = std::strtod(text->c_str(), &end);
+  if (end != text->c_str() + text->size()) return dflt;
   return Value(d);
 }
 
@@ -97,6 +135,11 @@ Value rounded(const Value& v, const Args& args, Location where) {
     syntax_error(where, "round method must be 'common', 'ceil' or 'floor'");
   // round(int, n) stays an int in Python.
   if (method == "common" && !v.is_float() && precision >= 0) return v;
+  if (method == "common" && precision > 0) {
+    // Python rounds the exact binary value in decimal (round(2.675, 2) is 2.67), as printf does.
+    const std::string text = fmt::format("{:.{}f}", v.as_number(), precision);
+    return Value(std::strtod(text.c_str(), nullptr));
+  }
   const double scale = std::pow(10.0, static_cast<double>(precision));
   const double x = (v.is_bool() ? v.as_bool() : v.as_number()) * scale;
   // "common" is Python's round(): halves go to the even neighbour.
@@ -183,9 +226,8 @@ std::optional<Value> text_filter(const std::string& name, const Value& v, const 
     return Value::markup(escape_html(v.to_string()));
   }
   if (name == "replace") {
-    // Without autoescape, str(s).replace(old, new, count or -1): count 0 replaces all.
-    int64_t count = int_arg(args, 2, "count", -1);
-    if (count == 0) count = -1;
+    // Without autoescape, str(s).replace(old, new, count); count None replaces all.
+    const int64_t count = int_arg(args, 2, "count", -1);
     const std::string old_text = string_arg(args, 0, "old", "");
     return Value(replace(v.to_string(), old_text, string_arg(args, 1, "new", ""), count, max_size));
   }

@@ -6,6 +6,8 @@
 #include <cmath>
 #include <cstdio>
 
+#include <fmt/format.h>
+
 #include "util/error.h"
 
 namespace inferd::jinja {
@@ -47,6 +49,50 @@ std::string pad(const std::string& text, const std::string& spec) {
   if (length >= width) return text;
   const std::string fill(width - length, ' ');
   return left ? text + fill : fill + text;
+}
+
+// Python's format(value, spec) for the specs fmt reads the same way: strings with
+// fill/align/width/precision, integers with sign/zero/width and types d x X o b, floats with an
+// explicit type e E f F g G. What Python reads differently (grouping, '=', '%', '#', floats
+// without a type, which print as repr) is an error.
+std::string format_spec(const Value& v, const std::string& spec) {
+  const char type = spec.back();
+  const bool float_type = std::string("eEfFgG").find(type) != std::string::npos;
+  if (spec.find_first_of(",_=%#{}") != std::string::npos)
+    fail("chat template: str.format: format spec '{}' is not supported", spec);
+  try {
+    const std::string f = "{:" + spec + "}";
+    if (v.is_string()) return fmt::format(fmt::runtime(f), v.as_string());
+    if (v.is_int() && float_type)
+      return fmt::format(fmt::runtime(f), static_cast<double>(v.as_int()));
+    if (v.is_int()) return fmt::format(fmt::runtime(f), static_cast<long long>(v.as_int()));
+    if (v.is_float() && float_type) return fmt::format(fmt::runtime(f), v.as_number());
+  } catch (const fmt::format_error& e) {
+    fail("chat template: str.format: format spec '{}' for a {}: {}", spec, v.type_name(), e.what());
+  }
+  fail("chat template: str.format: format spec '{}' for a {} is not supported", spec,
+       v.type_name());
+}
+
+// A code point as UTF-8 (%c).
+std::string utf8(uint32_t cp) {
+  std::string out;
+  if (cp < 0x80) {
+    out += static_cast<char>(cp);
+  } else if (cp < 0x800) {
+    out += static_cast<char>(0xC0 | (cp >> 6));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  } else if (cp < 0x10000) {
+    out += static_cast<char>(0xE0 | (cp >> 12));
+    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  } else {
+    out += static_cast<char>(0xF0 | (cp >> 18));
+    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
+    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  }
+  return out;
 }
 
 }  // namespace
@@ -112,6 +158,18 @@ std::string percent_format(const std::string& format, const Value& args, bool ma
         out += pad(text, spec);
         break;
       }
+      case 'c': {
+        std::string c;
+        if (arg->is_string() && characters(arg->as_string()).size() == 1) {
+          c = arg->as_string();
+        } else if (arg->is_int() && arg->as_int() >= 0 && arg->as_int() <= 0x10FFFF) {
+          c = utf8(static_cast<uint32_t>(arg->as_int()));
+        } else {
+          fail("chat template: %c requires an int or a single character");
+        }
+        out += pad(markup && !arg->is_markup() ? escape_html(c) : c, spec);
+        break;
+      }
       case 'd':
       case 'i':
       case 'x':
@@ -161,8 +219,14 @@ std::string str_format(const std::string& format, const Args& args, bool markup)
     }
     const size_t close = format.find('}', i);
     if (close == std::string::npos) fail("chat template: str.format: unmatched '{{' in format");
+    // {field!conversion:spec}: the field name ends at the first '!' or ':'.
     std::string field = format.substr(i + 1, close - i - 1);
     i = close;
+    std::string spec;
+    if (const size_t colon = field.find(':'); colon != std::string::npos) {
+      spec = field.substr(colon + 1);
+      field.resize(colon);
+    }
     bool as_repr = false;
     if (const size_t bang = field.find('!'); bang != std::string::npos) {
       const std::string conversion = field.substr(bang + 1);
@@ -171,8 +235,11 @@ std::string str_format(const std::string& format, const Args& args, bool markup)
       as_repr = conversion == "r";
       field.resize(bang);
     }
-    if (field.find_first_of(":.[") != std::string::npos)
-      fail("chat template: str.format: field '{{{}}}' is not supported (plain fields only)", field);
+    if (field.find_first_of(".[") != std::string::npos)
+      fail(
+          "chat template: str.format: field '{{{}}}' is not supported (no attribute or item "
+          "access)",
+          field);
     const Value* arg = nullptr;
     if (field.empty()) {
       if (automatic >= args.positional.size())
@@ -187,7 +254,8 @@ std::string str_format(const std::string& format, const Args& args, bool markup)
       arg = args.keyword(field.c_str());
       if (arg == nullptr) fail("chat template: str.format: no argument named '{}'", field);
     }
-    std::string text = as_repr ? arg->repr() : arg->to_string();
+    const Value shown = as_repr ? Value(arg->repr()) : *arg;
+    const std::string text = spec.empty() ? shown.to_string() : format_spec(shown, spec);
     out += markup && !arg->is_markup() ? escape_html(text) : text;
   }
   return out;

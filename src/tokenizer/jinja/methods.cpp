@@ -100,9 +100,9 @@ std::optional<Value> string_method(const Value& self, const std::string& name, s
       if (sep != nullptr && sep->is_string() && sep->as_string().empty())
         fail("chat template: split(): empty separator");
       const int64_t maxsplit = int_arg(a, 1, "maxsplit", -1);
-      if (right && maxsplit >= 0) fail("chat template: rsplit() with maxsplit is not supported");
       List out;
-      for (std::string& part : split(s, string_arg(a, 0, "sep"), maxsplit))
+      for (std::string& part : right ? rsplit(s, string_arg(a, 0, "sep"), maxsplit)
+                                     : split(s, string_arg(a, 0, "sep"), maxsplit))
         out.push_back(result(std::move(part)));
       return Value(std::move(out));
     });

@@ -104,8 +104,8 @@ Value binary_op(const std::string& op, const Value& a, const Value& b, Location 
     }
     return Value(a.as_string() + b.as_string());
   }
-  if (op == "+" && a.is_list() && b.is_list() && !a.is_view() && !b.is_view() &&
-      a.is_tuple() == b.is_tuple()) {
+  if (op == "+" && a.is_list() && b.is_list() && a.flavor() == b.flavor() &&
+      (a.flavor() == Flavor::kPlain || a.is_tuple())) {
     if (a.as_list().size() + b.as_list().size() > max_size / kBytesPerItem)
       syntax_error(where, "list exceeds the size limit");
     List out = a.as_list();
@@ -116,8 +116,8 @@ Value binary_op(const std::string& op, const Value& a, const Value& b, Location 
     std::string text = percent_format(a.as_string(), b, a.is_markup());
     return a.is_markup() ? Value::markup(std::move(text)) : Value(std::move(text));
   }
-  const bool a_seq = a.is_string() || (a.is_list() && !a.is_view());
-  const bool b_seq = b.is_string() || (b.is_list() && !b.is_view());
+  const bool a_seq = a.is_string() || (a.is_list() && !a.is_view() && !a.is_range());
+  const bool b_seq = b.is_string() || (b.is_list() && !b.is_view() && !b.is_range());
   if (op == "*" && a_seq && integral(b)) return repeat(a, int_of(b), where, max_size);
   if (op == "*" && integral(a) && b_seq) return repeat(b, int_of(a), where, max_size);
   if (!numeric(a) || !numeric(b)) type_error(op, a, b, where);

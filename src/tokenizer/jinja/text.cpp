@@ -96,6 +96,36 @@ std::vector<std::string> split(const std::string& s, const std::string& sep, int
   return out;
 }
 
+std::vector<std::string> rsplit(const std::string& s, const std::string& sep, int64_t maxsplit) {
+  if (maxsplit < 0) return split(s, sep, -1);  // without a limit both directions agree
+  std::vector<std::string> out;
+  size_t end = s.size();
+  if (!sep.empty()) {
+    while (static_cast<int64_t>(out.size()) < maxsplit && end >= sep.size()) {
+      const size_t pos = s.rfind(sep, end - sep.size());
+      if (pos == std::string::npos) break;
+      out.push_back(s.substr(pos + sep.size(), end - pos - sep.size()));
+      end = pos;
+    }
+    out.push_back(s.substr(0, end));
+  } else {
+    while (true) {
+      while (end > 0 && space_before(s, end) > 0) end -= space_before(s, end);
+      if (end == 0) break;
+      if (static_cast<int64_t>(out.size()) == maxsplit) {
+        out.push_back(s.substr(0, end));  // the rest keeps its leading whitespace
+        break;
+      }
+      size_t start = end;
+      while (start > 0 && space_before(s, start) == 0) --start;
+      out.push_back(s.substr(start, end - start));
+      end = start;
+    }
+  }
+  std::reverse(out.begin(), out.end());
+  return out;
+}
+
 std::string replace(const std::string& s, const std::string& from, const std::string& to,
                     int64_t count, size_t max_size) {
   std::string out;

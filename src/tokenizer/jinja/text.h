@@ -12,6 +12,8 @@ namespace inferd::jinja {
 std::string strip(const std::string& s, const std::string& chars, bool left, bool right);
 // Python's str.split(sep, maxsplit); empty `sep` splits on runs of whitespace.
 std::vector<std::string> split(const std::string& s, const std::string& sep, int64_t maxsplit);
+// Python's str.rsplit(sep, maxsplit): splits from the right.
+std::vector<std::string> rsplit(const std::string& s, const std::string& sep, int64_t maxsplit);
 // Replaces the first `count` occurrences (all when count < 0), as Python's str.replace.
 std::string replace(const std::string& s, const std::string& from, const std::string& to,
                     int64_t count, size_t max_size);

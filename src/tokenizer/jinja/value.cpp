@@ -64,6 +64,8 @@ std::string json_key(const Value& k) {
 }
 
 std::string repr_at(const Value& v, int depth) {
+  if (v.is_undefined()) return "Undefined";
+  if (v.is_range() || v.is_generator() || v.is_callable()) return v.to_string();  // errors
   if (v.is_markup()) return "Markup(" + string_repr(v.as_string()) + ")";
   if (v.is_string()) return string_repr(v.as_string());
   if (v.is_list() || v.is_dict()) return container_text(v, depth);
@@ -267,6 +269,7 @@ std::string Value::to_string() const {
         "convert it with |list");
   }
   if (is_callable()) fail("chat template: cannot print a function (jinja2 prints its address)");
+  if (is_range()) fail("chat template: printing a range() is not supported; convert it with |list");
   return container_text(*this, 0);
 }
 
@@ -283,6 +286,7 @@ std::string Value::type_name() const {
   if (is_markup()) return "Markup";
   if (is_string()) return "str";
   if (is_tuple()) return "tuple";
+  if (is_range()) return "range";
   if (flavor_ == Flavor::kItemsView) return "dict_items";
   if (flavor_ == Flavor::kKeysView) return "dict_keys";
   if (flavor_ == Flavor::kValuesView) return "dict_values";
@@ -350,7 +354,7 @@ std::string to_json(const Value& v, const JsonOptions& options, int depth) {
     return float_text(v.as_number());
   }
   if (v.is_string()) return json_string(v.as_string(), options.ensure_ascii);
-  if ((!v.is_list() && !v.is_mapping()) || v.is_view()) {
+  if ((!v.is_list() && !v.is_mapping()) || v.is_view() || v.is_range()) {
     // As json.dumps: "Object of type generator is not JSON serializable".
     fail("chat template: tojson: Object of type {} is not JSON serializable", v.type_name());
   }
@@ -437,7 +441,7 @@ bool equal_at(const Value& a, const Value& b, int depth) {
   if (a.is_none() || b.is_none()) return a.is_none() && b.is_none();
   if (a.is_undefined() || b.is_undefined()) return a.is_undefined() && b.is_undefined();
   if (a.is_list() && b.is_list()) {
-    if (a.is_tuple() != b.is_tuple()) return false;
+    if (a.flavor() != b.flavor()) return false;  // a tuple, list or range are never equal
     const List &x = a.as_list(), &y = b.as_list();
     if (x.size() != y.size()) return false;
     for (size_t i = 0; i < x.size(); ++i) {

@@ -43,9 +43,10 @@ struct Undefined {
 };
 
 // What kind of Python object a string or list value is, where jinja2 can tell them apart:
-// tuples print as (..), Markup (`|safe`) escapes what is added to it, dict views print as
-// dict_items([..]).
-enum class Flavor : uint8_t { kPlain, kTuple, kMarkup, kItemsView, kKeysView, kValuesView };
+// tuples print as (..), Markup (`|safe`) escapes what is added to it, a range() is no list
+// (it prints as range(a, b), which is not kept, so printing one is an error), dict views print
+// as dict_items([..]).
+enum class Flavor : uint8_t { kPlain, kTuple, kMarkup, kRange, kItemsView, kKeysView, kValuesView };
 
 class Value {
  public:
@@ -86,6 +87,7 @@ class Value {
   Flavor flavor() const { return flavor_; }
   bool is_tuple() const { return is_list() && flavor_ == Flavor::kTuple; }
   bool is_markup() const { return is_string() && flavor_ == Flavor::kMarkup; }
+  bool is_range() const { return is_list() && flavor_ == Flavor::kRange; }
   // keys(), values() or items() of a dict: iterable and sized, but not indexable.
   bool is_view() const { return is_list() && flavor_ >= Flavor::kItemsView; }
 
