@@ -11,7 +11,8 @@
 // - filters: groupby, slice, truncate, wordwrap, striptags, urlize, xmlattr, pprint, random,
 //   filesizeformat, urlencode; str.format specs (`{:>8}`); dict keys other than strings;
 // - integers are 64-bit (overflow is an error, where Python would grow them);
-// - upper/lower/title/capitalize change ASCII letters only; wordcount, islower/isupper and
+// - upper/lower/title/capitalize know Latin, Cyrillic and the uncased scripts (CJK, Arabic,
+//   ...), and refuse to change the case of others (Greek, Armenian, ...); wordcount and
 //   isalpha/isdigit refuse non-ASCII text rather than guess Unicode's classes.
 #pragma once
 

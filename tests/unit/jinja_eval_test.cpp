@@ -144,6 +144,14 @@ TEST(JinjaEval, StringMethodsAndFormatting) {
                 "', 1) }} "
                 "{{ '%c%c' % (65, 'b') }} {{ 2.675 | round(2) }} {{ '0x10' | int }}"),
             "   1|a  |002.2|ff ['a b', 'c'] Ab 2.67 0");
+  // Case changes follow Python beyond ASCII: Latin-1, Cyrillic, ß growing to SS; scripts
+  // without case pass through; a cased script inferd does not map is an error, not a guess.
+  EXPECT_EQ(run("{{ 'héllo wörld'.upper() }} {{ 'ПРИВЕТ'.lower() }} {{ 'straße'.upper() }} "
+                "{{ 'élan vital'.title() }} {{ '日本 語'.upper() }} {{ 'ÉCOLE'.capitalize() }}"),
+            "HÉLLO WÖRLD привет STRASSE Élan Vital 日本 語 École");
+  EXPECT_EQ(run("{{ 'ÀB'.isupper() }} {{ 'àb'.islower() }} {{ 'Àb'.islower() }}"),
+            "True True False");
+  EXPECT_NE(error_of("{{ 'αβ'.upper() }}").find("U+03B1"), std::string::npos);
   EXPECT_NE(error_of("{{ '{:,}'.format(1000) }}").find("not supported"), std::string::npos);
   EXPECT_NE(error_of("{{ range(3) }}").find("range"), std::string::npos);
 }

@@ -30,10 +30,9 @@ struct GoldenSet {
 };
 
 constexpr GoldenSet kGoldenSets[] = {
-    {"smollm2", "default"},
-    {"llama-bpe", "sdist:llama-bpe"},
-    {"phi-3", "sdist:phi-3"},
-    {"gemma3", "cache:gemma-3-270m-q4_k_m.gguf"},
+    {"smollm2", "default"},   {"llama-bpe", "sdist:llama-bpe"},
+    {"phi-3", "sdist:phi-3"}, {"gemma3", "cache:gemma-3-270m-q4_k_m.gguf"},
+    {"qwen2", "sdist:qwen2"},
 };
 
 // Where the set's vocabulary lives, or "" when it is not on this machine: the default model,

@@ -43,6 +43,10 @@ size_t char_len(const std::string& s, size_t i) {
 
 }  // namespace
 
+size_t whitespace_length(const std::string& s, size_t i) {
+  return i < s.size() ? space_at(s, i) : 0;
+}
+
 std::string strip(const std::string& s, const std::string& chars, bool left, bool right) {
   size_t begin = 0, end = s.size();
   if (chars.empty()) {
@@ -152,55 +156,6 @@ std::string replace(const std::string& s, const std::string& from, const std::st
   return out + s.substr(pos);
 }
 
-std::string to_upper(std::string s) {
-  for (char& c : s) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-  return s;
-}
-
-std::string to_lower(std::string s) {
-  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return s;
-}
-
-std::string capitalize(const std::string& s) {
-  std::string out = to_lower(s);
-  if (!out.empty()) out[0] = static_cast<char>(std::toupper(static_cast<unsigned char>(out[0])));
-  return out;
-}
-
-// Python's title(): a letter after a non-letter is upper case, every other letter lower case.
-// Bytes of non-ASCII characters count as letters, so "héllo" stays one word.
-std::string title(const std::string& s) {
-  std::string out = s;
-  bool after_letter = false;
-  for (char& c : out) {
-    const auto u = static_cast<unsigned char>(c);
-    const bool letter = std::isalpha(u) || u >= 0x80;
-    if (std::isalpha(u)) c = static_cast<char>(after_letter ? std::tolower(u) : std::toupper(u));
-    after_letter = letter;
-  }
-  return out;
-}
-
-std::string jinja_title(const std::string& s) {
-  std::string out = s;
-  bool word_start = true;
-  for (size_t i = 0; i < out.size();) {
-    const size_t space = space_at(out, i);
-    const char c = out[i];
-    if (space > 0 || c == '-' || c == '(' || c == '{' || c == '[' || c == '<') {
-      word_start = true;
-      i += space > 0 ? space : 1;
-      continue;
-    }
-    const auto u = static_cast<unsigned char>(c);
-    out[i] = static_cast<char>(word_start ? std::toupper(u) : std::tolower(u));
-    word_start = false;
-    i += char_len(out, i);
-  }
-  return out;
-}
-
 std::vector<std::string> splitlines(const std::string& s) {
   std::vector<std::string> out;
   size_t start = 0, i = 0;
@@ -227,18 +182,6 @@ std::vector<std::string> splitlines(const std::string& s) {
   }
   if (start < s.size()) out.push_back(s.substr(start));
   return out;
-}
-
-bool is_cased(const std::string& s, bool lower) {
-  bool cased = false;
-  for (unsigned char c : s) {
-    if (c >= 0x80) fail("chat template: islower()/isupper() of non-ASCII text is not supported");
-    if (std::isalpha(c)) {
-      if ((lower && std::isupper(c)) || (!lower && std::islower(c))) return false;
-      cased = true;
-    }
-  }
-  return cased;
 }
 
 int64_t word_count(const std::string& s) {

@@ -1,5 +1,5 @@
 // String helpers with Python's rules where chat templates can tell the difference: strip()
-// and split() know Unicode whitespace; case changes are ASCII-only (see chat_template.h).
+// and split() know Unicode whitespace; case changes know the scripts case_mapping.cpp lists.
 #pragma once
 
 #include <cstdint>
@@ -17,8 +17,12 @@ std::vector<std::string> rsplit(const std::string& s, const std::string& sep, in
 // Replaces the first `count` occurrences (all when count < 0), as Python's str.replace.
 std::string replace(const std::string& s, const std::string& from, const std::string& to,
                     int64_t count, size_t max_size);
-std::string to_upper(std::string s);
-std::string to_lower(std::string s);
+// Byte length of the (Unicode) whitespace character at s[i], 0 when there is none.
+size_t whitespace_length(const std::string& s, size_t i);
+// Python's str.upper/lower/capitalize/title (case_mapping.cpp): Latin, Cyrillic and uncased
+// scripts; changing the case of other cased scripts is an error.
+std::string to_upper(const std::string& s);
+std::string to_lower(const std::string& s);
 std::string capitalize(const std::string& s);
 std::string title(const std::string& s);
 // jinja2's title filter (not str.title): the first character after a run of whitespace,
