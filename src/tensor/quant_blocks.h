@@ -32,6 +32,97 @@ struct BlockQ8_1 {
   int8_t qs[kQK];
 };
 
+// Q5_0: x = d * (q - 16), q in [0, 31]: the low 4 bits as Q4_0's nibbles, bit j of qh is the
+// fifth bit of value j.
+struct BlockQ5_0 {
+  uint16_t d;  // fp16
+  uint8_t qh[4];
+  uint8_t qs[kQK / 2];
+};
+// Q5_1: x = d * q + m, q in [0, 31].
+struct BlockQ5_1 {
+  uint16_t d;  // fp16
+  uint16_t m;  // fp16
+  uint8_t qh[4];
+  uint8_t qs[kQK / 2];
+};
+// IQ4_NL: x = d * kIq4Values[q], q a nibble laid out as Q4_0's.
+struct BlockIQ4_NL {
+  uint16_t d;  // fp16
+  uint8_t qs[kQK / 2];
+};
+// The 16 levels of the IQ4 formats (a non-uniform grid).
+inline constexpr int8_t kIq4Values[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                          1,    13,   25,   38,  53,  69,  89,  113};
+
+// The k-quants: super-blocks of 256 values in sub-blocks of 16 or 32, each with its own
+// scale (and min) quantized against the super-block's fp16 d (and dmin).
+// Q2_K: 16 sub-blocks of 16; scales[i] low nibble = scale, high nibble = min;
+// x = d * scale * q - dmin * min, q in [0, 3].
+struct BlockQ2_K {
+  uint8_t scales[kQKK / 16];
+  uint8_t qs[kQKK / 4];
+  uint16_t d;     // fp16
+  uint16_t dmin;  // fp16
+};
+// Q3_K: 16 sub-blocks of 16 with 6-bit signed scales (packed in 12 bytes, offset 32);
+// q = 2 low bits from qs, the third from hmask (set means no -4 offset); x = d * scale * q.
+struct BlockQ3_K {
+  uint8_t hmask[kQKK / 8];
+  uint8_t qs[kQKK / 4];
+  uint8_t scales[12];
+  uint16_t d;  // fp16
+};
+// Q4_K: 8 sub-blocks of 32, 6-bit scales and mins packed in 12 bytes;
+// x = d * scale * q - dmin * min, q in [0, 15].
+struct BlockQ4_K {
+  uint16_t d;     // fp16
+  uint16_t dmin;  // fp16
+  uint8_t scales[12];
+  uint8_t qs[kQKK / 2];
+};
+// Q5_K: Q4_K with a fifth bit per value in qh; q in [0, 31].
+struct BlockQ5_K {
+  uint16_t d;     // fp16
+  uint16_t dmin;  // fp16
+  uint8_t scales[12];
+  uint8_t qh[kQKK / 8];
+  uint8_t qs[kQKK / 2];
+};
+// Q6_K: 16 sub-blocks of 16 with int8 scales; q = 4 low bits (ql) + 2 high bits (qh);
+// x = d * scale * (q - 32).
+struct BlockQ6_K {
+  uint8_t ql[kQKK / 2];
+  uint8_t qh[kQKK / 4];
+  int8_t scales[kQKK / 16];
+  uint16_t d;  // fp16
+};
+// IQ4_XS: 8 sub-blocks of 32, 6-bit scales (low 4 bits in scales_l, high 2 in scales_h) offset
+// by 32; x = d * (scale - 32) * kIq4Values[q].
+struct BlockIQ4_XS {
+  uint16_t d;  // fp16
+  uint16_t scales_h;
+  uint8_t scales_l[kQKK / 64];
+  uint8_t qs[kQKK / 2];
+};
+// Q8_K: the activation format of the k-quants; d is a float, bsums the sums of each 16 values
+// (they fold the weights' mins without touching every value).
+struct BlockQ8_K {
+  float d;
+  int8_t qs[kQKK];
+  int16_t bsums[kQKK / 16];
+};
+
+static_assert(sizeof(BlockQ5_0) == 22);
+static_assert(sizeof(BlockQ5_1) == 24);
+static_assert(sizeof(BlockIQ4_NL) == 18);
+static_assert(sizeof(BlockQ2_K) == 84);
+static_assert(sizeof(BlockQ3_K) == 110);
+static_assert(sizeof(BlockQ4_K) == 144);
+static_assert(sizeof(BlockQ5_K) == 176);
+static_assert(sizeof(BlockQ6_K) == 210);
+static_assert(sizeof(BlockIQ4_XS) == 136);
+static_assert(sizeof(BlockQ8_K) == 292);
 static_assert(sizeof(BlockQ4_0) == 18);
 static_assert(sizeof(BlockQ4_1) == 20);
 static_assert(sizeof(BlockQ8_0) == 34);
