@@ -36,7 +36,7 @@ void chat(const GenerationOptions& options) {
     if (line.empty()) continue;
     history.push_back({"user", line});
     std::vector<int32_t> ids = engine.tokenizer().encode(
-        render_chat(engine.tokenizer(), chat_template, history), false, true);
+        render_chat(engine.tokenizer(), chat_template, history), true, true);
     auto output = std::make_shared<StreamOutput>(stdout);
     try {
       engine.add_request(options.make_request(std::move(ids), output));

@@ -35,7 +35,7 @@ void run(const RunOptions& options) {
     std::vector<tokenizer::ChatMessage> messages;
     if (!options.system_prompt.empty()) messages.push_back({"system", options.system_prompt});
     messages.push_back({"user", prompt});
-    ids = engine.tokenizer().encode(render_chat(engine.tokenizer(), chat_template, messages), false,
+    ids = engine.tokenizer().encode(render_chat(engine.tokenizer(), chat_template, messages), true,
                                     true);
   } else {
     ids = engine.tokenizer().encode(prompt, true, true);

@@ -1,6 +1,7 @@
 // `inferd serve`: the OpenAI-compatible HTTP server over one engine (src/server).
 #include <csignal>
 #include <filesystem>
+#include <optional>
 
 #include <fmt/format.h>
 
@@ -53,13 +54,32 @@ void serve(const ServeArgs& args) {
                                    : args.served_model_name;
   server::ServerMetrics metrics(model_id);
   server::EngineLoop loop(file, config, args.max_queue, metrics);
-  const tokenizer::ChatTemplate chat_template = load_chat_template(file, args.chat_template);
+  // A model without a chat template still serves completions; chat requests are refused with
+  // a 400 that says why (--chat-template fixes it).
+  std::optional<tokenizer::ChatTemplate> chat_template;
+  if (!args.chat_template.empty() || file.get_string("tokenizer.chat_template")) {
+    chat_template = load_chat_template(file, args.chat_template);
+  } else {
+    fmt::print(stderr,
+               "[inferd] {} has no chat template: /v1/chat/completions is off (pass "
+               "--chat-template NAME|FILE to turn it on)\n",
+               path);
+  }
   server::ParseContext context;
   context.tokenizer = &loop.tokenizer();
   context.context = loop.context();
   context.model_ids = {model_id};
-  context.render_chat = [&loop, chat_template](const nlohmann::json& messages) {
-    return render_chat(loop.tokenizer(), chat_template, nlohmann::ordered_json(messages));
+  context.render_chat = [&loop, chat_template,
+                         path](const nlohmann::ordered_json& messages) -> std::string {
+    if (!chat_template) {
+      throw server::ApiError(
+          400,
+          fmt::format("the model {} has no chat template (tokenizer.chat_template): use "
+                      "/v1/completions, or restart the server with --chat-template NAME|FILE",
+                      std::filesystem::path(path).filename().string()),
+          "messages", "invalid_request_error", "no_chat_template");
+    }
+    return render_chat(loop.tokenizer(), *chat_template, messages);
   };
   server::ServerOptions options;
   options.host = args.host;

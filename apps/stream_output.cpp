@@ -50,12 +50,9 @@ tokenizer::ChatTemplate load_chat_template(const gguf::GgufFile& file,
 std::string render_chat(const tokenizer::Tokenizer& tokenizer,
                         const tokenizer::ChatTemplate& chat_template,
                         const nlohmann::ordered_json& messages) {
-  const auto& ids = tokenizer.vocab().special();
   tokenizer::ChatInputs inputs;
   inputs.messages = messages;
-  inputs.bos_token = ids.bos >= 0 ? tokenizer.token_piece(ids.bos) : std::string();
-  inputs.eos_token = ids.eos >= 0 ? tokenizer.token_piece(ids.eos) : std::string();
-  return chat_template.render(inputs);
+  return tokenizer::render_chat_prompt(chat_template, tokenizer, std::move(inputs));
 }
 
 std::string render_chat(const tokenizer::Tokenizer& tokenizer,

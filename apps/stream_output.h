@@ -40,7 +40,8 @@ tokenizer::ChatTemplate load_chat_template(const std::string& name_or_file);
 tokenizer::ChatTemplate load_chat_template(const gguf::GgufFile& file,
                                            const std::string& override_name);
 // Renders messages (a JSON list: role, content, tool_calls, ...) with a generation prompt,
-// using the vocab's BOS/EOS texts.
+// using the vocab's BOS/EOS texts. A leading BOS (trailing EOS) text is left out where the
+// tokenizer adds that token itself: encode the result with add_special = true.
 std::string render_chat(const tokenizer::Tokenizer& tokenizer,
                         const tokenizer::ChatTemplate& chat_template,
                         const nlohmann::ordered_json& messages);

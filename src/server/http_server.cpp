@@ -14,7 +14,7 @@
 namespace inferd::server {
 namespace {
 
-using nlohmann::json;
+using json = nlohmann::ordered_json;
 using namespace std::chrono_literals;
 
 // How long a connection waits for output before checking that its client is still there.
@@ -258,6 +258,20 @@ struct HttpServer::Impl {
     }
   }
 
+  // llama-server's POST /apply-template: {"messages": [...]} -> {"prompt": "..."}, the text
+  // /v1/chat/completions would tokenize, for debugging templates.
+  void handle_apply_template(const httplib::Request& req, httplib::Response& res) {
+    if (!authorized(req, res)) return;
+    try {
+      const json body = parse_body(req);
+      if (!body.is_object()) throw ApiError(400, "the request body must be a JSON object");
+      check_model(body, context);
+      send_json(res, 200, {{"prompt", render_chat_prompt(body, context)}});
+    } catch (const ApiError& e) {
+      fail_with(res, e);
+    }
+  }
+
   void handle_detokenize(const httplib::Request& req, httplib::Response& res) {
     if (!authorized(req, res)) return;
     try {
@@ -310,6 +324,9 @@ struct HttpServer::Impl {
     });
     server.Post("/detokenize", [this](const httplib::Request& req, httplib::Response& res) {
       handle_detokenize(req, res);
+    });
+    server.Post("/apply-template", [this](const httplib::Request& req, httplib::Response& res) {
+      handle_apply_template(req, res);
     });
     // Errors httplib makes itself (404 route, 413 body) get an OpenAI error object too.
     server.set_error_handler([this](const httplib::Request& req, httplib::Response& res) {

@@ -9,7 +9,7 @@
 namespace inferd::server {
 namespace {
 
-using nlohmann::json;
+using json = nlohmann::ordered_json;
 
 constexpr int kMaxN = 16;
 constexpr int kMaxTopLogprobs = 20;
@@ -208,6 +208,15 @@ void check_model(const json& body, const ParseContext& ctx) {
                  "model", "invalid_request_error", "model_not_found");
 }
 
+std::string render_chat_prompt(const json& body, const ParseContext& ctx) {
+  const json messages = parse_messages(body);
+  try {
+    return ctx.render_chat(messages);
+  } catch (const Error& e) {
+    bad("messages", fmt::format("the chat template failed: {}", e.what()));
+  }
+}
+
 CompletionRequest parse_completion(const json& body, bool chat, const ParseContext& ctx) {
   if (!body.is_object()) bad("", "the request body must be a JSON object");
   check_model(body, ctx);
@@ -216,13 +225,8 @@ CompletionRequest parse_completion(const json& body, bool chat, const ParseConte
   out.model = ctx.model_ids.empty() ? "" : ctx.model_ids.front();
   const int32_t n_vocab = ctx.tokenizer->vocab().size();
   if (chat) {
-    const json messages = parse_messages(body);
-    try {
-      out.prompt_text = ctx.render_chat(messages);
-    } catch (const Error& e) {
-      bad("messages", fmt::format("the chat template failed: {}", e.what()));
-    }
-    out.request.prompt = ctx.tokenizer->encode(out.prompt_text, false, true);
+    out.prompt_text = render_chat_prompt(body, ctx);
+    out.request.prompt = ctx.tokenizer->encode(out.prompt_text, true, true);
   } else {
     out.request.prompt = parse_prompt(body, ctx, out.prompt_text);
   }

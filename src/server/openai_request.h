@@ -27,7 +27,7 @@ class ApiError : public std::runtime_error {
   int status;
   std::string param, type, code;
   // {"error": {"message", "type", "param", "code"}}
-  nlohmann::json body() const;
+  nlohmann::ordered_json body() const;
 };
 
 // What parsing needs to know about the served model.
@@ -36,7 +36,7 @@ struct ParseContext {
   int64_t context = 0;                 // tokens per sequence (prompt + output)
   std::vector<std::string> model_ids;  // names a request may use in "model"
   // Renders the request's messages (a validated JSON list) with the chat template.
-  std::function<std::string(const nlohmann::json& messages)> render_chat;
+  std::function<std::string(const nlohmann::ordered_json& messages)> render_chat;
 };
 
 struct CompletionRequest {
@@ -51,9 +51,13 @@ struct CompletionRequest {
 };
 
 // Parses /v1/completions (chat = false) or /v1/chat/completions (chat = true).
-CompletionRequest parse_completion(const nlohmann::json& body, bool chat, const ParseContext& ctx);
+// The prompt text a chat body's "messages" render to (the BOS the tokenizer adds left out);
+// ApiError for bad messages, a template that fails, or a model without a template.
+std::string render_chat_prompt(const nlohmann::ordered_json& body, const ParseContext& ctx);
+CompletionRequest parse_completion(const nlohmann::ordered_json& body, bool chat,
+                                   const ParseContext& ctx);
 
 // The model named in a request body, or an ApiError 404 when it is not one we serve.
-void check_model(const nlohmann::json& body, const ParseContext& ctx);
+void check_model(const nlohmann::ordered_json& body, const ParseContext& ctx);
 
 }  // namespace inferd::server

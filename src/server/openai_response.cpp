@@ -5,7 +5,7 @@
 namespace inferd::server {
 namespace {
 
-using nlohmann::json;
+using json = nlohmann::ordered_json;
 
 // Token text for logprobs: its bytes as valid UTF-8 for JSON; a token that holds part of a
 // character shows U+FFFD for those bytes (chat also gives the raw "bytes").

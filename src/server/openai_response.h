@@ -25,19 +25,20 @@ class ResponseWriter {
                  std::string id, int64_t created);
 
   // The whole non-streaming response.
-  nlohmann::json full(const std::vector<ChoiceOutput>& choices) const;
+  nlohmann::ordered_json full(const std::vector<ChoiceOutput>& choices) const;
   // A stream chunk with new text/tokens of choice `index` (and its finish reason, if any).
-  nlohmann::json chunk(int index, const std::string& text, const std::vector<TokenInfo>& tokens,
-                       const std::string& finish_reason) const;
+  nlohmann::ordered_json chunk(int index, const std::string& text,
+                               const std::vector<TokenInfo>& tokens,
+                               const std::string& finish_reason) const;
   // The first chat chunk of a choice: the assistant role, empty content.
-  nlohmann::json role_chunk(int index) const;
+  nlohmann::ordered_json role_chunk(int index) const;
   // The last chunk with stream_options.include_usage: usage, no choices.
-  nlohmann::json usage_chunk(const std::vector<ChoiceOutput>& choices) const;
+  nlohmann::ordered_json usage_chunk(const std::vector<ChoiceOutput>& choices) const;
 
  private:
-  nlohmann::json logprobs(const std::vector<TokenInfo>& tokens, size_t text_offset) const;
-  nlohmann::json usage(const std::vector<ChoiceOutput>& choices) const;
-  nlohmann::json envelope(const char* object) const;
+  nlohmann::ordered_json logprobs(const std::vector<TokenInfo>& tokens, size_t text_offset) const;
+  nlohmann::ordered_json usage(const std::vector<ChoiceOutput>& choices) const;
+  nlohmann::ordered_json envelope(const char* object) const;
 
   const CompletionRequest& request_;
   const tokenizer::Tokenizer& tokenizer_;

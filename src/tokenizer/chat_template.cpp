@@ -7,6 +7,7 @@
 #include "tokenizer/builtin_templates.h"
 #include "tokenizer/jinja/interpreter.h"
 #include "tokenizer/jinja/parser.h"
+#include "tokenizer/tokenizer.h"
 #include "util/error.h"
 
 namespace inferd::tokenizer {
@@ -146,6 +147,20 @@ std::string ChatTemplate::render(const ChatInputs& inputs) const {
               })));
   for (const auto& [key, value] : inputs.extra.items()) globals.set(key, from_json(value));
   return jinja::render(*program_, globals);
+}
+
+std::string render_chat_prompt(const ChatTemplate& chat_template, const Tokenizer& tokenizer,
+                               ChatInputs inputs) {
+  const SpecialIds& ids = tokenizer.vocab().special();
+  inputs.bos_token = ids.bos >= 0 ? tokenizer.token_piece(ids.bos) : std::string();
+  inputs.eos_token = ids.eos >= 0 ? tokenizer.token_piece(ids.eos) : std::string();
+  std::string prompt = chat_template.render(inputs);
+  const Vocab& vocab = tokenizer.vocab();
+  if (vocab.add_bos() && !inputs.bos_token.empty() && prompt.starts_with(inputs.bos_token))
+    prompt.erase(0, inputs.bos_token.size());
+  if (vocab.add_eos() && !inputs.eos_token.empty() && prompt.ends_with(inputs.eos_token))
+    prompt.erase(prompt.size() - inputs.eos_token.size());
+  return prompt;
 }
 
 }  // namespace inferd::tokenizer

@@ -85,4 +85,13 @@ class ChatTemplate {
   std::shared_ptr<const std::vector<std::unique_ptr<jinja::Stmt>>> program_;
 };
 
+class Tokenizer;
+
+// The prompt a chat request becomes: `inputs` rendered with the tokenizer's BOS/EOS texts,
+// less a leading BOS (trailing EOS) text where the tokenizer adds that token itself, so that
+// encoding the result with add_special = true gives one BOS whether or not the template
+// writes "{{ bos_token }}" (llama.cpp's rule).
+std::string render_chat_prompt(const ChatTemplate& chat_template, const Tokenizer& tokenizer,
+                               ChatInputs inputs);
+
 }  // namespace inferd::tokenizer

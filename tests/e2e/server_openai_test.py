@@ -1,6 +1,9 @@
 """The OpenAI-compatible server driven by the official `openai` client: completions and chat,
 streaming and not, n, stop, seeds, logprobs, tokenize/detokenize, metrics, error objects."""
+import os
+import shutil
 import sys
+import tempfile
 import unittest
 
 import openai
@@ -152,6 +155,59 @@ class Endpoints(unittest.TestCase):
                      "vllm:generation_tokens_total"]:
             self.assertIn(name, values, name)
         self.assertIn('vllm:request_success_total{model_name=', text)
+
+    def test_apply_template_is_what_chat_encodes(self):
+        auth = {"Authorization": f"Bearer {API_KEY}"}
+        messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]
+        status, applied = server.post("/apply-template", {"messages": messages}, auth)
+        self.assertEqual(status, 200, applied)
+        self.assertIn("Be brief.", applied["prompt"])
+        self.assertIn("Hi", applied["prompt"])
+        # The chat request's prompt is that text, tokenized with the vocabulary's own BOS rule.
+        status, via_text = server.post("/tokenize", {"prompt": applied["prompt"]}, auth)
+        status, via_chat = server.post("/tokenize", {"messages": messages}, auth)
+        self.assertEqual(via_text["tokens"], via_chat["tokens"])
+        status, bad = server.post("/apply-template", {"messages": "Hi"}, auth)
+        self.assertEqual(status, 400)
+        self.assertEqual(bad["error"]["param"], "messages")
+
+
+class ModelWithoutChatTemplate(unittest.TestCase):
+    """A file without tokenizer.chat_template serves completions; chat gets a 400 that names
+    the missing template, unless --chat-template gives one."""
+
+    def test_serves_completions_and_refuses_chat(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            bare = os.path.join(tmp, "no-template.gguf")
+            shutil.copyfile(MODEL, bare)
+            # Renaming the key in place (same length) keeps every offset of the file valid.
+            with open(bare, "r+b") as f:
+                data = f.read(16 << 20)
+                at = data.find(b"tokenizer.chat_template")
+                self.assertGreater(at, 0)
+                f.seek(at)
+                f.write(b"tokenizer.chat_templatX")
+            bare_server = Server(INFERD, bare, "-c", "512")
+            try:
+                self.assertTrue(any("no chat template" in line for line in bare_server.log))
+                status, done = bare_server.post("/v1/completions",
+                                                {"prompt": "Hello", "max_tokens": 2})
+                self.assertEqual(status, 200, done)
+                status, err = bare_server.post(
+                    "/v1/chat/completions", {"messages": [{"role": "user", "content": "Hi"}]})
+                self.assertEqual(status, 400)
+                self.assertIn("no chat template", err["error"]["message"])
+                self.assertEqual(err["error"]["code"], "no_chat_template")
+            finally:
+                bare_server.stop()
+            named = Server(INFERD, bare, "-c", "512", "--chat-template", "chatml")
+            try:
+                status, chat = named.post("/v1/chat/completions",
+                                          {"messages": [{"role": "user", "content": "Hi"}],
+                                           "max_tokens": 2})
+                self.assertEqual(status, 200, chat)
+            finally:
+                named.stop()
 
 
 if __name__ == "__main__":

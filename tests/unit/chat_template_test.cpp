@@ -1,6 +1,7 @@
 // Chat templates: every golden rendering made by Python's jinja2 with Hugging Face's settings
 // (tests/golden/chat_templates) must come out byte for byte; bad templates give errors with a
 // line and column; hostile templates stop at the limits.
+#include <algorithm>
 #include <fstream>
 
 #include <gtest/gtest.h>
@@ -9,6 +10,8 @@
 #include "gguf/gguf.h"
 #include "gguf/gguf_writer.h"
 #include "tokenizer/chat_template.h"
+#include "tokenizer/tokenizer.h"
+#include "tokenizer/toy_vocab.h"
 #include "util/error.h"
 
 namespace inferd::tokenizer {
@@ -256,6 +259,31 @@ TEST(ChatTemplate, HostileTemplatesHitLimits) {
   std::string ifs;
   for (int i = 0; i < 5000; ++i) ifs += "{% if x %}";
   EXPECT_THROW(ChatTemplate{ifs}, Error);
+}
+
+// A template that writes "{{ bos_token }}" itself and one that does not both give one BOS
+// once the prompt is encoded with add_special, when the vocabulary adds BOS; a vocabulary
+// that does not add it keeps the template's text.
+TEST(ChatTemplate, PromptLeavesTheAddedBosToTheTokenizer) {
+  const ChatTemplate writes_bos("{{ bos_token }}[{{ messages[0].content }}]{{ eos_token }}");
+  const ChatTemplate plain("[{{ messages[0].content }}]");
+  ChatInputs inputs;
+  inputs.messages = to_json({{"user", "hi"}});
+
+  const auto adds = Tokenizer::from_vocab(
+      Vocab(make_toy_vocab({.control = {"<s>", "</s>"}, .add_bos = true, .add_eos = false})));
+  EXPECT_EQ(render_chat_prompt(writes_bos, *adds, inputs), "[hi]</s>");
+  EXPECT_EQ(render_chat_prompt(plain, *adds, inputs), "[hi]");
+  const int32_t bos = adds->vocab().special().bos;
+  const std::vector<int32_t> ids =
+      adds->encode(render_chat_prompt(writes_bos, *adds, inputs), true, true);
+  ASSERT_FALSE(ids.empty());
+  EXPECT_EQ(ids[0], bos);
+  EXPECT_EQ(std::count(ids.begin(), ids.end(), bos), 1);
+
+  const auto keeps = Tokenizer::from_vocab(
+      Vocab(make_toy_vocab({.control = {"<s>", "</s>"}, .add_bos = false, .add_eos = true})));
+  EXPECT_EQ(render_chat_prompt(writes_bos, *keeps, inputs), "<s>[hi]");
 }
 
 }  // namespace

@@ -9,7 +9,7 @@
 namespace inferd::server {
 namespace {
 
-using nlohmann::json;
+using json = nlohmann::ordered_json;
 
 class OpenAiParse : public ::testing::Test {
  protected:
@@ -134,6 +134,29 @@ TEST_F(OpenAiParse, UnknownModelIs404) {
     EXPECT_EQ(e.code, "model_not_found");
     EXPECT_EQ(e.body()["error"]["param"], "model");
   }
+}
+
+// The text /apply-template returns is the text a chat completion encodes; a model without a
+// chat template refuses chat with a 400 that says so, while completions still work.
+TEST_F(OpenAiParse, ChatPromptAndModelsWithoutTemplates) {
+  const json body = {{"messages", json::array({{{"role", "user"}, {"content", "hi"}}})}};
+  EXPECT_EQ(render_chat_prompt(body, ctx()), "user: hi\nassistant: ");
+  EXPECT_EQ(parse_completion(body, true, ctx()).prompt_text, "user: hi\nassistant: ");
+  EXPECT_EQ(rejected_param({{"messages", "hi"}}, true), "messages");
+
+  ParseContext no_template = ctx();
+  no_template.render_chat = [](const json&) -> std::string {
+    throw ApiError(400, "the model has no chat template", "messages", "invalid_request_error",
+                   "no_chat_template");
+  };
+  try {
+    parse_completion(body, true, no_template);
+    ADD_FAILURE() << "expected an error";
+  } catch (const ApiError& e) {
+    EXPECT_EQ(e.status, 400);
+    EXPECT_EQ(e.code, "no_chat_template");
+  }
+  EXPECT_NO_THROW(parse_completion({{"prompt", "abc"}}, false, no_template));
 }
 
 TEST(ServerMetrics, RendersVllmNamesAndCumulativeBuckets) {
