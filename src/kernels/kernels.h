@@ -79,6 +79,10 @@ struct PackedKernels {
   GroupGemmFn q4_1 = nullptr;
   GroupGemmFn q8_0 = nullptr;
   GroupGemmF32Fn f16 = nullptr;
+  // Q4_K super-blocks (PackedQ4KBlock): `blocks` counts super-blocks; the activations are the
+  // same 32-wide blocks, 8 per super-block.
+  GroupGemmFn q4_k = nullptr;
+  GroupGemmFn q6_k = nullptr;  // PackedQ6KBlock, as q4_k
   // Whether the rows a matmul's caller marks for it (model/batch.h) take the bf16 route; the
   // reference table has the route's kernels but leaves it off (tests turn it on in a copy).
   bool bf16_route = false;

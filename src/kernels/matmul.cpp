@@ -52,6 +52,8 @@ void call_group_kernel(const PackedWeights& p, int64_t g, int64_t n_groups, cons
   } else {
     const GroupGemmFn kernel = format == PackedFormat::Q4_0   ? table.packed.q4_0
                                : format == PackedFormat::Q4_1 ? table.packed.q4_1
+                               : format == PackedFormat::Q4_K ? table.packed.q4_k
+                               : format == PackedFormat::Q6_K ? table.packed.q6_k
                                                               : table.packed.q8_0;
     kernel(p.group(g), blocks, in.act + t0, in.act_stride, count, y, y_stride);
   }
@@ -83,7 +85,7 @@ void run_packed_rows(const PackedWeights& p, int64_t g, int64_t n_groups, const 
 // side takes full groups two at a time.
 void run_packed_groups(const PackedWeights& p, int64_t lo, int64_t hi, const PackedInput& in,
                        int64_t n_tokens, float* y, const KernelTable& table) {
-  const int64_t split = p.format() == PackedFormat::F16 ? n_tokens : in.split;
+  const int64_t split = p.has_bf16_route() ? in.split : n_tokens;
   if (split > 0) {
     for (int64_t g = lo; g < hi; ++g) run_packed_rows(p, g, 1, in, 0, split, y, table);
   }
@@ -103,7 +105,11 @@ void matmul_packed(std::span<const MatmulTarget> targets, const float* x, int64_
   const bool needs_int8 = std::any_of(targets.begin(), targets.end(), [](const MatmulTarget& t) {
     return t.w->packed->format() != PackedFormat::F16;
   });
-  const int64_t split = needs_int8 && table.packed.bf16_route
+  // The bf16 route is taken only when every int8 target has kernels for it.
+  const bool bf16_ok = std::all_of(targets.begin(), targets.end(), [](const MatmulTarget& t) {
+    return t.w->packed->format() == PackedFormat::F16 || t.w->packed->has_bf16_route();
+  });
+  const int64_t split = needs_int8 && bf16_ok && table.packed.bf16_route
                             ? std::clamp<int64_t>(bf16_from, 0, n_tokens)
                             : n_tokens;
   PackedInput in{x, nullptr, split + kActPaddingTokens, nullptr, cols, split};

@@ -49,18 +49,84 @@ void pack_q4_block(DType type, const uint8_t* const rows[kPackRows], int64_t b,
   }
 }
 
-void pack_q8_block(const uint8_t* const rows[kPackRows], int64_t b, PackedQ8Block& out) {
+// Block b of a GGUF row whose values are d * q with small integers q: Q8_0 as is, Q5_0 as
+// q - 16 (q in [0, 31]), IQ4_NL through its table. Returns d; q[32] in column order.
+uint16_t int8_values(DType type, const uint8_t* row, int64_t b, int8_t q[kPackCols]) {
+  switch (type) {
+    case DType::Q5_0: {
+      const auto& blk = reinterpret_cast<const BlockQ5_0*>(row)[b];
+      uint32_t high;
+      std::memcpy(&high, blk.qh, sizeof(high));
+      for (int j = 0; j < kPackCols; ++j) {
+        const int fifth = static_cast<int>((high >> j) & 1) << 4;
+        q[j] = static_cast<int8_t>((q4_value(blk.qs, j) | fifth) - 16);
+      }
+      return blk.d;
+    }
+    case DType::IQ4_NL: {
+      const auto& blk = reinterpret_cast<const BlockIQ4_NL*>(row)[b];
+      for (int j = 0; j < kPackCols; ++j) q[j] = kIq4Values[q4_value(blk.qs, j)];
+      return blk.d;
+    }
+    default: {
+      const auto& blk = reinterpret_cast<const BlockQ8_0*>(row)[b];
+      std::memcpy(q, blk.qs, kPackCols);
+      return blk.d;
+    }
+  }
+}
+
+void pack_q8_block(DType type, const uint8_t* const rows[kPackRows], int64_t b,
+                   PackedQ8Block& out) {
   for (int r = 0; r < kPackRows; ++r) {
     if (rows[r] == nullptr) {
       out.d[r] = 0;
       for (int c = 0; c < 8; ++c) std::memset(&out.qs[c][r * 4], 128, 4);  // q = 0
       continue;
     }
-    const auto& blk = reinterpret_cast<const BlockQ8_0*>(rows[r])[b];
-    out.d[r] = blk.d;
+    int8_t q[kPackCols];
+    out.d[r] = int8_values(type, rows[r], b, q);
     for (int c = 0; c < 8; ++c) {
-      for (int k = 0; k < 4; ++k)
-        out.qs[c][r * 4 + k] = static_cast<uint8_t>(blk.qs[4 * c + k] + 128);
+      for (int k = 0; k < 4; ++k) out.qs[c][r * 4 + k] = static_cast<uint8_t>(q[4 * c + k] + 128);
+    }
+  }
+}
+
+// The 6-bit scale and min of sub-block j from a Q4_K/Q5_K super-block's 12 scale bytes: the
+// first four pairs are the low 6 bits of bytes j and j + 4; the last four take their low 4
+// bits from byte j + 4 and their top 2 bits from the spare top bits of bytes j - 4 and j.
+void k_scale_min(const uint8_t s[12], int j, uint8_t& scale, uint8_t& min) {
+  if (j < 4) {
+    scale = s[j] & 63;
+    min = s[j + 4] & 63;
+  } else {
+    scale = static_cast<uint8_t>((s[j + 4] & 0x0F) | ((s[j - 4] >> 6) << 4));
+    min = static_cast<uint8_t>((s[j + 4] >> 4) | ((s[j] >> 6) << 4));
+  }
+}
+
+// Super-block b of 16 Q4_K rows. In a GGUF Q4_K block the 128 qs bytes are 4 chunks of 32:
+// chunk c holds the values of sub-block 2c in its low nibbles and of sub-block 2c + 1 in its
+// high nibbles.
+void pack_q4k_block(const uint8_t* const rows[kPackRows], int64_t b, PackedQ4KBlock& out) {
+  std::memset(&out, 0, sizeof(out));  // padding rows: zero scales and nibbles
+  for (int r = 0; r < kPackRows; ++r) {
+    if (rows[r] == nullptr) continue;
+    const auto& blk = reinterpret_cast<const BlockQ4_K*>(rows[r])[b];
+    out.d[r] = blk.d;
+    out.dmin[r] = blk.dmin;
+    for (int j = 0; j < kSubBlocks; ++j) {
+      k_scale_min(blk.scales, j, out.scales[j][r], out.mins[j][r]);
+      const uint8_t* chunk = blk.qs + 32 * (j / 2);
+      const int shift = j % 2 == 0 ? 0 : 4;
+      const auto value = [&](int col) {
+        return static_cast<uint8_t>((chunk[col] >> shift) & 0x0F);
+      };
+      for (int c = 0; c < 4; ++c) {
+        for (int k = 0; k < 4; ++k)
+          out.qs[j][c][r * 4 + k] =
+              static_cast<uint8_t>(value(8 * c + k) | value(8 * c + 4 + k) << 4);
+      }
     }
   }
 }
@@ -74,6 +140,38 @@ void pack_f16_block(const uint8_t* const rows[kPackRows], int64_t b, PackedF16Bl
   }
 }
 
+// Value v (0..255) of a GGUF Q6_K super-block, q in [0, 63]: each half of 128 values takes 64
+// ql bytes (low nibbles for its first 64 values, high nibbles for the next 64) and 32 qh bytes
+// (2 bits for each of its 4 runs of 32 values, run s at bits 2s).
+uint8_t q6k_value(const BlockQ6_K& blk, int v) {
+  const int half = v / 128, i = v % 128;
+  const uint8_t ql = blk.ql[64 * half + i % 64];
+  const int low = i < 64 ? ql & 0x0F : ql >> 4;
+  const int high = (blk.qh[32 * half + i % 32] >> (2 * (i / 32))) & 3;
+  return static_cast<uint8_t>(low | high << 4);
+}
+
+void pack_q6k_block(const uint8_t* const rows[kPackRows], int64_t b, PackedQ6KBlock& out) {
+  std::memset(&out, 0, sizeof(out));  // padding rows: zero scales and values
+  for (int r = 0; r < kPackRows; ++r) {
+    if (rows[r] == nullptr) continue;
+    const auto& blk = reinterpret_cast<const BlockQ6_K*>(rows[r])[b];
+    out.d[r] = blk.d;
+    for (int s = 0; s < 2 * kSubBlocks; ++s) out.scales[s][r] = blk.scales[s];
+    for (int j = 0; j < kSubBlocks; ++j) {
+      for (int c = 0; c < 4; ++c) {
+        for (int k = 0; k < 4; ++k) {
+          const uint8_t first = q6k_value(blk, 32 * j + 8 * c + k);
+          const uint8_t second = q6k_value(blk, 32 * j + 8 * c + 4 + k);
+          out.ql[j][c][r * 4 + k] = static_cast<uint8_t>((first & 0x0F) | (second & 0x0F) << 4);
+          const int top = (first >> 4) | (second >> 4) << 2;
+          out.qh[j][c / 2][r * 4 + k] |= static_cast<uint8_t>(top << (4 * (c % 2)));
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 
 void PackedWeights::FreeDeleter::operator()(uint8_t* p) const {
@@ -81,31 +179,60 @@ void PackedWeights::FreeDeleter::operator()(uint8_t* p) const {
 }
 
 bool PackedWeights::supports(DType type, int64_t cols) {
-  const bool packable_type =
-      type == DType::Q4_0 || type == DType::Q4_1 || type == DType::Q8_0 || type == DType::F16;
-  return packable_type && cols > 0 && cols % kPackCols == 0;
+  if (cols <= 0) return false;
+  switch (type) {
+    case DType::Q4_0:
+    case DType::Q4_1:
+    case DType::Q8_0:
+    case DType::Q5_0:
+    case DType::IQ4_NL:
+    case DType::F16:
+      return cols % kPackCols == 0;
+    case DType::Q4_K:
+    case DType::Q6_K:
+      return cols % kPackSuperCols == 0;
+    default:
+      return false;
+  }
 }
 
 std::shared_ptr<const PackedWeights> PackedWeights::pack(DType type, const uint8_t* data,
                                                          int64_t rows, int64_t cols,
                                                          size_t row_bytes,
                                                          std::shared_ptr<HugePageArena> arena) {
-  if (!supports(type, kPackCols))
+  if (!supports(type, kPackSuperCols))
     fail("pack: weight type {} has no packed layout", dtype_name(type));
-  if (cols % kPackCols != 0 || cols <= 0 || rows <= 0) {
-    fail("pack: a {} x {} matrix is not a whole number of {}-wide blocks", rows, cols, kPackCols);
+  if (!supports(type, cols) || rows <= 0) {
+    fail("pack: a {} x {} matrix of {} is not a whole number of packed blocks", rows, cols,
+         dtype_name(type));
   }
   auto packed = std::make_shared<PackedWeights>();
-  packed->format_ = type == DType::Q8_0   ? PackedFormat::Q8_0
-                    : type == DType::Q4_0 ? PackedFormat::Q4_0
-                    : type == DType::F16  ? PackedFormat::F16
-                                          : PackedFormat::Q4_1;
+  switch (type) {
+    case DType::Q4_0:
+      packed->format_ = PackedFormat::Q4_0;
+      break;
+    case DType::Q4_1:
+      packed->format_ = PackedFormat::Q4_1;
+      break;
+    case DType::F16:
+      packed->format_ = PackedFormat::F16;
+      break;
+    case DType::Q4_K:
+      packed->format_ = PackedFormat::Q4_K;
+      break;
+    case DType::Q6_K:
+      packed->format_ = PackedFormat::Q6_K;
+      break;
+    default:  // Q8_0, Q5_0, IQ4_NL
+      packed->format_ = PackedFormat::Q8_0;
+  }
   packed->rows_ = rows;
   packed->groups_ = (rows + kPackRows - 1) / kPackRows;
-  packed->blocks_per_row_ = cols / kPackCols;
+  packed->blocks_per_row_ = cols / packed->block_cols();
   const size_t bytes =
       static_cast<size_t>(packed->groups_ * packed->blocks_per_row_) * packed->block_bytes();
-  // 64-byte alignment: every packed block starts on a cache line (320 and 544 are multiples).
+  // 64-byte alignment: every packed block starts on a cache line (320 and 2368
+  // are multiples of 64; 544 is not, and Q8 kernels load unaligned).
   if (arena != nullptr) {
     packed->data_ = arena->allocate(bytes, 64);
     packed->arena_ = std::move(arena);
@@ -125,7 +252,13 @@ std::shared_ptr<const PackedWeights> PackedWeights::pack(DType type, const uint8
     for (int64_t b = 0; b < packed->blocks_per_row_; ++b) {
       switch (packed->format_) {
         case PackedFormat::Q8_0:
-          pack_q8_block(group_rows, b, reinterpret_cast<PackedQ8Block*>(out)[b]);
+          pack_q8_block(type, group_rows, b, reinterpret_cast<PackedQ8Block*>(out)[b]);
+          break;
+        case PackedFormat::Q4_K:
+          pack_q4k_block(group_rows, b, reinterpret_cast<PackedQ4KBlock*>(out)[b]);
+          break;
+        case PackedFormat::Q6_K:
+          pack_q6k_block(group_rows, b, reinterpret_cast<PackedQ6KBlock*>(out)[b]);
           break;
         case PackedFormat::F16:
           pack_f16_block(group_rows, b, reinterpret_cast<PackedF16Block*>(out)[b]);

@@ -58,7 +58,9 @@ struct ActQ8Block {
   float d;
   float s;      // fp16(d_unrounded * sum(q))
   float d_sum;  // d * sum(q), exact in float (an 11-bit mantissa times |sum| <= 4064)
-  int32_t sum;  // sum(q)
+  // sum(q) over columns 0..15 and 16..31 (Q6_K's sub-blocks are 16 wide); |each| <= 2032.
+  int16_t half_sum[2];
+  int32_t sum() const { return half_sum[0] + half_sum[1]; }
   int8_t qs[kPackCols];
 };
 static_assert(sizeof(ActQ8Block) == 48);
@@ -71,8 +73,39 @@ struct PackedF16Block {
 };
 static_assert(sizeof(PackedF16Block) == 1024);
 
-// Which GGUF type a packed matrix came from; Q4_0 and Q4_1 share PackedQ4Block.
-enum class PackedFormat { Q4_0, Q4_1, Q8_0, F16 };
+// 16 rows x 256 columns of Q4_K weights (one GGUF super-block per row): 8 sub-blocks of 32
+// columns, each with a 6-bit scale and min per row, w = d * scale * q - dmin * min, q in
+// [0, 15]. The nibbles of sub-block j are laid out as PackedQ4Block's qs, so the Q4 inner loop
+// serves; scales and mins are unpacked to bytes [sub-block][row] so one load gives 16 rows'
+// (2.8% more bytes than the GGUF blocks, which pack them in 12 bytes a row).
+constexpr int kPackSuperCols = 256;
+constexpr int kSubBlocks = kPackSuperCols / kPackCols;
+struct PackedQ4KBlock {
+  uint16_t d[kPackRows];     // fp16
+  uint16_t dmin[kPackRows];  // fp16
+  uint8_t scales[kSubBlocks][kPackRows];
+  uint8_t mins[kSubBlocks][kPackRows];
+  uint8_t qs[kSubBlocks][4][64];
+};
+static_assert(sizeof(PackedQ4KBlock) == 2368);  // 37 cache lines
+
+// 16 rows x 256 columns of Q6_K weights: 16 sub-blocks of 16 columns with an int8 scale per
+// row, w = d * scale * (q - 32), q in [0, 63]. Per 32 columns j: the low 4 bits of q in
+// ql[j], laid out as PackedQ4Block's qs; the top 2 bits in qh[j][c / 2], in the byte at the
+// same position as ql[j][c]'s, its low nibble for even c and high nibble for odd c; within
+// the nibble, bits 0-1 belong to the value of ql's low nibble and bits 2-3 to its high one's.
+// As dense as the GGUF blocks (6.5625 bits a weight).
+struct PackedQ6KBlock {
+  uint16_t d[kPackRows];  // fp16
+  int8_t scales[2 * kSubBlocks][kPackRows];
+  uint8_t ql[kSubBlocks][4][64];
+  uint8_t qh[kSubBlocks][2][64];
+};
+static_assert(sizeof(PackedQ6KBlock) == 3360);
+
+// Which layout a packed matrix has: Q4_0 and Q4_1 share PackedQ4Block; Q8_0 also holds Q5_0
+// and IQ4_NL weights, whose values are small integers times an fp16 d (exactly).
+enum class PackedFormat { Q4_0, Q4_1, Q8_0, F16, Q4_K, Q6_K };
 
 // A whole weight matrix in packed form: groups of 16 rows (the last padded with zero rows),
 // each group `blocks_per_row` packed blocks in column order.
@@ -88,6 +121,10 @@ class PackedWeights {
         return sizeof(PackedQ8Block);
       case PackedFormat::F16:
         return sizeof(PackedF16Block);
+      case PackedFormat::Q4_K:
+        return sizeof(PackedQ4KBlock);
+      case PackedFormat::Q6_K:
+        return sizeof(PackedQ6KBlock);
       default:
         return sizeof(PackedQ4Block);
     }
@@ -99,7 +136,19 @@ class PackedWeights {
 
   // True when a matrix of this type and width is multiplied through the packed path.
   static bool supports(DType type, int64_t cols);
-  // Repacks rows x cols weights stored as GGUF rows of `type` (Q4_0, Q4_1, Q8_0 or F16), into
+  // Columns one packed block covers: 256 for the k-quant layouts, 32 for the others.
+  int64_t block_cols() const {
+    return format_ == PackedFormat::Q4_K || format_ == PackedFormat::Q6_K ? kPackSuperCols
+                                                                          : kPackCols;
+  }
+  // Whether the bf16 route (kernels.h) has kernels for this layout.
+  bool has_bf16_route() const {
+    return format_ == PackedFormat::Q4_0 || format_ == PackedFormat::Q4_1 ||
+           format_ == PackedFormat::Q8_0;
+  }
+
+  // Repacks rows x cols weights stored as GGUF rows of `type` (Q4_0, Q4_1, Q8_0, Q5_0, IQ4_NL,
+  // Q4_K, Q6_K or F16), into
   // memory from `arena` when given (a model's matrices share one, in huge pages), which the
   // packed matrix keeps alive.
   static std::shared_ptr<const PackedWeights> pack(DType type, const uint8_t* data, int64_t rows,

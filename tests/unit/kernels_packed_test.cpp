@@ -65,7 +65,8 @@ TEST(KernelsPacked, ActivationQuantizersAgreeExactly) {
         ASSERT_EQ(g.d, w.d) << table->isa << " block " << b;
         ASSERT_EQ(g.s, w.s) << table->isa << " block " << b;
         ASSERT_EQ(g.d_sum, w.d_sum) << table->isa << " block " << b;
-        ASSERT_EQ(g.sum, w.sum) << table->isa << " block " << b;
+        ASSERT_EQ(g.half_sum[0], w.half_sum[0]) << table->isa << " block " << b;
+        ASSERT_EQ(g.half_sum[1], w.half_sum[1]) << table->isa << " block " << b;
         for (int j = 0; j < kPackCols; ++j) ASSERT_EQ(g.qs[j], w.qs[j]) << table->isa;
       }
     }

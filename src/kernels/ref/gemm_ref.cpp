@@ -20,16 +20,18 @@ void quantize_act_q8(const float* x, ActQ8Block* out, int64_t n, int64_t out_str
     for (int j = 0; j < kPackCols; ++j) amax = std::max(amax, std::fabs(xb[j]));
     const float d = amax / 127.0f;
     const float inv = d != 0 ? 1.0f / d : 0.0f;
-    int sum = 0;
+    int half_sum[2] = {0, 0};
     for (int j = 0; j < kPackCols; ++j) {
       const int q = static_cast<int>(std::nearbyint(xb[j] * inv));
       block.qs[j] = static_cast<int8_t>(q);
-      sum += q;
+      half_sum[j / 16] += q;
     }
+    const int sum = half_sum[0] + half_sum[1];
+    block.half_sum[0] = static_cast<int16_t>(half_sum[0]);
+    block.half_sum[1] = static_cast<int16_t>(half_sum[1]);
     block.d = round_to_fp16(d);
     block.s = round_to_fp16(d * static_cast<float>(sum));
     block.d_sum = block.d * static_cast<float>(sum);
-    block.sum = sum;
   }
 }
 
@@ -52,6 +54,69 @@ void gemm_q4_group(const uint8_t* group, int64_t blocks, const ActQ8Block* act, 
         }
         acc += static_cast<float>(isum) * (fp16_to_fp32(w[b].d[r]) * a.d);
         acc += fp16_to_fp32(w[b].m[r]) * (a.*offset_sum);
+      }
+      y[t * y_stride + r] = acc;
+    }
+  }
+}
+
+// Q4_K: the Q4 sum of each 32-column sub-block, scaled by d * scale; the min folds through
+// the activation's exact d * sum(q), as llama.cpp folds it through Q8_K's block sums.
+void gemm_q4k_group(const uint8_t* group, int64_t blocks, const ActQ8Block* act, int64_t act_stride,
+                    int64_t n_tokens, float* y, int64_t y_stride) {
+  const auto* w = reinterpret_cast<const PackedQ4KBlock*>(group);
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    for (int r = 0; r < kPackRows; ++r) {
+      float acc = 0;
+      for (int64_t b = 0; b < blocks; ++b) {
+        const float d = fp16_to_fp32(w[b].d[r]), dmin = fp16_to_fp32(w[b].dmin[r]);
+        for (int j = 0; j < kSubBlocks; ++j) {
+          const ActQ8Block& a = act[(b * kSubBlocks + j) * act_stride + t];
+          int32_t isum = 0;
+          for (int c = 0; c < 4; ++c) {
+            for (int k = 0; k < 4; ++k) {
+              const uint8_t byte = w[b].qs[j][c][r * 4 + k];
+              isum += (byte & 0x0F) * a.qs[8 * c + k] + (byte >> 4) * a.qs[8 * c + 4 + k];
+            }
+          }
+          const float scale = d * static_cast<float>(w[b].scales[j][r]);
+          const float min = dmin * static_cast<float>(w[b].mins[j][r]);
+          acc += static_cast<float>(isum) * (scale * a.d);
+          acc -= min * a.d_sum;
+        }
+      }
+      y[t * y_stride + r] = acc;
+    }
+  }
+}
+
+// Q6_K: per 16-column sub-block, d * scale * (sum(q * a) - 32 * sum(a)), the offset exact in
+// integers through the activation's half sums.
+void gemm_q6k_group(const uint8_t* group, int64_t blocks, const ActQ8Block* act, int64_t act_stride,
+                    int64_t n_tokens, float* y, int64_t y_stride) {
+  const auto* w = reinterpret_cast<const PackedQ6KBlock*>(group);
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    for (int r = 0; r < kPackRows; ++r) {
+      float acc = 0;
+      for (int64_t b = 0; b < blocks; ++b) {
+        const float d = fp16_to_fp32(w[b].d[r]);
+        for (int j = 0; j < kSubBlocks; ++j) {
+          const ActQ8Block& a = act[(b * kSubBlocks + j) * act_stride + t];
+          int32_t isum[2] = {0, 0};
+          for (int c = 0; c < 4; ++c) {
+            for (int k = 0; k < 4; ++k) {
+              const uint8_t low = w[b].ql[j][c][r * 4 + k];
+              const int top = (w[b].qh[j][c / 2][r * 4 + k] >> (4 * (c % 2))) & 0x0F;
+              const int first = (low & 0x0F) | (top & 3) << 4;
+              const int second = (low >> 4) | (top >> 2) << 4;
+              isum[c / 2] += first * a.qs[8 * c + k] + second * a.qs[8 * c + 4 + k];
+            }
+          }
+          for (int h = 0; h < 2; ++h) {
+            const float scale = d * static_cast<float>(w[b].scales[2 * j + h][r]);
+            acc += static_cast<float>(isum[h] - 32 * a.half_sum[h]) * (scale * a.d);
+          }
+        }
       }
       y[t * y_stride + r] = acc;
     }
@@ -135,6 +200,8 @@ PackedKernels packed_kernels() {
   k.bf16_act = quantize_row_bf16;
   k.q4_bf16 = gemm_bf16_group<PackedQ4Block, q4_weight>;
   k.q8_0_bf16 = gemm_bf16_group<PackedQ8Block, q8_weight>;
+  k.q4_k = gemm_q4k_group;
+  k.q6_k = gemm_q6k_group;
   return k;
 }
 

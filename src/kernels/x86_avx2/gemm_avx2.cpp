@@ -22,6 +22,13 @@ inline __m256i broadcast_i32(const int8_t* p) {
   return _mm256_set1_epi32(v);
 }
 
+inline int32_t hsum_i32(__m256i v) {
+  __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4E));
+  s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xB1));
+  return _mm_cvtsi128_si32(s4);
+}
+
 inline __m256 load_fp16x8(const uint16_t* p) {
   return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
 }
@@ -57,6 +64,110 @@ void q4_half_tile(const PackedQ4Block* w, int64_t blocks, int half, const ActQ8B
       const __m256 isum = _mm256_cvtepi32_ps(_mm256_madd_epi16(sum16[t], ones));
       acc[t] = _mm256_fmadd_ps(isum, _mm256_mul_ps(d, _mm256_set1_ps(a.d)), acc[t]);
       acc[t] = _mm256_fmadd_ps(m, _mm256_set1_ps(a.*offset_sum), acc[t]);
+    }
+  }
+  for (int t = 0; t < NT; ++t) _mm256_storeu_ps(y + t * y_stride + 8 * half, acc[t]);
+}
+
+// 8 bytes (one per row) as 8 floats.
+inline __m256 load_u8x8(const uint8_t* p) {
+  return _mm256_cvtepi32_ps(
+      _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+}
+
+// Q4_K: the Q4 loop per 32-column sub-block; its scale (d * scale) and min (dmin * min) for the
+// 8 rows are made from the bytes once per sub-block and serve every token of the tile.
+template <int NT>
+void q4k_half_tile(const PackedQ4KBlock* w, int64_t blocks, int half, const ActQ8Block* act,
+                   int64_t act_stride, float* y, int64_t y_stride) {
+  const __m256i low_nibble = _mm256_set1_epi8(0x0F);
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256 acc[NT];
+  for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < blocks; ++b) {
+    const __m256 d = load_fp16x8(w[b].d + 8 * half);
+    const __m256 dmin = load_fp16x8(w[b].dmin + 8 * half);
+    for (int j = 0; j < kSubBlocks; ++j) {
+      const ActQ8Block* a = act + (b * kSubBlocks + j) * act_stride;
+      __m256i sum16[NT];
+      for (int t = 0; t < NT; ++t) sum16[t] = _mm256_setzero_si256();
+      for (int c = 0; c < 4; ++c) {
+        const __m256i raw =
+            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[b].qs[j][c] + 32 * half));
+        const __m256i lo = _mm256_and_si256(raw, low_nibble);
+        const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low_nibble);
+        for (int t = 0; t < NT; ++t) {
+          const int8_t* q = a[t].qs + 8 * c;
+          sum16[t] = _mm256_add_epi16(sum16[t], _mm256_maddubs_epi16(lo, broadcast_i32(q)));
+          sum16[t] = _mm256_add_epi16(sum16[t], _mm256_maddubs_epi16(hi, broadcast_i32(q + 4)));
+        }
+      }
+      const __m256 scale = _mm256_mul_ps(d, load_u8x8(w[b].scales[j] + 8 * half));
+      const __m256 min = _mm256_mul_ps(dmin, load_u8x8(w[b].mins[j] + 8 * half));
+      for (int t = 0; t < NT; ++t) {
+        const __m256 isum = _mm256_cvtepi32_ps(_mm256_madd_epi16(sum16[t], ones));
+        acc[t] = _mm256_fmadd_ps(isum, _mm256_mul_ps(scale, _mm256_set1_ps(a[t].d)), acc[t]);
+        acc[t] = _mm256_fnmadd_ps(min, _mm256_set1_ps(a[t].d_sum), acc[t]);
+      }
+    }
+  }
+  for (int t = 0; t < NT; ++t) _mm256_storeu_ps(y + t * y_stride + 8 * half, acc[t]);
+}
+
+// 8 int8 bytes (one per row) as 8 floats.
+inline __m256 load_i8x8(const int8_t* p) {
+  return _mm256_cvtepi32_ps(
+      _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+}
+
+// Q6_K: 6-bit q = ql nibble | 2 bits of qh << 4. Two maddubs of q (<= 63) and an int8 sum to
+// at most 2 * 2 * 63 * 127 = 32004, inside int16, so each pair is widened at once; the 16-wide
+// sub-blocks (c = 0, 1 and c = 2, 3) keep their own sums for their own scales, and the -32
+// offset comes off in integers through the activation's half sums.
+template <int NT>
+void q6k_half_tile(const PackedQ6KBlock* w, int64_t blocks, int half, const ActQ8Block* act,
+                   int64_t act_stride, float* y, int64_t y_stride) {
+  const __m256i low_nibble = _mm256_set1_epi8(0x0F);
+  const __m256i top_bits = _mm256_set1_epi8(0x30);
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256 acc[NT];
+  for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < blocks; ++b) {
+    const __m256 d = load_fp16x8(w[b].d + 8 * half);
+    for (int j = 0; j < kSubBlocks; ++j) {
+      const ActQ8Block* a = act + (b * kSubBlocks + j) * act_stride;
+      __m256i isum[NT][2];
+      for (int t = 0; t < NT; ++t) isum[t][0] = isum[t][1] = _mm256_setzero_si256();
+      for (int p = 0; p < 2; ++p) {
+        const __m256i high =
+            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[b].qh[j][p] + 32 * half));
+        for (int e = 0; e < 2; ++e) {
+          const int c = 2 * p + e;
+          const __m256i raw =
+              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[b].ql[j][c] + 32 * half));
+          const __m256i top = e == 0 ? high : _mm256_srli_epi16(high, 4);
+          const __m256i lo = _mm256_or_si256(_mm256_and_si256(raw, low_nibble),
+                                             _mm256_and_si256(_mm256_slli_epi16(top, 4), top_bits));
+          const __m256i hi =
+              _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(raw, 4), low_nibble),
+                              _mm256_and_si256(_mm256_slli_epi16(top, 2), top_bits));
+          for (int t = 0; t < NT; ++t) {
+            const int8_t* q = a[t].qs + 8 * c;
+            const __m256i pair = _mm256_add_epi16(_mm256_maddubs_epi16(lo, broadcast_i32(q)),
+                                                  _mm256_maddubs_epi16(hi, broadcast_i32(q + 4)));
+            isum[t][p] = _mm256_add_epi32(isum[t][p], _mm256_madd_epi16(pair, ones));
+          }
+        }
+      }
+      const __m256 scale0 = _mm256_mul_ps(d, load_i8x8(w[b].scales[2 * j] + 8 * half));
+      const __m256 scale1 = _mm256_mul_ps(d, load_i8x8(w[b].scales[2 * j + 1] + 8 * half));
+      for (int t = 0; t < NT; ++t) {
+        const __m256i s0 = _mm256_sub_epi32(isum[t][0], _mm256_set1_epi32(32 * a[t].half_sum[0]));
+        const __m256i s1 = _mm256_sub_epi32(isum[t][1], _mm256_set1_epi32(32 * a[t].half_sum[1]));
+        const __m256 ad = _mm256_set1_ps(a[t].d);
+        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s0), _mm256_mul_ps(scale0, ad), acc[t]);
+        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s1), _mm256_mul_ps(scale1, ad), acc[t]);
+      }
     }
   }
   for (int t = 0; t < NT; ++t) _mm256_storeu_ps(y + t * y_stride + 8 * half, acc[t]);
@@ -146,6 +257,22 @@ struct Q4Tiles {
   };
 };
 template <int NT>
+struct Q4KTile {
+  static void run(const PackedQ4KBlock* w, int64_t blocks, const ActQ8Block* act,
+                  int64_t act_stride, float* y, int64_t y_stride) {
+    split_tile<NT>(w, blocks, act, act_stride, y, y_stride,
+                   []<int N>(auto... args) { q4k_half_tile<N>(args...); });
+  }
+};
+template <int NT>
+struct Q6KTile {
+  static void run(const PackedQ6KBlock* w, int64_t blocks, const ActQ8Block* act,
+                  int64_t act_stride, float* y, int64_t y_stride) {
+    split_tile<NT>(w, blocks, act, act_stride, y, y_stride,
+                   []<int N>(auto... args) { q6k_half_tile<N>(args...); });
+  }
+};
+template <int NT>
 struct Q8Tile {
   static void run(const PackedQ8Block* w, int64_t blocks, const ActQ8Block* act, int64_t act_stride,
                   float* y, int64_t y_stride) {
@@ -180,30 +307,32 @@ void quantize_act_q8(const float* x, ActQ8Block* out, int64_t n, int64_t out_str
     __m256i q[4];
     for (int j = 0; j < 4; ++j)
       q[j] = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(v[j], inv), kNearest));
-    const __m256i lanes =
-        _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
+    const int32_t sum0 = hsum_i32(_mm256_add_epi32(q[0], q[1]));  // columns 0..15
+    const int32_t sum1 = hsum_i32(_mm256_add_epi32(q[2], q[3]));  // columns 16..31
     // The packs interleave 128-bit lanes; the permute restores column order.
     __m256i packed =
         _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
     packed = _mm256_permutevar8x32_epi32(packed, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(block.qs), packed);
-    __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(lanes), _mm256_extracti128_si256(lanes, 1));
-    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4E));
-    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xB1));
-    const auto sum = static_cast<float>(_mm_cvtsi128_si32(s4));
+    const auto sum = static_cast<float>(sum0 + sum1);
     block.d = round_to_fp16(d);
     block.s = round_to_fp16(d * sum);
     block.d_sum = block.d * sum;
-    block.sum = static_cast<int32_t>(sum);
+    block.half_sum[0] = static_cast<int16_t>(sum0);
+    block.half_sum[1] = static_cast<int16_t>(sum1);
   }
 }
 
 }  // namespace
 
 PackedKernels packed_kernels() {
-  return {quantize_act_q8, run_group_tiles<PackedQ4Block, Q4Tiles<&ActQ8Block::d_sum>::Tile>,
-          run_group_tiles<PackedQ4Block, Q4Tiles<&ActQ8Block::s>::Tile>,
-          run_group_tiles<PackedQ8Block, Q8Tile>, run_group_tiles<PackedF16Block, F16Tile, float>};
+  PackedKernels k{
+      quantize_act_q8, run_group_tiles<PackedQ4Block, Q4Tiles<&ActQ8Block::d_sum>::Tile>,
+      run_group_tiles<PackedQ4Block, Q4Tiles<&ActQ8Block::s>::Tile>,
+      run_group_tiles<PackedQ8Block, Q8Tile>, run_group_tiles<PackedF16Block, F16Tile, float>};
+  k.q4_k = run_group_tiles<PackedQ4KBlock, Q4KTile>;
+  k.q6_k = run_group_tiles<PackedQ6KBlock, Q6KTile>;
+  return k;
 }
 
 }  // namespace inferd::kernels::avx2

@@ -95,6 +95,107 @@ void q4_tile(const PackedQ4Block* w, int64_t blocks, const ActQ8Block* act, int6
   for (int t = 0; t < NT; ++t) _mm512_storeu_ps(y + t * y_stride, acc[t]);
 }
 
+inline __m512 load_u8x16(const uint8_t* p) {
+  return _mm512_cvtepi32_ps(
+      _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+}
+
+// Q4_K: q4_tile's VNNI loop per 32-column sub-block, with the sub-block's scale and min for
+// the 16 rows made from their bytes once and shared by the tile's tokens.
+template <int NT>
+void q4k_tile(const PackedQ4KBlock* w, int64_t blocks, const ActQ8Block* act, int64_t act_stride,
+              float* y, int64_t y_stride) {
+  constexpr int kAcc = NT < 4 ? 2 : 1;
+  const __m512i low_nibble = _mm512_set1_epi8(0x0F);
+  __m512 acc[NT];
+  for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < blocks; ++b) {
+    if constexpr (NT > 1) prefetch_next_group(w + b, blocks);
+    const __m512 d = load_fp16x16(w[b].d);
+    const __m512 dmin = load_fp16x16(w[b].dmin);
+    for (int j = 0; j < kSubBlocks; ++j) {
+      const ActQ8Block* a = act + (b * kSubBlocks + j) * act_stride;
+      __m512i isum[NT][kAcc];
+      for (int t = 0; t < NT; ++t)
+        for (int i = 0; i < kAcc; ++i) isum[t][i] = _mm512_setzero_si512();
+      for (int c = 0; c < 4; ++c) {
+        const __m512i raw = _mm512_loadu_si512(w[b].qs[j][c]);
+        const __m512i lo = _mm512_and_si512(raw, low_nibble);
+        const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), low_nibble);
+        for (int t = 0; t < NT; ++t) {
+          const int8_t* q = a[t].qs + 8 * c;
+          isum[t][0] = _mm512_dpbusd_epi32(isum[t][0], lo, broadcast_i32(q));
+          isum[t][kAcc - 1] = _mm512_dpbusd_epi32(isum[t][kAcc - 1], hi, broadcast_i32(q + 4));
+        }
+      }
+      const __m512 scale = _mm512_mul_ps(d, load_u8x16(w[b].scales[j]));
+      const __m512 min = _mm512_mul_ps(dmin, load_u8x16(w[b].mins[j]));
+      for (int t = 0; t < NT; ++t) {
+        __m512i s = isum[t][0];
+        if constexpr (kAcc == 2) s = _mm512_add_epi32(s, isum[t][1]);
+        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s),
+                                 _mm512_mul_ps(scale, _mm512_set1_ps(a[t].d)), acc[t]);
+        acc[t] = _mm512_fnmadd_ps(min, _mm512_set1_ps(a[t].d_sum), acc[t]);
+      }
+    }
+  }
+  for (int t = 0; t < NT; ++t) _mm512_storeu_ps(y + t * y_stride, acc[t]);
+}
+
+inline __m512 load_i8x16(const int8_t* p) {
+  return _mm512_cvtepi32_ps(
+      _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+}
+
+// Q6_K: q = ql nibble | 2 bits of qh << 4 as VNNI's unsigned operand; the two 16-wide
+// sub-blocks of each 32 columns (c = 0, 1 and c = 2, 3) sum apart for their own scales, and
+// the -32 offset comes off in integers through the activation's half sums.
+template <int NT>
+void q6k_tile(const PackedQ6KBlock* w, int64_t blocks, const ActQ8Block* act, int64_t act_stride,
+              float* y, int64_t y_stride) {
+  const __m512i low_nibble = _mm512_set1_epi8(0x0F);
+  const __m512i top_bits = _mm512_set1_epi8(0x30);
+  __m512 acc[NT];
+  for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < blocks; ++b) {
+    if constexpr (NT > 1) prefetch_next_group(w + b, blocks);
+    const __m512 d = load_fp16x16(w[b].d);
+    for (int j = 0; j < kSubBlocks; ++j) {
+      const ActQ8Block* a = act + (b * kSubBlocks + j) * act_stride;
+      __m512i isum[NT][2];
+      for (int t = 0; t < NT; ++t) isum[t][0] = isum[t][1] = _mm512_setzero_si512();
+      for (int p = 0; p < 2; ++p) {
+        const __m512i high = _mm512_loadu_si512(w[b].qh[j][p]);
+        for (int e = 0; e < 2; ++e) {
+          const int c = 2 * p + e;
+          const __m512i raw = _mm512_loadu_si512(w[b].ql[j][c]);
+          const __m512i top = e == 0 ? high : _mm512_srli_epi16(high, 4);
+          const __m512i lo = _mm512_or_si512(_mm512_and_si512(raw, low_nibble),
+                                             _mm512_and_si512(_mm512_slli_epi16(top, 4), top_bits));
+          const __m512i hi =
+              _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(raw, 4), low_nibble),
+                              _mm512_and_si512(_mm512_slli_epi16(top, 2), top_bits));
+          for (int t = 0; t < NT; ++t) {
+            const int8_t* q = a[t].qs + 8 * c;
+            isum[t][p] = _mm512_dpbusd_epi32(isum[t][p], lo, broadcast_i32(q));
+            isum[t][p] = _mm512_dpbusd_epi32(isum[t][p], hi, broadcast_i32(q + 4));
+          }
+        }
+      }
+      const __m512 scale0 = _mm512_mul_ps(d, load_i8x16(w[b].scales[2 * j]));
+      const __m512 scale1 = _mm512_mul_ps(d, load_i8x16(w[b].scales[2 * j + 1]));
+      for (int t = 0; t < NT; ++t) {
+        const __m512i s0 = _mm512_sub_epi32(isum[t][0], _mm512_set1_epi32(32 * a[t].half_sum[0]));
+        const __m512i s1 = _mm512_sub_epi32(isum[t][1], _mm512_set1_epi32(32 * a[t].half_sum[1]));
+        const __m512 ad = _mm512_set1_ps(a[t].d);
+        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s0), _mm512_mul_ps(scale0, ad), acc[t]);
+        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s1), _mm512_mul_ps(scale1, ad), acc[t]);
+      }
+    }
+  }
+  for (int t = 0; t < NT; ++t) _mm512_storeu_ps(y + t * y_stride, acc[t]);
+}
+
 // Weights stored as q + 128 are VNNI's unsigned operand as they are; the offset comes off as
 // 128 * sum(activation) per block, in integers.
 template <int NT>
@@ -119,7 +220,7 @@ void q8_tile(const PackedQ8Block* w, int64_t blocks, const ActQ8Block* act, int6
     for (int t = 0; t < NT; ++t) {
       __m512i s = isum[t][0];
       if constexpr (kAcc == 2) s = _mm512_add_epi32(s, isum[t][1]);
-      s = _mm512_sub_epi32(s, _mm512_set1_epi32(128 * act[b * act_stride + t].sum));
+      s = _mm512_sub_epi32(s, _mm512_set1_epi32(128 * act[b * act_stride + t].sum()));
       acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s),
                                _mm512_mul_ps(d, _mm512_set1_ps(act[b * act_stride + t].d)), acc[t]);
     }
@@ -172,6 +273,20 @@ struct Q4Tiles {
   };
 };
 template <int NT>
+struct Q4KTile {
+  static void run(const PackedQ4KBlock* w, int64_t blocks, const ActQ8Block* act,
+                  int64_t act_stride, float* y, int64_t y_stride) {
+    q4k_tile<NT>(w, blocks, act, act_stride, y, y_stride);
+  }
+};
+template <int NT>
+struct Q6KTile {
+  static void run(const PackedQ6KBlock* w, int64_t blocks, const ActQ8Block* act,
+                  int64_t act_stride, float* y, int64_t y_stride) {
+    q6k_tile<NT>(w, blocks, act, act_stride, y, y_stride);
+  }
+};
+template <int NT>
 struct Q8Tile {
   static void run(const PackedQ8Block* w, int64_t blocks, const ActQ8Block* act, int64_t act_stride,
                   float* y, int64_t y_stride) {
@@ -192,20 +307,26 @@ void quantize_act_q8(const float* x, ActQ8Block* out, int64_t n, int64_t out_str
     const __m512i q1 = _mm512_cvt_roundps_epi32(_mm512_mul_ps(x1, inv), kNearest);
     _mm_storeu_si128(reinterpret_cast<__m128i*>(block.qs), _mm512_cvtsepi32_epi8(q0));
     _mm_storeu_si128(reinterpret_cast<__m128i*>(block.qs + 16), _mm512_cvtsepi32_epi8(q1));
-    const auto sum = static_cast<float>(hsum(_mm512_add_epi32(q0, q1)));
+    const int32_t sum0 = hsum(q0), sum1 = hsum(q1);
+    const auto sum = static_cast<float>(sum0 + sum1);
     block.d = round_to_fp16(d);
     block.s = round_to_fp16(d * sum);
     block.d_sum = block.d * sum;
-    block.sum = static_cast<int32_t>(sum);
+    block.half_sum[0] = static_cast<int16_t>(sum0);
+    block.half_sum[1] = static_cast<int16_t>(sum1);
   }
 }
 
 }  // namespace
 
 PackedKernels packed_kernels() {
-  return {quantize_act_q8, run_group_tiles<PackedQ4Block, Q4Tiles<&ActQ8Block::d_sum>::Tile>,
-          run_group_tiles<PackedQ4Block, Q4Tiles<&ActQ8Block::s>::Tile>,
-          run_group_tiles<PackedQ8Block, Q8Tile>, run_group_tiles<PackedF16Block, F16Tile, float>};
+  PackedKernels k{
+      quantize_act_q8, run_group_tiles<PackedQ4Block, Q4Tiles<&ActQ8Block::d_sum>::Tile>,
+      run_group_tiles<PackedQ4Block, Q4Tiles<&ActQ8Block::s>::Tile>,
+      run_group_tiles<PackedQ8Block, Q8Tile>, run_group_tiles<PackedF16Block, F16Tile, float>};
+  k.q4_k = run_group_tiles<PackedQ4KBlock, Q4KTile>;
+  k.q6_k = run_group_tiles<PackedQ6KBlock, Q6KTile>;
+  return k;
 }
 
 }  // namespace inferd::kernels::avx512
