@@ -82,7 +82,9 @@ struct PackedKernels {
   // Q4_K super-blocks (PackedQ4KBlock): `blocks` counts super-blocks; the activations are the
   // same 32-wide blocks, 8 per super-block.
   GroupGemmFn q4_k = nullptr;
-  GroupGemmFn q6_k = nullptr;  // PackedQ6KBlock, as q4_k
+  GroupGemmFn q5_k = nullptr;    // PackedQ5KBlock, as q4_k
+  GroupGemmFn q6_k = nullptr;    // PackedQ6KBlock, as q4_k
+  GroupGemmFn iq4_xs = nullptr;  // PackedIQ4XSBlock, as q4_k
   // Whether the rows a matmul's caller marks for it (model/batch.h) take the bf16 route; the
   // reference table has the route's kernels but leaves it off (tests turn it on in a copy).
   bool bf16_route = false;

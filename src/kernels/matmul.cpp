@@ -50,11 +50,13 @@ void call_group_kernel(const PackedWeights& p, int64_t g, int64_t n_groups, cons
     kernel(p.group(g), n_groups, blocks, in.x_bf16 + (t0 - in.split) * in.cols, in.cols, count, y,
            y_stride);
   } else {
-    const GroupGemmFn kernel = format == PackedFormat::Q4_0   ? table.packed.q4_0
-                               : format == PackedFormat::Q4_1 ? table.packed.q4_1
-                               : format == PackedFormat::Q4_K ? table.packed.q4_k
-                               : format == PackedFormat::Q6_K ? table.packed.q6_k
-                                                              : table.packed.q8_0;
+    const GroupGemmFn kernel = format == PackedFormat::Q4_0     ? table.packed.q4_0
+                               : format == PackedFormat::Q4_1   ? table.packed.q4_1
+                               : format == PackedFormat::Q4_K   ? table.packed.q4_k
+                               : format == PackedFormat::Q5_K   ? table.packed.q5_k
+                               : format == PackedFormat::Q6_K   ? table.packed.q6_k
+                               : format == PackedFormat::IQ4_XS ? table.packed.iq4_xs
+                                                                : table.packed.q8_0;
     kernel(p.group(g), blocks, in.act + t0, in.act_stride, count, y, y_stride);
   }
 }

@@ -140,6 +140,56 @@ void pack_f16_block(const uint8_t* const rows[kPackRows], int64_t b, PackedF16Bl
   }
 }
 
+// Q5_K: Q4_K's nibbles, scales and mins, and the fifth bits: bit j of qh[i] belongs to value
+// i of sub-block j.
+void pack_q5k_block(const uint8_t* const rows[kPackRows], int64_t b, PackedQ5KBlock& out) {
+  std::memset(&out, 0, sizeof(out));
+  for (int r = 0; r < kPackRows; ++r) {
+    if (rows[r] == nullptr) continue;
+    const auto& blk = reinterpret_cast<const BlockQ5_K*>(rows[r])[b];
+    out.d[r] = blk.d;
+    out.dmin[r] = blk.dmin;
+    for (int j = 0; j < kSubBlocks; ++j) {
+      k_scale_min(blk.scales, j, out.scales[j][r], out.mins[j][r]);
+      const uint8_t* chunk = blk.qs + 32 * (j / 2);
+      const int shift = j % 2 == 0 ? 0 : 4;
+      const auto low = [&](int i) { return static_cast<uint8_t>((chunk[i] >> shift) & 0x0F); };
+      const auto fifth = [&](int i) { return (blk.qh[i] >> j) & 1; };
+      for (int c = 0; c < 4; ++c) {
+        for (int k = 0; k < 4; ++k) {
+          const int first = 8 * c + k, second = 8 * c + 4 + k;
+          out.qs[j][c][r * 4 + k] = static_cast<uint8_t>(low(first) | low(second) << 4);
+          out.qh[j][r * 4 + k] |=
+              static_cast<uint8_t>((fifth(first) << (2 * c)) | (fifth(second) << (2 * c + 1)));
+        }
+      }
+    }
+  }
+}
+
+// IQ4_XS: sub-block j's 6-bit scale is the low nibble of scales_l[j / 2] (high nibble for odd
+// j) and bits 2j, 2j + 1 of scales_h, offset by 32; its nibbles are 16 bytes as in IQ4_NL.
+void pack_iq4xs_block(const uint8_t* const rows[kPackRows], int64_t b, PackedIQ4XSBlock& out) {
+  std::memset(&out, 0, sizeof(out));
+  for (int r = 0; r < kPackRows; ++r) {
+    if (rows[r] == nullptr) continue;
+    const auto& blk = reinterpret_cast<const BlockIQ4_XS*>(rows[r])[b];
+    out.d[r] = blk.d;
+    for (int j = 0; j < kSubBlocks; ++j) {
+      const int low = (blk.scales_l[j / 2] >> (4 * (j % 2))) & 0x0F;
+      const int high = (blk.scales_h >> (2 * j)) & 3;
+      out.scales[j][r] = static_cast<int8_t>((low | high << 4) - 32);
+      const uint8_t* qs = blk.qs + 16 * j;
+      for (int c = 0; c < 4; ++c) {
+        for (int k = 0; k < 4; ++k) {
+          out.qs[j][c][r * 4 + k] =
+              static_cast<uint8_t>(q4_value(qs, 8 * c + k) | q4_value(qs, 8 * c + 4 + k) << 4);
+        }
+      }
+    }
+  }
+}
+
 // Value v (0..255) of a GGUF Q6_K super-block, q in [0, 63]: each half of 128 values takes 64
 // ql bytes (low nibbles for its first 64 values, high nibbles for the next 64) and 32 qh bytes
 // (2 bits for each of its 4 runs of 32 values, run s at bits 2s).
@@ -189,7 +239,9 @@ bool PackedWeights::supports(DType type, int64_t cols) {
     case DType::F16:
       return cols % kPackCols == 0;
     case DType::Q4_K:
+    case DType::Q5_K:
     case DType::Q6_K:
+    case DType::IQ4_XS:
       return cols % kPackSuperCols == 0;
     default:
       return false;
@@ -220,8 +272,14 @@ std::shared_ptr<const PackedWeights> PackedWeights::pack(DType type, const uint8
     case DType::Q4_K:
       packed->format_ = PackedFormat::Q4_K;
       break;
+    case DType::Q5_K:
+      packed->format_ = PackedFormat::Q5_K;
+      break;
     case DType::Q6_K:
       packed->format_ = PackedFormat::Q6_K;
+      break;
+    case DType::IQ4_XS:
+      packed->format_ = PackedFormat::IQ4_XS;
       break;
     default:  // Q8_0, Q5_0, IQ4_NL
       packed->format_ = PackedFormat::Q8_0;
@@ -257,8 +315,14 @@ std::shared_ptr<const PackedWeights> PackedWeights::pack(DType type, const uint8
         case PackedFormat::Q4_K:
           pack_q4k_block(group_rows, b, reinterpret_cast<PackedQ4KBlock*>(out)[b]);
           break;
+        case PackedFormat::Q5_K:
+          pack_q5k_block(group_rows, b, reinterpret_cast<PackedQ5KBlock*>(out)[b]);
+          break;
         case PackedFormat::Q6_K:
           pack_q6k_block(group_rows, b, reinterpret_cast<PackedQ6KBlock*>(out)[b]);
+          break;
+        case PackedFormat::IQ4_XS:
+          pack_iq4xs_block(group_rows, b, reinterpret_cast<PackedIQ4XSBlock*>(out)[b]);
           break;
         case PackedFormat::F16:
           pack_f16_block(group_rows, b, reinterpret_cast<PackedF16Block*>(out)[b]);

@@ -103,9 +103,31 @@ struct PackedQ6KBlock {
 };
 static_assert(sizeof(PackedQ6KBlock) == 3360);
 
+// 16 rows x 256 columns of Q5_K weights: PackedQ4KBlock plus the fifth bit of each q in qh:
+// qh[j] has a byte at each position of ql[j][c]'s bytes; its bit 2c is the fifth bit of the
+// value in that ql byte's low nibble, bit 2c + 1 of the one in its high nibble.
+struct PackedQ5KBlock {
+  uint16_t d[kPackRows];     // fp16
+  uint16_t dmin[kPackRows];  // fp16
+  uint8_t scales[kSubBlocks][kPackRows];
+  uint8_t mins[kSubBlocks][kPackRows];
+  uint8_t qs[kSubBlocks][4][64];
+  uint8_t qh[kSubBlocks][64];
+};
+static_assert(sizeof(PackedQ5KBlock) == 2880);  // 45 cache lines
+
+// 16 rows x 256 columns of IQ4_XS weights: w = d * scale * kIq4Values[q] with a signed 6-bit
+// scale per 32 columns (stored with its offset of 32 taken off), nibbles as PackedQ4Block's.
+struct PackedIQ4XSBlock {
+  uint16_t d[kPackRows];  // fp16
+  int8_t scales[kSubBlocks][kPackRows];
+  uint8_t qs[kSubBlocks][4][64];
+};
+static_assert(sizeof(PackedIQ4XSBlock) == 2208);
+
 // Which layout a packed matrix has: Q4_0 and Q4_1 share PackedQ4Block; Q8_0 also holds Q5_0
 // and IQ4_NL weights, whose values are small integers times an fp16 d (exactly).
-enum class PackedFormat { Q4_0, Q4_1, Q8_0, F16, Q4_K, Q6_K };
+enum class PackedFormat { Q4_0, Q4_1, Q8_0, F16, Q4_K, Q5_K, Q6_K, IQ4_XS };
 
 // A whole weight matrix in packed form: groups of 16 rows (the last padded with zero rows),
 // each group `blocks_per_row` packed blocks in column order.
@@ -123,8 +145,12 @@ class PackedWeights {
         return sizeof(PackedF16Block);
       case PackedFormat::Q4_K:
         return sizeof(PackedQ4KBlock);
+      case PackedFormat::Q5_K:
+        return sizeof(PackedQ5KBlock);
       case PackedFormat::Q6_K:
         return sizeof(PackedQ6KBlock);
+      case PackedFormat::IQ4_XS:
+        return sizeof(PackedIQ4XSBlock);
       default:
         return sizeof(PackedQ4Block);
     }
@@ -138,8 +164,15 @@ class PackedWeights {
   static bool supports(DType type, int64_t cols);
   // Columns one packed block covers: 256 for the k-quant layouts, 32 for the others.
   int64_t block_cols() const {
-    return format_ == PackedFormat::Q4_K || format_ == PackedFormat::Q6_K ? kPackSuperCols
-                                                                          : kPackCols;
+    switch (format_) {
+      case PackedFormat::Q4_K:
+      case PackedFormat::Q5_K:
+      case PackedFormat::Q6_K:
+      case PackedFormat::IQ4_XS:
+        return kPackSuperCols;
+      default:
+        return kPackCols;
+    }
   }
   // Whether the bf16 route (kernels.h) has kernels for this layout.
   bool has_bf16_route() const {
@@ -148,7 +181,7 @@ class PackedWeights {
   }
 
   // Repacks rows x cols weights stored as GGUF rows of `type` (Q4_0, Q4_1, Q8_0, Q5_0, IQ4_NL,
-  // Q4_K, Q6_K or F16), into
+  // Q4_K, Q5_K, Q6_K, IQ4_XS or F16), into
   // memory from `arena` when given (a model's matrices share one, in huge pages), which the
   // packed matrix keeps alive.
   static std::shared_ptr<const PackedWeights> pack(DType type, const uint8_t* data, int64_t rows,

@@ -38,6 +38,12 @@ QuantMatrix make_matrix(DType type, int64_t rows, int64_t cols, uint32_t seed) {
     if (type == DType::Q4_1) ref::quantize_row_q4_1(x.data(), out, cols);
     if (type == DType::Q8_0) ref::quantize_row_q8_0(x.data(), out, cols);
     if (type == DType::F16) ref::quantize_row_f16(x.data(), out, cols);
+    if (type == DType::Q5_0 || type == DType::IQ4_NL || type == DType::Q4_K ||
+        type == DType::Q5_K || type == DType::Q6_K ||
+        type == DType::IQ4_XS) {  // no weight quantizer here: random blocks of the format
+      const auto blocks = testing::random_blocks(type, cols, seed + static_cast<uint32_t>(r));
+      std::copy(blocks.begin(), blocks.end(), out);
+    }
   }
   m.w = {type, rows, cols, row_bytes, m.bytes.data(), nullptr};
   m.w.packed = PackedWeights::pack(type, m.bytes.data(), rows, cols, row_bytes);
@@ -49,7 +55,17 @@ void dequantize(const WeightMatrix& w, int64_t r, float* out) {
   k->dequantize(w.row(r), out, w.cols);
 }
 
-const DType kPackedTypes[] = {DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::F16};
+const DType kPackedTypes[] = {DType::Q4_0,   DType::Q4_1, DType::Q8_0, DType::F16,  DType::Q5_0,
+                              DType::IQ4_NL, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_XS};
+// The formats whose integer kernels all ISAs share (the bf16 route aside).
+const DType kInt8Types[] = {DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::Q5_0,  DType::IQ4_NL,
+                            DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_XS};
+
+// A width the type packs: k-quants pack 256 columns at a time, so `cols` is rounded up.
+int64_t cols_for(DType type, int64_t cols) {
+  const int64_t unit = dtype_info(type).block_size == 256 ? kPackSuperCols : kPackCols;
+  return (cols + unit - 1) / unit * unit;
+}
 
 TEST(KernelsPacked, ActivationQuantizersAgreeExactly) {
   for (const KernelTable* table : available_kernels()) {
@@ -78,7 +94,7 @@ TEST(KernelsPacked, ActivationQuantizersAgreeExactly) {
 // offset m multiplies the fp16-rounded sum s (as with llama.cpp's Q8_1), not d * sum(q).
 TEST(KernelsPacked, ReferenceMatchesDequantizedMath) {
   for (DType type : kPackedTypes) {
-    const int64_t rows = 21, cols = 96, tokens = 3, blocks = cols / kPackCols;
+    const int64_t rows = 21, cols = cols_for(type, 96), tokens = 3, blocks = cols / kPackCols;
     QuantMatrix m = make_matrix(type, rows, cols, 7);
     auto x = random_floats(tokens * cols, 8, 2.0f);
     std::vector<ActQ8Block> act(static_cast<size_t>(tokens * blocks));
@@ -114,11 +130,13 @@ TEST(KernelsPacked, ReferenceMatchesDequantizedMath) {
 }
 
 // The packed path against the per-row kernels of the GGUF formats. The activations differ
-// (fp16 scale there, float here), so a value may round to the neighbouring int8 (about
-// 0.02 each here); a layout error would be off by the size of the dot product (~sqrt(cols)).
+// (fp16 scale there, float here; one scale per 256 values for the k-quants' Q8_K), so a
+// value may round to the neighbouring int8 (about 0.02 each here): the two results differ by
+// about 0.01 |w_row| for unit inputs. A layout error would be off by the size of the dot
+// product itself (~|w_row|).
 TEST(KernelsPacked, AgreesWithPerRowKernels) {
   for (DType type : kPackedTypes) {
-    const int64_t rows = 40, cols = 576, tokens = 5;
+    const int64_t rows = 40, cols = cols_for(type, 576), tokens = 5;
     QuantMatrix m = make_matrix(type, rows, cols, 11);
     WeightMatrix unpacked = m.w;
     unpacked.packed = nullptr;
@@ -129,9 +147,17 @@ TEST(KernelsPacked, AgreesWithPerRowKernels) {
     scratch.reserve(tokens, cols);
     matmul(m.w, x.data(), tokens, y.data(), scratch, pool, reference_kernels());
     matmul(unpacked, x.data(), tokens, y_rows.data(), scratch, pool, reference_kernels());
-    for (size_t i = 0; i < y.size(); ++i)
-      EXPECT_NEAR(y[i], y_rows[i], 0.005 * std::sqrt(double(cols)) + 0.01 * std::fabs(y_rows[i]))
-          << dtype_name(type) << " " << i;
+    std::vector<float> wrow(static_cast<size_t>(cols));
+    for (int64_t r = 0; r < rows; ++r) {
+      dequantize(m.w, r, wrow.data());
+      double norm = 0;
+      for (float v : wrow) norm += double(v) * v;
+      const double tolerance = 0.05 * std::sqrt(norm);
+      for (int64_t t = 0; t < tokens; ++t) {
+        const auto i = static_cast<size_t>(t * rows + r);
+        EXPECT_NEAR(y[i], y_rows[i], tolerance) << dtype_name(type) << " row " << r;
+      }
+    }
   }
 }
 
@@ -165,7 +191,9 @@ TEST(KernelsPacked, EveryIsaMatchesReferenceOnOddShapes) {
   for (const KernelTable* table : available_kernels()) {
     for (DType type : kPackedTypes) {
       for (int64_t rows : {1, 15, 16, 17, 50}) {
-        for (int64_t cols : {32, 160, 576}) {
+        for (int64_t narrow : {32, 160, 576}) {
+          const int64_t cols = cols_for(type, narrow);
+          if (cols != narrow && narrow != 576) continue;  // one k-quant width is enough
           QuantMatrix m = make_matrix(type, rows, cols, static_cast<uint32_t>(rows * cols));
           for (int64_t tokens : {1, 2, 3, 4, 5, 7, 8, 9, 13, 17}) {
             const TwoResults r = multiply_both(*table, reference_kernels(), m, tokens,
@@ -188,8 +216,8 @@ TEST(KernelsPacked, EveryIsaMatchesReferenceOnOddShapes) {
 TEST(KernelsPacked, EveryIsaMatchesReferenceOnWideInputsAndManyTokens) {
   ThreadPool pool(2);
   for (const KernelTable* table : available_kernels()) {
-    for (DType type : {DType::Q4_0, DType::Q4_1, DType::Q8_0}) {
-      const int64_t cols = 1056;
+    for (DType type : kInt8Types) {
+      const int64_t cols = cols_for(type, 1056);
       QuantMatrix m = make_matrix(type, 33, cols, 5);
       for (int64_t tokens : {6, 16, 33, 40}) {
         const TwoResults r = multiply_both(*table, reference_kernels(), m, tokens,
@@ -317,8 +345,8 @@ TEST(KernelsPacked, MarkedRowsTakeTheBf16RouteAndTheOthersDoNot) {
 TEST(KernelsPacked, DefaultKernelsGiveARowTheSameBitsAtAnyBatchSize) {
   ThreadPool pool(2);
   for (const KernelTable* table : available_kernels()) {
-    for (DType type : {DType::Q4_0, DType::Q4_1, DType::Q8_0}) {
-      const int64_t rows = 40, cols = 576, tokens = 40;
+    for (DType type : kInt8Types) {
+      const int64_t rows = 40, cols = cols_for(type, 576), tokens = 40;
       QuantMatrix m = make_matrix(type, rows, cols, 21);
       auto x = random_floats(tokens * cols, 22, 3.0f);
       std::vector<float> batch(static_cast<size_t>(tokens * rows)), alone(rows);

@@ -4,6 +4,7 @@
 
 #include "kernels/ref/quant_ref.h"
 #include "tensor/half.h"
+#include "tensor/quant_blocks.h"
 
 namespace inferd::kernels::ref {
 namespace {
@@ -83,6 +84,65 @@ void gemm_q4k_group(const uint8_t* group, int64_t blocks, const ActQ8Block* act,
           const float min = dmin * static_cast<float>(w[b].mins[j][r]);
           acc += static_cast<float>(isum) * (scale * a.d);
           acc -= min * a.d_sum;
+        }
+      }
+      y[t * y_stride + r] = acc;
+    }
+  }
+}
+
+// Q5_K: Q4_K with the fifth bit of each q from qh.
+void gemm_q5k_group(const uint8_t* group, int64_t blocks, const ActQ8Block* act, int64_t act_stride,
+                    int64_t n_tokens, float* y, int64_t y_stride) {
+  const auto* w = reinterpret_cast<const PackedQ5KBlock*>(group);
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    for (int r = 0; r < kPackRows; ++r) {
+      float acc = 0;
+      for (int64_t b = 0; b < blocks; ++b) {
+        const float d = fp16_to_fp32(w[b].d[r]), dmin = fp16_to_fp32(w[b].dmin[r]);
+        for (int j = 0; j < kSubBlocks; ++j) {
+          const ActQ8Block& a = act[(b * kSubBlocks + j) * act_stride + t];
+          int32_t isum = 0;
+          for (int c = 0; c < 4; ++c) {
+            for (int k = 0; k < 4; ++k) {
+              const uint8_t byte = w[b].qs[j][c][r * 4 + k];
+              const uint8_t high = w[b].qh[j][r * 4 + k];
+              const int first = (byte & 0x0F) | ((high >> (2 * c)) & 1) << 4;
+              const int second = (byte >> 4) | ((high >> (2 * c + 1)) & 1) << 4;
+              isum += first * a.qs[8 * c + k] + second * a.qs[8 * c + 4 + k];
+            }
+          }
+          const float scale = d * static_cast<float>(w[b].scales[j][r]);
+          const float min = dmin * static_cast<float>(w[b].mins[j][r]);
+          acc += static_cast<float>(isum) * (scale * a.d);
+          acc -= min * a.d_sum;
+        }
+      }
+      y[t * y_stride + r] = acc;
+    }
+  }
+}
+
+// IQ4_XS: the table values of the nibbles, summed in integers per 32 columns.
+void gemm_iq4xs_group(const uint8_t* group, int64_t blocks, const ActQ8Block* act,
+                      int64_t act_stride, int64_t n_tokens, float* y, int64_t y_stride) {
+  const auto* w = reinterpret_cast<const PackedIQ4XSBlock*>(group);
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    for (int r = 0; r < kPackRows; ++r) {
+      float acc = 0;
+      for (int64_t b = 0; b < blocks; ++b) {
+        const float d = fp16_to_fp32(w[b].d[r]);
+        for (int j = 0; j < kSubBlocks; ++j) {
+          const ActQ8Block& a = act[(b * kSubBlocks + j) * act_stride + t];
+          int32_t isum = 0;
+          for (int c = 0; c < 4; ++c) {
+            for (int k = 0; k < 4; ++k) {
+              const uint8_t byte = w[b].qs[j][c][r * 4 + k];
+              isum += kIq4Values[byte & 0x0F] * a.qs[8 * c + k] +
+                      kIq4Values[byte >> 4] * a.qs[8 * c + 4 + k];
+            }
+          }
+          acc += static_cast<float>(isum) * (d * static_cast<float>(w[b].scales[j][r]) * a.d);
         }
       }
       y[t * y_stride + r] = acc;
@@ -201,7 +261,9 @@ PackedKernels packed_kernels() {
   k.q4_bf16 = gemm_bf16_group<PackedQ4Block, q4_weight>;
   k.q8_0_bf16 = gemm_bf16_group<PackedQ8Block, q8_weight>;
   k.q4_k = gemm_q4k_group;
+  k.q5_k = gemm_q5k_group;
   k.q6_k = gemm_q6k_group;
+  k.iq4_xs = gemm_iq4xs_group;
   return k;
 }
 

@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "kernels/tile_driver.h"
+#include "tensor/quant_blocks.h"
 
 namespace inferd::kernels::avx2 {
 namespace {
@@ -114,6 +115,54 @@ void q4k_half_tile(const PackedQ4KBlock* w, int64_t blocks, int half, const ActQ
   for (int t = 0; t < NT; ++t) _mm256_storeu_ps(y + t * y_stride + 8 * half, acc[t]);
 }
 
+// Q5_K: q4k_half_tile with each nibble's fifth bit from qh (bits 2c and 2c + 1 of the byte at
+// the nibble byte's position). A maddubs of q (<= 31) and an int8 reaches 7874, so the pair of
+// each c is widened at once.
+template <int NT>
+void q5k_half_tile(const PackedQ5KBlock* w, int64_t blocks, int half, const ActQ8Block* act,
+                   int64_t act_stride, float* y, int64_t y_stride) {
+  const __m256i low_nibble = _mm256_set1_epi8(0x0F);
+  const __m256i bit4 = _mm256_set1_epi8(0x10);
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256 acc[NT];
+  for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < blocks; ++b) {
+    const __m256 d = load_fp16x8(w[b].d + 8 * half);
+    const __m256 dmin = load_fp16x8(w[b].dmin + 8 * half);
+    for (int j = 0; j < kSubBlocks; ++j) {
+      const ActQ8Block* a = act + (b * kSubBlocks + j) * act_stride;
+      const __m256i high =
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[b].qh[j] + 32 * half));
+      __m256i isum[NT];
+      for (int t = 0; t < NT; ++t) isum[t] = _mm256_setzero_si256();
+      for (int c = 0; c < 4; ++c) {
+        const __m256i raw =
+            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[b].qs[j][c] + 32 * half));
+        // Bits 2c and 2c + 1 down to bits 0 and 1 of each byte, then up to bit 4.
+        const __m256i bits = _mm256_srl_epi16(high, _mm_cvtsi32_si128(2 * c));
+        const __m256i lo = _mm256_or_si256(_mm256_and_si256(raw, low_nibble),
+                                           _mm256_and_si256(_mm256_slli_epi16(bits, 4), bit4));
+        const __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(raw, 4), low_nibble),
+                                           _mm256_and_si256(_mm256_slli_epi16(bits, 3), bit4));
+        for (int t = 0; t < NT; ++t) {
+          const int8_t* q = a[t].qs + 8 * c;
+          const __m256i pair = _mm256_add_epi16(_mm256_maddubs_epi16(lo, broadcast_i32(q)),
+                                                _mm256_maddubs_epi16(hi, broadcast_i32(q + 4)));
+          isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(pair, ones));
+        }
+      }
+      const __m256 scale = _mm256_mul_ps(d, load_u8x8(w[b].scales[j] + 8 * half));
+      const __m256 min = _mm256_mul_ps(dmin, load_u8x8(w[b].mins[j] + 8 * half));
+      for (int t = 0; t < NT; ++t) {
+        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[t]),
+                                 _mm256_mul_ps(scale, _mm256_set1_ps(a[t].d)), acc[t]);
+        acc[t] = _mm256_fnmadd_ps(min, _mm256_set1_ps(a[t].d_sum), acc[t]);
+      }
+    }
+  }
+  for (int t = 0; t < NT; ++t) _mm256_storeu_ps(y + t * y_stride + 8 * half, acc[t]);
+}
+
 // 8 int8 bytes (one per row) as 8 floats.
 inline __m256 load_i8x8(const int8_t* p) {
   return _mm256_cvtepi32_ps(
@@ -167,6 +216,50 @@ void q6k_half_tile(const PackedQ6KBlock* w, int64_t blocks, int half, const ActQ
         const __m256 ad = _mm256_set1_ps(a[t].d);
         acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s0), _mm256_mul_ps(scale0, ad), acc[t]);
         acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s1), _mm256_mul_ps(scale1, ad), acc[t]);
+      }
+    }
+  }
+  for (int t = 0; t < NT; ++t) _mm256_storeu_ps(y + t * y_stride + 8 * half, acc[t]);
+}
+
+// IQ4_XS: each nibble becomes its table value by a byte shuffle; the signed weights go through
+// maddubs as |w| with the activation taking w's sign (|w| <= 127, so one maddubs stays inside
+// int16 and is widened at once).
+template <int NT>
+void iq4xs_half_tile(const PackedIQ4XSBlock* w, int64_t blocks, int half, const ActQ8Block* act,
+                     int64_t act_stride, float* y, int64_t y_stride) {
+  const __m256i low_nibble = _mm256_set1_epi8(0x0F);
+  const __m256i ones = _mm256_set1_epi16(1);
+  const __m256i table =
+      _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4Values)));
+  __m256 acc[NT];
+  for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < blocks; ++b) {
+    const __m256 d = load_fp16x8(w[b].d + 8 * half);
+    for (int j = 0; j < kSubBlocks; ++j) {
+      const ActQ8Block* a = act + (b * kSubBlocks + j) * act_stride;
+      __m256i isum[NT];
+      for (int t = 0; t < NT; ++t) isum[t] = _mm256_setzero_si256();
+      for (int c = 0; c < 4; ++c) {
+        const __m256i raw =
+            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[b].qs[j][c] + 32 * half));
+        const __m256i lo = _mm256_shuffle_epi8(table, _mm256_and_si256(raw, low_nibble));
+        const __m256i hi =
+            _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(raw, 4), low_nibble));
+        const __m256i lo_abs = _mm256_abs_epi8(lo), hi_abs = _mm256_abs_epi8(hi);
+        for (int t = 0; t < NT; ++t) {
+          const int8_t* q = a[t].qs + 8 * c;
+          const __m256i p0 = _mm256_maddubs_epi16(lo_abs, _mm256_sign_epi8(broadcast_i32(q), lo));
+          const __m256i p1 =
+              _mm256_maddubs_epi16(hi_abs, _mm256_sign_epi8(broadcast_i32(q + 4), hi));
+          isum[t] = _mm256_add_epi32(
+              isum[t], _mm256_add_epi32(_mm256_madd_epi16(p0, ones), _mm256_madd_epi16(p1, ones)));
+        }
+      }
+      const __m256 scale = _mm256_mul_ps(d, load_i8x8(w[b].scales[j] + 8 * half));
+      for (int t = 0; t < NT; ++t) {
+        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[t]),
+                                 _mm256_mul_ps(scale, _mm256_set1_ps(a[t].d)), acc[t]);
       }
     }
   }
@@ -265,6 +358,22 @@ struct Q4KTile {
   }
 };
 template <int NT>
+struct Q5KTile {
+  static void run(const PackedQ5KBlock* w, int64_t blocks, const ActQ8Block* act,
+                  int64_t act_stride, float* y, int64_t y_stride) {
+    split_tile<NT>(w, blocks, act, act_stride, y, y_stride,
+                   []<int N>(auto... args) { q5k_half_tile<N>(args...); });
+  }
+};
+template <int NT>
+struct IQ4XSTile {
+  static void run(const PackedIQ4XSBlock* w, int64_t blocks, const ActQ8Block* act,
+                  int64_t act_stride, float* y, int64_t y_stride) {
+    split_tile<NT>(w, blocks, act, act_stride, y, y_stride,
+                   []<int N>(auto... args) { iq4xs_half_tile<N>(args...); });
+  }
+};
+template <int NT>
 struct Q6KTile {
   static void run(const PackedQ6KBlock* w, int64_t blocks, const ActQ8Block* act,
                   int64_t act_stride, float* y, int64_t y_stride) {
@@ -331,7 +440,9 @@ PackedKernels packed_kernels() {
       run_group_tiles<PackedQ4Block, Q4Tiles<&ActQ8Block::s>::Tile>,
       run_group_tiles<PackedQ8Block, Q8Tile>, run_group_tiles<PackedF16Block, F16Tile, float>};
   k.q4_k = run_group_tiles<PackedQ4KBlock, Q4KTile>;
+  k.q5_k = run_group_tiles<PackedQ5KBlock, Q5KTile>;
   k.q6_k = run_group_tiles<PackedQ6KBlock, Q6KTile>;
+  k.iq4_xs = run_group_tiles<PackedIQ4XSBlock, IQ4XSTile>;
   return k;
 }
 

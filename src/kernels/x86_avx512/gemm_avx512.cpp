@@ -3,6 +3,7 @@
 #include "kernels/x86_avx512/gemm_avx512.h"
 
 #include "kernels/tile_driver.h"
+#include "tensor/quant_blocks.h"
 
 #include <immintrin.h>
 
@@ -196,6 +197,94 @@ void q6k_tile(const PackedQ6KBlock* w, int64_t blocks, const ActQ8Block* act, in
   for (int t = 0; t < NT; ++t) _mm512_storeu_ps(y + t * y_stride, acc[t]);
 }
 
+// Q5_K: q4k_tile with each nibble's fifth bit from qh (bits 2c and 2c + 1 of the byte at the
+// nibble byte's position).
+template <int NT>
+void q5k_tile(const PackedQ5KBlock* w, int64_t blocks, const ActQ8Block* act, int64_t act_stride,
+              float* y, int64_t y_stride) {
+  constexpr int kAcc = NT < 4 ? 2 : 1;
+  const __m512i low_nibble = _mm512_set1_epi8(0x0F);
+  const __m512i bit4 = _mm512_set1_epi8(0x10);
+  __m512 acc[NT];
+  for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < blocks; ++b) {
+    if constexpr (NT > 1) prefetch_next_group(w + b, blocks);
+    const __m512 d = load_fp16x16(w[b].d);
+    const __m512 dmin = load_fp16x16(w[b].dmin);
+    for (int j = 0; j < kSubBlocks; ++j) {
+      const ActQ8Block* a = act + (b * kSubBlocks + j) * act_stride;
+      const __m512i high = _mm512_loadu_si512(w[b].qh[j]);
+      __m512i isum[NT][kAcc];
+      for (int t = 0; t < NT; ++t)
+        for (int i = 0; i < kAcc; ++i) isum[t][i] = _mm512_setzero_si512();
+      for (int c = 0; c < 4; ++c) {
+        const __m512i raw = _mm512_loadu_si512(w[b].qs[j][c]);
+        const __m512i bits = _mm512_srl_epi16(high, _mm_cvtsi32_si128(2 * c));
+        const __m512i lo = _mm512_or_si512(_mm512_and_si512(raw, low_nibble),
+                                           _mm512_and_si512(_mm512_slli_epi16(bits, 4), bit4));
+        const __m512i hi = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(raw, 4), low_nibble),
+                                           _mm512_and_si512(_mm512_slli_epi16(bits, 3), bit4));
+        for (int t = 0; t < NT; ++t) {
+          const int8_t* q = a[t].qs + 8 * c;
+          isum[t][0] = _mm512_dpbusd_epi32(isum[t][0], lo, broadcast_i32(q));
+          isum[t][kAcc - 1] = _mm512_dpbusd_epi32(isum[t][kAcc - 1], hi, broadcast_i32(q + 4));
+        }
+      }
+      const __m512 scale = _mm512_mul_ps(d, load_u8x16(w[b].scales[j]));
+      const __m512 min = _mm512_mul_ps(dmin, load_u8x16(w[b].mins[j]));
+      for (int t = 0; t < NT; ++t) {
+        __m512i s = isum[t][0];
+        if constexpr (kAcc == 2) s = _mm512_add_epi32(s, isum[t][1]);
+        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s),
+                                 _mm512_mul_ps(scale, _mm512_set1_ps(a[t].d)), acc[t]);
+        acc[t] = _mm512_fnmadd_ps(min, _mm512_set1_ps(a[t].d_sum), acc[t]);
+      }
+    }
+  }
+  for (int t = 0; t < NT; ++t) _mm512_storeu_ps(y + t * y_stride, acc[t]);
+}
+
+// IQ4_XS: each nibble becomes its table value + 128 by a byte shuffle (VNNI's unsigned
+// operand); the offset comes off as 128 * sum(activation) per 32 columns, in integers.
+template <int NT>
+void iq4xs_tile(const PackedIQ4XSBlock* w, int64_t blocks, const ActQ8Block* act,
+                int64_t act_stride, float* y, int64_t y_stride) {
+  const __m512i low_nibble = _mm512_set1_epi8(0x0F);
+  // The 16 table entries in each 128-bit lane (the shuffle looks up within lanes).
+  alignas(64) uint8_t shifted[64];
+  for (int i = 0; i < 64; ++i) shifted[i] = static_cast<uint8_t>(kIq4Values[i % 16] + 128);
+  const __m512i table = _mm512_load_si512(shifted);
+  __m512 acc[NT];
+  for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < blocks; ++b) {
+    if constexpr (NT > 1) prefetch_next_group(w + b, blocks);
+    const __m512 d = load_fp16x16(w[b].d);
+    for (int j = 0; j < kSubBlocks; ++j) {
+      const ActQ8Block* a = act + (b * kSubBlocks + j) * act_stride;
+      __m512i isum[NT];
+      for (int t = 0; t < NT; ++t) isum[t] = _mm512_setzero_si512();
+      for (int c = 0; c < 4; ++c) {
+        const __m512i raw = _mm512_loadu_si512(w[b].qs[j][c]);
+        const __m512i lo = _mm512_shuffle_epi8(table, _mm512_and_si512(raw, low_nibble));
+        const __m512i hi =
+            _mm512_shuffle_epi8(table, _mm512_and_si512(_mm512_srli_epi16(raw, 4), low_nibble));
+        for (int t = 0; t < NT; ++t) {
+          const int8_t* q = a[t].qs + 8 * c;
+          isum[t] = _mm512_dpbusd_epi32(isum[t], lo, broadcast_i32(q));
+          isum[t] = _mm512_dpbusd_epi32(isum[t], hi, broadcast_i32(q + 4));
+        }
+      }
+      const __m512 scale = _mm512_mul_ps(d, load_i8x16(w[b].scales[j]));
+      for (int t = 0; t < NT; ++t) {
+        const __m512i s = _mm512_sub_epi32(isum[t], _mm512_set1_epi32(128 * a[t].sum()));
+        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s),
+                                 _mm512_mul_ps(scale, _mm512_set1_ps(a[t].d)), acc[t]);
+      }
+    }
+  }
+  for (int t = 0; t < NT; ++t) _mm512_storeu_ps(y + t * y_stride, acc[t]);
+}
+
 // Weights stored as q + 128 are VNNI's unsigned operand as they are; the offset comes off as
 // 128 * sum(activation) per block, in integers.
 template <int NT>
@@ -280,6 +369,20 @@ struct Q4KTile {
   }
 };
 template <int NT>
+struct Q5KTile {
+  static void run(const PackedQ5KBlock* w, int64_t blocks, const ActQ8Block* act,
+                  int64_t act_stride, float* y, int64_t y_stride) {
+    q5k_tile<NT>(w, blocks, act, act_stride, y, y_stride);
+  }
+};
+template <int NT>
+struct IQ4XSTile {
+  static void run(const PackedIQ4XSBlock* w, int64_t blocks, const ActQ8Block* act,
+                  int64_t act_stride, float* y, int64_t y_stride) {
+    iq4xs_tile<NT>(w, blocks, act, act_stride, y, y_stride);
+  }
+};
+template <int NT>
 struct Q6KTile {
   static void run(const PackedQ6KBlock* w, int64_t blocks, const ActQ8Block* act,
                   int64_t act_stride, float* y, int64_t y_stride) {
@@ -325,7 +428,9 @@ PackedKernels packed_kernels() {
       run_group_tiles<PackedQ4Block, Q4Tiles<&ActQ8Block::s>::Tile>,
       run_group_tiles<PackedQ8Block, Q8Tile>, run_group_tiles<PackedF16Block, F16Tile, float>};
   k.q4_k = run_group_tiles<PackedQ4KBlock, Q4KTile>;
+  k.q5_k = run_group_tiles<PackedQ5KBlock, Q5KTile>;
   k.q6_k = run_group_tiles<PackedQ6KBlock, Q6KTile>;
+  k.iq4_xs = run_group_tiles<PackedIQ4XSBlock, IQ4XSTile>;
   return k;
 }
 
