@@ -9,6 +9,9 @@
 
 namespace inferd::kernels {
 
+// How far ahead of their loads the vector kernels prefetch.
+inline constexpr size_t kReadPrefetchBytes = 768;
+
 namespace ref {
 uint64_t read_stream(const uint8_t* p, size_t bytes);
 }
