@@ -1,9 +1,5 @@
 #include "bench_roofline.h"
 
-#include <chrono>
-#include <thread>
-#include <vector>
-
 #include <fmt/format.h>
 
 namespace inferd::app {
@@ -25,49 +21,31 @@ ModelFootprint model_footprint(const gguf::GgufFile& file) {
   return f;
 }
 
-double measure_read_bandwidth(int threads) {
-  constexpr size_t kBytes = size_t{1} << 30;  // 1 GiB: far beyond any last-level cache
-  std::vector<uint64_t> buffer(kBytes / sizeof(uint64_t), 1);
-  double best = 0;
-  for (int run = 0; run < 5; ++run) {
-    std::vector<std::thread> workers;
-    std::vector<uint64_t> sums(static_cast<size_t>(threads));
-    const auto begin = std::chrono::steady_clock::now();
-    for (int t = 0; t < threads; ++t) {
-      workers.emplace_back([&, t] {
-        const size_t n = buffer.size() / static_cast<size_t>(threads);
-        const uint64_t* p = buffer.data() + n * static_cast<size_t>(t);
-        uint64_t a = 0, b = 0, c = 0, d = 0;  // independent chains so loads overlap
-        for (size_t i = 0; i + 4 <= n; i += 4) {
-          a += p[i];
-          b += p[i + 1];
-          c += p[i + 2];
-          d += p[i + 3];
-        }
-        sums[static_cast<size_t>(t)] = a + b + c + d;
-      });
-    }
-    for (auto& w : workers) w.join();
-    const double seconds =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
-    uint64_t total = 0;
-    for (uint64_t s : sums) total += s;
-    if (total == 0) return 0;  // keeps the loads from being optimised away
-    best = std::max(best, double(kBytes) / seconds);
-  }
-  return best;
+kernels::ReadBandwidth measure_read_bandwidth(ThreadPool& pool) {
+  return kernels::measure_read_bandwidth(pool, kernels::read_bandwidth_probe_bytes(), 10);
+}
+
+std::string describe_bandwidth_fraction(double fraction) {
+  if (!(fraction > 1)) return fmt::format("{:.0f}% of bandwidth", 100 * fraction);
+  return fmt::format(
+      "100% of bandwidth (decode read {:.0f}% of the probe's figure: the bound is wrong, the probe "
+      "under-measured or the weights partly stayed in the caches)",
+      100 * fraction);
 }
 
 void add_roofline(const ModelFootprint& f, const model::Model& model, double kv_bytes_per_position,
-                  nlohmann::json& tests, int threads) {
+                  nlohmann::json& tests, const kernels::ReadBandwidth& probe) {
   const model::ModelConfig& c = model.config();
-  const double bandwidth = measure_read_bandwidth(threads);
+  const double bandwidth = probe.best_bytes_per_second;
   for (auto& t : tests) {
     const int64_t np = t["n_prompt"], ng = t["n_gen"], nd = t["n_depth"], npl = t["n_parallel"];
     const double tps = t["avg_ts"];
     // Mean context a token of the test attends to: the depth plus half the test's own tokens.
     const double context = double(nd) + double(np + ng) / 2;
     t["read_bandwidth_gbs"] = bandwidth / 1e9;
+    t["read_bandwidth_median_gbs"] = probe.median_bytes_per_second / 1e9;
+    t["read_bandwidth_buffer_mib"] = double(probe.buffer_bytes) / 1048576.0;
+    t["read_bandwidth_isa"] = std::string(probe.isa);
     if (ng > 0) {
       // Weights are read once per step and shared by the step's n_parallel tokens; each token
       // reads its own sequence's K and V in every layer.
@@ -77,6 +55,7 @@ void add_roofline(const ModelFootprint& f, const model::Model& model, double kv_
       t["kv_bytes_per_token"] = kv;
       t["achieved_gbs"] = per_token * tps / 1e9;
       t["bandwidth_fraction"] = per_token * tps / bandwidth;
+      t["bandwidth_bound_exceeded"] = per_token * tps > bandwidth;
       t["bound_ts"] = bandwidth / per_token;
     }
     const double attention = 2.0 * 2 * c.n_layers * c.n_heads * c.head_dim * context;  // QK, PV
@@ -88,18 +67,25 @@ void add_roofline(const ModelFootprint& f, const model::Model& model, double kv_
 
 void print_roofline(const ModelFootprint& f, const nlohmann::json& tests, int threads) {
   if (tests.empty()) return;
-  fmt::print("\nroofline ({} threads, measured read bandwidth {:.1f} GB/s):\n", threads,
-             tests[0]["read_bandwidth_gbs"].get<double>());
+  const nlohmann::json& first = tests[0];
+  fmt::print(
+      "\nroofline ({} threads, measured read bandwidth {:.1f} GB/s: best of the probe's passes "
+      "over {:.0f} MiB with {} loads, median {:.1f} GB/s):\n",
+      threads, first["read_bandwidth_gbs"].get<double>(),
+      first["read_bandwidth_buffer_mib"].get<double>(),
+      first["read_bandwidth_isa"].get<std::string>(),
+      first["read_bandwidth_median_gbs"].get<double>());
   for (const auto& t : tests) {
     const int64_t np = t["n_prompt"], ng = t["n_gen"], npl = t["n_parallel"];
     if (ng > 0) {
       fmt::print(
           "  tg{}{}: {:.1f} MB read per token ({:.1f} MB weights{} + {:.2f} MB KV), {:.1f} GB/s "
-          "= {:.0f}% of bandwidth; bound {:.0f} tok/s\n",
+          "= {}; bound {:.0f} tok/s\n",
           ng, npl > 1 ? fmt::format(" x{}", npl) : "", t["bytes_per_token"].get<double>() / 1e6,
           f.matmul_bytes / 1e6, npl > 1 ? fmt::format(" / {}", npl) : "",
           t["kv_bytes_per_token"].get<double>() / 1e6, t["achieved_gbs"].get<double>(),
-          100 * t["bandwidth_fraction"].get<double>(), t["bound_ts"].get<double>());
+          describe_bandwidth_fraction(t["bandwidth_fraction"].get<double>()),
+          t["bound_ts"].get<double>());
     }
     if (np > 0 || npl > 1) {
       fmt::print("  {}: {:.1f} GFLOP/s ({:.2f} GFLOP per token)\n",

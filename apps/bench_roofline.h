@@ -3,11 +3,14 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include <nlohmann/json.hpp>
 
 #include "gguf/gguf.h"
+#include "kernels/read_bandwidth.h"
 #include "model/model.h"
+#include "util/thread_pool.h"
 
 namespace inferd::app {
 
@@ -20,16 +23,25 @@ struct ModelFootprint {
 
 ModelFootprint model_footprint(const gguf::GgufFile& file);
 
-// Read bandwidth of this machine in bytes/s: `threads` threads summing a buffer far larger
-// than the caches; the best of a few runs.
-double measure_read_bandwidth(int threads);
+// Read bandwidth of this machine for the roofline: the probe of kernels/read_bandwidth.h with
+// the decode pool's threads over read_bandwidth_probe_bytes(), best of 10 passes.
+kernels::ReadBandwidth measure_read_bandwidth(ThreadPool& pool);
 
-// Adds the roofline fields to each pp/tg result in `tests` (llama-bench JSON objects), measuring
-// the read bandwidth once: "read_bandwidth_gbs" on all; tg: "bytes_per_token", "achieved_gbs",
-// "bandwidth_fraction", "bound_ts"; pp: "gflops", "gflop_per_token". kv_bytes_per_position: the
-// KV cache bytes of one token position over all layers (K and V, in the cache's types).
+// The report's words for a decode rate that reads `fraction` of the measured bandwidth:
+// "83% of bandwidth"; above 1 the percentage is capped at 100 and the text says the bound is
+// wrong (the probe under-measured, or part of the weights stayed in the caches).
+std::string describe_bandwidth_fraction(double fraction);
+
+// Adds the roofline fields to each pp/tg result in `tests` (llama-bench JSON objects), with the
+// read bandwidth measured once: "read_bandwidth_gbs" (best pass), "read_bandwidth_median_gbs",
+// "read_bandwidth_buffer_mib", "read_bandwidth_isa" on all; tg: "bytes_per_token",
+// "achieved_gbs", "bandwidth_fraction" (achieved / measured, as measured: it can exceed 1),
+// "bandwidth_bound_exceeded" (it does), "bound_ts"; pp: "gflops", "gflop_per_token".
+// kv_bytes_per_position: the KV cache bytes of one token position over all layers (K and V, in
+// the cache's types).
 void add_roofline(const ModelFootprint& footprint, const model::Model& model,
-                  double kv_bytes_per_position, nlohmann::json& tests, int threads);
+                  double kv_bytes_per_position, nlohmann::json& tests,
+                  const kernels::ReadBandwidth& bandwidth);
 
 // Prints the roofline fields of `tests` as a short summary.
 void print_roofline(const ModelFootprint& footprint, const nlohmann::json& tests, int threads);

@@ -180,7 +180,7 @@ void bench(const BenchArgs& args) {
   const model::ModelConfig& c = model->config();
   const double kv_bytes_per_position = double(cache.key_block_bytes() + cache.value_block_bytes()) *
                                        c.n_layers * c.n_kv_heads / block;
-  add_roofline(footprint, *model, kv_bytes_per_position, out, threads);
+  add_roofline(footprint, *model, kv_bytes_per_position, out, measure_read_bandwidth(pool));
   if (args.json) {
     fmt::print("{}\n", out.dump(2));
     return;

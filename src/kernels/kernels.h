@@ -2,6 +2,7 @@
 // chosen once at start-up from cpuid (INFERD_ISA=ref|avx2|avx512|amx forces one).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string_view>
 #include <vector>
@@ -106,6 +107,9 @@ struct KernelTable {
   // The index of the largest of x[0..n), n >= 1; the first one where several are equal (NaN
   // values are not expected: logits).
   int64_t (*argmax)(const float* x, int64_t n) = nullptr;
+  // Streams [p, p + bytes) through the ISA's widest loads and returns the sum of its 64-bit words
+  // (kernels/read_stream.h): the inner loop of the memory-bandwidth probe.
+  uint64_t (*read_stream)(const uint8_t* p, size_t bytes) = nullptr;
   PackedKernels packed;
 
   // Kernels for a weight type; nullptr when the type has no matmul support yet.
