@@ -5,6 +5,7 @@
 #include "kernels/kernels.h"
 #include "kernels/ref/attention_ref.h"
 #include "kernels/ref/gemm_ref.h"
+#include "kernels/ref/quant_k_ref.h"
 #include "kernels/ref/quant_ref.h"
 #include "kernels/x86_amx/gemm_amx.h"
 #include "kernels/x86_amx/gemm_amx_bf16.h"
@@ -41,6 +42,33 @@ const WeightKernels* KernelTable::for_weight(DType type) const {
     case DType::F32:
       k = &f32;
       break;
+    case DType::Q5_0:
+      k = &q5_0;
+      break;
+    case DType::Q5_1:
+      k = &q5_1;
+      break;
+    case DType::IQ4_NL:
+      k = &iq4_nl;
+      break;
+    case DType::Q2_K:
+      k = &q2_k;
+      break;
+    case DType::Q3_K:
+      k = &q3_k;
+      break;
+    case DType::Q4_K:
+      k = &q4_k;
+      break;
+    case DType::Q5_K:
+      k = &q5_k;
+      break;
+    case DType::Q6_K:
+      k = &q6_k;
+      break;
+    case DType::IQ4_XS:
+      k = &iq4_xs;
+      break;
     default:
       return nullptr;
   }
@@ -57,6 +85,17 @@ const KernelTable& reference_kernels() {
     t.f16 = {DType::F16, ref::quantize_row_f16, ref::dot_f16_f16, ref::dequantize_row_f16};
     t.bf16 = {DType::BF16, ref::quantize_row_bf16, ref::dot_bf16_bf16, ref::dequantize_row_bf16};
     t.f32 = {DType::F32, ref::quantize_row_f32, ref::dot_f32_f32, ref::dequantize_row_f32};
+    t.q5_0 = {DType::Q8_0, ref::quantize_row_q8_0, ref::dot_q5_0_q8_0, ref::dequantize_row_q5_0};
+    t.q5_1 = {DType::Q8_1, ref::quantize_row_q8_1, ref::dot_q5_1_q8_1, ref::dequantize_row_q5_1};
+    t.iq4_nl = {DType::Q8_0, ref::quantize_row_q8_0, ref::dot_iq4_nl_q8_0,
+                ref::dequantize_row_iq4_nl};
+    t.q2_k = {DType::Q8_K, ref::quantize_row_q8_k, ref::dot_q2_k_q8_k, ref::dequantize_row_q2_k};
+    t.q3_k = {DType::Q8_K, ref::quantize_row_q8_k, ref::dot_q3_k_q8_k, ref::dequantize_row_q3_k};
+    t.q4_k = {DType::Q8_K, ref::quantize_row_q8_k, ref::dot_q4_k_q8_k, ref::dequantize_row_q4_k};
+    t.q5_k = {DType::Q8_K, ref::quantize_row_q8_k, ref::dot_q5_k_q8_k, ref::dequantize_row_q5_k};
+    t.q6_k = {DType::Q8_K, ref::quantize_row_q8_k, ref::dot_q6_k_q8_k, ref::dequantize_row_q6_k};
+    t.iq4_xs = {DType::Q8_K, ref::quantize_row_q8_k, ref::dot_iq4_xs_q8_k,
+                ref::dequantize_row_iq4_xs};
     t.attention = ref::attention_kernels();
     t.silu_mul = ref::silu_mul;
     t.argmax = ref::argmax;

@@ -91,6 +91,9 @@ struct PackedKernels {
 struct KernelTable {
   std::string_view isa;
   WeightKernels q4_0, q4_1, q8_0, f16, bf16, f32;
+  // The formats of downloaded files: Q5_0/IQ4_NL take Q8_0 activations, Q5_1 Q8_1, the
+  // 256-wide k-quants and IQ4_XS Q8_K.
+  WeightKernels q5_0, q5_1, iq4_nl, q2_k, q3_k, q4_k, q5_k, q6_k, iq4_xs;
   AttentionKernels attention;
   // a[i] = silu(a[i]) * b[i] (SwiGLU's gate times up).
   void (*silu_mul)(float* a, const float* b, int64_t n) = nullptr;

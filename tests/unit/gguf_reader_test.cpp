@@ -1,6 +1,7 @@
 // GGUF reader: round trips through the writer, and malformed files that must each give one
 // clean inferd::Error naming the problem (never a crash, never a read past the buffer).
 #include <cstring>
+#include <fstream>
 
 #include <gtest/gtest.h>
 
@@ -302,6 +303,55 @@ TEST(GgufReader, EveryTruncationIsCleanError) {
     }
   }
   EXPECT_EQ(errors, bytes.size());  // the last tensor's data is needed, so none may parse
+}
+
+// Quantized tensors whose table entry does not fit their type: written to disk and opened the
+// way a model is, each must be an error naming the tensor.
+std::string open_error(const std::vector<uint8_t>& bytes, const std::string& file_name) {
+  const std::string path = ::testing::TempDir() + "/" + file_name;
+  {
+    std::ofstream out(path, std::ios::binary);
+    out.write(reinterpret_cast<const char*>(bytes.data()),
+              static_cast<std::streamsize>(bytes.size()));
+  }
+  try {
+    GgufFile::open(path);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << file_name << " opened without error";
+  return "";
+}
+
+TEST(GgufReader, QuantizedRowOfPartialSuperBlocksIsNamed) {
+  // 256 values of Q4_K as two rows of 128: whole blocks in total, half a block per row.
+  GgufWriter w;
+  w.set_string("general.architecture", "llama");
+  w.add_tensor("blk.0.ffn_down.weight", DType::Q4_K, {128, 2}, std::vector<uint8_t>(144, 0));
+  const std::string error = open_error(w.build(), "inferd_partial_blocks.gguf");
+  EXPECT_NE(error.find("tensor 'blk.0.ffn_down.weight'"), std::string::npos) << error;
+  EXPECT_NE(error.find("row length 128 is not a multiple of the Q4_K block size 256"),
+            std::string::npos)
+      << error;
+}
+
+TEST(GgufReader, QuantizedTensorShorterThanItsShapeIsNamed) {
+  for (DType type : {DType::Q6_K, DType::Q5_0, DType::IQ4_XS}) {
+    GgufWriter w;
+    w.set_string("general.architecture", "llama");
+    const uint64_t cols = 512;
+    const auto bytes = static_cast<size_t>(*row_bytes(type, cols * 2));
+    w.add_tensor("token_embd.weight", type, {cols, 2}, std::vector<uint8_t>(bytes, 0));
+    GgufWriter::Layout layout;
+    auto file = w.build(&layout);
+    // The table now says 3 rows; the data holds 2 (and the alignment padding).
+    poke<uint64_t>(file, layout.tensor_info_starts[0] + 8 + 17 + 4 + 8, 3);
+    const std::string error = open_error(file, "inferd_short_tensor.gguf");
+    EXPECT_NE(error.find("tensor 'token_embd.weight' data [0, +" +
+                         std::to_string(*row_bytes(type, cols * 3)) + ") runs past the end"),
+              std::string::npos)
+        << dtype_name(type) << ": " << error;
+  }
 }
 
 }  // namespace

@@ -221,7 +221,7 @@ TEST(KernelsIsa, SiluMulMatchesReference) {
 TEST(KernelsIsa, ForcedIsaMustExist) {
   EXPECT_EQ(reference_kernels().isa, "ref");
   EXPECT_EQ(available_kernels().front()->isa, "ref");
-  EXPECT_EQ(reference_kernels().for_weight(DType::Q6_K), nullptr);
+  EXPECT_EQ(reference_kernels().for_weight(DType::IQ2_XXS), nullptr);
 }
 
 }  // namespace

@@ -7,7 +7,9 @@
 
 #include <gtest/gtest.h>
 
+#include "kernels/kernels.h"
 #include "model/registry.h"
+#include "random_data.h"
 #include "tiny_model.h"
 #include "util/error.h"
 
@@ -194,6 +196,57 @@ TEST(LlamaForward, WrongShapeAndUnknownArchitectureAreErrors) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("unknown architecture 'mamba'"), std::string::npos)
         << e.what();
+  }
+}
+
+// A model whose matrices and token embedding are in one of the formats of downloaded files
+// (random blocks) loads and gives the logits of the same model with those weights dequantized
+// to F32, up to the rounding of the activations to 8 bits.
+TEST(LlamaForward, DownloadedWeightTypesMatchTheirDequantizedTwin) {
+  testing::TinyLlamaSpec spec;
+  spec.n_embd = 256;  // rows of whole 256-value super-blocks everywhere
+  spec.n_ff = 512;
+  auto base_bytes = testing::make_tiny_llama(spec);
+  auto base = gguf::GgufFile::parse(base_bytes);
+  for (DType type : {DType::Q5_0, DType::Q5_1, DType::IQ4_NL, DType::Q2_K, DType::Q3_K, DType::Q4_K,
+                     DType::Q5_K, DType::Q6_K, DType::IQ4_XS}) {
+    gguf::GgufWriter quant, twin;
+    for (const auto& [key, value] : base.metadata()) {
+      quant.set(key, value);
+      twin.set(key, value);
+    }
+    uint32_t seed = 1;
+    for (const auto& t : base.tensors()) {
+      if (t.shape.size() != 2) {
+        quant.add_tensor(t.name, t.type, t.shape, {t.data, t.num_bytes});
+        twin.add_tensor(t.name, t.type, t.shape, {t.data, t.num_bytes});
+        continue;
+      }
+      const auto n = static_cast<int64_t>(t.num_elements());
+      const float scale = t.name == "token_embd.weight" ? 1.0f : 0.06f;
+      auto blocks = testing::random_blocks(type, n, seed++, scale);
+      std::vector<float> values(static_cast<size_t>(n));
+      kernels::reference_kernels().for_weight(type)->dequantize(blocks.data(), values.data(), n);
+      quant.add_tensor(t.name, type, t.shape, blocks);
+      twin.add_tensor(t.name, DType::F32, t.shape,
+                      {reinterpret_cast<const uint8_t*>(values.data()), values.size() * 4});
+    }
+    auto quant_bytes = quant.build(), twin_bytes = twin.build();
+    auto quant_file = gguf::GgufFile::parse(quant_bytes),
+         twin_file = gguf::GgufFile::parse(twin_bytes);
+    auto quant_model = load_model(quant_file, {64, 256});
+    auto twin_model = load_model(twin_file, {64, 256});
+    Runner quant_runner(*quant_model, 64), twin_runner(*twin_model, 64);
+    auto tokens = prompt(11, 4);
+    const auto got = quant_runner.run(tokens, 11), want = twin_runner.run(tokens, 11);
+    float spread = 0, diff = 0;
+    for (size_t i = 0; i < want.size(); ++i) {
+      spread = std::max(spread, std::fabs(want[i] - want[0]));
+      diff = std::max(diff, std::fabs(got[i] - want[i]));
+    }
+    EXPECT_GT(spread, 1e-2f) << dtype_name(type);
+    EXPECT_LT(diff, 0.05f * spread) << dtype_name(type) << " diff " << diff << " spread " << spread;
+    expect_close(quant_runner.run(tokens, 1), got, 1e-3f * spread);
   }
 }
 
