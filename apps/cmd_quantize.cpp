@@ -35,12 +35,10 @@ void run_quantize(const QuantizeArgs& args) {
   options.allow_requantize = args.allow_requantize;
   ThreadPool pool(args.threads.count(), args.threads.pin());
   const std::string_view mix = *quant::file_type_name(static_cast<uint32_t>(*file_type));
-  fmt::print("quantizing '{}' to '{}' as {}{} with {} threads\n", args.input, args.output, mix,
-             args.pure ? " (pure)" : "", pool.num_threads());
-  std::fflush(stdout);
 
   auto summary = quant::quantize_file(
-      args.input, args.output, options, pool, [](const quant::TensorReport& r) {
+      args.input, args.output, options, pool,
+      [&](const quant::TensorReport& r) {
         std::string change =
             r.from == r.to
                 ? fmt::format("{:>6} (kept)        ", dtype_name(r.from))
@@ -53,6 +51,11 @@ void run_quantize(const QuantizeArgs& args) {
         fmt::print("[{:>{}}/{}] {:<36} {:<16} {} {:9.3f} MiB -> {:9.3f} MiB{}\n", r.index + 1,
                    width, r.count, r.name, r.shape, change, mib(r.bytes_in), mib(r.bytes_out),
                    note);
+        std::fflush(stdout);
+      },
+      [&] {
+        fmt::print("quantizing '{}' to '{}' as {}{} with {} threads\n", args.input, args.output,
+                   mix, args.pure ? " (pure)" : "", pool.num_threads());
         std::fflush(stdout);
       });
 

@@ -89,7 +89,8 @@ void convert_tensor(const gguf::TensorInfo& t, DType to, ThreadPool& pool,
 
 QuantizeSummary quantize_file(const std::string& input, const std::string& output,
                               const QuantizeOptions& options, ThreadPool& pool,
-                              const std::function<void(const TensorReport&)>& on_tensor) {
+                              const std::function<void(const TensorReport&)>& on_tensor,
+                              const std::function<void()>& on_checked) {
   if (same_file(input, output)) fail("the output '{}' is the input file", output);
   const gguf::GgufFile file = gguf::GgufFile::open(input);
   if (int_or_first(file, "split.count", 1) > 1) {
@@ -140,6 +141,7 @@ QuantizeSummary quantize_file(const std::string& input, const std::string& outpu
   summary.tensors = order.size();
   summary.file_bytes_in = file.file_size();
   gguf::GgufStreamWriter out(header, output);
+  if (on_checked) on_checked();
   for (size_t k = 0; k < order.size(); ++k) {
     const size_t i = order[k];
     const gguf::TensorInfo& t = file.tensors()[i];

@@ -45,9 +45,11 @@ struct QuantizeSummary {
 };
 
 // Throws inferd::Error, before writing anything, for an unreadable input, a tensor that needs
-// a conversion nothing here can do, or quantized input without allow_requantize.
+// a conversion nothing here can do, or quantized input without allow_requantize. `on_checked`
+// runs once those checks pass, `on_tensor` after each tensor is written (either may be empty).
 QuantizeSummary quantize_file(const std::string& input, const std::string& output,
                               const QuantizeOptions& options, ThreadPool& pool,
-                              const std::function<void(const TensorReport&)>& on_tensor);
+                              const std::function<void(const TensorReport&)>& on_tensor,
+                              const std::function<void()>& on_checked = nullptr);
 
 }  // namespace inferd::quant
