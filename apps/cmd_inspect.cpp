@@ -1,11 +1,13 @@
 // `inferd inspect MODEL`: what a GGUF file holds: architecture, hyperparameters, tokenizer,
-// chat template, the tensor table and bytes per tensor type.
+// chat template, the tensor table and bytes per tensor type; the file type (quantization mix) by
+// llama-quantize's name.
 #include <map>
 
 #include <fmt/format.h>
 
 #include "commands.h"
 #include "gguf/gguf.h"
+#include "quant/type_policy.h"
 
 namespace inferd::app {
 namespace {
@@ -14,6 +16,12 @@ void print_metadata(const gguf::GgufFile& file, bool all) {
   std::string arch = file.get_string("general.architecture").value_or("(none)");
   fmt::print("architecture: {}\n", arch);
   if (auto name = file.get_string("general.name")) fmt::print("name: {}\n", *name);
+  if (auto file_type = file.get_int("general.file_type")) {
+    auto type_name = *file_type >= 0 && *file_type <= UINT32_MAX
+                         ? quant::file_type_name(static_cast<uint32_t>(*file_type))
+                         : std::nullopt;
+    fmt::print("file type: {} ({})\n", type_name.value_or("unknown"), *file_type);
+  }
   fmt::print("GGUF version {}, {} metadata entries, {} tensors, alignment {}\n\n", file.version(),
              file.metadata().size(), file.tensors().size(), file.alignment());
   fmt::print("hyperparameters:\n");

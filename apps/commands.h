@@ -18,6 +18,7 @@ void register_perplexity(CLI::App& app);
 void register_bench(CLI::App& app);
 void register_serve(CLI::App& app);
 void register_template(CLI::App& app);
+void register_quantize(CLI::App& app);
 void register_dequantize(CLI::App& app);
 
 using inferd::default_model_path;  // util/paths.h

@@ -37,6 +37,7 @@ int main(int argc, char** argv) {
   inferd::app::register_bench(app);
   inferd::app::register_serve(app);
   inferd::app::register_template(app);
+  inferd::app::register_quantize(app);
   inferd::app::register_dequantize(app);
   try {
     std::vector<std::string> args = with_long_names(argc, argv);
