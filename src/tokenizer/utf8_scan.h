@@ -6,6 +6,8 @@
 #include <string>
 #include <string_view>
 
+#include "util/utf8.h"  // append_utf8
+
 namespace inferd::tokenizer {
 
 inline constexpr std::string_view kReplacementUtf8 = "\xEF\xBF\xBD";  // U+FFFD
@@ -24,8 +26,6 @@ struct Utf8Unit {
 // Reads the unit that starts at `pos` (< text.size()). Invalid input is split into "maximal
 // subparts" as Unicode recommends, so "\xE4\xB8A" yields one invalid unit then 'A'.
 Utf8Unit scan_utf8(std::string_view text, size_t pos);
-
-void append_utf8(std::string& out, char32_t code_point);
 
 // `text` with every invalid or cut-off unit replaced by U+FFFD; the result is valid UTF-8.
 std::string sanitize_utf8(std::string_view text);

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstddef>
+#include <string>
 #include <string_view>
 
 namespace inferd {
@@ -16,5 +17,8 @@ size_t utf8_valid_prefix(std::string_view text);
 inline bool is_valid_utf8(std::string_view text) {
   return utf8_valid_prefix(text) == text.size();
 }
+
+// Appends code point `cp` (at most U+10FFFF) as UTF-8.
+void append_utf8(std::string& out, char32_t cp);
 
 }  // namespace inferd

@@ -9,6 +9,7 @@
 
 #include "tokenizer/jinja/text.h"
 #include "util/error.h"
+#include "util/utf8.h"
 
 namespace inferd::jinja {
 namespace {
@@ -123,23 +124,7 @@ std::u32string decode(const std::string& s) {
 
 std::string encode(const std::u32string& s) {
   std::string out;
-  for (const char32_t cp : s) {
-    if (cp < 0x80) {
-      out += static_cast<char>(cp);
-    } else if (cp < 0x800) {
-      out += static_cast<char>(0xC0 | (cp >> 6));
-      out += static_cast<char>(0x80 | (cp & 0x3F));
-    } else if (cp < 0x10000) {
-      out += static_cast<char>(0xE0 | (cp >> 12));
-      out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-      out += static_cast<char>(0x80 | (cp & 0x3F));
-    } else {
-      out += static_cast<char>(0xF0 | (cp >> 18));
-      out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-      out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-      out += static_cast<char>(0x80 | (cp & 0x3F));
-    }
-  }
+  for (const char32_t cp : s) append_utf8(out, cp);
   return out;
 }
 

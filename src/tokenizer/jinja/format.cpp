@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "util/error.h"
+#include "util/utf8.h"
 
 namespace inferd::jinja {
 namespace {
@@ -77,21 +78,7 @@ std::string format_spec(const Value& v, const std::string& spec) {
 // A code point as UTF-8 (%c).
 std::string utf8(uint32_t cp) {
   std::string out;
-  if (cp < 0x80) {
-    out += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    out += static_cast<char>(0xC0 | (cp >> 6));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    out += static_cast<char>(0xE0 | (cp >> 12));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else {
-    out += static_cast<char>(0xF0 | (cp >> 18));
-    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  }
+  append_utf8(out, cp);
   return out;
 }
 

@@ -5,6 +5,7 @@
 #include <cstdlib>
 
 #include "tokenizer/jinja/lexer.h"
+#include "util/utf8.h"
 
 namespace inferd::jinja {
 namespace {
@@ -17,24 +18,6 @@ bool is_name_char(char c) {
 }
 bool is_digit(char c) {
   return std::isdigit(static_cast<unsigned char>(c)) != 0;
-}
-
-void append_utf8(std::string& out, uint32_t cp) {
-  if (cp < 0x80) {
-    out += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    out += static_cast<char>(0xC0 | (cp >> 6));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    out += static_cast<char>(0xE0 | (cp >> 12));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else {
-    out += static_cast<char>(0xF0 | (cp >> 18));
-    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  }
 }
 
 // `\x`, `\u`, `\U` followed by exactly `digits` hex digits; false when they are missing.
