@@ -15,6 +15,16 @@ inline uint8_t q4_value(const uint8_t* qs, int col) {
   return col < 16 ? qs[col] & 0x0F : qs[col - 16] >> 4;
 }
 
+// Writes row r's 32 four-bit values, value(0..31), into a packed Q4 nibble array (qs[c]
+// covers columns 8c .. 8c+7; see PackedQ4Block).
+template <typename Value>
+void interleave_nibbles(uint8_t (&qs)[4][64], int r, Value value) {
+  for (int c = 0; c < 4; ++c) {
+    for (int k = 0; k < 4; ++k)
+      qs[c][r * 4 + k] = static_cast<uint8_t>(value(8 * c + k) | value(8 * c + 4 + k) << 4);
+  }
+}
+
 void pack_q4_block(DType type, const uint8_t* const rows[kPackRows], int64_t b,
                    PackedQ4Block& out) {
   for (int r = 0; r < kPackRows; ++r) {
@@ -35,12 +45,7 @@ void pack_q4_block(DType type, const uint8_t* const rows[kPackRows], int64_t b,
       out.m[r] = fp32_to_fp16(-8.0f * fp16_to_fp32(blk.d));
       qs = blk.qs;
     }
-    for (int c = 0; c < 4; ++c) {
-      for (int k = 0; k < 4; ++k) {
-        out.qs[c][r * 4 + k] =
-            static_cast<uint8_t>(q4_value(qs, 8 * c + k) | q4_value(qs, 8 * c + 4 + k) << 4);
-      }
-    }
+    interleave_nibbles(out.qs, r, [&](int col) { return q4_value(qs, col); });
   }
   // Padding rows: zero scales make them contribute nothing; their nibbles are zero too.
   for (int r = 0; r < kPackRows; ++r) {
@@ -105,29 +110,27 @@ void k_scale_min(const uint8_t s[12], int j, uint8_t& scale, uint8_t& min) {
   }
 }
 
-// Super-block b of 16 Q4_K rows. In a GGUF Q4_K block the 128 qs bytes are 4 chunks of 32:
-// chunk c holds the values of sub-block 2c in its low nibbles and of sub-block 2c + 1 in its
-// high nibbles.
+// The parts Q4_K and Q5_K share, for row r: d, dmin, the unpacked scales and mins, and the
+// low 4 bits of q. In a GGUF block the 128 qs bytes are 4 chunks of 32: chunk c holds the
+// values of sub-block 2c in its low nibbles and of sub-block 2c + 1 in its high nibbles.
+template <typename GgufBlock, typename Packed>
+void pack_k4_parts(const GgufBlock& blk, int r, Packed& out) {
+  out.d[r] = blk.d;
+  out.dmin[r] = blk.dmin;
+  for (int j = 0; j < kSubBlocks; ++j) {
+    k_scale_min(blk.scales, j, out.scales[j][r], out.mins[j][r]);
+    const uint8_t* chunk = blk.qs + 32 * (j / 2);
+    const int shift = j % 2 == 0 ? 0 : 4;
+    interleave_nibbles(out.qs[j], r,
+                       [&](int col) { return static_cast<uint8_t>((chunk[col] >> shift) & 0x0F); });
+  }
+}
+
+// Super-block b of 16 Q4_K rows.
 void pack_q4k_block(const uint8_t* const rows[kPackRows], int64_t b, PackedQ4KBlock& out) {
   std::memset(&out, 0, sizeof(out));  // padding rows: zero scales and nibbles
   for (int r = 0; r < kPackRows; ++r) {
-    if (rows[r] == nullptr) continue;
-    const auto& blk = reinterpret_cast<const BlockQ4_K*>(rows[r])[b];
-    out.d[r] = blk.d;
-    out.dmin[r] = blk.dmin;
-    for (int j = 0; j < kSubBlocks; ++j) {
-      k_scale_min(blk.scales, j, out.scales[j][r], out.mins[j][r]);
-      const uint8_t* chunk = blk.qs + 32 * (j / 2);
-      const int shift = j % 2 == 0 ? 0 : 4;
-      const auto value = [&](int col) {
-        return static_cast<uint8_t>((chunk[col] >> shift) & 0x0F);
-      };
-      for (int c = 0; c < 4; ++c) {
-        for (int k = 0; k < 4; ++k)
-          out.qs[j][c][r * 4 + k] =
-              static_cast<uint8_t>(value(8 * c + k) | value(8 * c + 4 + k) << 4);
-      }
-    }
+    if (rows[r] != nullptr) pack_k4_parts(reinterpret_cast<const BlockQ4_K*>(rows[r])[b], r, out);
   }
 }
 
@@ -147,20 +150,13 @@ void pack_q5k_block(const uint8_t* const rows[kPackRows], int64_t b, PackedQ5KBl
   for (int r = 0; r < kPackRows; ++r) {
     if (rows[r] == nullptr) continue;
     const auto& blk = reinterpret_cast<const BlockQ5_K*>(rows[r])[b];
-    out.d[r] = blk.d;
-    out.dmin[r] = blk.dmin;
+    pack_k4_parts(blk, r, out);
     for (int j = 0; j < kSubBlocks; ++j) {
-      k_scale_min(blk.scales, j, out.scales[j][r], out.mins[j][r]);
-      const uint8_t* chunk = blk.qs + 32 * (j / 2);
-      const int shift = j % 2 == 0 ? 0 : 4;
-      const auto low = [&](int i) { return static_cast<uint8_t>((chunk[i] >> shift) & 0x0F); };
       const auto fifth = [&](int i) { return (blk.qh[i] >> j) & 1; };
       for (int c = 0; c < 4; ++c) {
         for (int k = 0; k < 4; ++k) {
-          const int first = 8 * c + k, second = 8 * c + 4 + k;
-          out.qs[j][c][r * 4 + k] = static_cast<uint8_t>(low(first) | low(second) << 4);
-          out.qh[j][r * 4 + k] |=
-              static_cast<uint8_t>((fifth(first) << (2 * c)) | (fifth(second) << (2 * c + 1)));
+          out.qh[j][r * 4 + k] |= static_cast<uint8_t>((fifth(8 * c + k) << (2 * c)) |
+                                                       (fifth(8 * c + 4 + k) << (2 * c + 1)));
         }
       }
     }
@@ -180,12 +176,7 @@ void pack_iq4xs_block(const uint8_t* const rows[kPackRows], int64_t b, PackedIQ4
       const int high = (blk.scales_h >> (2 * j)) & 3;
       out.scales[j][r] = static_cast<int8_t>((low | high << 4) - 32);
       const uint8_t* qs = blk.qs + 16 * j;
-      for (int c = 0; c < 4; ++c) {
-        for (int k = 0; k < 4; ++k) {
-          out.qs[j][c][r * 4 + k] =
-              static_cast<uint8_t>(q4_value(qs, 8 * c + k) | q4_value(qs, 8 * c + 4 + k) << 4);
-        }
-      }
+      interleave_nibbles(out.qs[j], r, [&](int col) { return q4_value(qs, col); });
     }
   }
 }
