@@ -19,6 +19,7 @@
 #include "kernels/matmul.h"
 #include "kernels/packed.h"
 #include "kv/kv_cache.h"
+#include "quant/quantize.h"
 #include "tensor/dtype.h"
 #include "util/thread_pool.h"
 
@@ -33,17 +34,14 @@ std::vector<float> random_floats(size_t n, uint32_t seed) {
   return v;
 }
 
-// GGUF rows of `type` with random content: random bytes are valid Q4_1 / Q8_0 data except for
-// the fp16 scales, which are overwritten with small normal values.
+// GGUF rows of `type`: normal random weights through our quantizer, so every scale is valid.
 std::vector<uint8_t> random_rows(DType type, int64_t rows, int64_t cols, size_t& row_bytes) {
   row_bytes = static_cast<size_t>(*inferd::row_bytes(type, cols));
   std::vector<uint8_t> data(row_bytes * static_cast<size_t>(rows));
-  std::mt19937 rng(7);
-  for (auto& b : data) b = static_cast<uint8_t>(rng());
-  const size_t block = type == DType::Q4_1 ? 20 : 34, scales = type == DType::Q4_1 ? 2 : 1;
-  const uint16_t small_half = 0x2000;  // about 0.0078
-  for (size_t off = 0; off + block <= data.size(); off += block)
-    for (size_t s = 0; s < scales; ++s) std::memcpy(&data[off + 2 * s], &small_half, 2);
+  const auto quantize = quant::quantizer_for(type);
+  const auto weights = random_floats(static_cast<size_t>(cols), 7);
+  for (int64_t r = 0; r < rows; ++r)  // one row repeated: speed does not depend on the values
+    quantize(weights.data(), data.data() + static_cast<size_t>(r) * row_bytes, cols);
   return data;
 }
 
@@ -72,6 +70,11 @@ void BM_PackedGemm(benchmark::State& state, const KernelTable* table, DType type
   }
   state.counters["MAC/s"] = benchmark::Counter(static_cast<double>(rows * cols * n_tokens),
                                                benchmark::Counter::kIsIterationInvariantRate);
+  // Packed weight bytes read per second: against the machine's read bandwidth for decode.
+  const auto& packed = *matrices.front().packed;
+  state.counters["weight_B/s"] = benchmark::Counter(
+      static_cast<double>(packed.groups() * packed.blocks_per_row() * packed.block_bytes()),
+      benchmark::Counter::kIsIterationInvariantRate);
 }
 
 // Attention of `n_tokens` query tokens (the last ones of a context of `context` tokens) of one
@@ -130,6 +133,19 @@ void register_all() {
               ->ArgNames({"tokens", "threads"})
               ->UseRealTime();
         }
+      }
+    }
+    // Llama-3.2-1B's attention projection (2048 x 2048) in the types of its quantized files;
+    // "memory" cycles through 24 copies (50 MB and more, past any last-level cache here).
+    for (auto [type, name] : {std::pair{DType::Q4_K, "q4_k"}, std::pair{DType::Q5_K, "q5_k"},
+                              std::pair{DType::Q6_K, "q6_k"}, std::pair{DType::Q8_0, "q8_0"},
+                              std::pair{DType::IQ4_XS, "iq4_xs"}}) {
+      for (auto [copies, where] : {std::pair{1, "cached"}, std::pair{24, "memory"}}) {
+        benchmark::RegisterBenchmark(("Gemm/" + isa + "/" + name + "/2048x2048/" + where).c_str(),
+                                     BM_PackedGemm, table, type, 2048, 2048, copies)
+            ->ArgsProduct({{1, 512}, {1, 2}})
+            ->ArgNames({"tokens", "threads"})
+            ->UseRealTime();
       }
     }
     for (auto [layers, where] : {std::pair{1, "cached"}, std::pair{256, "memory"}}) {

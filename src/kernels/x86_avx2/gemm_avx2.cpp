@@ -30,44 +30,67 @@ inline int32_t hsum_i32(__m256i v) {
   return _mm_cvtsi128_si32(s4);
 }
 
+// Decode streams each weight once from memory: a one-pass tile (H = 2) asks for the bytes
+// kPrefetchBytes ahead of those it is about to use, `bytes` of them from `p` on (a prefetch
+// never faults, so running past the end of the matrix is harmless).
+constexpr int kPrefetchBytes = 1024;
+template <int H>
+inline void prefetch_ahead(const void* p, size_t bytes) {
+  if constexpr (H == 2) {
+    const char* base = static_cast<const char*>(p) + kPrefetchBytes;
+    for (size_t off = 0; off < bytes; off += 64) _mm_prefetch(base + off, _MM_HINT_T0);
+  }
+}
+
 inline __m256 load_fp16x8(const uint16_t* p) {
   return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
 }
 
-// 16 registers only: the tile covers 8 rows (one half of a packed group) at a time and at most
-// 4 tokens. Products of a nibble (<= 15) and an int8 (|q| <= 127) sum to at most 3810 per
-// maddubs lane, so the 8 maddubs of a block accumulate in int16 without saturating.
-template <int NT, float ActQ8Block::*offset_sum>
-void q4_half_tile(const PackedQ4Block* w, int64_t blocks, int half, const ActQ8Block* act,
-                  int64_t act_stride, float* y, int64_t y_stride) {
+// A tile covers NT tokens and H halves of a packed group (8 rows each, from `half`): with 16
+// registers, H = 2 (all 16 rows in one pass over the weights, which decode needs to stream
+// them from memory evenly) fits only one token; larger tiles take the halves in turn.
+// Products of a nibble (<= 15) and an int8 (|q| <= 127) sum to at most 3810 per maddubs lane,
+// so the 8 maddubs of a block accumulate in int16 without saturating.
+template <int NT, int H, float ActQ8Block::*offset_sum>
+void q4_tile(const PackedQ4Block* w, int64_t blocks, int half, const ActQ8Block* act,
+             int64_t act_stride, float* y, int64_t y_stride) {
   const __m256i low_nibble = _mm256_set1_epi8(0x0F);
   const __m256i ones = _mm256_set1_epi16(1);
-  __m256 acc[NT];
-  for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
+  __m256 acc[NT][H];
+  for (int t = 0; t < NT; ++t)
+    for (int h = 0; h < H; ++h) acc[t][h] = _mm256_setzero_ps();
   for (int64_t b = 0; b < blocks; ++b) {
-    __m256i sum16[NT];
-    for (int t = 0; t < NT; ++t) sum16[t] = _mm256_setzero_si256();
+    prefetch_ahead<H>(w + b, sizeof(PackedQ4Block));
+    __m256i sum16[NT][H];
+    for (int t = 0; t < NT; ++t)
+      for (int h = 0; h < H; ++h) sum16[t][h] = _mm256_setzero_si256();
     for (int c = 0; c < 4; ++c) {
-      const __m256i raw =
-          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[b].qs[c] + 32 * half));
-      const __m256i lo = _mm256_and_si256(raw, low_nibble);
-      const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low_nibble);
-      for (int t = 0; t < NT; ++t) {
-        const int8_t* q = act[b * act_stride + t].qs + 8 * c;
-        sum16[t] = _mm256_add_epi16(sum16[t], _mm256_maddubs_epi16(lo, broadcast_i32(q)));
-        sum16[t] = _mm256_add_epi16(sum16[t], _mm256_maddubs_epi16(hi, broadcast_i32(q + 4)));
+      for (int h = 0; h < H; ++h) {
+        const __m256i raw =
+            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[b].qs[c] + 32 * (half + h)));
+        const __m256i lo = _mm256_and_si256(raw, low_nibble);
+        const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low_nibble);
+        for (int t = 0; t < NT; ++t) {
+          const int8_t* q = act[b * act_stride + t].qs + 8 * c;
+          sum16[t][h] = _mm256_add_epi16(sum16[t][h], _mm256_maddubs_epi16(lo, broadcast_i32(q)));
+          sum16[t][h] =
+              _mm256_add_epi16(sum16[t][h], _mm256_maddubs_epi16(hi, broadcast_i32(q + 4)));
+        }
       }
     }
-    const __m256 d = load_fp16x8(w[b].d + 8 * half);
-    const __m256 m = load_fp16x8(w[b].m + 8 * half);
-    for (int t = 0; t < NT; ++t) {
-      const ActQ8Block& a = act[b * act_stride + t];
-      const __m256 isum = _mm256_cvtepi32_ps(_mm256_madd_epi16(sum16[t], ones));
-      acc[t] = _mm256_fmadd_ps(isum, _mm256_mul_ps(d, _mm256_set1_ps(a.d)), acc[t]);
-      acc[t] = _mm256_fmadd_ps(m, _mm256_set1_ps(a.*offset_sum), acc[t]);
+    for (int h = 0; h < H; ++h) {
+      const __m256 d = load_fp16x8(w[b].d + 8 * (half + h));
+      const __m256 m = load_fp16x8(w[b].m + 8 * (half + h));
+      for (int t = 0; t < NT; ++t) {
+        const ActQ8Block& a = act[b * act_stride + t];
+        const __m256 isum = _mm256_cvtepi32_ps(_mm256_madd_epi16(sum16[t][h], ones));
+        acc[t][h] = _mm256_fmadd_ps(isum, _mm256_mul_ps(d, _mm256_set1_ps(a.d)), acc[t][h]);
+        acc[t][h] = _mm256_fmadd_ps(m, _mm256_set1_ps(a.*offset_sum), acc[t][h]);
+      }
     }
   }
-  for (int t = 0; t < NT; ++t) _mm256_storeu_ps(y + t * y_stride + 8 * half, acc[t]);
+  for (int t = 0; t < NT; ++t)
+    for (int h = 0; h < H; ++h) _mm256_storeu_ps(y + t * y_stride + 8 * (half + h), acc[t][h]);
 }
 
 // 8 bytes (one per row) as 8 floats.
@@ -78,89 +101,110 @@ inline __m256 load_u8x8(const uint8_t* p) {
 
 // Q4_K: the Q4 loop per 32-column sub-block; its scale (d * scale) and min (dmin * min) for the
 // 8 rows are made from the bytes once per sub-block and serve every token of the tile.
-template <int NT>
-void q4k_half_tile(const PackedQ4KBlock* w, int64_t blocks, int half, const ActQ8Block* act,
-                   int64_t act_stride, float* y, int64_t y_stride) {
+template <int NT, int H>
+void q4k_tile(const PackedQ4KBlock* w, int64_t blocks, int half, const ActQ8Block* act,
+              int64_t act_stride, float* y, int64_t y_stride) {
   const __m256i low_nibble = _mm256_set1_epi8(0x0F);
   const __m256i ones = _mm256_set1_epi16(1);
-  __m256 acc[NT];
-  for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
+  __m256 acc[NT][H];
+  for (int t = 0; t < NT; ++t)
+    for (int h = 0; h < H; ++h) acc[t][h] = _mm256_setzero_ps();
   for (int64_t b = 0; b < blocks; ++b) {
-    const __m256 d = load_fp16x8(w[b].d + 8 * half);
-    const __m256 dmin = load_fp16x8(w[b].dmin + 8 * half);
     for (int j = 0; j < kSubBlocks; ++j) {
+      prefetch_ahead<H>(
+          reinterpret_cast<const uint8_t*>(w + b) + j * sizeof(PackedQ4KBlock) / kSubBlocks,
+          sizeof(PackedQ4KBlock) / kSubBlocks);
       const ActQ8Block* a = act + (b * kSubBlocks + j) * act_stride;
-      __m256i sum16[NT];
-      for (int t = 0; t < NT; ++t) sum16[t] = _mm256_setzero_si256();
+      __m256i sum16[NT][H];
+      for (int t = 0; t < NT; ++t)
+        for (int h = 0; h < H; ++h) sum16[t][h] = _mm256_setzero_si256();
       for (int c = 0; c < 4; ++c) {
-        const __m256i raw =
-            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[b].qs[j][c] + 32 * half));
-        const __m256i lo = _mm256_and_si256(raw, low_nibble);
-        const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low_nibble);
-        for (int t = 0; t < NT; ++t) {
-          const int8_t* q = a[t].qs + 8 * c;
-          sum16[t] = _mm256_add_epi16(sum16[t], _mm256_maddubs_epi16(lo, broadcast_i32(q)));
-          sum16[t] = _mm256_add_epi16(sum16[t], _mm256_maddubs_epi16(hi, broadcast_i32(q + 4)));
+        for (int h = 0; h < H; ++h) {
+          const __m256i raw =
+              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[b].qs[j][c] + 32 * (half + h)));
+          const __m256i lo = _mm256_and_si256(raw, low_nibble);
+          const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low_nibble);
+          for (int t = 0; t < NT; ++t) {
+            const int8_t* q = a[t].qs + 8 * c;
+            sum16[t][h] = _mm256_add_epi16(sum16[t][h], _mm256_maddubs_epi16(lo, broadcast_i32(q)));
+            sum16[t][h] =
+                _mm256_add_epi16(sum16[t][h], _mm256_maddubs_epi16(hi, broadcast_i32(q + 4)));
+          }
         }
       }
-      const __m256 scale = _mm256_mul_ps(d, load_u8x8(w[b].scales[j] + 8 * half));
-      const __m256 min = _mm256_mul_ps(dmin, load_u8x8(w[b].mins[j] + 8 * half));
-      for (int t = 0; t < NT; ++t) {
-        const __m256 isum = _mm256_cvtepi32_ps(_mm256_madd_epi16(sum16[t], ones));
-        acc[t] = _mm256_fmadd_ps(isum, _mm256_mul_ps(scale, _mm256_set1_ps(a[t].d)), acc[t]);
-        acc[t] = _mm256_fnmadd_ps(min, _mm256_set1_ps(a[t].d_sum), acc[t]);
+      for (int h = 0; h < H; ++h) {
+        const int r = 8 * (half + h);
+        const __m256 scale = _mm256_mul_ps(load_fp16x8(w[b].d + r), load_u8x8(w[b].scales[j] + r));
+        const __m256 min = _mm256_mul_ps(load_fp16x8(w[b].dmin + r), load_u8x8(w[b].mins[j] + r));
+        for (int t = 0; t < NT; ++t) {
+          const __m256 isum = _mm256_cvtepi32_ps(_mm256_madd_epi16(sum16[t][h], ones));
+          acc[t][h] =
+              _mm256_fmadd_ps(isum, _mm256_mul_ps(scale, _mm256_set1_ps(a[t].d)), acc[t][h]);
+          acc[t][h] = _mm256_fnmadd_ps(min, _mm256_set1_ps(a[t].d_sum), acc[t][h]);
+        }
       }
     }
   }
-  for (int t = 0; t < NT; ++t) _mm256_storeu_ps(y + t * y_stride + 8 * half, acc[t]);
+  for (int t = 0; t < NT; ++t)
+    for (int h = 0; h < H; ++h) _mm256_storeu_ps(y + t * y_stride + 8 * (half + h), acc[t][h]);
 }
 
-// Q5_K: q4k_half_tile with each nibble's fifth bit from qh (bits 2c and 2c + 1 of the byte at
-// the nibble byte's position). A maddubs of q (<= 31) and an int8 reaches 7874, so the pair of
+// Q5_K: q4k_tile with each nibble's fifth bit from qh (bits 2c and 2c + 1 of the byte at the
+// nibble byte's position). A maddubs of q (<= 31) and an int8 reaches 7874, so the pair of
 // each c is widened at once.
-template <int NT>
-void q5k_half_tile(const PackedQ5KBlock* w, int64_t blocks, int half, const ActQ8Block* act,
-                   int64_t act_stride, float* y, int64_t y_stride) {
+template <int NT, int H>
+void q5k_tile(const PackedQ5KBlock* w, int64_t blocks, int half, const ActQ8Block* act,
+              int64_t act_stride, float* y, int64_t y_stride) {
   const __m256i low_nibble = _mm256_set1_epi8(0x0F);
   const __m256i bit4 = _mm256_set1_epi8(0x10);
   const __m256i ones = _mm256_set1_epi16(1);
-  __m256 acc[NT];
-  for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
+  __m256 acc[NT][H];
+  for (int t = 0; t < NT; ++t)
+    for (int h = 0; h < H; ++h) acc[t][h] = _mm256_setzero_ps();
   for (int64_t b = 0; b < blocks; ++b) {
-    const __m256 d = load_fp16x8(w[b].d + 8 * half);
-    const __m256 dmin = load_fp16x8(w[b].dmin + 8 * half);
     for (int j = 0; j < kSubBlocks; ++j) {
+      prefetch_ahead<H>(
+          reinterpret_cast<const uint8_t*>(w + b) + j * sizeof(PackedQ5KBlock) / kSubBlocks,
+          sizeof(PackedQ5KBlock) / kSubBlocks);
       const ActQ8Block* a = act + (b * kSubBlocks + j) * act_stride;
-      const __m256i high =
-          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[b].qh[j] + 32 * half));
-      __m256i isum[NT];
-      for (int t = 0; t < NT; ++t) isum[t] = _mm256_setzero_si256();
-      for (int c = 0; c < 4; ++c) {
-        const __m256i raw =
-            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[b].qs[j][c] + 32 * half));
-        // Bits 2c and 2c + 1 down to bits 0 and 1 of each byte, then up to bit 4.
-        const __m256i bits = _mm256_srl_epi16(high, _mm_cvtsi32_si128(2 * c));
-        const __m256i lo = _mm256_or_si256(_mm256_and_si256(raw, low_nibble),
-                                           _mm256_and_si256(_mm256_slli_epi16(bits, 4), bit4));
-        const __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(raw, 4), low_nibble),
-                                           _mm256_and_si256(_mm256_slli_epi16(bits, 3), bit4));
-        for (int t = 0; t < NT; ++t) {
-          const int8_t* q = a[t].qs + 8 * c;
-          const __m256i pair = _mm256_add_epi16(_mm256_maddubs_epi16(lo, broadcast_i32(q)),
-                                                _mm256_maddubs_epi16(hi, broadcast_i32(q + 4)));
-          isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(pair, ones));
+      __m256i isum[NT][H];
+      for (int t = 0; t < NT; ++t)
+        for (int h = 0; h < H; ++h) isum[t][h] = _mm256_setzero_si256();
+      for (int h = 0; h < H; ++h) {
+        const __m256i high =
+            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[b].qh[j] + 32 * (half + h)));
+        for (int c = 0; c < 4; ++c) {
+          const __m256i raw =
+              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[b].qs[j][c] + 32 * (half + h)));
+          // Bits 2c and 2c + 1 down to bits 0 and 1 of each byte, then up to bit 4.
+          const __m256i bits = _mm256_srl_epi16(high, _mm_cvtsi32_si128(2 * c));
+          const __m256i lo = _mm256_or_si256(_mm256_and_si256(raw, low_nibble),
+                                             _mm256_and_si256(_mm256_slli_epi16(bits, 4), bit4));
+          const __m256i hi =
+              _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(raw, 4), low_nibble),
+                              _mm256_and_si256(_mm256_slli_epi16(bits, 3), bit4));
+          for (int t = 0; t < NT; ++t) {
+            const int8_t* q = a[t].qs + 8 * c;
+            const __m256i pair = _mm256_add_epi16(_mm256_maddubs_epi16(lo, broadcast_i32(q)),
+                                                  _mm256_maddubs_epi16(hi, broadcast_i32(q + 4)));
+            isum[t][h] = _mm256_add_epi32(isum[t][h], _mm256_madd_epi16(pair, ones));
+          }
         }
       }
-      const __m256 scale = _mm256_mul_ps(d, load_u8x8(w[b].scales[j] + 8 * half));
-      const __m256 min = _mm256_mul_ps(dmin, load_u8x8(w[b].mins[j] + 8 * half));
-      for (int t = 0; t < NT; ++t) {
-        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[t]),
-                                 _mm256_mul_ps(scale, _mm256_set1_ps(a[t].d)), acc[t]);
-        acc[t] = _mm256_fnmadd_ps(min, _mm256_set1_ps(a[t].d_sum), acc[t]);
+      for (int h = 0; h < H; ++h) {
+        const int r = 8 * (half + h);
+        const __m256 scale = _mm256_mul_ps(load_fp16x8(w[b].d + r), load_u8x8(w[b].scales[j] + r));
+        const __m256 min = _mm256_mul_ps(load_fp16x8(w[b].dmin + r), load_u8x8(w[b].mins[j] + r));
+        for (int t = 0; t < NT; ++t) {
+          acc[t][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[t][h]),
+                                      _mm256_mul_ps(scale, _mm256_set1_ps(a[t].d)), acc[t][h]);
+          acc[t][h] = _mm256_fnmadd_ps(min, _mm256_set1_ps(a[t].d_sum), acc[t][h]);
+        }
       }
     }
   }
-  for (int t = 0; t < NT; ++t) _mm256_storeu_ps(y + t * y_stride + 8 * half, acc[t]);
+  for (int t = 0; t < NT; ++t)
+    for (int h = 0; h < H; ++h) _mm256_storeu_ps(y + t * y_stride + 8 * (half + h), acc[t][h]);
 }
 
 // 8 int8 bytes (one per row) as 8 floats.
@@ -173,166 +217,204 @@ inline __m256 load_i8x8(const int8_t* p) {
 // at most 2 * 2 * 63 * 127 = 32004, inside int16, so each pair is widened at once; the 16-wide
 // sub-blocks (c = 0, 1 and c = 2, 3) keep their own sums for their own scales, and the -32
 // offset comes off in integers through the activation's half sums.
-template <int NT>
-void q6k_half_tile(const PackedQ6KBlock* w, int64_t blocks, int half, const ActQ8Block* act,
-                   int64_t act_stride, float* y, int64_t y_stride) {
+template <int NT, int H>
+void q6k_tile(const PackedQ6KBlock* w, int64_t blocks, int half, const ActQ8Block* act,
+              int64_t act_stride, float* y, int64_t y_stride) {
   const __m256i low_nibble = _mm256_set1_epi8(0x0F);
   const __m256i top_bits = _mm256_set1_epi8(0x30);
   const __m256i ones = _mm256_set1_epi16(1);
-  __m256 acc[NT];
-  for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
+  __m256 acc[NT][H];
+  for (int t = 0; t < NT; ++t)
+    for (int h = 0; h < H; ++h) acc[t][h] = _mm256_setzero_ps();
   for (int64_t b = 0; b < blocks; ++b) {
-    const __m256 d = load_fp16x8(w[b].d + 8 * half);
     for (int j = 0; j < kSubBlocks; ++j) {
+      prefetch_ahead<H>(
+          reinterpret_cast<const uint8_t*>(w + b) + j * sizeof(PackedQ6KBlock) / kSubBlocks,
+          sizeof(PackedQ6KBlock) / kSubBlocks);
       const ActQ8Block* a = act + (b * kSubBlocks + j) * act_stride;
-      __m256i isum[NT][2];
-      for (int t = 0; t < NT; ++t) isum[t][0] = isum[t][1] = _mm256_setzero_si256();
-      for (int p = 0; p < 2; ++p) {
-        const __m256i high =
-            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[b].qh[j][p] + 32 * half));
-        for (int e = 0; e < 2; ++e) {
-          const int c = 2 * p + e;
-          const __m256i raw =
-              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[b].ql[j][c] + 32 * half));
-          const __m256i top = e == 0 ? high : _mm256_srli_epi16(high, 4);
-          const __m256i lo = _mm256_or_si256(_mm256_and_si256(raw, low_nibble),
-                                             _mm256_and_si256(_mm256_slli_epi16(top, 4), top_bits));
-          const __m256i hi =
-              _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(raw, 4), low_nibble),
-                              _mm256_and_si256(_mm256_slli_epi16(top, 2), top_bits));
-          for (int t = 0; t < NT; ++t) {
-            const int8_t* q = a[t].qs + 8 * c;
-            const __m256i pair = _mm256_add_epi16(_mm256_maddubs_epi16(lo, broadcast_i32(q)),
-                                                  _mm256_maddubs_epi16(hi, broadcast_i32(q + 4)));
-            isum[t][p] = _mm256_add_epi32(isum[t][p], _mm256_madd_epi16(pair, ones));
+      for (int h = 0; h < H; ++h) {
+        const int r = 8 * (half + h);
+        __m256i isum[NT][2];
+        for (int t = 0; t < NT; ++t) isum[t][0] = isum[t][1] = _mm256_setzero_si256();
+        for (int p = 0; p < 2; ++p) {
+          const __m256i high =
+              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[b].qh[j][p] + 4 * r));
+          for (int e = 0; e < 2; ++e) {
+            const int c = 2 * p + e;
+            const __m256i raw =
+                _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[b].ql[j][c] + 4 * r));
+            const __m256i top = e == 0 ? high : _mm256_srli_epi16(high, 4);
+            const __m256i lo =
+                _mm256_or_si256(_mm256_and_si256(raw, low_nibble),
+                                _mm256_and_si256(_mm256_slli_epi16(top, 4), top_bits));
+            const __m256i hi =
+                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(raw, 4), low_nibble),
+                                _mm256_and_si256(_mm256_slli_epi16(top, 2), top_bits));
+            for (int t = 0; t < NT; ++t) {
+              const int8_t* q = a[t].qs + 8 * c;
+              const __m256i pair = _mm256_add_epi16(_mm256_maddubs_epi16(lo, broadcast_i32(q)),
+                                                    _mm256_maddubs_epi16(hi, broadcast_i32(q + 4)));
+              isum[t][p] = _mm256_add_epi32(isum[t][p], _mm256_madd_epi16(pair, ones));
+            }
           }
         }
-      }
-      const __m256 scale0 = _mm256_mul_ps(d, load_i8x8(w[b].scales[2 * j] + 8 * half));
-      const __m256 scale1 = _mm256_mul_ps(d, load_i8x8(w[b].scales[2 * j + 1] + 8 * half));
-      for (int t = 0; t < NT; ++t) {
-        const __m256i s0 = _mm256_sub_epi32(isum[t][0], _mm256_set1_epi32(32 * a[t].half_sum[0]));
-        const __m256i s1 = _mm256_sub_epi32(isum[t][1], _mm256_set1_epi32(32 * a[t].half_sum[1]));
-        const __m256 ad = _mm256_set1_ps(a[t].d);
-        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s0), _mm256_mul_ps(scale0, ad), acc[t]);
-        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s1), _mm256_mul_ps(scale1, ad), acc[t]);
+        const __m256 d = load_fp16x8(w[b].d + r);
+        const __m256 scale0 = _mm256_mul_ps(d, load_i8x8(w[b].scales[2 * j] + r));
+        const __m256 scale1 = _mm256_mul_ps(d, load_i8x8(w[b].scales[2 * j + 1] + r));
+        for (int t = 0; t < NT; ++t) {
+          const __m256i s0 = _mm256_sub_epi32(isum[t][0], _mm256_set1_epi32(32 * a[t].half_sum[0]));
+          const __m256i s1 = _mm256_sub_epi32(isum[t][1], _mm256_set1_epi32(32 * a[t].half_sum[1]));
+          const __m256 ad = _mm256_set1_ps(a[t].d);
+          acc[t][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s0), _mm256_mul_ps(scale0, ad), acc[t][h]);
+          acc[t][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s1), _mm256_mul_ps(scale1, ad), acc[t][h]);
+        }
       }
     }
   }
-  for (int t = 0; t < NT; ++t) _mm256_storeu_ps(y + t * y_stride + 8 * half, acc[t]);
+  for (int t = 0; t < NT; ++t)
+    for (int h = 0; h < H; ++h) _mm256_storeu_ps(y + t * y_stride + 8 * (half + h), acc[t][h]);
 }
 
 // IQ4_XS: each nibble becomes its table value by a byte shuffle; the signed weights go through
 // maddubs as |w| with the activation taking w's sign (|w| <= 127, so one maddubs stays inside
 // int16 and is widened at once).
-template <int NT>
-void iq4xs_half_tile(const PackedIQ4XSBlock* w, int64_t blocks, int half, const ActQ8Block* act,
-                     int64_t act_stride, float* y, int64_t y_stride) {
+template <int NT, int H>
+void iq4xs_tile(const PackedIQ4XSBlock* w, int64_t blocks, int half, const ActQ8Block* act,
+                int64_t act_stride, float* y, int64_t y_stride) {
   const __m256i low_nibble = _mm256_set1_epi8(0x0F);
   const __m256i ones = _mm256_set1_epi16(1);
   const __m256i table =
       _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4Values)));
-  __m256 acc[NT];
-  for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
+  __m256 acc[NT][H];
+  for (int t = 0; t < NT; ++t)
+    for (int h = 0; h < H; ++h) acc[t][h] = _mm256_setzero_ps();
   for (int64_t b = 0; b < blocks; ++b) {
-    const __m256 d = load_fp16x8(w[b].d + 8 * half);
     for (int j = 0; j < kSubBlocks; ++j) {
+      prefetch_ahead<H>(
+          reinterpret_cast<const uint8_t*>(w + b) + j * sizeof(PackedIQ4XSBlock) / kSubBlocks,
+          sizeof(PackedIQ4XSBlock) / kSubBlocks);
       const ActQ8Block* a = act + (b * kSubBlocks + j) * act_stride;
-      __m256i isum[NT];
-      for (int t = 0; t < NT; ++t) isum[t] = _mm256_setzero_si256();
+      __m256i isum[NT][H];
+      for (int t = 0; t < NT; ++t)
+        for (int h = 0; h < H; ++h) isum[t][h] = _mm256_setzero_si256();
       for (int c = 0; c < 4; ++c) {
-        const __m256i raw =
-            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[b].qs[j][c] + 32 * half));
-        const __m256i lo = _mm256_shuffle_epi8(table, _mm256_and_si256(raw, low_nibble));
-        const __m256i hi =
-            _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(raw, 4), low_nibble));
-        const __m256i lo_abs = _mm256_abs_epi8(lo), hi_abs = _mm256_abs_epi8(hi);
-        for (int t = 0; t < NT; ++t) {
-          const int8_t* q = a[t].qs + 8 * c;
-          const __m256i p0 = _mm256_maddubs_epi16(lo_abs, _mm256_sign_epi8(broadcast_i32(q), lo));
-          const __m256i p1 =
-              _mm256_maddubs_epi16(hi_abs, _mm256_sign_epi8(broadcast_i32(q + 4), hi));
-          isum[t] = _mm256_add_epi32(
-              isum[t], _mm256_add_epi32(_mm256_madd_epi16(p0, ones), _mm256_madd_epi16(p1, ones)));
+        for (int h = 0; h < H; ++h) {
+          const __m256i raw =
+              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[b].qs[j][c] + 32 * (half + h)));
+          const __m256i lo = _mm256_shuffle_epi8(table, _mm256_and_si256(raw, low_nibble));
+          const __m256i hi =
+              _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(raw, 4), low_nibble));
+          const __m256i lo_abs = _mm256_abs_epi8(lo), hi_abs = _mm256_abs_epi8(hi);
+          for (int t = 0; t < NT; ++t) {
+            const int8_t* q = a[t].qs + 8 * c;
+            const __m256i p0 = _mm256_maddubs_epi16(lo_abs, _mm256_sign_epi8(broadcast_i32(q), lo));
+            const __m256i p1 =
+                _mm256_maddubs_epi16(hi_abs, _mm256_sign_epi8(broadcast_i32(q + 4), hi));
+            isum[t][h] = _mm256_add_epi32(
+                isum[t][h],
+                _mm256_add_epi32(_mm256_madd_epi16(p0, ones), _mm256_madd_epi16(p1, ones)));
+          }
         }
       }
-      const __m256 scale = _mm256_mul_ps(d, load_i8x8(w[b].scales[j] + 8 * half));
-      for (int t = 0; t < NT; ++t) {
-        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[t]),
-                                 _mm256_mul_ps(scale, _mm256_set1_ps(a[t].d)), acc[t]);
+      for (int h = 0; h < H; ++h) {
+        const int r = 8 * (half + h);
+        const __m256 scale = _mm256_mul_ps(load_fp16x8(w[b].d + r), load_i8x8(w[b].scales[j] + r));
+        for (int t = 0; t < NT; ++t) {
+          acc[t][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[t][h]),
+                                      _mm256_mul_ps(scale, _mm256_set1_ps(a[t].d)), acc[t][h]);
+        }
       }
     }
   }
-  for (int t = 0; t < NT; ++t) _mm256_storeu_ps(y + t * y_stride + 8 * half, acc[t]);
+  for (int t = 0; t < NT; ++t)
+    for (int h = 0; h < H; ++h) _mm256_storeu_ps(y + t * y_stride + 8 * (half + h), acc[t][h]);
 }
 
 // Signed weights: maddubs takes |w| and the activation with w's sign; one maddubs can reach
 // 2 * 127 * 127, so each is widened to int32 at once.
-template <int NT>
-void q8_half_tile(const PackedQ8Block* w, int64_t blocks, int half, const ActQ8Block* act,
-                  int64_t act_stride, float* y, int64_t y_stride) {
+template <int NT, int H>
+void q8_tile(const PackedQ8Block* w, int64_t blocks, int half, const ActQ8Block* act,
+             int64_t act_stride, float* y, int64_t y_stride) {
   const __m256i ones = _mm256_set1_epi16(1);
-  __m256 acc[NT];
-  for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
+  __m256 acc[NT][H];
+  for (int t = 0; t < NT; ++t)
+    for (int h = 0; h < H; ++h) acc[t][h] = _mm256_setzero_ps();
   for (int64_t b = 0; b < blocks; ++b) {
-    __m256i isum[NT];
-    for (int t = 0; t < NT; ++t) isum[t] = _mm256_setzero_si256();
+    prefetch_ahead<H>(w + b, sizeof(PackedQ8Block));
+    __m256i isum[NT][H];
+    for (int t = 0; t < NT; ++t)
+      for (int h = 0; h < H; ++h) isum[t][h] = _mm256_setzero_si256();
     for (int c = 0; c < 8; ++c) {
-      const __m256i raw =
-          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[b].qs[c] + 32 * half));
-      const __m256i signed_w = _mm256_xor_si256(raw, _mm256_set1_epi8(-128));  // back to q
-      const __m256i magnitude = _mm256_abs_epi8(signed_w);
-      for (int t = 0; t < NT; ++t) {
-        const __m256i q =
-            _mm256_sign_epi8(broadcast_i32(act[b * act_stride + t].qs + 4 * c), signed_w);
-        isum[t] =
-            _mm256_add_epi32(isum[t], _mm256_madd_epi16(_mm256_maddubs_epi16(magnitude, q), ones));
+      for (int h = 0; h < H; ++h) {
+        const __m256i raw =
+            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[b].qs[c] + 32 * (half + h)));
+        const __m256i signed_w = _mm256_xor_si256(raw, _mm256_set1_epi8(-128));  // back to q
+        const __m256i magnitude = _mm256_abs_epi8(signed_w);
+        for (int t = 0; t < NT; ++t) {
+          const __m256i q =
+              _mm256_sign_epi8(broadcast_i32(act[b * act_stride + t].qs + 4 * c), signed_w);
+          isum[t][h] = _mm256_add_epi32(
+              isum[t][h], _mm256_madd_epi16(_mm256_maddubs_epi16(magnitude, q), ones));
+        }
       }
     }
-    const __m256 d = load_fp16x8(w[b].d + 8 * half);
-    for (int t = 0; t < NT; ++t) {
-      const __m256 scale = _mm256_mul_ps(d, _mm256_set1_ps(act[b * act_stride + t].d));
-      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[t]), scale, acc[t]);
+    for (int h = 0; h < H; ++h) {
+      const __m256 d = load_fp16x8(w[b].d + 8 * (half + h));
+      for (int t = 0; t < NT; ++t) {
+        const __m256 scale = _mm256_mul_ps(d, _mm256_set1_ps(act[b * act_stride + t].d));
+        acc[t][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[t][h]), scale, acc[t][h]);
+      }
     }
   }
-  for (int t = 0; t < NT; ++t) _mm256_storeu_ps(y + t * y_stride + 8 * half, acc[t]);
+  for (int t = 0; t < NT; ++t)
+    for (int h = 0; h < H; ++h) _mm256_storeu_ps(y + t * y_stride + 8 * (half + h), acc[t][h]);
 }
 
 // F16: one converted load gives 8 rows' weights for one input column; each token adds it times
 // that column's value. Few tokens get two accumulators each to shorten the FMA chains.
-template <int NT>
-void f16_half_tile(const PackedF16Block* w, int64_t blocks, int half, const float* x,
-                   int64_t x_stride, float* y, int64_t y_stride) {
-  constexpr int kAcc = NT < 4 ? 2 : 1;
-  __m256 acc[NT][kAcc];
+template <int NT, int H>
+void f16_tile(const PackedF16Block* w, int64_t blocks, int half, const float* x, int64_t x_stride,
+              float* y, int64_t y_stride) {
+  constexpr int kAcc = NT * H < 4 ? 2 : 1;
+  __m256 acc[NT][H][kAcc];
   for (int t = 0; t < NT; ++t)
-    for (int i = 0; i < kAcc; ++i) acc[t][i] = _mm256_setzero_ps();
+    for (int h = 0; h < H; ++h)
+      for (int i = 0; i < kAcc; ++i) acc[t][h][i] = _mm256_setzero_ps();
   for (int64_t b = 0; b < blocks; ++b) {
     for (int k = 0; k < kPackCols; ++k) {
-      const __m256 wk = load_fp16x8(w[b].w[k] + 8 * half);
-      for (int t = 0; t < NT; ++t) {
-        const __m256 xv = _mm256_broadcast_ss(x + t * x_stride + b * kPackCols + k);
-        acc[t][k % kAcc] = _mm256_fmadd_ps(wk, xv, acc[t][k % kAcc]);
+      for (int h = 0; h < H; ++h) {
+        const __m256 wk = load_fp16x8(w[b].w[k] + 8 * (half + h));
+        for (int t = 0; t < NT; ++t) {
+          const __m256 xv = _mm256_broadcast_ss(x + t * x_stride + b * kPackCols + k);
+          acc[t][h][k % kAcc] = _mm256_fmadd_ps(wk, xv, acc[t][h][k % kAcc]);
+        }
       }
     }
   }
   for (int t = 0; t < NT; ++t) {
-    __m256 sum = acc[t][0];
-    if constexpr (kAcc == 2) sum = _mm256_add_ps(sum, acc[t][1]);
-    _mm256_storeu_ps(y + t * y_stride + 8 * half, sum);
+    for (int h = 0; h < H; ++h) {
+      __m256 sum = acc[t][h][0];
+      if constexpr (kAcc == 2) sum = _mm256_add_ps(sum, acc[t][h][1]);
+      _mm256_storeu_ps(y + t * y_stride + 8 * (half + h), sum);
+    }
   }
 }
 
-// The driver's tiles go up to 8 tokens; AVX2 runs them as tiles of at most 4.
-template <int NT, typename Block, typename Act, typename HalfTile>
+// The driver's tiles go up to 8 tokens. One token takes all 16 rows in one pass (H = 2); more
+// take the two halves in turn, in tiles of at most 4 tokens.
+template <int NT, typename Block, typename Act, typename Kernel>
 void split_tile(const Block* w, int64_t blocks, const Act* act, int64_t act_stride, float* y,
-                int64_t y_stride, HalfTile half_tile) {
-  constexpr int kFirst = NT > 4 ? 4 : NT;
-  for (int half = 0; half < 2; ++half) {
-    half_tile.template operator()<kFirst>(w, blocks, half, act, act_stride, y, y_stride);
-    if constexpr (NT > 4) {
-      half_tile.template operator()<NT - 4>(w, blocks, half, tokens_on(act, 4, act_stride),
-                                            act_stride, y + 4 * y_stride, y_stride);
+                int64_t y_stride, Kernel kernel) {
+  if constexpr (NT == 1) {
+    kernel.template operator()<1, 2>(w, blocks, 0, act, act_stride, y, y_stride);
+  } else {
+    constexpr int kFirst = NT > 4 ? 4 : NT;
+    for (int half = 0; half < 2; ++half) {
+      kernel.template operator()<kFirst, 1>(w, blocks, half, act, act_stride, y, y_stride);
+      if constexpr (NT > 4) {
+        kernel.template operator()<NT - 4, 1>(w, blocks, half, tokens_on(act, 4, act_stride),
+                                              act_stride, y + 4 * y_stride, y_stride);
+      }
     }
   }
 }
@@ -345,7 +427,7 @@ struct Q4Tiles {
     static void run(const PackedQ4Block* w, int64_t blocks, const ActQ8Block* act,
                     int64_t act_stride, float* y, int64_t y_stride) {
       split_tile<NT>(w, blocks, act, act_stride, y, y_stride,
-                     []<int N>(auto... args) { q4_half_tile<N, offset_sum>(args...); });
+                     []<int N, int H>(auto... args) { q4_tile<N, H, offset_sum>(args...); });
     }
   };
 };
@@ -354,7 +436,7 @@ struct Q4KTile {
   static void run(const PackedQ4KBlock* w, int64_t blocks, const ActQ8Block* act,
                   int64_t act_stride, float* y, int64_t y_stride) {
     split_tile<NT>(w, blocks, act, act_stride, y, y_stride,
-                   []<int N>(auto... args) { q4k_half_tile<N>(args...); });
+                   []<int N, int H>(auto... args) { q4k_tile<N, H>(args...); });
   }
 };
 template <int NT>
@@ -362,7 +444,7 @@ struct Q5KTile {
   static void run(const PackedQ5KBlock* w, int64_t blocks, const ActQ8Block* act,
                   int64_t act_stride, float* y, int64_t y_stride) {
     split_tile<NT>(w, blocks, act, act_stride, y, y_stride,
-                   []<int N>(auto... args) { q5k_half_tile<N>(args...); });
+                   []<int N, int H>(auto... args) { q5k_tile<N, H>(args...); });
   }
 };
 template <int NT>
@@ -370,7 +452,7 @@ struct IQ4XSTile {
   static void run(const PackedIQ4XSBlock* w, int64_t blocks, const ActQ8Block* act,
                   int64_t act_stride, float* y, int64_t y_stride) {
     split_tile<NT>(w, blocks, act, act_stride, y, y_stride,
-                   []<int N>(auto... args) { iq4xs_half_tile<N>(args...); });
+                   []<int N, int H>(auto... args) { iq4xs_tile<N, H>(args...); });
   }
 };
 template <int NT>
@@ -378,7 +460,7 @@ struct Q6KTile {
   static void run(const PackedQ6KBlock* w, int64_t blocks, const ActQ8Block* act,
                   int64_t act_stride, float* y, int64_t y_stride) {
     split_tile<NT>(w, blocks, act, act_stride, y, y_stride,
-                   []<int N>(auto... args) { q6k_half_tile<N>(args...); });
+                   []<int N, int H>(auto... args) { q6k_tile<N, H>(args...); });
   }
 };
 template <int NT>
@@ -386,7 +468,7 @@ struct Q8Tile {
   static void run(const PackedQ8Block* w, int64_t blocks, const ActQ8Block* act, int64_t act_stride,
                   float* y, int64_t y_stride) {
     split_tile<NT>(w, blocks, act, act_stride, y, y_stride,
-                   []<int N>(auto... args) { q8_half_tile<N>(args...); });
+                   []<int N, int H>(auto... args) { q8_tile<N, H>(args...); });
   }
 };
 
@@ -395,7 +477,7 @@ struct F16Tile {
   static void run(const PackedF16Block* w, int64_t blocks, const float* x, int64_t x_stride,
                   float* y, int64_t y_stride) {
     split_tile<NT>(w, blocks, x, x_stride, y, y_stride,
-                   []<int N>(auto... args) { f16_half_tile<N>(args...); });
+                   []<int N, int H>(auto... args) { f16_tile<N, H>(args...); });
   }
 };
 
