@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 
 #include "tensor/dtype.h"
@@ -61,6 +62,12 @@ struct ActQ8Block {
   // sum(q) over columns 0..15 and 16..31 (Q6_K's sub-blocks are 16 wide); |each| <= 2032.
   int16_t half_sum[2];
   int32_t sum() const { return half_sum[0] + half_sum[1]; }
+  // Both half sums as one 32-bit word (half_sum[0] in the low 16 bits), for int16 pair kernels.
+  int32_t half_sum_pair() const {
+    int32_t v;
+    std::memcpy(&v, half_sum, sizeof(v));
+    return v;
+  }
   int8_t qs[kPackCols];
 };
 static_assert(sizeof(ActQ8Block) == 48);

@@ -213,16 +213,16 @@ inline __m256 load_i8x8(const int8_t* p) {
       _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
 }
 
-// Q6_K: 6-bit q = ql nibble | 2 bits of qh << 4. Two maddubs of q (<= 63) and an int8 sum to
-// at most 2 * 2 * 63 * 127 = 32004, inside int16, so each pair is widened at once; the 16-wide
-// sub-blocks (c = 0, 1 and c = 2, 3) keep their own sums for their own scales, and the -32
-// offset comes off in integers through the activation's half sums.
+// Q6_K: 6-bit q = ql nibble | 2 bits of qh << 4, w = d * scale * (q - 32) with an int8 scale
+// per 16 columns. Everything up to d stays in integers: two maddubs of q (<= 63) and an int8
+// sum to at most 2 * 2 * 63 * 127 = 32004, inside int16; a madd with the sub-block's scale
+// (both int16 of a row's pair hold it) widens and scales them at once; the -32 offset is one
+// madd of the row's two scales with the activation's two half sums. |sum| < 2^26 per row.
 template <int NT, int H>
 void q6k_tile(const PackedQ6KBlock* w, int64_t blocks, int half, const ActQ8Block* act,
               int64_t act_stride, float* y, int64_t y_stride) {
   const __m256i low_nibble = _mm256_set1_epi8(0x0F);
   const __m256i top_bits = _mm256_set1_epi8(0x30);
-  const __m256i ones = _mm256_set1_epi16(1);
   __m256 acc[NT][H];
   for (int t = 0; t < NT; ++t)
     for (int h = 0; h < H; ++h) acc[t][h] = _mm256_setzero_ps();
@@ -234,8 +234,16 @@ void q6k_tile(const PackedQ6KBlock* w, int64_t blocks, int half, const ActQ8Bloc
       const ActQ8Block* a = act + (b * kSubBlocks + j) * act_stride;
       for (int h = 0; h < H; ++h) {
         const int r = 8 * (half + h);
-        __m256i isum[NT][2];
-        for (int t = 0; t < NT; ++t) isum[t][0] = isum[t][1] = _mm256_setzero_si256();
+        const __m128i s0 =
+            _mm_loadl_epi64(reinterpret_cast<const __m128i*>(w[b].scales[2 * j] + r));
+        const __m128i s1 =
+            _mm_loadl_epi64(reinterpret_cast<const __m128i*>(w[b].scales[2 * j + 1] + r));
+        // Per row: [scale, scale] for each 16-column half, and [scale0, scale1] for the offset.
+        const __m256i scale16[2] = {_mm256_cvtepi8_epi16(_mm_unpacklo_epi8(s0, s0)),
+                                    _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(s1, s1))};
+        const __m256i scale_pair = _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(s0, s1));
+        __m256i isum[NT];
+        for (int t = 0; t < NT; ++t) isum[t] = _mm256_setzero_si256();
         for (int p = 0; p < 2; ++p) {
           const __m256i high =
               _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[b].qh[j][p] + 4 * r));
@@ -243,30 +251,30 @@ void q6k_tile(const PackedQ6KBlock* w, int64_t blocks, int half, const ActQ8Bloc
             const int c = 2 * p + e;
             const __m256i raw =
                 _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[b].ql[j][c] + 4 * r));
-            const __m256i top = e == 0 ? high : _mm256_srli_epi16(high, 4);
-            const __m256i lo =
-                _mm256_or_si256(_mm256_and_si256(raw, low_nibble),
-                                _mm256_and_si256(_mm256_slli_epi16(top, 4), top_bits));
+            // The top bits of ql's low nibble (bits 4e, 4e + 1 of high) and of its high nibble
+            // (bits 4e + 2, 4e + 3), each moved to bits 4 and 5.
+            const __m256i lo_top = e == 0 ? _mm256_slli_epi16(high, 4) : high;
+            const __m256i hi_top = e == 0 ? _mm256_slli_epi16(high, 2) : _mm256_srli_epi16(high, 2);
+            const __m256i lo = _mm256_or_si256(_mm256_and_si256(raw, low_nibble),
+                                               _mm256_and_si256(lo_top, top_bits));
             const __m256i hi =
                 _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(raw, 4), low_nibble),
-                                _mm256_and_si256(_mm256_slli_epi16(top, 2), top_bits));
+                                _mm256_and_si256(hi_top, top_bits));
             for (int t = 0; t < NT; ++t) {
               const int8_t* q = a[t].qs + 8 * c;
               const __m256i pair = _mm256_add_epi16(_mm256_maddubs_epi16(lo, broadcast_i32(q)),
                                                     _mm256_maddubs_epi16(hi, broadcast_i32(q + 4)));
-              isum[t][p] = _mm256_add_epi32(isum[t][p], _mm256_madd_epi16(pair, ones));
+              isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(pair, scale16[p]));
             }
           }
         }
         const __m256 d = load_fp16x8(w[b].d + r);
-        const __m256 scale0 = _mm256_mul_ps(d, load_i8x8(w[b].scales[2 * j] + r));
-        const __m256 scale1 = _mm256_mul_ps(d, load_i8x8(w[b].scales[2 * j + 1] + r));
         for (int t = 0; t < NT; ++t) {
-          const __m256i s0 = _mm256_sub_epi32(isum[t][0], _mm256_set1_epi32(32 * a[t].half_sum[0]));
-          const __m256i s1 = _mm256_sub_epi32(isum[t][1], _mm256_set1_epi32(32 * a[t].half_sum[1]));
-          const __m256 ad = _mm256_set1_ps(a[t].d);
-          acc[t][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s0), _mm256_mul_ps(scale0, ad), acc[t][h]);
-          acc[t][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s1), _mm256_mul_ps(scale1, ad), acc[t][h]);
+          const __m256i half_sums = _mm256_set1_epi32(a[t].half_sum_pair());
+          const __m256i offset = _mm256_slli_epi32(_mm256_madd_epi16(scale_pair, half_sums), 5);
+          const __m256 sum = _mm256_cvtepi32_ps(_mm256_sub_epi32(isum[t], offset));
+          const __m256 scale = _mm256_mul_ps(d, _mm256_set1_ps(a[t].d));
+          acc[t][h] = _mm256_fmadd_ps(sum, scale, acc[t][h]);
         }
       }
     }
@@ -402,18 +410,19 @@ void f16_tile(const PackedF16Block* w, int64_t blocks, int half, const float* x,
 
 // The driver's tiles go up to 8 tokens. One token takes all 16 rows in one pass (H = 2); more
 // take the two halves in turn, in tiles of at most 4 tokens.
-template <int NT, typename Block, typename Act, typename Kernel>
+template <int NT, int kPassTokens = 4, typename Block, typename Act, typename Kernel>
 void split_tile(const Block* w, int64_t blocks, const Act* act, int64_t act_stride, float* y,
                 int64_t y_stride, Kernel kernel) {
   if constexpr (NT == 1) {
     kernel.template operator()<1, 2>(w, blocks, 0, act, act_stride, y, y_stride);
   } else {
-    constexpr int kFirst = NT > 4 ? 4 : NT;
+    constexpr int kFirst = NT > kPassTokens ? kPassTokens : NT;
     for (int half = 0; half < 2; ++half) {
       kernel.template operator()<kFirst, 1>(w, blocks, half, act, act_stride, y, y_stride);
-      if constexpr (NT > 4) {
-        kernel.template operator()<NT - 4, 1>(w, blocks, half, tokens_on(act, 4, act_stride),
-                                              act_stride, y + 4 * y_stride, y_stride);
+      if constexpr (NT > kPassTokens) {
+        kernel.template operator()<NT - kPassTokens, 1>(
+            w, blocks, half, tokens_on(act, kPassTokens, act_stride), act_stride,
+            y + kPassTokens * y_stride, y_stride);
       }
     }
   }
