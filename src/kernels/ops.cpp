@@ -44,18 +44,27 @@ void scale_inplace(float* a, float s, int64_t n) {
   for (int64_t i = 0; i < n; ++i) a[i] *= s;
 }
 
-RopeTable::RopeTable(int64_t max_positions, int rot_dims, float freq_base, float freq_scale)
+RopeTable::RopeTable(int64_t max_positions, int rot_dims, float freq_base, float freq_scale,
+                     std::span<const float> freq_factors)
     : max_positions_(max_positions), rot_dims_(rot_dims) {
   if (rot_dims <= 0 || rot_dims % 2 != 0)
     fail("rope: dimension count {} must be even and positive", rot_dims);
   const int half = rot_dims / 2;
+  if (!freq_factors.empty() && std::ssize(freq_factors) != half)
+    fail("rope: {} frequency factors for {} rotated pairs", freq_factors.size(), half);
+  for (const float f : freq_factors) {
+    if (!(f > 0.0f) || !std::isfinite(f)) fail("rope: frequency factor {} is not positive", f);
+  }
   cos_.resize(static_cast<size_t>(max_positions * half));
   sin_.resize(cos_.size());
   const float theta_scale = std::pow(freq_base, -2.0f / static_cast<float>(rot_dims));
   for (int64_t p = 0; p < max_positions; ++p) {
     float theta = static_cast<float>(p);
     for (int i = 0; i < half; ++i) {
-      const float angle = freq_scale * theta;
+      // As ggml: the factor divides the unscaled angle, then the linear scale applies.
+      const float angle =
+          freq_scale *
+          (freq_factors.empty() ? theta : theta / freq_factors[static_cast<size_t>(i)]);
       cos_[static_cast<size_t>(p * half + i)] = std::cos(angle);
       sin_[static_cast<size_t>(p * half + i)] = std::sin(angle);
       theta *= theta_scale;

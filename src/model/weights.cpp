@@ -1,5 +1,10 @@
 #include "model/weights.h"
 
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <vector>
+
 #include "util/error.h"
 
 namespace inferd::model {
@@ -7,7 +12,23 @@ namespace inferd::model {
 const gguf::TensorInfo& WeightLoader::find(const std::string& name) const {
   const gguf::TensorInfo* t = file_.find_tensor(name);
   if (t == nullptr) fail("{}: tensor '{}' is missing", file_.name(), name);
+  used_.insert(name);
   return *t;
+}
+
+void WeightLoader::check_all_used() const {
+  std::vector<std::string> unused;
+  for (const gguf::TensorInfo& t : file_.tensors())
+    if (!used_.contains(t.name)) unused.push_back(t.name);
+  if (unused.empty()) return;
+  constexpr size_t kNamed = 8;
+  const size_t named = std::min(unused.size(), kNamed);
+  fail(
+      "{}: {} tensor(s) that inferd's '{}' model does not implement: {}{} (refusing to run "
+      "without them: the output would be wrong)",
+      file_.name(), unused.size(), file_.architecture(),
+      fmt::join(unused.begin(), unused.begin() + static_cast<std::ptrdiff_t>(named), ", "),
+      unused.size() > named ? ", ..." : "");
 }
 
 kernels::WeightMatrix WeightLoader::matrix(const std::string& name, int64_t rows,

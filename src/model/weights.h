@@ -1,10 +1,13 @@
 // Weight look-up by GGUF tensor name with shape checks. An absent tensor or a wrong shape is
-// an inferd::Error naming the tensor, the expected and the found shape.
+// an inferd::Error naming the tensor, the expected and the found shape. The loader remembers
+// which tensors an architecture took, so that one it does not implement (a bias, a frequency
+// table, a norm of a variant) stops the load instead of being silently ignored.
 #pragma once
 
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <unordered_set>
 
 #include "gguf/gguf.h"
 #include "kernels/matmul.h"
@@ -22,10 +25,17 @@ class WeightLoader {
   kernels::WeightMatrix matrix(const std::string& name, int64_t rows, int64_t cols) const;
   // An F32 vector of n values (norm weights).
   const float* vector(const std::string& name, int64_t n) const;
+  // The same for a tensor that a file may leave out (biases): nullptr when absent.
+  const float* optional_vector(const std::string& name, int64_t n) const {
+    return has(name) ? vector(name, n) : nullptr;
+  }
+  // Fails naming the file's tensors that no call above took: call once all are loaded.
+  void check_all_used() const;
 
  private:
   const gguf::TensorInfo& find(const std::string& name) const;
   const gguf::GgufFile& file_;
+  mutable std::unordered_set<std::string> used_;
   // The packed matrices of one model, together in huge pages (util/huge_pages.h).
   std::shared_ptr<HugePageArena> arena_;
 };

@@ -63,6 +63,17 @@ void expect_close(const std::vector<float>& a, const std::vector<float>& b, floa
   for (size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(a[i], b[i], tol) << "logit " << i;
 }
 
+// Loading `bytes` must fail with an error that contains `needle`.
+void expect_load_error(const std::vector<uint8_t>& bytes, const std::string& needle) {
+  auto file = gguf::GgufFile::parse(bytes);
+  try {
+    load_model(file, {});
+    ADD_FAILURE() << "loaded; expected an error naming " << needle;
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+  }
+}
+
 TEST(LlamaForward, ChunkedAndTokenByTokenMatchOneBatch) {
   auto bytes = testing::make_tiny_llama({});
   auto file = gguf::GgufFile::parse(bytes);
@@ -156,13 +167,7 @@ TEST(LlamaForward, MissingTensorIsNamed) {
       w.add_tensor(t.name, t.type, t.shape, {t.data, t.num_bytes});
   }
   auto broken = w.build();
-  auto broken_file = gguf::GgufFile::parse(broken);
-  try {
-    load_model(broken_file, {});
-    FAIL() << "loaded a model with a missing tensor";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("blk.1.ffn_up.weight"), std::string::npos) << e.what();
-  }
+  expect_load_error(broken, "blk.1.ffn_up.weight");
 }
 
 TEST(LlamaForward, WrongShapeAndUnknownArchitectureAreErrors) {
@@ -179,24 +184,110 @@ TEST(LlamaForward, WrongShapeAndUnknownArchitectureAreErrors) {
   }
   for (const auto& t : file.tensors()) w.add_tensor(t.name, t.type, t.shape, {t.data, t.num_bytes});
   auto wrong = w.build();
-  auto wrong_file = gguf::GgufFile::parse(wrong);
-  try {
-    load_model(wrong_file, {});
-    FAIL();
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("expected [64, 256]"), std::string::npos) << e.what();
-  }
+  expect_load_error(wrong, "expected [64, 256]");
   gguf::GgufWriter other;
   other.set_string("general.architecture", "mamba");
   auto other_bytes = other.build();
-  auto other_file = gguf::GgufFile::parse(other_bytes);
-  try {
-    load_model(other_file, {});
-    FAIL();
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("unknown architecture 'mamba'"), std::string::npos)
-        << e.what();
+  expect_load_error(other_bytes, "unknown architecture 'mamba'");
+}
+
+std::vector<float> logits_of(const testing::TinyLlamaSpec& spec,
+                             const std::vector<int32_t>& tokens) {
+  auto bytes = testing::make_tiny_llama(spec);
+  auto file = gguf::GgufFile::parse(bytes);
+  auto model = load_model(file, {});
+  Runner runner(*model, 16);
+  return runner.run(tokens, static_cast<int64_t>(tokens.size()));
+}
+
+// A tensor the architecture does not implement stops the load, named: ignoring it would give
+// wrong output without a word (a Llama 3 file's rope_freqs.weight once was).
+TEST(LlamaForward, UnknownTensorIsALoadErrorNamingIt) {
+  auto bytes = testing::make_tiny_llama({});
+  auto file = gguf::GgufFile::parse(bytes);
+  gguf::GgufWriter w;
+  for (const auto& [key, value] : file.metadata()) w.set(key, value);
+  for (const auto& t : file.tensors()) w.add_tensor(t.name, t.type, t.shape, {t.data, t.num_bytes});
+  w.add_tensor("blk.0.attn_q_norm.weight", DType::F32, {16}, std::vector<uint8_t>(64, 0));
+  auto extended = w.build();
+  expect_load_error(extended, "blk.0.attn_q_norm.weight");
+}
+
+// rope_freqs divides each pair's angle: factors of 1 change nothing, and factors of 2 on every
+// pair are the same rotation as linear scaling by 2 (both halve every angle exactly).
+TEST(LlamaForward, RopeFrequencyFactorsScaleTheAngles) {
+  const auto tokens = prompt(24, 3);
+  testing::TinyLlamaSpec plain;
+  const int pairs = plain.n_embd / plain.n_heads / 2;
+  testing::TinyLlamaSpec ones = plain, twos = plain, linear = plain, mixed = plain;
+  ones.rope_freqs.assign(static_cast<size_t>(pairs), 1.0f);
+  twos.rope_freqs.assign(static_cast<size_t>(pairs), 2.0f);
+  linear.linear_rope_factor = 2.0f;
+  for (int i = 0; i < pairs; ++i) mixed.rope_freqs.push_back(i < pairs / 2 ? 1.0f : 8.0f);
+  const auto base = logits_of(plain, tokens);
+  expect_close(logits_of(ones, tokens), base, 0.0f);
+  expect_close(logits_of(twos, tokens), logits_of(linear, tokens), 0.0f);
+  // Factors on the low-frequency pairs only (as Llama 3's) still change the output.
+  const auto scaled = logits_of(mixed, tokens);
+  float max_diff = 0;
+  for (size_t i = 0; i < base.size(); ++i)
+    max_diff = std::max(max_diff, std::fabs(scaled[i] - base[i]));
+  EXPECT_GT(max_diff, 1e-3f);
+  // A table of the wrong length is an error naming the tensor.
+  testing::TinyLlamaSpec short_table = plain;
+  short_table.rope_freqs.assign(static_cast<size_t>(pairs - 1), 1.0f);
+  auto bytes = testing::make_tiny_llama(short_table);
+  expect_load_error(bytes, "rope_freqs.weight");
+}
+
+// Attention biases: zero biases change nothing; a value bias b passes through the softmax
+// (whose weights sum to 1) and comes out as the output bias wo * b, so the two models agree.
+TEST(LlamaForward, AttentionBiasesAreApplied) {
+  const auto tokens = prompt(12, 5);
+  testing::TinyLlamaSpec plain;
+  plain.matrix_type = DType::F32;
+  const int q_dim = plain.n_embd, kv_dim = plain.n_kv_heads * (plain.n_embd / plain.n_heads);
+  testing::TinyLlamaSpec zeros = plain;
+  zeros.bias_q.assign(static_cast<size_t>(q_dim), 0.0f);
+  zeros.bias_k.assign(static_cast<size_t>(kv_dim), 0.0f);
+  zeros.bias_v.assign(static_cast<size_t>(kv_dim), 0.0f);
+  zeros.bias_o.assign(static_cast<size_t>(plain.n_embd), 0.0f);
+  const auto base = logits_of(plain, tokens);
+  expect_close(logits_of(zeros, tokens), base, 0.0f);
+
+  testing::TinyLlamaSpec with_v = plain, with_o = plain;
+  with_v.bias_v = testing::random_floats(kv_dim, 9, 0.5f);
+  // wo of every layer is random per layer, so the equivalent output bias differs per layer;
+  // with one shared bias vector per spec, compare on a one-layer model.
+  with_v.n_layers = with_o.n_layers = 1;
+  auto bytes = testing::make_tiny_llama(with_v);
+  auto file = gguf::GgufFile::parse(bytes);
+  const gguf::TensorInfo* wo = file.find_tensor("blk.0.attn_output.weight");
+  ASSERT_NE(wo, nullptr);
+  const auto* wo_rows = reinterpret_cast<const float*>(wo->data);  // [n_embd, q_dim], F32
+  const int group = plain.n_heads / plain.n_kv_heads, head_dim = plain.n_embd / plain.n_heads;
+  with_o.bias_o.assign(static_cast<size_t>(plain.n_embd), 0.0f);
+  for (int r = 0; r < plain.n_embd; ++r) {
+    double sum = 0;
+    for (int i = 0; i < q_dim; ++i) {  // query head h reads kv head h / group
+      const int kv_index = (i / head_dim) / group * head_dim + i % head_dim;
+      sum += double(wo_rows[static_cast<size_t>(r) * q_dim + i]) *
+             with_v.bias_v[static_cast<size_t>(kv_index)];
+    }
+    with_o.bias_o[static_cast<size_t>(r)] = static_cast<float>(sum);
   }
+  const auto via_v = logits_of(with_v, tokens), via_o = logits_of(with_o, tokens);
+  testing::TinyLlamaSpec one_layer = plain;
+  one_layer.n_layers = 1;
+  const auto unbiased = logits_of(one_layer, tokens);
+  float moved = 0;
+  for (size_t i = 0; i < via_v.size(); ++i)
+    moved = std::max(moved, std::fabs(via_v[i] - unbiased[i]));
+  // The two differ only by rounding: v + b is stored in the F16 cache, wo * b is not.
+  float apart = 0;
+  for (size_t i = 0; i < via_v.size(); ++i) apart = std::max(apart, std::fabs(via_v[i] - via_o[i]));
+  EXPECT_GT(moved, 0.1f);
+  EXPECT_LT(apart, moved / 50) << "moved " << moved;
 }
 
 // A model whose matrices and token embedding are in one of the formats of downloaded files

@@ -18,6 +18,12 @@ struct TinyLlamaSpec {
   DType matrix_type = DType::F32;  // F32, F16, Q8_0, Q4_0 or Q4_1
   bool tied_output = true;
   uint32_t seed = 1;
+  // Llama 3.x rope scaling: per-pair frequency divisors as `rope_freqs.weight` (none if empty).
+  std::vector<float> rope_freqs;
+  float linear_rope_factor = 0;  // > 0: `rope.scaling.type` linear with this factor
+  // Attention biases per layer (`attn_{q,k,v,output}.bias`), each absent if empty; the same
+  // vector serves every layer.
+  std::vector<float> bias_q, bias_k, bias_v, bias_o;
 };
 
 inline std::vector<uint8_t> encode_rows(DType type, const std::vector<float>& values) {
@@ -63,6 +69,10 @@ inline std::vector<uint8_t> make_tiny_llama(const TinyLlamaSpec& s) {
   w.set_f32("llama.rope.freq_base", 10000.0f);
   w.set_f32("llama.attention.layer_norm_rms_epsilon", 1e-5f);
   w.set_u32("llama.vocab_size", s.n_vocab);
+  if (s.linear_rope_factor > 0) {
+    w.set_string("llama.rope.scaling.type", "linear");
+    w.set_f32("llama.rope.scaling.factor", s.linear_rope_factor);
+  }
   const int head_dim = s.n_embd / s.n_heads;
   const auto E = static_cast<size_t>(s.n_embd), F = static_cast<size_t>(s.n_ff);
   const size_t Q = static_cast<size_t>(s.n_heads * head_dim),
@@ -90,6 +100,18 @@ inline std::vector<uint8_t> make_tiny_llama(const TinyLlamaSpec& s) {
     matrix(p + "ffn_gate.weight", F, E, 0.2f);
     matrix(p + "ffn_up.weight", F, E, 0.2f);
     matrix(p + "ffn_down.weight", E, F, 0.2f);
+  }
+  // After the random tensors, so that the same seed gives the same weights with or without.
+  auto vector = [&](const std::string& name, const std::vector<float>& v) {
+    if (!v.empty()) w.add_tensor(name, DType::F32, {v.size()}, encode_rows(DType::F32, v));
+  };
+  vector("rope_freqs.weight", s.rope_freqs);
+  for (int l = 0; l < s.n_layers; ++l) {
+    const std::string p = "blk." + std::to_string(l) + ".";
+    vector(p + "attn_q.bias", s.bias_q);
+    vector(p + "attn_k.bias", s.bias_k);
+    vector(p + "attn_v.bias", s.bias_v);
+    vector(p + "attn_output.bias", s.bias_o);
   }
   return w.build();
 }

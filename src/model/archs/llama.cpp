@@ -29,6 +29,11 @@ struct LlamaLayer {
   WeightMatrix w_gate;     // [n_ff, n_embd]
   WeightMatrix w_up;       // [n_ff, n_embd]
   WeightMatrix w_down;     // [n_embd, n_ff]
+  // Optional biases (Qwen-style files under the llama name); nullptr when the file has none.
+  const float* bq = nullptr;  // [n_heads * head_dim]
+  const float* bk = nullptr;  // [n_kv_heads * head_dim]
+  const float* bv = nullptr;  // [n_kv_heads * head_dim]
+  const float* bo = nullptr;  // [n_embd]
 };
 
 // Work buffers for up to max_tokens tokens, allocated once, in huge pages (util/huge_pages.h).
@@ -62,18 +67,29 @@ class Llama final : public Model {
     output_ = w.has("output.weight") ? w.matrix("output.weight", c.n_vocab, c.n_embd) : token_embd_;
     for (int i = 0; i < c.n_layers; ++i) {
       const std::string p = "blk." + std::to_string(i) + ".";
-      layers_.push_back({w.vector(p + "attn_norm.weight", c.n_embd),
-                         w.matrix(p + "attn_q.weight", q_dim, c.n_embd),
-                         w.matrix(p + "attn_k.weight", kv_dim, c.n_embd),
-                         w.matrix(p + "attn_v.weight", kv_dim, c.n_embd),
-                         w.matrix(p + "attn_output.weight", c.n_embd, q_dim),
-                         w.vector(p + "ffn_norm.weight", c.n_embd),
-                         w.matrix(p + "ffn_gate.weight", c.n_ff, c.n_embd),
-                         w.matrix(p + "ffn_up.weight", c.n_ff, c.n_embd),
-                         w.matrix(p + "ffn_down.weight", c.n_embd, c.n_ff)});
+      LlamaLayer& layer = layers_.emplace_back();
+      layer.attn_norm = w.vector(p + "attn_norm.weight", c.n_embd);
+      layer.wq = w.matrix(p + "attn_q.weight", q_dim, c.n_embd);
+      layer.wk = w.matrix(p + "attn_k.weight", kv_dim, c.n_embd);
+      layer.wv = w.matrix(p + "attn_v.weight", kv_dim, c.n_embd);
+      layer.wo = w.matrix(p + "attn_output.weight", c.n_embd, q_dim);
+      layer.ffn_norm = w.vector(p + "ffn_norm.weight", c.n_embd);
+      layer.w_gate = w.matrix(p + "ffn_gate.weight", c.n_ff, c.n_embd);
+      layer.w_up = w.matrix(p + "ffn_up.weight", c.n_ff, c.n_embd);
+      layer.w_down = w.matrix(p + "ffn_down.weight", c.n_embd, c.n_ff);
+      layer.bq = w.optional_vector(p + "attn_q.bias", q_dim);
+      layer.bk = w.optional_vector(p + "attn_k.bias", kv_dim);
+      layer.bv = w.optional_vector(p + "attn_v.bias", kv_dim);
+      layer.bo = w.optional_vector(p + "attn_output.bias", c.n_embd);
     }
+    // Llama 3.1+ files carry their rope scaling as per-pair frequency divisors.
+    const float* freq_factors = w.optional_vector("rope_freqs.weight", c.rope_dims / 2);
+    w.check_all_used();
     const int64_t max_context = options.max_context > 0 ? options.max_context : c.context_length;
-    rope_ = kernels::RopeTable(max_context, c.rope_dims, c.rope_freq_base, c.rope_freq_scale);
+    rope_ = kernels::RopeTable(max_context, c.rope_dims, c.rope_freq_base, c.rope_freq_scale,
+                               freq_factors
+                                   ? std::span<const float>(freq_factors, size_t(c.rope_dims / 2))
+                                   : std::span<const float>());
     allocate_workspace();
   }
 
@@ -158,6 +174,9 @@ class Llama final : public Model {
     kernels::matmul_many(qkv, ws.h.data(), T, ws.scratch, pool, kernels::active_kernels(),
                          batch.bf16_rows_begin);
     per_token(pool, T, [&](int64_t t) {  // every token writes its own KV slot
+      if (layer.bq) kernels::add_inplace(&ws.q[t * q_dim], layer.bq, q_dim);
+      if (layer.bk) kernels::add_inplace(&ws.k[t * kv_dim], layer.bk, kv_dim);
+      if (layer.bv) kernels::add_inplace(&ws.v[t * kv_dim], layer.bv, kv_dim);
       const int32_t pos = batch.positions[static_cast<size_t>(t)];
       rope_.apply_normal(&ws.q[t * q_dim], c.n_heads, c.head_dim, pos);
       rope_.apply_normal(&ws.k[t * kv_dim], c.n_kv_heads, c.head_dim, pos);
@@ -168,6 +187,11 @@ class Llama final : public Model {
     attend_all(batch, cache, l, shape, pool);
     kernels::matmul(layer.wo, ws.attn.data(), T, ws.proj.data(), ws.scratch, pool,  // [T, n_embd]
                     kernels::active_kernels(), batch.bf16_rows_begin);
+    if (layer.bo) {
+      per_token(pool, T, [&](int64_t t) {
+        kernels::add_inplace(&ws.proj[t * c.n_embd], layer.bo, c.n_embd);
+      });
+    }
   }
 
   // Attention of every sequence in the batch, split into tiles (kv head x a few tokens) that run
