@@ -92,8 +92,8 @@ void attend_tile(const AttentionTile& tile, const kv::KvCache& cache, int layer,
   alignas(64) float acc[kMaxRows * kMaxHeadDim];    // [rows, head_dim]
   alignas(64) float scores[kMaxRows * kChunkKeys];  // [rows, chunk_keys]
   RowState state[kMaxRows];
-  int32_t last_key[kMaxRows];
-  int32_t max_position = 0;
+  int32_t first_key[kMaxRows], last_key[kMaxRows];  // the keys row r sees: [first, last]
+  int32_t max_position = 0, min_first_key = std::numeric_limits<int32_t>::max();
   for (int t = 0; t < tile.n_tokens; ++t) {
     for (int g = 0; g < group; ++g) {
       const int r = t * group + g;
@@ -101,6 +101,8 @@ void attend_tile(const AttentionTile& tile, const kv::KvCache& cache, int layer,
       std::copy(src, src + head_dim, q + r * head_dim);
       if (cache.key_type() == DType::F16) k.round_to_fp16(q + r * head_dim, head_dim);
       last_key[r] = tile.positions[t];
+      first_key[r] = shape.window > 0 ? std::max(0, tile.positions[t] - shape.window + 1) : 0;
+      min_first_key = std::min(min_first_key, first_key[r]);
     }
     max_position = std::max(max_position, tile.positions[t]);
   }
@@ -111,8 +113,12 @@ void attend_tile(const AttentionTile& tile, const kv::KvCache& cache, int layer,
   const int64_t n_keys = int64_t{max_position} + 1;
   const bool q8_keys = cache.key_type() == DType::Q8_0,
              q8_values = cache.value_type() == DType::Q8_0;
-  NextTilePrefetcher prefetcher(next, cache, layer, (n_keys + block_size - 1) / block_size);
-  for (int64_t start = 0; start < n_keys; start += chunk_keys) {
+  // Blocks wholly before every row's window are never read (a sliding layer's old blocks may
+  // already be gone from the table).
+  const int64_t first_start = int64_t{min_first_key} / block_size * block_size;
+  NextTilePrefetcher prefetcher(next, cache, layer,
+                                (n_keys - first_start + block_size - 1) / block_size);
+  for (int64_t start = first_start; start < n_keys; start += chunk_keys) {
     const int64_t first_block = start / block_size;
     const int count = static_cast<int>(std::min<int64_t>(chunk_keys, n_keys - start));
     const int n_blocks = (count + block_size - 1) / block_size;
@@ -134,13 +140,23 @@ void attend_tile(const AttentionTile& tile, const kv::KvCache& cache, int layer,
     }
     for (int r = 0; r < rows; ++r) {
       float* s = scores + r * chunk_keys;
-      // Keys past this row's position (causal mask) or past the chunk's end take no weight.
-      const int valid = static_cast<int>(std::clamp<int64_t>(last_key[r] + 1 - start, 0, count));
-      const float chunk_max = k.scale_max(s, valid, shape.scale, state[r].max);
-      std::fill(s + valid, s + count, 0.0f);
-      if (valid == 0) continue;
+      // Keys [lo, hi) of the chunk are this row's; those before its window, past its position
+      // (causal mask) or past the chunk's end take no weight.
+      const int lo = static_cast<int>(std::clamp<int64_t>(first_key[r] - start, 0, count));
+      const int hi =
+          std::max(lo, static_cast<int>(std::clamp<int64_t>(last_key[r] + 1 - start, 0, count)));
+      float scale = shape.scale;
+      if (shape.softcap > 0) {
+        for (int j = lo; j < hi; ++j)
+          s[j] = shape.softcap * std::tanh(s[j] * scale / shape.softcap);
+        scale = 1.0f;
+      }
+      const float chunk_max = k.scale_max(s + lo, hi - lo, scale, state[r].max);
+      std::fill(s, s + lo, 0.0f);
+      std::fill(s + hi, s + count, 0.0f);
+      if (hi == lo) continue;
       const float correction = std::exp(state[r].max - chunk_max);
-      state[r].sum = state[r].sum * correction + k.exp_sum(s, valid, chunk_max);
+      state[r].sum = state[r].sum * correction + k.exp_sum(s + lo, hi - lo, chunk_max);
       if (correction != 1.0f) {
         for (int d = 0; d < head_dim; ++d) acc[r * head_dim + d] *= correction;
       }

@@ -17,13 +17,17 @@ struct AttentionShape {
   int n_kv_heads = 0;  // query head h reads kv head h / (n_heads / n_kv_heads) (GQA)
   int head_dim = 0;
   float scale = 0;  // usually 1 / sqrt(head_dim)
+  // Sliding window: a query at position p sees keys p - window + 1 .. p only; 0: all keys.
+  int window = 0;
+  // Soft-capped scores (Gemma 2): softcap * tanh(scale * q.k / softcap); 0: plain scale * q.k.
+  float softcap = 0;
 };
 
 // One unit of attention work: the query heads of one kv head, for up to
 // attention_tile_tokens(shape) consecutive tokens of one sequence.
 struct AttentionTile {
   const float* q;            // [n_tokens, n_heads * head_dim], the tile's first token
-  const int32_t* positions;  // [n_tokens] each token attends to keys [0, position]
+  const int32_t* positions;  // [n_tokens] each token attends to keys [0, position] (or its window)
   int n_tokens;
   int kv_head;
   float* out;  // [n_tokens, n_heads * head_dim]

@@ -38,6 +38,11 @@ ModelConfig ModelConfig::from_gguf(const gguf::GgufFile& file) {
     }
     c.head_dim = c.n_embd / c.n_heads;
   }
+  if (file.has(a + "attention.value_length") &&
+      positive_int(file, a + "attention.value_length") != c.head_dim) {
+    fail("{}: value head size {} differs from the key head size {}: not supported", file.name(),
+         file.require_int(a + "attention.value_length"), c.head_dim);
+  }
   c.rope_dims = file.has(a + "rope.dimension_count")
                     ? positive_int(file, a + "rope.dimension_count")
                     : c.head_dim;

@@ -13,7 +13,8 @@ struct Entry {
   Factory make;
 };
 constexpr Entry kArchitectures[] = {
-    {"llama", make_llama},
+    {"llama", make_llama},   {"qwen2", make_qwen2},   {"qwen3", make_qwen3},
+    {"gemma2", make_gemma2}, {"gemma3", make_gemma3},
 };
 
 }  // namespace

@@ -17,5 +17,9 @@ std::vector<std::string> known_architectures();
 
 // Constructors of each architecture (archs/<arch>.cpp).
 std::unique_ptr<Model> make_llama(const gguf::GgufFile& file, const ModelOptions& options);
+std::unique_ptr<Model> make_qwen2(const gguf::GgufFile& file, const ModelOptions& options);
+std::unique_ptr<Model> make_qwen3(const gguf::GgufFile& file, const ModelOptions& options);
+std::unique_ptr<Model> make_gemma2(const gguf::GgufFile& file, const ModelOptions& options);
+std::unique_ptr<Model> make_gemma3(const gguf::GgufFile& file, const ModelOptions& options);
 
 }  // namespace inferd::model

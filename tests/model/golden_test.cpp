@@ -3,6 +3,7 @@
 // positions, and perplexity of a public-domain text.
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <numeric>
@@ -14,6 +15,7 @@
 #include "model/registry.h"
 #include "model_fixture.h"
 #include "tokenizer/tokenizer.h"
+#include "util/paths.h"
 
 namespace inferd::testing {
 namespace {
@@ -68,7 +70,32 @@ std::vector<std::vector<float>> logprobs_along(model::Model& model,
   return out;
 }
 
-class GoldenTest : public ModelTest {};
+// The models with golden data: files NAME.json / NAME-fa-on.json in tests/golden/generation and
+// NAME.json in tests/golden/perplexity, made by the make-golden scripts there from this file.
+struct GoldenModel {
+  const char* name;
+  std::string (*path)();
+};
+const GoldenModel kGoldenModels[] = {
+    {"smollm2", [] { return model_path(); }},  // the default model (Llama, Q4_1)
+    {"gemma3", [] { return cache_dir() + "/models/gemma-3-270m-q4_k_m.gguf"; }},  // Q4_K_M mix
+};
+
+class GoldenTest : public ::testing::TestWithParam<GoldenModel> {
+ protected:
+  void SetUp() override {
+    const std::string path = GetParam().path();
+    if (!std::filesystem::exists(path))
+      GTEST_SKIP() << "model not found at " << path << " (run scripts/fetch-model)";
+    file_holder_ = std::make_unique<gguf::GgufFile>(gguf::GgufFile::open(path));
+    file_ = file_holder_.get();
+  }
+  nlohmann::json generation_golden(const char* suffix) const {
+    return load_json(std::string("tests/golden/generation/") + GetParam().name + suffix);
+  }
+  std::unique_ptr<gguf::GgufFile> file_holder_;
+  const gguf::GgufFile* file_ = nullptr;
+};
 
 // How many of llama.cpp's greedy continuations stay identical when only its attention kernel
 // changes (flash attention on vs off): the agreement two correct float implementations reach.
@@ -87,11 +114,12 @@ std::vector<float> llama_self_noise(const nlohmann::json& a, const nlohmann::jso
 // log-probabilities of the two candidates closer than the largest log-probability difference
 // llama.cpp shows against itself), and we must agree with llama.cpp at least half as often as
 // llama.cpp agrees with itself (the count moves by several with any change of float order).
-TEST_F(GoldenTest, GreedyContinuationsMatchLlamaCpp) {
-  const nlohmann::json golden = load_json("tests/golden/generation/smollm2.json");
-  const nlohmann::json golden_fa = load_json("tests/golden/generation/smollm2-fa-on.json");
-  ASSERT_FALSE(golden.is_null()) << "missing tests/golden/generation/smollm2.json";
-  ASSERT_FALSE(golden_fa.is_null()) << "missing tests/golden/generation/smollm2-fa-on.json";
+TEST_P(GoldenTest, GreedyContinuationsMatchLlamaCpp) {
+  const nlohmann::json golden = generation_golden(".json");
+  const nlohmann::json golden_fa = generation_golden("-fa-on.json");
+  ASSERT_FALSE(golden.is_null()) << "missing golden data for " << GetParam().name;
+  ASSERT_FALSE(golden_fa.is_null())
+      << "missing flash-attention golden data for " << GetParam().name;
   const std::vector<float> self_noise = llama_self_noise(golden, golden_fa);
   const float near_tie = *std::max_element(self_noise.begin(), self_noise.end());
   engine::EngineConfig config;
@@ -188,9 +216,9 @@ std::vector<float> llama_self_noise(const nlohmann::json& a, const nlohmann::jso
 // exactly that spread, and so do our reference and AVX2 kernels against each other. We must
 // stay within 1.25x of llama.cpp's own mean difference and 1.5x of its largest; a wrong
 // kernel, mask or rotation gives errors of whole nats.
-TEST_F(GoldenTest, TopLogprobsMatchLlamaCpp) {
-  const nlohmann::json golden = load_json("tests/golden/generation/smollm2.json");
-  const nlohmann::json golden_fa = load_json("tests/golden/generation/smollm2-fa-on.json");
+TEST_P(GoldenTest, TopLogprobsMatchLlamaCpp) {
+  const nlohmann::json golden = generation_golden(".json");
+  const nlohmann::json golden_fa = generation_golden("-fa-on.json");
   ASSERT_FALSE(golden.is_null());
   ASSERT_FALSE(golden_fa.is_null());
   auto model = model::load_model(*file_, {2048, 2048});
@@ -226,9 +254,10 @@ TEST_F(GoldenTest, TopLogprobsMatchLlamaCpp) {
 
 // Perplexity as llama-perplexity defines it, on the first chunks of the text (the whole text
 // is in docs/BENCHMARKS.md); within 1% of llama.cpp's running value at the same chunk.
-TEST_F(GoldenTest, PerplexityWithinOnePercent) {
-  const nlohmann::json golden = load_json("tests/golden/perplexity/smollm2.json");
-  ASSERT_FALSE(golden.is_null()) << "missing tests/golden/perplexity/smollm2.json";
+TEST_P(GoldenTest, PerplexityWithinOnePercent) {
+  const nlohmann::json golden =
+      load_json(std::string("tests/golden/perplexity/") + GetParam().name + ".json");
+  ASSERT_FALSE(golden.is_null()) << "missing perplexity golden data for " << GetParam().name;
   std::ifstream in(source_dir() + "/tests/golden/perplexity/genesis-kjv.txt");
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   auto tok = tokenizer::Tokenizer::from_gguf(*file_);
@@ -238,6 +267,7 @@ TEST_F(GoldenTest, PerplexityWithinOnePercent) {
     options.n_ctx = run["n_ctx"];
     options.n_batch = options.n_ctx;
     options.max_chunks = options.n_ctx >= 512 ? 6 : 16;
+    options.bos_id = tok->vocab().add_bos() ? tok->vocab().special().bos : -1;
     auto model = model::load_model(*file_, {options.n_ctx, options.n_ctx});
     ThreadPool pool(2);
     auto result = engine::perplexity(*model, pool, tokens, options);
@@ -248,6 +278,9 @@ TEST_F(GoldenTest, PerplexityWithinOnePercent) {
     EXPECT_NEAR(result.ppl / theirs, 1.0, 0.01);
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Models, GoldenTest, ::testing::ValuesIn(kGoldenModels),
+                         [](const auto& info) { return std::string(info.param.name); });
 
 }  // namespace
 }  // namespace inferd::testing

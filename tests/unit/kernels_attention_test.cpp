@@ -206,11 +206,12 @@ TEST(AttentionKernels, RoundToFp16MatchesReference) {
   }
 }
 
-// Plain causal softmax attention over q, k, v (rounded to f16 first when round_f16), in double.
+// Plain causal softmax attention over q, k, v (rounded to f16 first when round_f16), in double;
+// with a window, only keys pos - window + 1 .. pos; with a softcap, scores c * tanh(s / c).
 std::vector<double> naive_attention(const std::vector<float>& q, const std::vector<float>& k,
                                     const std::vector<float>& v, int64_t pos, int n_heads,
                                     int n_kv_heads, int head_dim, float scale,
-                                    bool round_f16 = true) {
+                                    bool round_f16 = true, int window = 0, float softcap = 0) {
   auto r16 = [round_f16](float x) {
     return round_f16 ? double(fp16_to_fp32(fp32_to_fp16(x))) : double(x);
   };
@@ -218,17 +219,18 @@ std::vector<double> naive_attention(const std::vector<float>& q, const std::vect
   std::vector<double> out(static_cast<size_t>(n_heads * head_dim), 0.0);
   for (int h = 0; h < n_heads; ++h) {
     const int kvh = h / group;
-    std::vector<double> w(static_cast<size_t>(pos + 1));
+    const int64_t first = window > 0 ? std::max<int64_t>(0, pos - window + 1) : 0;
+    std::vector<double> w(static_cast<size_t>(pos + 1), 0.0);
     double max = -1e300, sum = 0;
-    for (int64_t j = 0; j <= pos; ++j) {
+    for (int64_t j = first; j <= pos; ++j) {
       double s = 0;
       for (int d = 0; d < head_dim; ++d)
         s += r16(q[h * head_dim + d]) * r16(k[j * kv_dim + kvh * head_dim + d]);
-      w[j] = s * scale;
+      w[j] = softcap > 0 ? softcap * std::tanh(s * scale / softcap) : s * scale;
       max = std::max(max, w[j]);
     }
-    for (double& x : w) sum += (x = std::exp(x - max));
-    for (int64_t j = 0; j <= pos; ++j)
+    for (int64_t j = first; j <= pos; ++j) sum += (w[j] = std::exp(w[j] - max));
+    for (int64_t j = first; j <= pos; ++j)
       for (int d = 0; d < head_dim; ++d)
         out[h * head_dim + d] += w[j] / sum * r16(v[j * kv_dim + kvh * head_dim + d]);
   }
@@ -288,6 +290,59 @@ TEST(Attention, TilesMatchPlainSoftmaxAttention) {
                       want[static_cast<size_t>(t)][static_cast<size_t>(i)], 2e-5)
               << table->isa << " heads " << n_heads << "/" << n_kv_heads << " block_size "
               << block_size << " token " << t << " value " << i;
+      }
+    }
+  }
+}
+
+// Sliding windows (Gemma's mask: key j hidden from query p when p - j >= window) and
+// soft-capped scores, on every ISA, against the plain computation. The blocks wholly before a
+// tile's window are marked -1 in the table it gets: attend_tile must not touch them (a sliding
+// layer's old blocks may already be reused).
+TEST(Attention, SlidingWindowAndSoftcapMatchPlainAttention) {
+  const int head_dim = 32, n_heads = 4, n_kv_heads = 2, block_size = 8, n_tokens = 90;
+  const int n_blocks = (n_tokens + block_size - 1) / block_size;
+  kv::KvCacheConfig config{1, n_kv_heads, head_dim, block_size, n_blocks, DType::F16};
+  kv::KvCache cache(config);
+  std::vector<int32_t> block_table;
+  for (int b = 0; b < n_blocks; ++b) block_table.push_back(b);
+  const int kv_dim = n_kv_heads * head_dim, q_dim = n_heads * head_dim;
+  auto k = random_floats(int64_t{n_tokens} * kv_dim, 20);
+  auto v = random_floats(int64_t{n_tokens} * kv_dim, 21);
+  auto q = random_floats(int64_t{n_tokens} * q_dim, 22, 2.0f);
+  for (int t = 0; t < n_tokens; ++t)
+    cache.write(0, t, &k[static_cast<size_t>(t * kv_dim)], &v[static_cast<size_t>(t * kv_dim)]);
+  std::vector<int32_t> positions(n_tokens);
+  for (int t = 0; t < n_tokens; ++t) positions[static_cast<size_t>(t)] = t;
+  for (const auto& [window, softcap] :
+       {std::pair{1, 0.0f}, std::pair{13, 0.0f}, std::pair{40, 0.0f}, std::pair{0, 3.0f},
+        std::pair{21, 3.0f}}) {
+    const AttentionShape shape{n_heads, n_kv_heads, head_dim, 1.0f / std::sqrt(float(head_dim)),
+                               window,  softcap};
+    for (const KernelTable* table : available_kernels()) {
+      std::vector<float> out(static_cast<size_t>(n_tokens * q_dim));
+      const int tile_tokens = attention_tile_tokens(shape);
+      for (int t0 = 0; t0 < n_tokens; t0 += tile_tokens) {
+        std::vector<int32_t> visible = block_table;
+        if (window > 0) {
+          const int first_key = std::max(0, t0 - window + 1);
+          for (int b = 0; (b + 1) * block_size <= first_key; ++b)
+            visible[static_cast<size_t>(b)] = -1;
+        }
+        for (int h = 0; h < n_kv_heads; ++h) {
+          const AttentionTile tile{
+              &q[static_cast<size_t>(t0 * q_dim)], &positions[static_cast<size_t>(t0)],
+              std::min(tile_tokens, n_tokens - t0), h, &out[static_cast<size_t>(t0 * q_dim)]};
+          attend_tile(tile, cache, 0, visible, shape, nullptr, *table);
+        }
+      }
+      for (int t = 0; t < n_tokens; ++t) {
+        std::vector<float> qt(q.begin() + t * q_dim, q.begin() + (t + 1) * q_dim);
+        const auto want = naive_attention(qt, k, v, t, n_heads, n_kv_heads, head_dim, shape.scale,
+                                          true, window, softcap);
+        for (int i = 0; i < q_dim; ++i)
+          ASSERT_NEAR(out[static_cast<size_t>(t * q_dim + i)], want[static_cast<size_t>(i)], 2e-5)
+              << table->isa << " window " << window << " softcap " << softcap << " token " << t;
       }
     }
   }

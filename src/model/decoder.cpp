@@ -1,0 +1,406 @@
+// The shared decoder (model/decoder.h): RMSNorm, RoPE, grouped-query attention over the paged
+// KV cache, gated feed-forward, optional tied output embedding, and the variations an ArchSpec
+// switches on.
+#include "model/decoder.h"
+
+#include <algorithm>
+#include <cmath>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "kernels/attention.h"
+#include "kernels/matmul.h"
+#include "kernels/ops.h"
+#include "model/weights.h"
+#include "util/error.h"
+#include "util/huge_pages.h"
+
+namespace inferd::model {
+namespace {
+
+using kernels::WeightMatrix;
+
+struct DecoderLayer {
+  const float* attn_norm;  // [n_embd]
+  WeightMatrix wq;         // [n_heads * head_dim, n_embd]
+  WeightMatrix wk;         // [n_kv_heads * head_dim, n_embd]
+  WeightMatrix wv;         // [n_kv_heads * head_dim, n_embd]
+  WeightMatrix wo;         // [n_embd, n_heads * head_dim]
+  const float* ffn_norm;   // [n_embd]
+  WeightMatrix w_gate;     // [n_ff, n_embd]
+  WeightMatrix w_up;       // [n_ff, n_embd]
+  WeightMatrix w_down;     // [n_embd, n_ff]
+  // Optional biases (Qwen-style files under the llama name); nullptr when the file has none.
+  const float* bq = nullptr;  // [n_heads * head_dim]
+  const float* bk = nullptr;  // [n_kv_heads * head_dim]
+  const float* bv = nullptr;  // [n_kv_heads * head_dim]
+  const float* bo = nullptr;  // [n_embd]
+  // ArchSpec::qk_norms: [head_dim] each; ArchSpec::post_norms: [n_embd] each.
+  const float* q_norm = nullptr;
+  const float* k_norm = nullptr;
+  const float* post_attn_norm = nullptr;
+  const float* post_ffn_norm = nullptr;
+  bool sliding = false;                      // attends over a window of recent keys only
+  const kernels::RopeTable* rope = nullptr;  // the model's table for this layer
+};
+
+// Work buffers for up to max_tokens tokens, allocated once, in huge pages (util/huge_pages.h).
+struct DecoderWorkspace {
+  HugePageArena memory;   // holds the spans below
+  std::span<float> x;     // [T, n_embd] residual stream
+  std::span<float> h;     // [T, n_embd] normed input of a sub-layer
+  std::span<float> q;     // [T, n_heads * head_dim]
+  std::span<float> k;     // [T, n_kv_heads * head_dim]
+  std::span<float> v;     // [T, n_kv_heads * head_dim]
+  std::span<float> attn;  // [T, n_heads * head_dim]
+  std::span<float> proj;  // [T, n_embd] output of wo / w_down
+  std::span<float> gate;  // [T, n_ff]
+  std::span<float> up;    // [T, n_ff]
+  std::span<float> last;  // [R, n_embd] rows that need logits
+  kernels::ActivationScratch scratch;
+};
+
+class Decoder final : public Model {
+ public:
+  Decoder(const gguf::GgufFile& file, const ModelOptions& options, ArchSpec spec)
+      : config_(ModelConfig::from_gguf(file)),
+        spec_(std::move(spec)),
+        max_tokens_(options.max_batch_tokens) {
+    config_.rope_mode = spec_.rope_mode;
+    const ModelConfig& c = config_;
+    if (c.head_dim > 256)
+      fail("{}: head size {} is above the supported 256", file.name(), c.head_dim);
+    if (!spec_.sliding_layers.empty() && std::ssize(spec_.sliding_layers) != c.n_layers)
+      fail("{}: sliding-window flags for {} of {} layers", file.name(), spec_.sliding_layers.size(),
+           c.n_layers);
+    WeightLoader w(file);
+    const int64_t q_dim = int64_t{c.n_heads} * c.head_dim;
+    const int64_t kv_dim = int64_t{c.n_kv_heads} * c.head_dim;
+    token_embd_ = w.matrix("token_embd.weight", c.n_vocab, c.n_embd);
+    output_norm_ = w.vector("output_norm.weight", c.n_embd);
+    output_ = w.has("output.weight") ? w.matrix("output.weight", c.n_vocab, c.n_embd) : token_embd_;
+    for (int i = 0; i < c.n_layers; ++i) {
+      const std::string p = "blk." + std::to_string(i) + ".";
+      DecoderLayer& layer = layers_.emplace_back();
+      layer.attn_norm = w.vector(p + "attn_norm.weight", c.n_embd);
+      layer.wq = w.matrix(p + "attn_q.weight", q_dim, c.n_embd);
+      layer.wk = w.matrix(p + "attn_k.weight", kv_dim, c.n_embd);
+      layer.wv = w.matrix(p + "attn_v.weight", kv_dim, c.n_embd);
+      layer.wo = w.matrix(p + "attn_output.weight", c.n_embd, q_dim);
+      layer.ffn_norm = w.vector(p + "ffn_norm.weight", c.n_embd);
+      layer.w_gate = w.matrix(p + "ffn_gate.weight", c.n_ff, c.n_embd);
+      layer.w_up = w.matrix(p + "ffn_up.weight", c.n_ff, c.n_embd);
+      layer.w_down = w.matrix(p + "ffn_down.weight", c.n_embd, c.n_ff);
+      layer.bq = w.optional_vector(p + "attn_q.bias", q_dim);
+      layer.bk = w.optional_vector(p + "attn_k.bias", kv_dim);
+      layer.bv = w.optional_vector(p + "attn_v.bias", kv_dim);
+      layer.bo = w.optional_vector(p + "attn_output.bias", c.n_embd);
+      if (spec_.qk_norms) {
+        layer.q_norm = w.vector(p + "attn_q_norm.weight", c.head_dim);
+        layer.k_norm = w.vector(p + "attn_k_norm.weight", c.head_dim);
+      }
+      if (spec_.post_norms) {
+        layer.post_attn_norm = w.vector(p + "post_attention_norm.weight", c.n_embd);
+        layer.post_ffn_norm = w.vector(p + "post_ffw_norm.weight", c.n_embd);
+      }
+      layer.sliding = !spec_.sliding_layers.empty() && spec_.sliding_layers[static_cast<size_t>(i)];
+    }
+    // Llama 3.1+ files carry their rope scaling as per-pair frequency divisors.
+    const float* freq_factors =
+        spec_.rope_freq_factors ? w.optional_vector("rope_freqs.weight", c.rope_dims / 2) : nullptr;
+    w.check_all_used();
+    const int64_t max_context = options.max_context > 0 ? options.max_context : c.context_length;
+    rope_ = kernels::RopeTable(max_context, c.rope_dims, c.rope_freq_base, c.rope_freq_scale,
+                               freq_factors
+                                   ? std::span<const float>(freq_factors, size_t(c.rope_dims / 2))
+                                   : std::span<const float>());
+    const bool own_sliding_rope =
+        (spec_.sliding_rope_base > 0 && spec_.sliding_rope_base != c.rope_freq_base) ||
+        spec_.sliding_rope_scale != c.rope_freq_scale;
+    if (own_sliding_rope) {
+      rope_sliding_ = kernels::RopeTable(
+          max_context, c.rope_dims,
+          spec_.sliding_rope_base > 0 ? spec_.sliding_rope_base : c.rope_freq_base,
+          spec_.sliding_rope_scale);
+    }
+    for (DecoderLayer& layer : layers_)
+      layer.rope = layer.sliding && own_sliding_rope ? &rope_sliding_ : &rope_;
+    allocate_workspace();
+  }
+
+  const ModelConfig& config() const override { return config_; }
+
+  void forward(const Batch& batch, kv::KvCache& cache, float* logits, ThreadPool& pool) override {
+    const ModelConfig& c = config_;
+    const int64_t T = batch.num_tokens();
+    if (T > max_tokens_)
+      fail("batch of {} tokens exceeds the {} the model was sized for", T, max_tokens_);
+    DecoderWorkspace& ws = ws_;
+    for (int64_t t = 0; t < T; ++t) {
+      const int32_t token = batch.tokens[static_cast<size_t>(t)];
+      if (token < 0 || token >= c.n_vocab)
+        fail("token id {} is outside the vocabulary of {}", token, c.n_vocab);
+      if (batch.positions[static_cast<size_t>(t)] >= rope_.max_positions()) {
+        fail("position {} is beyond the context of {}", batch.positions[static_cast<size_t>(t)],
+             rope_.max_positions());
+      }
+      float* row = &ws.x[static_cast<size_t>(t * c.n_embd)];
+      kernels::dequantize_row(token_embd_, token, row);
+      if (spec_.scale_embedding)  // in float, as llama.cpp computes it
+        kernels::scale_inplace(row, std::sqrt(static_cast<float>(c.n_embd)), c.n_embd);
+    }
+    // Each block leaves its output in ws.proj; the residual add happens in the next block's
+    // first per-token pass (and for the logit rows before the final norm), so it costs no
+    // serial pass of its own.
+    for (int l = 0; l < c.n_layers; ++l) {
+      attention_block(l, batch, cache, pool);
+      feed_forward_block(l, T, batch.bf16_rows_begin, pool);
+    }
+    compute_logits(batch, logits, pool);
+  }
+
+ private:
+  // Runs fn(t) for every token, split over the threads when the batch is large enough for a
+  // parallel region to pay (a region costs about a microsecond; one token's norm less).
+  template <typename Fn>
+  static void per_token(ThreadPool& pool, int64_t T, Fn&& fn) {
+    constexpr int64_t kTokensPerThread = 4;
+    pool.parallel_for(T, kTokensPerThread, [&](int64_t begin, int64_t end) {
+      for (int64_t t = begin; t < end; ++t) fn(t);
+    });
+  }
+
+  // x[t] += proj[t]: the residual connection of the block that wrote ws.proj.
+  void add_residual(int64_t t) {
+    const int64_t n = config_.n_embd;
+    kernels::add_inplace(&ws_.x[t * n], &ws_.proj[t * n], n);
+  }
+
+  void allocate_workspace() {
+    const ModelConfig& c = config_;
+    const auto T = static_cast<size_t>(max_tokens_);
+    const size_t q_dim = size_t(c.n_heads) * c.head_dim, kv_dim = size_t(c.n_kv_heads) * c.head_dim;
+    const auto floats = [&](size_t n) { return ws_.memory.allocate_array<float>(n); };
+    ws_.x = floats(T * c.n_embd);
+    ws_.h = floats(T * c.n_embd);
+    ws_.q = floats(T * q_dim);
+    ws_.k = floats(T * kv_dim);
+    ws_.v = floats(T * kv_dim);
+    ws_.attn = floats(T * q_dim);
+    ws_.proj = floats(T * c.n_embd);
+    ws_.gate = floats(T * c.n_ff);
+    ws_.up = floats(T * c.n_ff);
+    ws_.last = floats(T * c.n_embd);
+    ws_.scratch.reserve(max_tokens_, std::max<int64_t>({c.n_embd, c.n_ff, int64_t(q_dim)}));
+  }
+
+  void attention_block(int l, const Batch& batch, kv::KvCache& cache, ThreadPool& pool) {
+    const ModelConfig& c = config_;
+    const DecoderLayer& layer = layers_[static_cast<size_t>(l)];
+    DecoderWorkspace& ws = ws_;
+    const int64_t T = batch.num_tokens();
+    const int64_t q_dim = int64_t{c.n_heads} * c.head_dim,
+                  kv_dim = int64_t{c.n_kv_heads} * c.head_dim;
+    per_token(pool, T, [&](int64_t t) {
+      if (l > 0) add_residual(t);  // the previous layer's feed-forward output
+      kernels::rms_norm(&ws.x[t * c.n_embd], layer.attn_norm, &ws.h[t * c.n_embd], c.n_embd,
+                        c.rms_eps);
+    });
+    const kernels::MatmulTarget qkv[] = {{&layer.wq, ws.q.data()},   // q: [T, q_dim]
+                                         {&layer.wk, ws.k.data()},   // k: [T, kv_dim]
+                                         {&layer.wv, ws.v.data()}};  // v: [T, kv_dim]
+    kernels::matmul_many(qkv, ws.h.data(), T, ws.scratch, pool, kernels::active_kernels(),
+                         batch.bf16_rows_begin);
+    per_token(pool, T, [&](int64_t t) {  // every token writes its own KV slot
+      if (layer.bq) kernels::add_inplace(&ws.q[t * q_dim], layer.bq, q_dim);
+      if (layer.bk) kernels::add_inplace(&ws.k[t * kv_dim], layer.bk, kv_dim);
+      if (layer.bv) kernels::add_inplace(&ws.v[t * kv_dim], layer.bv, kv_dim);
+      if (layer.q_norm) norm_heads(&ws.q[t * q_dim], c.n_heads, layer.q_norm);
+      if (layer.k_norm) norm_heads(&ws.k[t * kv_dim], c.n_kv_heads, layer.k_norm);
+      const int32_t pos = batch.positions[static_cast<size_t>(t)];
+      if (spec_.rope_mode == RopeMode::kNeox) {
+        layer.rope->apply_neox(&ws.q[t * q_dim], c.n_heads, c.head_dim, pos);
+        layer.rope->apply_neox(&ws.k[t * kv_dim], c.n_kv_heads, c.head_dim, pos);
+      } else {
+        layer.rope->apply_normal(&ws.q[t * q_dim], c.n_heads, c.head_dim, pos);
+        layer.rope->apply_normal(&ws.k[t * kv_dim], c.n_kv_heads, c.head_dim, pos);
+      }
+      cache.write(l, batch.slots[static_cast<size_t>(t)], &ws.k[t * kv_dim], &ws.v[t * kv_dim]);
+    });
+    const float scale = spec_.attention_scale > 0
+                            ? spec_.attention_scale
+                            : 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+    const kernels::AttentionShape shape{c.n_heads,
+                                        c.n_kv_heads,
+                                        c.head_dim,
+                                        scale,
+                                        layer.sliding ? spec_.sliding_window : 0,
+                                        spec_.attention_softcap};
+    attend_all(batch, cache, l, shape, pool);
+    kernels::matmul(layer.wo, ws.attn.data(), T, ws.proj.data(), ws.scratch, pool,  // [T, n_embd]
+                    kernels::active_kernels(), batch.bf16_rows_begin);
+    if (layer.bo || layer.post_attn_norm) {
+      per_token(pool, T, [&](int64_t t) {
+        float* out = &ws.proj[t * c.n_embd];
+        if (layer.bo) kernels::add_inplace(out, layer.bo, c.n_embd);
+        if (layer.post_attn_norm)
+          kernels::rms_norm(out, layer.post_attn_norm, out, c.n_embd, c.rms_eps);
+      });
+    }
+  }
+
+  // RMSNorm of each of n_heads vectors of head_dim in x, in place, with one weight vector.
+  void norm_heads(float* x, int n_heads, const float* weight) const {
+    for (int h = 0; h < n_heads; ++h) {
+      float* head = x + int64_t{h} * config_.head_dim;
+      kernels::rms_norm(head, weight, head, config_.head_dim, config_.rms_eps);
+    }
+  }
+
+  // Attention of every sequence in the batch, split into tiles (kv head x a few tokens) that run
+  // in one parallel region.
+  void attend_all(const Batch& batch, const kv::KvCache& cache, int l,
+                  const kernels::AttentionShape& shape, ThreadPool& pool) {
+    DecoderWorkspace& ws = ws_;
+    const int64_t q_dim = int64_t{shape.n_heads} * shape.head_dim;
+    const int64_t tile_tokens = kernels::attention_tile_tokens(shape);
+    const auto tiles_of = [&](const BatchSequence& seq) {
+      return (seq.token_end - seq.token_begin + tile_tokens - 1) / tile_tokens * shape.n_kv_heads;
+    };
+    int64_t total_tiles = 0;
+    for (const BatchSequence& seq : batch.sequences) total_tiles += tiles_of(seq);
+    struct TileRef {
+      const BatchSequence* seq;
+      int64_t t0, t_end;  // its tokens [t0, t_end) of the batch
+      int kv_head;
+    };
+    const auto find_tile = [&](int64_t i) -> std::optional<TileRef> {
+      int64_t first = 0;  // index of the sequence's first tile
+      for (const BatchSequence& seq : batch.sequences) {
+        const int64_t tiles = tiles_of(seq);
+        if (i < first + tiles) {
+          const int64_t t0 = seq.token_begin + (i - first) / shape.n_kv_heads * tile_tokens;
+          return TileRef{&seq, t0, std::min(t0 + tile_tokens, seq.token_end),
+                         static_cast<int>((i - first) % shape.n_kv_heads)};
+        }
+        first += tiles;
+      }
+      return std::nullopt;
+    };
+    // Tiles differ in cost (a decode token over its whole context, a prefill tile over part of
+    // it), so they are handed out one at a time rather than split into equal ranges. With the
+    // threads taking turns, a thread's next tile is most likely `threads` further on: its K/V
+    // are fetched meanwhile.
+    const int64_t threads = pool.num_threads();
+    pool.for_each_dynamic(total_tiles, [&](int64_t i) {
+      const std::optional<TileRef> ref = find_tile(i);
+      if (!ref) return;
+      const kernels::AttentionTile tile{
+          &ws.q[ref->t0 * q_dim], &batch.positions[static_cast<size_t>(ref->t0)],
+          static_cast<int>(ref->t_end - ref->t0), ref->kv_head, &ws.attn[ref->t0 * q_dim]};
+      std::optional<kernels::AttentionPrefetch> next;
+      if (const std::optional<TileRef> n = find_tile(i + threads)) {
+        const int32_t last_position = batch.positions[static_cast<size_t>(n->t_end - 1)];
+        next =
+            kernels::AttentionPrefetch{n->seq->block_table, n->kv_head, int64_t{last_position} + 1};
+      }
+      kernels::attend_tile(tile, cache, l, ref->seq->block_table, shape, next ? &*next : nullptr);
+    });
+  }
+
+  // Rows from bf16_from on may take the bf16 route (model/batch.h).
+  void feed_forward_block(int l, int64_t T, int64_t bf16_from, ThreadPool& pool) {
+    const ModelConfig& c = config_;
+    const DecoderLayer& layer = layers_[static_cast<size_t>(l)];
+    DecoderWorkspace& ws = ws_;
+    per_token(pool, T, [&](int64_t t) {
+      add_residual(t);  // the attention output
+      kernels::rms_norm(&ws.x[t * c.n_embd], layer.ffn_norm, &ws.h[t * c.n_embd], c.n_embd,
+                        c.rms_eps);
+    });
+    const kernels::MatmulTarget gate_up[] = {{&layer.w_gate, ws.gate.data()},  // [T, n_ff]
+                                             {&layer.w_up, ws.up.data()}};     // [T, n_ff]
+    kernels::matmul_many(gate_up, ws.h.data(), T, ws.scratch, pool, kernels::active_kernels(),
+                         bf16_from);
+    per_token(pool, T, [&](int64_t t) {
+      if (spec_.activation == FfnActivation::kGeluTanh) {
+        kernels::gelu_mul(&ws.gate[t * c.n_ff], &ws.up[t * c.n_ff], c.n_ff);
+      } else {
+        kernels::silu_mul(&ws.gate[t * c.n_ff], &ws.up[t * c.n_ff], c.n_ff);
+      }
+    });
+    kernels::matmul(layer.w_down, ws.gate.data(), T, ws.proj.data(), ws.scratch,  // [T, n_embd]
+                    pool, kernels::active_kernels(), bf16_from);
+    if (layer.post_ffn_norm) {
+      per_token(pool, T, [&](int64_t t) {
+        float* out = &ws.proj[t * c.n_embd];
+        kernels::rms_norm(out, layer.post_ffn_norm, out, c.n_embd, c.rms_eps);
+      });
+    }
+  }
+
+  void compute_logits(const Batch& batch, float* logits, ThreadPool& pool) {
+    const ModelConfig& c = config_;
+    DecoderWorkspace& ws = ws_;
+    const auto R = static_cast<int64_t>(batch.logit_rows.size());
+    for (int64_t r = 0; r < R; ++r) {
+      const int64_t t = batch.logit_rows[static_cast<size_t>(r)];
+      // The last layer's residual add, for the rows that need it (into ws.last, so a row
+      // listed twice is not added twice).
+      float* row = &ws.last[r * c.n_embd];
+      std::copy_n(&ws.x[t * c.n_embd], c.n_embd, row);
+      kernels::add_inplace(row, &ws.proj[t * c.n_embd], c.n_embd);
+      kernels::rms_norm(row, output_norm_, row, c.n_embd, c.rms_eps);
+    }
+    kernels::matmul(output_, ws.last.data(), R, logits, ws.scratch, pool);  // [R, n_vocab]
+    if (spec_.final_softcap > 0) {
+      const float cap = spec_.final_softcap;
+      per_token(pool, R, [&](int64_t r) {
+        float* row = logits + r * c.n_vocab;
+        for (int64_t i = 0; i < c.n_vocab; ++i) row[i] = cap * std::tanh(row[i] / cap);
+      });
+    }
+  }
+
+  ModelConfig config_;
+  ArchSpec spec_;
+  int64_t max_tokens_;
+  WeightMatrix token_embd_;   // [n_vocab, n_embd]
+  const float* output_norm_;  // [n_embd]
+  WeightMatrix output_;       // [n_vocab, n_embd], token_embd_ when tied
+  std::vector<DecoderLayer> layers_;
+  kernels::RopeTable rope_;
+  kernels::RopeTable rope_sliding_;  // sliding layers' own RoPE (ArchSpec), when they have one
+  DecoderWorkspace ws_;
+};
+
+}  // namespace
+
+std::vector<bool> sliding_layer_pattern(const gguf::GgufFile& file, int n_layers,
+                                        int default_period) {
+  const std::string key = file.architecture() + ".attention.sliding_window_pattern";
+  std::vector<bool> sliding(static_cast<size_t>(n_layers));
+  if (const gguf::Array* flags = file.get_array(key)) {
+    if (std::ssize(flags->items) != n_layers)
+      fail("{}: '{}' has {} flags for {} layers", file.name(), key, flags->items.size(), n_layers);
+    for (int l = 0; l < n_layers; ++l) {
+      const std::optional<bool> flag = flags->items[static_cast<size_t>(l)].as_bool();
+      if (!flag) fail("{}: '{}' holds a value that is not a flag", file.name(), key);
+      sliding[static_cast<size_t>(l)] = *flag;
+    }
+    return sliding;
+  }
+  const int64_t period = file.get_int(key).value_or(default_period);
+  if (period < 0) fail("{}: '{}' = {} is negative", file.name(), key, period);
+  for (int l = 0; l < n_layers; ++l)
+    sliding[static_cast<size_t>(l)] = period == 0 || l % period < period - 1;
+  return sliding;
+}
+
+std::unique_ptr<Model> make_decoder(const gguf::GgufFile& file, const ModelOptions& options,
+                                    ArchSpec spec) {
+  return std::make_unique<Decoder>(file, options, std::move(spec));
+}
+
+}  // namespace inferd::model

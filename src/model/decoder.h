@@ -1,0 +1,55 @@
+// The decoder-only transformer every supported architecture is a variant of: token embedding,
+// N layers of (norm, attention over the paged KV cache, norm, gated feed-forward) with residual
+// connections, final norm, logits. An architecture (archs/<arch>.cpp) describes only what it
+// changes, as an ArchSpec read from its file's metadata; the forward pass lives here once.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "gguf/gguf.h"
+#include "model/config.h"
+#include "model/model.h"
+
+namespace inferd::model {
+
+enum class FfnActivation {
+  kSilu,      // SwiGLU: silu(gate) * up (Llama, Qwen, Mistral, Phi-3)
+  kGeluTanh,  // GeGLU: gelu_tanh(gate) * up (Gemma)
+};
+
+struct ArchSpec {
+  RopeMode rope_mode = RopeMode::kNormal;
+  FfnActivation activation = FfnActivation::kSilu;
+  bool scale_embedding = false;  // x * sqrt(n_embd) after the embedding look-up (Gemma)
+  // post_attention_norm / post_ffw_norm: RMSNorm of each sub-layer's output before it joins the
+  // residual stream (Gemma 2 and 3).
+  bool post_norms = false;
+  // attn_q_norm / attn_k_norm: RMSNorm of every query and key head before RoPE (Qwen3, Gemma 3).
+  bool qk_norms = false;
+  // Accepts rope_freqs.weight (per-pair frequency divisors, Llama 3.1+ rope scaling).
+  bool rope_freq_factors = false;
+  float attention_scale = 0;    // scores = q.k * this; 0: 1 / sqrt(head_dim)
+  float attention_softcap = 0;  // scores = c * tanh(scores / c) before the softmax; 0: none
+  float final_softcap = 0;      // logits = c * tanh(logits / c); 0: none
+  // Sliding-window attention: on the layers marked here (one flag per layer; empty: none), a
+  // query at position p sees keys at positions p - sliding_window + 1 .. p only.
+  int sliding_window = 0;
+  std::vector<bool> sliding_layers;
+  // RoPE of the sliding layers when it differs from the others (Gemma 3): base and linear scale.
+  float sliding_rope_base = 0;  // 0: the model's rope.freq_base
+  float sliding_rope_scale = 1.0f;
+};
+
+// Which layers slide, as llama.cpp reads it: `<arch>.attention.sliding_window_pattern` as one
+// flag per layer, or as a period n (layer l slides unless l % n == n - 1; 0: all slide), or
+// `default_period` when the key is absent.
+std::vector<bool> sliding_layer_pattern(const gguf::GgufFile& file, int n_layers,
+                                        int default_period);
+
+// Builds the decoder for `file` with the architecture's spec. Every tensor of the file must be
+// one the spec uses, or loading fails naming it (weights.h).
+std::unique_ptr<Model> make_decoder(const gguf::GgufFile& file, const ModelOptions& options,
+                                    ArchSpec spec);
+
+}  // namespace inferd::model
