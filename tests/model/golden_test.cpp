@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/perplexity.h"
+#include "golden_util.h"
 #include "model/registry.h"
 #include "model_fixture.h"
 #include "tokenizer/tokenizer.h"
@@ -20,65 +21,20 @@
 namespace inferd::testing {
 namespace {
 
-nlohmann::json load_json(const std::string& relative) {
-  std::ifstream in(source_dir() + "/" + relative);
-  if (!in) return nullptr;
-  return nlohmann::json::parse(in);
-}
-
-// Log-softmax of one row of logits.
-std::vector<float> log_softmax(std::span<const float> logits) {
-  const float max = *std::max_element(logits.begin(), logits.end());
-  double sum = 0;
-  for (float v : logits) sum += std::exp(double(v) - max);
-  const float lse = max + static_cast<float>(std::log(sum));
-  std::vector<float> out(logits.begin(), logits.end());
-  for (float& v : out) v -= lse;
-  return out;
-}
-
-// Runs prompt + forced continuation through the model and returns log-probabilities of the
-// next token after the prompt and after each of the first `positions - 1` forced tokens.
-std::vector<std::vector<float>> logprobs_along(model::Model& model,
-                                               const std::vector<int32_t>& prompt,
-                                               const std::vector<int32_t>& forced,
-                                               size_t positions) {
-  std::vector<int32_t> tokens = prompt;
-  tokens.insert(tokens.end(), forced.begin(), forced.begin() + static_cast<long>(positions - 1));
-  const int n = static_cast<int>(tokens.size());
-  kv::KvCache cache(model.kv_config((n + 15) / 16 + 1, 16));
-  std::vector<int32_t> table;
-  for (int b = 0; b < (n + 15) / 16 + 1; ++b) table.push_back(*cache.pool().allocate());
-  std::vector<int32_t> pos(static_cast<size_t>(n)), rows;
-  std::vector<int64_t> slots(static_cast<size_t>(n));
-  for (int i = 0; i < n; ++i) {
-    pos[static_cast<size_t>(i)] = i;
-    slots[static_cast<size_t>(i)] = int64_t{table[static_cast<size_t>(i / 16)]} * 16 + i % 16;
-  }
-  for (size_t r = 0; r < positions; ++r)
-    rows.push_back(static_cast<int32_t>(prompt.size() - 1 + r));
-  const int n_vocab = model.config().n_vocab;
-  std::vector<float> logits(rows.size() * static_cast<size_t>(n_vocab));
-  model::BatchSequence seq{0, n, table};
-  ThreadPool pool(2);
-  model.forward({tokens, pos, slots, {&seq, 1}, rows}, cache, logits.data(), pool);
-  std::vector<std::vector<float>> out;
-  for (size_t r = 0; r < rows.size(); ++r) {
-    out.push_back(log_softmax(
-        {logits.data() + r * static_cast<size_t>(n_vocab), static_cast<size_t>(n_vocab)}));
-  }
-  return out;
-}
-
 // The models with golden data: files NAME.json / NAME-fa-on.json in tests/golden/generation and
 // NAME.json in tests/golden/perplexity, made by the make-golden scripts there from this file.
 struct GoldenModel {
   const char* name;
   std::string (*path)();
+  // Perplexity over the whole text rather than its first chunks: Gemma 3's perplexity after 16
+  // chunks of 128 moves by 1.1% between llama.cpp's own two attention paths (flash attention on
+  // and off: 2.8278 and 2.8600), too noisy for a 1% bar; over the whole text it settles.
+  bool whole_text_perplexity = false;
 };
 const GoldenModel kGoldenModels[] = {
     {"smollm2", [] { return model_path(); }},  // the default model (Llama, Q4_1)
-    {"gemma3", [] { return cache_dir() + "/models/gemma-3-270m-q4_k_m.gguf"; }},  // Q4_K_M mix
+    {"gemma3", [] { return cache_dir() + "/models/gemma-3-270m-q4_k_m.gguf"; },
+     true},  // Q4_K_M mix
 };
 
 class GoldenTest : public ::testing::TestWithParam<GoldenModel> {
@@ -105,8 +61,6 @@ int llama_self_agreement(const nlohmann::json& a, const nlohmann::json& b) {
     same += a["cases"][i]["generated_ids"] == b["cases"][i]["generated_ids"];
   return same;
 }
-
-std::vector<float> llama_self_noise(const nlohmann::json& a, const nlohmann::json& b);
 
 // Greedy continuations through the engine. Greedy decoding of a quantized model is chaotic:
 // any difference in float rounding flips the first near-tie, and llama.cpp disagrees with
@@ -189,26 +143,6 @@ TEST_P(GoldenTest, GreedyContinuationsMatchLlamaCpp) {
   EXPECT_GE(2 * matches, self);
 }
 
-// |difference| of top-10 log-probabilities between two llama.cpp runs, over the positions
-// both reached with the same tokens (entries below -8 nats, the far tail, are skipped).
-std::vector<float> llama_self_noise(const nlohmann::json& a, const nlohmann::json& b) {
-  std::vector<float> diffs;
-  for (size_t i = 0; i < a["cases"].size(); ++i) {
-    const auto& x = a["cases"][i];
-    const auto& y = b["cases"][i];
-    for (size_t p = 0; p < x["top_logprobs"].size() && p < y["top_logprobs"].size(); ++p) {
-      if (p > 0 && x["generated_ids"][p - 1] != y["generated_ids"][p - 1]) break;
-      std::map<int32_t, float> other;
-      for (const auto& e : y["top_logprobs"][p]) other[e[0]] = e[1];
-      for (const auto& e : x["top_logprobs"][p]) {
-        const float lp = e[1];
-        if (lp >= -8.0f && other.count(e[0])) diffs.push_back(std::fabs(lp - other[e[0]]));
-      }
-    }
-  }
-  return diffs;
-}
-
 // Top-10 log-probabilities at the first 8 generated positions, along llama.cpp's tokens.
 // Tolerance, measured rather than guessed: Q8 activation rounding amplifies float-order
 // differences through 30 layers, so two correct implementations differ by ~0.1 nats on
@@ -266,7 +200,9 @@ TEST_P(GoldenTest, PerplexityWithinOnePercent) {
     engine::PerplexityOptions options;
     options.n_ctx = run["n_ctx"];
     options.n_batch = options.n_ctx;
-    options.max_chunks = options.n_ctx >= 512 ? 6 : 16;
+    options.max_chunks = GetParam().whole_text_perplexity ? run["chunks"].get<int64_t>()
+                         : options.n_ctx >= 512           ? 6
+                                                          : 16;
     options.bos_id = tok->vocab().add_bos() ? tok->vocab().special().bos : -1;
     auto model = model::load_model(*file_, {options.n_ctx, options.n_ctx});
     ThreadPool pool(2);

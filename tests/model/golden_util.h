@@ -1,0 +1,93 @@
+// Helpers of the tests against llama.cpp's golden data: reading the JSON files and computing
+// log-probabilities along a forced continuation.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <map>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "kv/kv_cache.h"
+#include "model/model.h"
+#include "model_fixture.h"
+#include "util/thread_pool.h"
+
+namespace inferd::testing {
+
+// A file under the source tree as JSON; null when it does not exist.
+inline nlohmann::json load_json(const std::string& relative) {
+  std::ifstream in(source_dir() + "/" + relative);
+  if (!in) return nullptr;
+  return nlohmann::json::parse(in);
+}
+
+// Log-softmax of one row of logits.
+inline std::vector<float> log_softmax(std::span<const float> logits) {
+  const float max = *std::max_element(logits.begin(), logits.end());
+  double sum = 0;
+  for (float v : logits) sum += std::exp(double(v) - max);
+  const float lse = max + static_cast<float>(std::log(sum));
+  std::vector<float> out(logits.begin(), logits.end());
+  for (float& v : out) v -= lse;
+  return out;
+}
+
+// Runs prompt + forced continuation through the model and returns log-probabilities of the
+// next token after the prompt and after each of the first `positions - 1` forced tokens.
+inline std::vector<std::vector<float>> logprobs_along(model::Model& model,
+                                                      const std::vector<int32_t>& prompt,
+                                                      const std::vector<int32_t>& forced,
+                                                      size_t positions) {
+  std::vector<int32_t> tokens = prompt;
+  tokens.insert(tokens.end(), forced.begin(), forced.begin() + static_cast<long>(positions - 1));
+  const int n = static_cast<int>(tokens.size());
+  kv::KvCache cache(model.kv_config((n + 15) / 16 + 1, 16));
+  std::vector<int32_t> table;
+  for (int b = 0; b < (n + 15) / 16 + 1; ++b) table.push_back(*cache.pool().allocate());
+  std::vector<int32_t> pos(static_cast<size_t>(n)), rows;
+  std::vector<int64_t> slots(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) {
+    pos[static_cast<size_t>(i)] = i;
+    slots[static_cast<size_t>(i)] = int64_t{table[static_cast<size_t>(i / 16)]} * 16 + i % 16;
+  }
+  for (size_t r = 0; r < positions; ++r)
+    rows.push_back(static_cast<int32_t>(prompt.size() - 1 + r));
+  const int n_vocab = model.config().n_vocab;
+  std::vector<float> logits(rows.size() * static_cast<size_t>(n_vocab));
+  model::BatchSequence seq{0, n, table};
+  ThreadPool pool(2);
+  model.forward({tokens, pos, slots, {&seq, 1}, rows}, cache, logits.data(), pool);
+  std::vector<std::vector<float>> out;
+  for (size_t r = 0; r < rows.size(); ++r) {
+    out.push_back(log_softmax(
+        {logits.data() + r * static_cast<size_t>(n_vocab), static_cast<size_t>(n_vocab)}));
+  }
+  return out;
+}
+
+// |difference| of top-10 log-probabilities between two llama.cpp runs, over the positions
+// both reached with the same tokens (entries below -8 nats, the far tail, are skipped).
+inline std::vector<float> llama_self_noise(const nlohmann::json& a, const nlohmann::json& b) {
+  std::vector<float> diffs;
+  for (size_t i = 0; i < a["cases"].size(); ++i) {
+    const auto& x = a["cases"][i];
+    const auto& y = b["cases"][i];
+    for (size_t p = 0; p < x["top_logprobs"].size() && p < y["top_logprobs"].size(); ++p) {
+      if (p > 0 && x["generated_ids"][p - 1] != y["generated_ids"][p - 1]) break;
+      std::map<int32_t, float> other;
+      for (const auto& e : y["top_logprobs"][p]) other[e[0]] = e[1];
+      for (const auto& e : x["top_logprobs"][p]) {
+        const float lp = e[1];
+        if (lp >= -8.0f && other.count(e[0])) diffs.push_back(std::fabs(lp - other[e[0]]));
+      }
+    }
+  }
+  return diffs;
+}
+
+}  // namespace inferd::testing
