@@ -61,6 +61,16 @@ ChatTemplate& ChatTemplate::operator=(const ChatTemplate&) = default;
 
 ChatTemplate ChatTemplate::from_gguf(const gguf::GgufFile& file) {
   auto source = file.get_string("tokenizer.chat_template");
+  // Files without a template (base models, some conversions) get their family's built-in one
+  // where the architecture names a single format; a `llama` file could be any of several.
+  if (!source) {
+    const std::string arch = file.get_string("general.architecture").value_or("");
+    const char* family = arch == "gemma" || arch == "gemma2" || arch == "gemma3" ? "gemma"
+                         : arch == "qwen2" || arch == "qwen3"                   ? "chatml"
+                         : arch == "phi3"                                       ? "phi3"
+                                                                                : nullptr;
+    if (family != nullptr) source = builtin_template_source(family);
+  }
   if (!source) {
     fail(
         "{} has no chat template (tokenizer.chat_template); pass --chat-template chatml or a "

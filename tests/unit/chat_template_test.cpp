@@ -139,6 +139,18 @@ TEST(ChatTemplate, FromGguf) {
     EXPECT_NE(message.find("--chat-template"), std::string::npos) << message;
   }
 
+  // A Gemma or Qwen file without a template gets its family's built-in one.
+  for (const auto& [arch, marker] : {std::pair{"gemma3", "<start_of_turn>user"},
+                                     std::pair{"qwen2", "<|im_start|>user"}}) {
+    gguf::GgufWriter family;
+    family.set_string("general.architecture", arch);
+    const std::vector<uint8_t> family_bytes = family.build();
+    const auto family_file = gguf::GgufFile::parse(family_bytes, "family.gguf");
+    const std::string rendered =
+        ChatTemplate::from_gguf(family_file).render({{"user", "hi"}}, true, "<bos>", "");
+    EXPECT_NE(rendered.find(marker), std::string::npos) << arch << ": " << rendered;
+  }
+
   gguf::GgufWriter broken;
   broken.set_string("tokenizer.chat_template", "{% if %}");
   const std::vector<uint8_t> bytes3 = broken.build();
