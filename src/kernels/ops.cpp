@@ -45,7 +45,7 @@ void scale_inplace(float* a, float s, int64_t n) {
 }
 
 RopeTable::RopeTable(int64_t max_positions, int rot_dims, float freq_base, float freq_scale,
-                     std::span<const float> freq_factors)
+                     std::span<const float> freq_factors, float mscale)
     : max_positions_(max_positions), rot_dims_(rot_dims) {
   if (rot_dims <= 0 || rot_dims % 2 != 0)
     fail("rope: dimension count {} must be even and positive", rot_dims);
@@ -65,8 +65,8 @@ RopeTable::RopeTable(int64_t max_positions, int rot_dims, float freq_base, float
       const float angle =
           freq_scale *
           (freq_factors.empty() ? theta : theta / freq_factors[static_cast<size_t>(i)]);
-      cos_[static_cast<size_t>(p * half + i)] = std::cos(angle);
-      sin_[static_cast<size_t>(p * half + i)] = std::sin(angle);
+      cos_[static_cast<size_t>(p * half + i)] = std::cos(angle) * mscale;
+      sin_[static_cast<size_t>(p * half + i)] = std::sin(angle) * mscale;
       theta *= theta_scale;
     }
   }

@@ -29,8 +29,9 @@ class RopeTable {
   RopeTable() = default;
   // freq_factors, when given, holds rot_dims / 2 divisors of the pairs' frequencies (Llama 3.x
   // and LongRoPE files carry them as `rope_freqs.weight`): theta_i / freq_factors[i].
+  // mscale multiplies every cos and sin (LongRoPE's attention factor; 1 elsewhere).
   RopeTable(int64_t max_positions, int rot_dims, float freq_base, float freq_scale,
-            std::span<const float> freq_factors = {});
+            std::span<const float> freq_factors = {}, float mscale = 1.0f);
   // Rotates the first rot_dims of each of n_heads vectors of head_dim at `pos`.
   // Normal mode pairs (2i, 2i+1) (llama); neox mode pairs (i, i + rot_dims/2) (gemma, qwen).
   void apply_normal(float* x, int n_heads, int head_dim, int64_t pos) const;

@@ -84,13 +84,27 @@ class Decoder final : public Model {
       const std::string p = "blk." + std::to_string(i) + ".";
       DecoderLayer& layer = layers_.emplace_back();
       layer.attn_norm = w.vector(p + "attn_norm.weight", c.n_embd);
-      layer.wq = w.matrix(p + "attn_q.weight", q_dim, c.n_embd);
-      layer.wk = w.matrix(p + "attn_k.weight", kv_dim, c.n_embd);
-      layer.wv = w.matrix(p + "attn_v.weight", kv_dim, c.n_embd);
+      if (spec_.fused_projections && w.has(p + "attn_qkv.weight")) {
+        const std::string qkv = p + "attn_qkv.weight";  // rows [q; k; v]
+        const int64_t rows = q_dim + 2 * kv_dim;
+        layer.wq = w.matrix_rows(qkv, 0, q_dim, rows, c.n_embd);
+        layer.wk = w.matrix_rows(qkv, q_dim, kv_dim, rows, c.n_embd);
+        layer.wv = w.matrix_rows(qkv, q_dim + kv_dim, kv_dim, rows, c.n_embd);
+      } else {
+        layer.wq = w.matrix(p + "attn_q.weight", q_dim, c.n_embd);
+        layer.wk = w.matrix(p + "attn_k.weight", kv_dim, c.n_embd);
+        layer.wv = w.matrix(p + "attn_v.weight", kv_dim, c.n_embd);
+      }
       layer.wo = w.matrix(p + "attn_output.weight", c.n_embd, q_dim);
       layer.ffn_norm = w.vector(p + "ffn_norm.weight", c.n_embd);
-      layer.w_gate = w.matrix(p + "ffn_gate.weight", c.n_ff, c.n_embd);
-      layer.w_up = w.matrix(p + "ffn_up.weight", c.n_ff, c.n_embd);
+      if (spec_.fused_projections && !w.has(p + "ffn_gate.weight")) {
+        const std::string up = p + "ffn_up.weight";  // rows [gate; up]
+        layer.w_gate = w.matrix_rows(up, 0, c.n_ff, 2 * int64_t{c.n_ff}, c.n_embd);
+        layer.w_up = w.matrix_rows(up, c.n_ff, c.n_ff, 2 * int64_t{c.n_ff}, c.n_embd);
+      } else {
+        layer.w_gate = w.matrix(p + "ffn_gate.weight", c.n_ff, c.n_embd);
+        layer.w_up = w.matrix(p + "ffn_up.weight", c.n_ff, c.n_embd);
+      }
       layer.w_down = w.matrix(p + "ffn_down.weight", c.n_embd, c.n_ff);
       layer.bq = w.optional_vector(p + "attn_q.bias", q_dim);
       layer.bk = w.optional_vector(p + "attn_k.bias", kv_dim);
@@ -109,12 +123,23 @@ class Decoder final : public Model {
     // Llama 3.1+ files carry their rope scaling as per-pair frequency divisors.
     const float* freq_factors =
         spec_.rope_freq_factors ? w.optional_vector("rope_freqs.weight", c.rope_dims / 2) : nullptr;
-    w.check_all_used();
     const int64_t max_context = options.max_context > 0 ? options.max_context : c.context_length;
+    float rope_mscale = 1.0f;
+    if (spec_.long_rope) {
+      const std::string a = c.architecture + ".rope.scaling.";
+      const int64_t original =
+          file.get_int(a + "original_context_length").value_or(c.context_length);
+      const float* long_factors = w.optional_vector("rope_factors_long.weight", c.rope_dims / 2);
+      const float* short_factors = w.optional_vector("rope_factors_short.weight", c.rope_dims / 2);
+      freq_factors = max_context > original ? long_factors : short_factors;
+      rope_mscale = static_cast<float>(file.get_float(a + "attn_factor").value_or(1.0));
+    }
+    w.check_all_used();
     rope_ = kernels::RopeTable(max_context, c.rope_dims, c.rope_freq_base, c.rope_freq_scale,
                                freq_factors
                                    ? std::span<const float>(freq_factors, size_t(c.rope_dims / 2))
-                                   : std::span<const float>());
+                                   : std::span<const float>(),
+                               rope_mscale);
     const bool own_sliding_rope =
         (spec_.sliding_rope_base > 0 && spec_.sliding_rope_base != c.rope_freq_base) ||
         spec_.sliding_rope_scale != c.rope_freq_scale;

@@ -29,6 +29,13 @@ struct ArchSpec {
   bool qk_norms = false;
   // Accepts rope_freqs.weight (per-pair frequency divisors, Llama 3.1+ rope scaling).
   bool rope_freq_factors = false;
+  // LongRoPE (Phi-3): rope_factors_long.weight when the context exceeds
+  // `rope.scaling.original_context_length`, else rope_factors_short.weight, as per-pair
+  // divisors; `rope.scaling.attn_factor` scales cos and sin.
+  bool long_rope = false;
+  // Fused projections (Phi-3): attn_qkv.weight [q; k; v] instead of three tensors, and an
+  // ffn_up.weight of 2 * n_ff rows [gate; up] instead of ffn_gate + ffn_up.
+  bool fused_projections = false;
   float attention_scale = 0;    // scores = q.k * this; 0: 1 / sqrt(head_dim)
   float attention_softcap = 0;  // scores = c * tanh(scores / c) before the softmax; 0: none
   float final_softcap = 0;      // logits = c * tanh(logits / c); 0: none

@@ -33,13 +33,23 @@ void WeightLoader::check_all_used() const {
 
 kernels::WeightMatrix WeightLoader::matrix(const std::string& name, int64_t rows,
                                            int64_t cols) const {
+  return matrix_rows(name, 0, rows, rows, cols);
+}
+
+kernels::WeightMatrix WeightLoader::matrix_rows(const std::string& name, int64_t row_begin,
+                                                int64_t rows, int64_t total_rows,
+                                                int64_t cols) const {
   const gguf::TensorInfo& t = find(name);
   bool shape_ok =
-      (t.shape.size() == 2 && t.shape[0] == uint64_t(cols) && t.shape[1] == uint64_t(rows)) ||
-      (rows == 1 && t.shape.size() == 1 && t.shape[0] == uint64_t(cols));
+      (t.shape.size() == 2 && t.shape[0] == uint64_t(cols) && t.shape[1] == uint64_t(total_rows)) ||
+      (total_rows == 1 && t.shape.size() == 1 && t.shape[0] == uint64_t(cols));
   if (!shape_ok) {
     fail("{}: tensor '{}' has shape {}, expected [{}, {}]", file_.name(), name, t.shape_string(),
-         cols, rows);
+         cols, total_rows);
+  }
+  if (row_begin < 0 || rows <= 0 || row_begin + rows > total_rows) {
+    fail("{}: rows {}..{} of tensor '{}' are outside its {}", file_.name(), row_begin,
+         row_begin + rows, name, total_rows);
   }
   if (kernels::active_kernels().for_weight(t.type) == nullptr) {
     fail("{}: tensor '{}' has type {}, which inferd cannot multiply yet", file_.name(), name,
@@ -50,11 +60,11 @@ kernels::WeightMatrix WeightLoader::matrix(const std::string& name, int64_t rows
   w.rows = rows;
   w.cols = cols;
   w.row_bytes = static_cast<size_t>(*row_bytes(t.type, cols));
-  w.data = t.data;
+  w.data = t.data + static_cast<size_t>(row_begin) * w.row_bytes;
   // Repacked once here so every matmul streams SIMD-friendly 16-row groups; the original rows
   // stay in the file's map for embedding look-ups.
   if (kernels::PackedWeights::supports(t.type, cols) && rows > 1)
-    w.packed = kernels::PackedWeights::pack(t.type, t.data, rows, cols, w.row_bytes, arena_);
+    w.packed = kernels::PackedWeights::pack(t.type, w.data, rows, cols, w.row_bytes, arena_);
   return w;
 }
 

@@ -23,6 +23,10 @@ class WeightLoader {
   bool has(const std::string& name) const { return file_.find_tensor(name) != nullptr; }
   // A [rows, cols] matrix (GGUF shape [cols, rows]) whose type the kernels can multiply.
   kernels::WeightMatrix matrix(const std::string& name, int64_t rows, int64_t cols) const;
+  // Rows [row_begin, row_begin + rows) of a [total_rows, cols] matrix, as a matrix of its own:
+  // the parts of a fused tensor (Phi-3's attn_qkv and gate/up ffn_up).
+  kernels::WeightMatrix matrix_rows(const std::string& name, int64_t row_begin, int64_t rows,
+                                    int64_t total_rows, int64_t cols) const;
   // An F32 vector of n values (norm weights).
   const float* vector(const std::string& name, int64_t n) const;
   // The same for a tensor that a file may leave out (biases): nullptr when absent.
