@@ -66,9 +66,9 @@ ChatTemplate ChatTemplate::from_gguf(const gguf::GgufFile& file) {
   if (!source) {
     const std::string arch = file.get_string("general.architecture").value_or("");
     const char* family = arch == "gemma" || arch == "gemma2" || arch == "gemma3" ? "gemma"
-                         : arch == "qwen2" || arch == "qwen3"                   ? "chatml"
-                         : arch == "phi3"                                       ? "phi3"
-                                                                                : nullptr;
+                         : arch == "qwen2" || arch == "qwen3"                    ? "chatml"
+                         : arch == "phi3"                                        ? "phi3"
+                                                                                 : nullptr;
     if (family != nullptr) source = builtin_template_source(family);
   }
   if (!source) {
