@@ -140,8 +140,8 @@ TEST(ChatTemplate, FromGguf) {
   }
 
   // A Gemma or Qwen file without a template gets its family's built-in one.
-  for (const auto& [arch, marker] : {std::pair{"gemma3", "<start_of_turn>user"},
-                                     std::pair{"qwen2", "<|im_start|>user"}}) {
+  for (const auto& [arch, marker] :
+       {std::pair{"gemma3", "<start_of_turn>user"}, std::pair{"qwen2", "<|im_start|>user"}}) {
     gguf::GgufWriter family;
     family.set_string("general.architecture", arch);
     const std::vector<uint8_t> family_bytes = family.build();
