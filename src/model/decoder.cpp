@@ -68,6 +68,8 @@ class Decoder final : public Model {
         spec_(std::move(spec)),
         max_tokens_(options.max_batch_tokens) {
     config_.rope_mode = spec_.rope_mode;
+    if (spec_.attention_scale <= 0)
+      spec_.attention_scale = 1.0f / std::sqrt(static_cast<float>(config_.head_dim));
     const ModelConfig& c = config_;
     if (c.head_dim > 256)
       fail("{}: head size {} is above the supported 256", file.name(), c.head_dim);
@@ -244,22 +246,21 @@ class Decoder final : public Model {
       if (layer.q_norm) norm_heads(&ws.q[t * q_dim], c.n_heads, layer.q_norm);
       if (layer.k_norm) norm_heads(&ws.k[t * kv_dim], c.n_kv_heads, layer.k_norm);
       const int32_t pos = batch.positions[static_cast<size_t>(t)];
-      if (spec_.rope_mode == RopeMode::kNeox) {
-        layer.rope->apply_neox(&ws.q[t * q_dim], c.n_heads, c.head_dim, pos);
-        layer.rope->apply_neox(&ws.k[t * kv_dim], c.n_kv_heads, c.head_dim, pos);
-      } else {
-        layer.rope->apply_normal(&ws.q[t * q_dim], c.n_heads, c.head_dim, pos);
-        layer.rope->apply_normal(&ws.k[t * kv_dim], c.n_kv_heads, c.head_dim, pos);
-      }
+      const auto rotate = [&](float* x, int n_heads) {
+        if (spec_.rope_mode == RopeMode::kNeox) {
+          layer.rope->apply_neox(x, n_heads, c.head_dim, pos);
+        } else {
+          layer.rope->apply_normal(x, n_heads, c.head_dim, pos);
+        }
+      };
+      rotate(&ws.q[t * q_dim], c.n_heads);
+      rotate(&ws.k[t * kv_dim], c.n_kv_heads);
       cache.write(l, batch.slots[static_cast<size_t>(t)], &ws.k[t * kv_dim], &ws.v[t * kv_dim]);
     });
-    const float scale = spec_.attention_scale > 0
-                            ? spec_.attention_scale
-                            : 1.0f / std::sqrt(static_cast<float>(c.head_dim));
     const kernels::AttentionShape shape{c.n_heads,
                                         c.n_kv_heads,
                                         c.head_dim,
-                                        scale,
+                                        spec_.attention_scale,
                                         layer.sliding ? spec_.sliding_window : 0,
                                         spec_.attention_softcap};
     attend_all(batch, cache, l, shape, pool);

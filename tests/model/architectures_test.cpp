@@ -43,8 +43,9 @@ TEST_P(ArchitectureTest, NextTokenDistributionMatchesLlamaCpp) {
   auto model = model::load_model(file, {1024, 1024});
   // The same weights before quantization, computed by inferd in float (its F16 path rounds no
   // activations): the closest thing to the exact answer, to tell which engine is nearer to it.
-  std::string f16_path = path;
-  f16_path.replace(f16_path.rfind('.', f16_path.size() - 6), std::string::npos, ".F16.gguf");
+  // NAME-seedS.TYPE.gguf -> NAME-seedS.F16.gguf
+  const std::string stem = path.substr(0, path.size() - std::string(".gguf").size());
+  const std::string f16_path = stem.substr(0, stem.rfind('.')) + ".F16.gguf";
   std::optional<gguf::GgufFile> f16_file;
   std::unique_ptr<model::Model> f16_model;
   if (std::filesystem::exists(f16_path)) {

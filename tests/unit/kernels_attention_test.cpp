@@ -237,6 +237,30 @@ std::vector<double> naive_attention(const std::vector<float>& q, const std::vect
   return out;
 }
 
+// Attention of tokens 0..n_tokens-1 of one sequence (positions 0..n_tokens-1) through
+// attend_tile, tile by tile as the model runs it; the tile starting at token t0 reads the block
+// table table_for(t0). Returns [n_tokens, n_heads * head_dim].
+template <typename TableFor>
+std::vector<float> attend_tiles(const std::vector<float>& q, int n_tokens,
+                                const AttentionShape& shape, const kv::KvCache& cache,
+                                const KernelTable& table, TableFor table_for) {
+  const int q_dim = shape.n_heads * shape.head_dim;
+  std::vector<int32_t> positions(static_cast<size_t>(n_tokens));
+  for (int t = 0; t < n_tokens; ++t) positions[static_cast<size_t>(t)] = t;
+  std::vector<float> out(static_cast<size_t>(n_tokens * q_dim));
+  const int tile_tokens = attention_tile_tokens(shape);
+  for (int t0 = 0; t0 < n_tokens; t0 += tile_tokens) {
+    const std::vector<int32_t> block_table = table_for(t0);
+    for (int h = 0; h < shape.n_kv_heads; ++h) {
+      const AttentionTile tile{
+          &q[static_cast<size_t>(t0 * q_dim)], &positions[static_cast<size_t>(t0)],
+          std::min(tile_tokens, n_tokens - t0), h, &out[static_cast<size_t>(t0 * q_dim)]};
+      attend_tile(tile, cache, 0, block_table, shape, nullptr, table);
+    }
+  }
+  return out;
+}
+
 struct AttentionCase {
   int n_heads, n_kv_heads, block_size, n_tokens;
 };
@@ -266,24 +290,14 @@ TEST(Attention, TilesMatchPlainSoftmaxAttention) {
                   &v[static_cast<size_t>(t * kv_dim)]);
     }
     const AttentionShape shape{n_heads, n_kv_heads, head_dim, 1.0f / std::sqrt(float(head_dim))};
-    std::vector<int32_t> positions(n_tokens);
-    for (int t = 0; t < n_tokens; ++t) positions[static_cast<size_t>(t)] = t;
     std::vector<std::vector<double>> want;
     for (int t = 0; t < n_tokens; ++t) {
       std::vector<float> qt(q.begin() + t * q_dim, q.begin() + (t + 1) * q_dim);
       want.push_back(naive_attention(qt, k, v, t, n_heads, n_kv_heads, head_dim, shape.scale));
     }
     for (const KernelTable* table : available_kernels()) {
-      std::vector<float> out(static_cast<size_t>(n_tokens * q_dim));
-      const int tile_tokens = attention_tile_tokens(shape);
-      for (int t0 = 0; t0 < n_tokens; t0 += tile_tokens) {
-        for (int h = 0; h < n_kv_heads; ++h) {
-          const AttentionTile tile{
-              &q[static_cast<size_t>(t0 * q_dim)], &positions[static_cast<size_t>(t0)],
-              std::min(tile_tokens, n_tokens - t0), h, &out[static_cast<size_t>(t0 * q_dim)]};
-          attend_tile(tile, cache, 0, block_table, shape, nullptr, *table);
-        }
-      }
+      const std::vector<float> out =
+          attend_tiles(q, n_tokens, shape, cache, *table, [&](int) { return block_table; });
       for (int t = 0; t < n_tokens; ++t) {
         for (int i = 0; i < q_dim; ++i)
           ASSERT_NEAR(out[static_cast<size_t>(t * q_dim + i)],
@@ -312,30 +326,23 @@ TEST(Attention, SlidingWindowAndSoftcapMatchPlainAttention) {
   auto q = random_floats(int64_t{n_tokens} * q_dim, 22, 2.0f);
   for (int t = 0; t < n_tokens; ++t)
     cache.write(0, t, &k[static_cast<size_t>(t * kv_dim)], &v[static_cast<size_t>(t * kv_dim)]);
-  std::vector<int32_t> positions(n_tokens);
-  for (int t = 0; t < n_tokens; ++t) positions[static_cast<size_t>(t)] = t;
   for (const auto& [window, softcap] :
        {std::pair{1, 0.0f}, std::pair{13, 0.0f}, std::pair{40, 0.0f}, std::pair{0, 3.0f},
         std::pair{21, 3.0f}}) {
     const AttentionShape shape{n_heads, n_kv_heads, head_dim, 1.0f / std::sqrt(float(head_dim)),
                                window,  softcap};
-    for (const KernelTable* table : available_kernels()) {
-      std::vector<float> out(static_cast<size_t>(n_tokens * q_dim));
-      const int tile_tokens = attention_tile_tokens(shape);
-      for (int t0 = 0; t0 < n_tokens; t0 += tile_tokens) {
-        std::vector<int32_t> visible = block_table;
-        if (window > 0) {
-          const int first_key = std::max(0, t0 - window + 1);
-          for (int b = 0; (b + 1) * block_size <= first_key; ++b)
-            visible[static_cast<size_t>(b)] = -1;
-        }
-        for (int h = 0; h < n_kv_heads; ++h) {
-          const AttentionTile tile{
-              &q[static_cast<size_t>(t0 * q_dim)], &positions[static_cast<size_t>(t0)],
-              std::min(tile_tokens, n_tokens - t0), h, &out[static_cast<size_t>(t0 * q_dim)]};
-          attend_tile(tile, cache, 0, visible, shape, nullptr, *table);
-        }
+    // The table a tile gets: blocks wholly before its first token's window marked -1.
+    const auto visible_from = [&](int t0) {
+      std::vector<int32_t> visible = block_table;
+      if (window > 0) {
+        const int first_key = std::max(0, t0 - window + 1);
+        for (int b = 0; (b + 1) * block_size <= first_key; ++b)
+          visible[static_cast<size_t>(b)] = -1;
       }
+      return visible;
+    };
+    for (const KernelTable* table : available_kernels()) {
+      const std::vector<float> out = attend_tiles(q, n_tokens, shape, cache, *table, visible_from);
       for (int t = 0; t < n_tokens; ++t) {
         std::vector<float> qt(q.begin() + t * q_dim, q.begin() + (t + 1) * q_dim);
         const auto want = naive_attention(qt, k, v, t, n_heads, n_kv_heads, head_dim, shape.scale,
@@ -430,19 +437,9 @@ TEST(Attention, TilesWithQ8CacheMatchPlainSoftmaxAttention) {
         }
       }
       const AttentionShape shape{n_heads, n_kv_heads, head_dim, 1.0f / std::sqrt(float(head_dim))};
-      std::vector<int32_t> positions(n_tokens);
-      for (int t = 0; t < n_tokens; ++t) positions[static_cast<size_t>(t)] = t;
       for (const KernelTable* table : available_kernels()) {
-        std::vector<float> out(static_cast<size_t>(n_tokens * q_dim));
-        const int tile_tokens = attention_tile_tokens(shape);
-        for (int t0 = 0; t0 < n_tokens; t0 += tile_tokens) {
-          for (int h = 0; h < n_kv_heads; ++h) {
-            const AttentionTile tile{
-                &q[static_cast<size_t>(t0 * q_dim)], &positions[static_cast<size_t>(t0)],
-                std::min(tile_tokens, n_tokens - t0), h, &out[static_cast<size_t>(t0 * q_dim)]};
-            attend_tile(tile, cache, 0, block_table, shape, nullptr, *table);
-          }
-        }
+        const std::vector<float> out =
+            attend_tiles(q, n_tokens, shape, cache, *table, [&](int) { return block_table; });
         for (int t = 0; t < n_tokens; t += 7) {
           std::vector<float> qt(q.begin() + t * q_dim, q.begin() + (t + 1) * q_dim);
           if (key_type == DType::F16)

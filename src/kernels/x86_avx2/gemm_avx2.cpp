@@ -42,6 +42,14 @@ inline void prefetch_ahead(const void* p, size_t bytes) {
   }
 }
 
+// The eighth of a K-quant block (one of its 8 sub-blocks' share of the bytes) that sub-block j
+// of `block` is about to use, asked for kPrefetchBytes ahead.
+template <int H, typename Block>
+inline void prefetch_sub_block(const Block* block, int j) {
+  prefetch_ahead<H>(reinterpret_cast<const uint8_t*>(block) + j * sizeof(Block) / kSubBlocks,
+                    sizeof(Block) / kSubBlocks);
+}
+
 inline __m256 load_fp16x8(const uint16_t* p) {
   return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
 }
@@ -111,9 +119,7 @@ void q4k_tile(const PackedQ4KBlock* w, int64_t blocks, int half, const ActQ8Bloc
     for (int h = 0; h < H; ++h) acc[t][h] = _mm256_setzero_ps();
   for (int64_t b = 0; b < blocks; ++b) {
     for (int j = 0; j < kSubBlocks; ++j) {
-      prefetch_ahead<H>(
-          reinterpret_cast<const uint8_t*>(w + b) + j * sizeof(PackedQ4KBlock) / kSubBlocks,
-          sizeof(PackedQ4KBlock) / kSubBlocks);
+      prefetch_sub_block<H>(w + b, j);
       const ActQ8Block* a = act + (b * kSubBlocks + j) * act_stride;
       __m256i sum16[NT][H];
       for (int t = 0; t < NT; ++t)
@@ -163,9 +169,7 @@ void q5k_tile(const PackedQ5KBlock* w, int64_t blocks, int half, const ActQ8Bloc
     for (int h = 0; h < H; ++h) acc[t][h] = _mm256_setzero_ps();
   for (int64_t b = 0; b < blocks; ++b) {
     for (int j = 0; j < kSubBlocks; ++j) {
-      prefetch_ahead<H>(
-          reinterpret_cast<const uint8_t*>(w + b) + j * sizeof(PackedQ5KBlock) / kSubBlocks,
-          sizeof(PackedQ5KBlock) / kSubBlocks);
+      prefetch_sub_block<H>(w + b, j);
       const ActQ8Block* a = act + (b * kSubBlocks + j) * act_stride;
       __m256i isum[NT][H];
       for (int t = 0; t < NT; ++t)
@@ -228,9 +232,7 @@ void q6k_tile(const PackedQ6KBlock* w, int64_t blocks, int half, const ActQ8Bloc
     for (int h = 0; h < H; ++h) acc[t][h] = _mm256_setzero_ps();
   for (int64_t b = 0; b < blocks; ++b) {
     for (int j = 0; j < kSubBlocks; ++j) {
-      prefetch_ahead<H>(
-          reinterpret_cast<const uint8_t*>(w + b) + j * sizeof(PackedQ6KBlock) / kSubBlocks,
-          sizeof(PackedQ6KBlock) / kSubBlocks);
+      prefetch_sub_block<H>(w + b, j);
       const ActQ8Block* a = act + (b * kSubBlocks + j) * act_stride;
       for (int h = 0; h < H; ++h) {
         const int r = 8 * (half + h);
@@ -298,9 +300,7 @@ void iq4xs_tile(const PackedIQ4XSBlock* w, int64_t blocks, int half, const ActQ8
     for (int h = 0; h < H; ++h) acc[t][h] = _mm256_setzero_ps();
   for (int64_t b = 0; b < blocks; ++b) {
     for (int j = 0; j < kSubBlocks; ++j) {
-      prefetch_ahead<H>(
-          reinterpret_cast<const uint8_t*>(w + b) + j * sizeof(PackedIQ4XSBlock) / kSubBlocks,
-          sizeof(PackedIQ4XSBlock) / kSubBlocks);
+      prefetch_sub_block<H>(w + b, j);
       const ActQ8Block* a = act + (b * kSubBlocks + j) * act_stride;
       __m256i isum[NT][H];
       for (int t = 0; t < NT; ++t)
