@@ -33,7 +33,7 @@ std::string describe_bandwidth_fraction(double fraction) {
       100 * fraction);
 }
 
-void add_roofline(const ModelFootprint& f, const model::Model& model, double kv_bytes_per_position,
+void add_roofline(const ModelFootprint& f, const model::Model& model, const kv::KvCache& cache,
                   nlohmann::json& tests, const kernels::ReadBandwidth& probe) {
   const model::ModelConfig& c = model.config();
   const double bandwidth = probe.best_bytes_per_second;
@@ -49,7 +49,7 @@ void add_roofline(const ModelFootprint& f, const model::Model& model, double kv_
     if (ng > 0) {
       // Weights are read once per step and shared by the step's n_parallel tokens; each token
       // reads its own sequence's K and V in every layer.
-      const double kv = context * kv_bytes_per_position;
+      const double kv = cache.bytes_read_at(context);
       const double per_token = double(f.matmul_bytes) / double(npl) + kv;
       t["bytes_per_token"] = per_token;
       t["kv_bytes_per_token"] = kv;

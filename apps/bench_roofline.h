@@ -37,10 +37,9 @@ std::string describe_bandwidth_fraction(double fraction);
 // "read_bandwidth_buffer_mib", "read_bandwidth_isa" on all; tg: "bytes_per_token",
 // "achieved_gbs", "bandwidth_fraction" (achieved / measured, as measured: it can exceed 1),
 // "bandwidth_bound_exceeded" (it does), "bound_ts"; pp: "gflops", "gflop_per_token".
-// kv_bytes_per_position: the KV cache bytes of one token position over all layers (K and V, in
-// the cache's types).
+// `cache` tells the K and V bytes a token reads at a given context (kv/kv_cache.h).
 void add_roofline(const ModelFootprint& footprint, const model::Model& model,
-                  double kv_bytes_per_position, nlohmann::json& tests,
+                  const kv::KvCache& cache, nlohmann::json& tests,
                   const kernels::ReadBandwidth& bandwidth);
 
 // Prints the roofline fields of `tests` as a short summary.

@@ -36,8 +36,8 @@ struct BenchArgs {
 
 using Clock = std::chrono::steady_clock;
 
-// The KV blocks of each benchmarked sequence: [n_sequences][blocks per sequence].
-using BlockTables = std::vector<std::vector<int32_t>>;
+// The KV blocks of each benchmarked sequence.
+using BlockTables = std::vector<kv::BlockTables>;
 
 // Runs one step: for each sequence s, `count` tokens at positions [start, start + count), all in
 // one batch; logits of each sequence's last token go to `logits`. Steps of at least
@@ -45,26 +45,20 @@ using BlockTables = std::vector<std::vector<int32_t>>;
 void run_step(model::Model& model, kv::KvCache& cache, ThreadPool& pool, const BlockTables& tables,
               std::span<const int32_t> tokens, int64_t count, int32_t start,
               std::vector<float>& logits) {
-  const int block = cache.block_size();
   const auto n_seq = static_cast<int64_t>(tables.size());
   std::vector<int32_t> pos(static_cast<size_t>(n_seq * count));
-  std::vector<int64_t> slots(pos.size());
   std::vector<model::BatchSequence> seqs;
   std::vector<int32_t> last;
   for (int64_t s = 0; s < n_seq; ++s) {
-    const auto& table = tables[static_cast<size_t>(s)];
-    for (int64_t i = 0; i < count; ++i) {
-      const size_t k = static_cast<size_t>(s * count + i);
-      pos[k] = start + static_cast<int32_t>(i);
-      slots[k] = int64_t{table[static_cast<size_t>(pos[k] / block)]} * block + pos[k] % block;
-    }
-    seqs.push_back({s * count, (s + 1) * count, table});
+    for (int64_t i = 0; i < count; ++i)
+      pos[static_cast<size_t>(s * count + i)] = start + static_cast<int32_t>(i);
+    seqs.push_back({s * count, (s + 1) * count, &tables[static_cast<size_t>(s)]});
     last.push_back(static_cast<int32_t>((s + 1) * count - 1));
   }
   const int64_t bf16_rows_begin =
       count >= model::kBf16PromptTokens ? 0 : static_cast<int64_t>(pos.size());
-  model.forward({tokens.first(pos.size()), pos, slots, seqs, last, bf16_rows_begin}, cache,
-                logits.data(), pool);
+  model.forward({tokens.first(pos.size()), pos, seqs, last, bf16_rows_begin}, cache, logits.data(),
+                pool);
 }
 
 struct TestResult {
@@ -160,9 +154,8 @@ void bench(const BenchArgs& args) {
   const auto blocks = static_cast<int32_t>((context + block - 1) / block);
   kv::KvCache cache(model->kv_config(blocks * static_cast<int32_t>(args.n_parallel), block,
                                      args.kv_key_type, args.kv_value_type));
-  BlockTables tables(static_cast<size_t>(args.n_parallel));
-  for (auto& table : tables)
-    for (int32_t b = 0; b < blocks; ++b) table.push_back(*cache.pool().allocate());
+  BlockTables tables;
+  for (int64_t s = 0; s < args.n_parallel; ++s) tables.push_back(cache.allocate_sequence(context));
   const BlockTables one_sequence(tables.begin(), tables.begin() + 1);
   ThreadPool pool(threads, args.threads.pin());
   const ModelFootprint footprint = model_footprint(file);
@@ -177,10 +170,7 @@ void bench(const BenchArgs& args) {
   for (const TestResult& t : results) {
     out.push_back(to_json(t, *model, path, footprint.total_bytes, footprint.parameters, threads));
   }
-  const model::ModelConfig& c = model->config();
-  const double kv_bytes_per_position = double(cache.key_block_bytes() + cache.value_block_bytes()) *
-                                       c.n_layers * c.n_kv_heads / block;
-  add_roofline(footprint, *model, kv_bytes_per_position, out, measure_read_bandwidth(pool));
+  add_roofline(footprint, *model, cache, out, measure_read_bandwidth(pool));
   if (args.json) {
     fmt::print("{}\n", out.dump(2));
     return;

@@ -30,6 +30,7 @@ struct ServeArgs {
   std::string chat_template;
   DType kv_key_type = DType::F16;
   DType kv_value_type = DType::F16;
+  bool swa_full = false;
 };
 
 server::HttpServer* g_server = nullptr;
@@ -49,6 +50,7 @@ void serve(const ServeArgs& args) {
   config.max_batched_tokens = args.max_batched_tokens;
   config.kv_key_type = args.kv_key_type;
   config.kv_value_type = args.kv_value_type;
+  config.swa_full = args.swa_full;
   const std::string model_id = args.served_model_name.empty()
                                    ? std::filesystem::path(path).stem().string()
                                    : args.served_model_name;
@@ -126,6 +128,7 @@ void register_serve(CLI::App& app) {
       "--chat-template", args->chat_template,
       "Built-in template name (chatml, llama3, gemma, ...) or a Jinja file; default: the model's");
   add_kv_type_options(*cmd, args->kv_key_type, args->kv_value_type);
+  add_swa_full_option(*cmd, args->swa_full);
   cmd->callback([args] { serve(*args); });
 }
 

@@ -41,6 +41,11 @@ void add_kv_type_options(CLI::App& cmd, DType& key_type, DType& value_type) {
   add("--cache-type-v", value_type, "KV cache type of the values: f16 (default) or q8_0 (-ctv)");
 }
 
+void add_swa_full_option(CLI::App& cmd, bool& swa_full) {
+  cmd.add_flag("--swa-full", swa_full,
+               "Sliding-window layers keep every position in the KV cache, not only their window");
+}
+
 void GenerationOptions::add_to(CLI::App& cmd) {
   cmd.add_option("-m,--model", model, "GGUF model file (default: the fetched SmolLM2)");
   cmd.add_option("-n,--max-tokens", max_tokens, "Most tokens to generate")
@@ -67,6 +72,7 @@ void GenerationOptions::add_to(CLI::App& cmd) {
   cmd.add_option("--system", system_prompt, "System message for chat mode");
   cmd.add_flag("--no-stats", quiet_stats, "Do not print timing statistics to stderr");
   add_kv_type_options(cmd, kv_key_type, kv_value_type);
+  add_swa_full_option(cmd, swa_full);
 }
 
 engine::EngineConfig GenerationOptions::engine_config() const {
@@ -77,6 +83,7 @@ engine::EngineConfig GenerationOptions::engine_config() const {
   config.max_seqs = 1;
   config.kv_key_type = kv_key_type;
   config.kv_value_type = kv_value_type;
+  config.swa_full = swa_full;
   return config;
 }
 

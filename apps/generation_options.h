@@ -35,6 +35,7 @@ struct GenerationOptions {
   bool quiet_stats = false;
   DType kv_key_type = DType::F16;
   DType kv_value_type = DType::F16;
+  bool swa_full = false;
 
   void add_to(CLI::App& cmd);
   engine::EngineConfig engine_config() const;
@@ -45,6 +46,8 @@ struct GenerationOptions {
 
 // -ctk/--cache-type-k and -ctv/--cache-type-v (f16 or q8_0, as llama.cpp spells them).
 void add_kv_type_options(CLI::App& cmd, DType& key_type, DType& value_type);
+// --swa-full (llama.cpp's flag): sliding-window layers keep every position in the KV cache.
+void add_swa_full_option(CLI::App& cmd, bool& swa_full);
 
 // The thread count used when none is given: the number of cores, at most 4 (small models
 // gain nothing past that and lose to synchronisation).

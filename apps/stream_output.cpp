@@ -18,10 +18,10 @@ void print_stats(const engine::RequestResult& result, const engine::Engine& engi
   fmt::print(
       stderr,
       "\n[inferd] prompt {} tokens, TTFT {:.1f} ms, prefill {:.1f} tok/s | generated {} tokens, "
-      "decode {:.1f} tok/s, mean ITL {:.2f} ms | finish: {} | {} threads\n",
+      "decode {:.1f} tok/s, mean ITL {:.2f} ms | finish: {} | {} threads | KV peak {:.2f} MiB\n",
       s.prompt_tokens, s.ttft_s * 1e3, prefill_tps, s.completion_tokens, decode_tps,
       s.mean_itl_s() * 1e3, engine::finish_reason_name(result.finish_reason),
-      engine.config().threads);
+      engine.config().threads, double(engine.peak_kv_bytes()) / 1048576.0);
   if (result.finish_reason == engine::FinishReason::kError)
     fmt::print(stderr, "[inferd] error: {}\n", result.error);
 }

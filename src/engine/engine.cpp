@@ -63,12 +63,24 @@ Engine::Engine(const gguf::GgufFile& file, const EngineConfig& config) : config_
     fail("KV cache of {} blocks cannot hold one sequence of {} tokens ({} blocks of {})",
          config_.kv_blocks, config_.context, blocks_per_seq, config.block_size);
   }
-  cache_ = std::make_unique<kv::KvCache>(model_->kv_config(
-      config_.kv_blocks, config.block_size, config.kv_key_type, config.kv_value_type));
+  kv::KvCacheConfig kv = model_->kv_config(config_.kv_blocks, config.block_size, config.kv_key_type,
+                                           config.kv_value_type);
+  if (config.swa_full) kv.sliding_layers.clear();
+  if (!kv.sliding_layers.empty()) {
+    // A running sequence holds at most the blocks of its window plus one step's tokens (the
+    // scheduler frees the rest before each step), so this many never run short.
+    const int64_t per_seq =
+        (config.max_batched_tokens + kv.sliding_window - 1 + config.block_size - 1) /
+            config.block_size +
+        1;
+    kv.num_sliding_blocks =
+        static_cast<int32_t>(std::min<int64_t>(config_.kv_blocks, per_seq * config.max_seqs));
+  }
+  cache_ = std::make_unique<kv::KvCache>(kv);
   pool_ = std::make_unique<ThreadPool>(config.threads, config.pin_threads);
   scheduler_ = std::make_unique<Scheduler>(
       SchedulerConfig{config.max_batched_tokens, config.max_seqs, config.block_size},
-      cache_->pool());
+      cache_->groups());
   runner_ = std::make_unique<ModelRunner>(*model_, *cache_, *pool_, config.max_batched_tokens,
                                           config.max_seqs);
   scheduled_.reserve(static_cast<size_t>(config.max_seqs));
@@ -103,8 +115,8 @@ uint64_t Engine::add_request(Request request) {
   seq.num_prompt_tokens = prompt;
   seq.tokens.reserve(static_cast<size_t>(prompt + request.max_tokens));
   seq.tokens = request.prompt;
-  seq.block_table.reserve(
-      static_cast<size_t>((prompt + request.max_tokens) / config_.block_size + 1));
+  for (std::vector<int32_t>& table : seq.block_tables)
+    table.reserve(static_cast<size_t>((prompt + request.max_tokens) / config_.block_size + 1));
   active->sampler =
       std::make_unique<sampling::Sampler>(request.sampling, n_vocab, request.logprobs >= 0);
   active->detokenizer = std::make_unique<tokenizer::IncrementalDetokenizer>(*tokenizer_);
@@ -121,6 +133,7 @@ void Engine::step() {
   reap_cancelled();
   scheduler_->schedule(scheduled_);
   if (scheduled_.empty()) return;
+  peak_kv_bytes_ = std::max(peak_kv_bytes_, cache_->used_bytes());
   const auto now = Clock::now();
   for (const ScheduledSequence& s : scheduled_) {
     Active& active = *active_.at(s.seq->id);

@@ -31,6 +31,9 @@ struct EngineConfig {
   int32_t kv_blocks = 0;             // 0: enough for max_seqs sequences of `context` tokens
   DType kv_key_type = DType::F16;    // F16 or Q8_0 (kv/kv_cache.h)
   DType kv_value_type = DType::F16;  // F16 or Q8_0
+  // Sliding-window layers keep every position, as full-attention ones (llama.cpp --swa-full);
+  // by default they hold only their window (kv/kv_cache.h).
+  bool swa_full = false;
 };
 
 class Engine {
@@ -54,6 +57,8 @@ class Engine {
   const kv::KvCache& kv_cache() const { return *cache_; }
   size_t num_running() const { return scheduler_->num_running(); }
   size_t num_waiting() const { return scheduler_->num_waiting(); }
+  // The most KV cache bytes in use at once since start-up, over every KV group.
+  int64_t peak_kv_bytes() const { return peak_kv_bytes_; }
 
  private:
   struct Active;
@@ -75,6 +80,7 @@ class Engine {
   std::vector<ScheduledSequence> scheduled_;
   std::vector<uint64_t> finished_ids_;
   uint64_t next_id_ = 1;
+  int64_t peak_kv_bytes_ = 0;
 };
 
 }  // namespace inferd::engine

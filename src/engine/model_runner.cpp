@@ -13,7 +13,6 @@ ModelRunner::ModelRunner(model::Model& model, kv::KvCache& cache, ThreadPool& po
   const auto seqs = static_cast<size_t>(max_seqs);
   tokens_.resize(tokens);
   positions_.resize(tokens);
-  slots_.resize(tokens);
   sequences_.resize(2 * seqs);  // a sequence may give one entry to each kernel route
   logit_rows_.resize(seqs);
   logit_index_.resize(seqs);
@@ -25,7 +24,6 @@ ModelRunner::ModelRunner(model::Model& model, kv::KvCache& cache, ThreadPool& po
 void ModelRunner::run(std::span<const ScheduledSequence> scheduled) {
   if (scheduled.size() > logit_index_.size())
     fail("model runner: {} sequences in one step", scheduled.size());
-  const int block_size = cache_.block_size();
   size_t t = 0, entries = 0, rows = 0;
   // Appends positions [begin, end) of sequence i as one batch entry; logits where the entry
   // reaches the end of the known tokens (the next one is sampled).
@@ -35,12 +33,10 @@ void ModelRunner::run(std::span<const ScheduledSequence> scheduled) {
     if (t + static_cast<size_t>(end - begin) > tokens_.size())
       fail("model runner: step exceeds the token budget");
     sequences_[entries++] = {static_cast<int64_t>(t), static_cast<int64_t>(t) + (end - begin),
-                             seq.block_table};
+                             &seq.block_tables};
     for (int64_t pos = begin; pos < end; ++pos, ++t) {
       tokens_[t] = seq.tokens[static_cast<size_t>(pos)];
       positions_[t] = static_cast<int32_t>(pos);
-      slots_[t] = int64_t{seq.block_table[static_cast<size_t>(pos / block_size)]} * block_size +
-                  pos % block_size;
     }
     if (end == seq.num_tokens()) {
       logit_index_[i] = static_cast<int32_t>(rows);
@@ -69,9 +65,11 @@ void ModelRunner::run(std::span<const ScheduledSequence> scheduled) {
     const int64_t end = begin + scheduled[i].num_new_tokens;
     add(i, begin, prompt_end(i, begin, end));
   }
-  model::Batch batch{{tokens_.data(), t},        {positions_.data(), t},
-                     {slots_.data(), t},         {sequences_.data(), entries},
-                     {logit_rows_.data(), rows}, static_cast<int64_t>(bf16_rows_begin)};
+  model::Batch batch{{tokens_.data(), t},
+                     {positions_.data(), t},
+                     {sequences_.data(), entries},
+                     {logit_rows_.data(), rows},
+                     static_cast<int64_t>(bf16_rows_begin)};
   model_.forward(batch, cache_, logits_.data(), pool_);
 }
 

@@ -1,4 +1,4 @@
-// ModelRunner: flattens one scheduled step into a ragged Batch (tokens, positions, KV slots,
+// ModelRunner: flattens one scheduled step into a ragged Batch (tokens, positions,
 // per-sequence block tables) and runs the model. Buffers are sized once for the largest step.
 #pragma once
 
@@ -31,7 +31,6 @@ class ModelRunner {
   int n_vocab_;
   std::vector<int32_t> tokens_;                  // [max_batch_tokens]
   std::vector<int32_t> positions_;               // [max_batch_tokens]
-  std::vector<int64_t> slots_;                   // [max_batch_tokens]
   std::vector<model::BatchSequence> sequences_;  // [max_seqs]
   std::vector<int32_t> logit_rows_;              // [max_seqs]
   std::vector<int32_t> logit_index_;             // per scheduled sequence: row in logits_ or -1

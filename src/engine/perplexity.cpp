@@ -34,13 +34,11 @@ PerplexityResult perplexity(model::Model& model, ThreadPool& pool, std::span<con
   const auto blocks = static_cast<int32_t>((n_ctx + block_size - 1) / block_size);
   kv::KvCache cache(
       model.kv_config(blocks, block_size, options.kv_key_type, options.kv_value_type));
-  std::vector<int32_t> block_table;
-  for (int32_t b = 0; b < blocks; ++b) block_table.push_back(*cache.pool().allocate());
+  const kv::BlockTables tables = cache.allocate_sequence(n_ctx);
 
   const int64_t first = n_ctx / 2;
   const int64_t n_batch = std::min(options.n_batch, n_ctx);
   std::vector<int32_t> chunk(static_cast<size_t>(n_ctx)), positions(static_cast<size_t>(n_batch));
-  std::vector<int64_t> slots(static_cast<size_t>(n_batch));
   std::vector<int32_t> rows(static_cast<size_t>(n_batch));
   std::vector<float> logits(static_cast<size_t>(n_batch * n_vocab));
 
@@ -58,15 +56,11 @@ PerplexityResult perplexity(model::Model& model, ThreadPool& pool, std::span<con
       for (int64_t i = 0; i < count; ++i) {
         const int64_t pos = start + i;
         positions[static_cast<size_t>(i)] = static_cast<int32_t>(pos);
-        slots[static_cast<size_t>(i)] =
-            int64_t{block_table[static_cast<size_t>(pos / block_size)]} * block_size +
-            pos % block_size;
         if (pos >= first && pos < n_ctx - 1) rows[num_rows++] = static_cast<int32_t>(i);
       }
-      model::BatchSequence seq{0, count, block_table};
+      model::BatchSequence seq{0, count, &tables};
       model::Batch batch{{chunk.data() + start, static_cast<size_t>(count)},
                          {positions.data(), static_cast<size_t>(count)},
-                         {slots.data(), static_cast<size_t>(count)},
                          {&seq, 1},
                          {rows.data(), num_rows},
                          // a chunk of text is a prompt: long ones take the bf16 route

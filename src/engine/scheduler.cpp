@@ -6,8 +6,10 @@
 
 namespace inferd::engine {
 
-Scheduler::Scheduler(const SchedulerConfig& config, kv::BlockPool& pool)
-    : config_(config), pool_(pool) {
+Scheduler::Scheduler(const SchedulerConfig& config, std::span<kv::KvGroup> groups)
+    : config_(config), groups_(groups) {
+  if (groups.empty() || groups.size() > kv::kMaxKvGroups)
+    fail("scheduler: {} KV groups (1 to {})", groups.size(), kv::kMaxKvGroups);
   if (config.max_batched_tokens <= 0 || config.max_seqs <= 0 || config.block_size <= 0) {
     fail("scheduler: max_batched_tokens, max_seqs and block_size must be positive");
   }
@@ -19,22 +21,35 @@ void Scheduler::add(Sequence* seq) {
   waiting_.push_back(seq);
 }
 
-int64_t Scheduler::blocks_needed(const Sequence& seq, int64_t n) const {
-  const int64_t positions = seq.num_computed + n;
-  const int64_t blocks = (positions + config_.block_size - 1) / config_.block_size;
-  return std::max<int64_t>(0, blocks - static_cast<int64_t>(seq.block_table.size()));
+void Scheduler::free_behind_window(Sequence& seq, size_t group) {
+  const int window = groups_[group].window;
+  if (window <= 0) return;
+  // The step's first token (at num_computed) sees keys from num_computed - window + 1 on; later
+  // tokens see less of the past, so a block wholly before that key is never read again.
+  const int64_t first_key = seq.num_computed - window + 1;
+  std::vector<int32_t>& table = seq.block_tables[group];
+  const int64_t behind = std::min<int64_t>(first_key / config_.block_size, std::ssize(table));
+  for (int64_t i = behind - 1; i >= 0 && table[static_cast<size_t>(i)] != kv::kNoBlock; --i) {
+    groups_[group].pool.release(table[static_cast<size_t>(i)]);
+    table[static_cast<size_t>(i)] = kv::kNoBlock;
+  }
 }
 
 bool Scheduler::reserve_blocks(Sequence& seq, int64_t n) {
-  const int64_t need = blocks_needed(seq, n);
-  if (need > pool_.num_free()) return false;
-  for (int64_t i = 0; i < need; ++i) seq.block_table.push_back(*pool_.allocate());
+  const int64_t blocks = (seq.num_computed + n + config_.block_size - 1) / config_.block_size;
+  for (size_t g = 0; g < groups_.size(); ++g) free_behind_window(seq, g);
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    if (blocks - std::ssize(seq.block_tables[g]) > groups_[g].pool.num_free()) return false;
+  }
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    std::vector<int32_t>& table = seq.block_tables[g];
+    while (std::ssize(table) < blocks) table.push_back(*groups_[g].pool.allocate());
+  }
   return true;
 }
 
 void Scheduler::free_blocks(Sequence& seq) {
-  for (int32_t block : seq.block_table) pool_.release(block);
-  seq.block_table.clear();
+  kv::release_blocks(groups_, seq.block_tables);
 }
 
 void Scheduler::preempt(Sequence& seq) {

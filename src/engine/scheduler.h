@@ -1,13 +1,17 @@
 // Scheduler: decides each step which sequences run and how many of their tokens, under a
 // token budget and a cap on running sequences, reserving KV blocks for them (vLLM V1 style).
+// Blocks are reserved in every KV group; a sliding-window group's blocks that no token of the
+// step can see any more are freed first, so its use stays bounded by the window.
 #pragma once
 
 #include <cstdint>
 #include <deque>
 #include <vector>
 
+#include <span>
 #include "engine/sequence.h"
-#include "kv/block_pool.h"
+
+#include "kv/kv_cache.h"
 
 namespace inferd::engine {
 
@@ -24,7 +28,8 @@ struct ScheduledSequence {
 
 class Scheduler {
  public:
-  Scheduler(const SchedulerConfig& config, kv::BlockPool& pool);
+  // `groups` (the KV cache's) must outlive the scheduler.
+  Scheduler(const SchedulerConfig& config, std::span<kv::KvGroup> groups);
 
   // Queues a sequence (FCFS). The caller keeps ownership; the pointer must stay valid until
   // the sequence is finished or removed.
@@ -43,14 +48,15 @@ class Scheduler {
   const SchedulerConfig& config() const { return config_; }
 
  private:
-  // Blocks so that positions [0, num_computed + n) have a home; false when the pool is short.
+  // Blocks so that positions [0, num_computed + n) have a home in every group (behind a sliding
+  // group's window: freed); false when a pool is short, and then nothing is allocated.
   bool reserve_blocks(Sequence& seq, int64_t n);
+  void free_behind_window(Sequence& seq, size_t group);
   void free_blocks(Sequence& seq);
   void preempt(Sequence& seq);
-  int64_t blocks_needed(const Sequence& seq, int64_t n) const;
 
   SchedulerConfig config_;
-  kv::BlockPool& pool_;
+  std::span<kv::KvGroup> groups_;
   std::deque<Sequence*> waiting_;
   std::vector<Sequence*> running_;  // in admission order: the last one is the newest
 };

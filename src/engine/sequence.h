@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "engine/request.h"
+#include "kv/kv_cache.h"
 
 namespace inferd::engine {
 
@@ -18,8 +19,8 @@ struct Sequence {
   SequenceStatus status = SequenceStatus::kWaiting;
   std::vector<int32_t> tokens;  // prompt, then generated tokens; capacity reserved at admission
   int64_t num_prompt_tokens = 0;
-  int64_t num_computed = 0;          // tokens whose K/V are in the cache
-  std::vector<int32_t> block_table;  // KV block of positions [i * block_size, (i+1) * block_size)
+  int64_t num_computed = 0;      // tokens whose K/V are in the cache
+  kv::BlockTables block_tables;  // per KV group: block of positions [i * bs, (i + 1) * bs)
   int num_preemptions = 0;
 
   int64_t num_tokens() const { return static_cast<int64_t>(tokens.size()); }

@@ -39,9 +39,10 @@ class NextTilePrefetcher {
                      int64_t own_blocks)
       : next_(next), cache_(cache), layer_(layer) {
     if (next_ == nullptr) return;
+    done_ = next_->first_key / cache.block_size();
     total_ = (next_->n_keys + cache.block_size() - 1) / cache.block_size();
     total_ = std::min<int64_t>(total_, static_cast<int64_t>(next_->block_table.size()));
-    per_step_ = own_blocks > 0 ? (total_ + own_blocks - 1) / own_blocks : total_;
+    per_step_ = own_blocks > 0 ? (total_ - done_ + own_blocks - 1) / own_blocks : total_;
   }
   // Fetches the next share; finish() fetches whatever is left.
   void step() { fetch(per_step_); }

@@ -39,7 +39,8 @@ struct AttentionTile {
 struct AttentionPrefetch {
   std::span<const int32_t> block_table;
   int kv_head = 0;
-  int64_t n_keys = 0;  // keys [0, n_keys) of the sequence
+  int64_t first_key = 0;  // keys [first_key, n_keys) of the sequence
+  int64_t n_keys = 0;
 };
 
 // How many tokens one tile takes: as many as keep (query heads per kv head) x tokens rows in

@@ -1,5 +1,7 @@
 #include "kv/kv_cache.h"
 
+#include <algorithm>
+
 #include "kernels/kernels.h"
 #include "tensor/half.h"
 #include "tensor/quant_blocks.h"
@@ -25,6 +27,15 @@ void quantize_q8(const float* x, int head_dim, int8_t* q, size_t q_stride, float
 
 }  // namespace
 
+void release_blocks(std::span<KvGroup> groups, BlockTables& tables) {
+  for (size_t g = 0; g < groups.size(); ++g) {
+    for (const int32_t block : tables[g]) {
+      if (block != kNoBlock) groups[g].pool.release(block);
+    }
+  }
+  for (std::vector<int32_t>& table : tables) table.clear();
+}
+
 size_t KvCache::record_bytes(DType type) const {
   const size_t values = static_cast<size_t>(config_.block_size) * config_.head_dim;
   const size_t bytes =
@@ -32,7 +43,7 @@ size_t KvCache::record_bytes(DType type) const {
   return (bytes + 63) / 64 * 64;  // records start on cache lines
 }
 
-KvCache::KvCache(const KvCacheConfig& config) : config_(config), pool_(config.num_blocks) {
+KvCache::KvCache(const KvCacheConfig& config) : config_(config) {
   for (const DType type : {config.key_type, config.value_type}) {
     if (type != DType::F16 && type != DType::Q8_0) {
       fail("KV cache: type {} is not supported (f16 or q8_0)", dtype_name(type));
@@ -48,20 +59,90 @@ KvCache::KvCache(const KvCacheConfig& config) : config_(config), pool_(config.nu
     fail("KV cache: q8_0 needs a head size that is a multiple of {}, this model's is {}", kQ8Group,
          config.head_dim);
   }
+  const bool flagged = !config.sliding_layers.empty();
+  if (flagged && std::ssize(config.sliding_layers) != config.n_layers)
+    fail("KV cache: {} sliding-window flags for {} layers", config.sliding_layers.size(),
+         config.n_layers);
+  if (flagged && config.sliding_window <= 0)
+    fail("KV cache: sliding layers need a positive window, got {}", config.sliding_window);
   key_block_bytes_ = record_bytes(config.key_type);
   value_block_bytes_ = record_bytes(config.value_type);
-  const size_t records = static_cast<size_t>(config.n_layers) *
-                         static_cast<size_t>(config.num_blocks) *
-                         static_cast<size_t>(config.n_kv_heads);
-  total_key_bytes_ = records * key_block_bytes_;
-  total_value_bytes_ = records * value_block_bytes_;
-  try {
-    keys_ = HugePageBuffer(total_key_bytes_);
-    values_ = HugePageBuffer(total_value_bytes_);
-  } catch (const Error&) {
-    fail("KV cache: cannot allocate {} MiB for {} blocks",
-         (total_key_bytes_ + total_value_bytes_) >> 20, config.num_blocks);
+  // Group 0 holds the full-attention layers, group 1 the sliding ones; a kind without layers
+  // has no group (then group 0 is the sliding one).
+  const auto slides = [&](int l) { return flagged && config.sliding_layers[size_t(l)]; };
+  int group_of_kind[2] = {-1, -1};  // [slides]
+  groups_.reserve(kMaxKvGroups);
+  for (const bool sliding : {false, true}) {
+    for (int l = 0; l < config.n_layers; ++l) {
+      if (slides(l) != sliding) continue;
+      const int32_t blocks =
+          sliding && config.num_sliding_blocks > 0 ? config.num_sliding_blocks : config.num_blocks;
+      group_of_kind[sliding] = static_cast<int>(groups_.size());
+      groups_.emplace_back(blocks, sliding ? config.sliding_window : 0);
+      break;
+    }
   }
+  for (int l = 0; l < config.n_layers; ++l) {
+    const int g = group_of_kind[slides(l)];
+    layer_group_.push_back(g);
+    layer_index_.push_back(groups_[static_cast<size_t>(g)].n_layers++);
+  }
+  const size_t heads = static_cast<size_t>(config.n_kv_heads);
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    KvGroup& group = groups_[g];
+    group.block_bytes =
+        static_cast<size_t>(group.n_layers) * heads * (key_block_bytes_ + value_block_bytes_);
+    const size_t records =
+        static_cast<size_t>(group.n_layers) * static_cast<size_t>(group.pool.num_blocks()) * heads;
+    try {
+      storage_[g].keys = HugePageBuffer(records * key_block_bytes_);
+      storage_[g].values = HugePageBuffer(records * value_block_bytes_);
+    } catch (const Error&) {
+      fail("KV cache: cannot allocate {} MiB for {} blocks",
+           (records * (key_block_bytes_ + value_block_bytes_)) >> 20, group.pool.num_blocks());
+    }
+  }
+}
+
+int64_t KvCache::bytes() const {
+  int64_t total = 0;
+  for (const KvGroup& g : groups_) total += int64_t{g.pool.num_blocks()} * int64_t(g.block_bytes);
+  return total;
+}
+
+int64_t KvCache::used_bytes() const {
+  int64_t total = 0;
+  for (const KvGroup& g : groups_) total += int64_t{g.pool.num_used()} * int64_t(g.block_bytes);
+  return total;
+}
+
+int32_t KvCache::used_blocks() const {
+  int32_t total = 0;
+  for (const KvGroup& g : groups_) total += g.pool.num_used();
+  return total;
+}
+
+double KvCache::bytes_read_at(double context) const {
+  double total = 0;
+  for (const KvGroup& g : groups_) {
+    const double keys = g.window > 0 ? std::min(context, double(g.window)) : context;
+    total += keys * double(g.block_bytes) / config_.block_size;
+  }
+  return total;
+}
+
+BlockTables KvCache::allocate_sequence(int64_t n_positions) {
+  BlockTables tables;
+  const int64_t blocks = (n_positions + config_.block_size - 1) / config_.block_size;
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    if (blocks > groups_[g].pool.num_free()) {
+      release(tables);
+      fail("KV cache: {} positions need {} blocks, {} are free", n_positions, blocks,
+           groups_[g].pool.num_free());
+    }
+    for (int64_t b = 0; b < blocks; ++b) tables[g].push_back(*groups_[g].pool.allocate());
+  }
+  return tables;
 }
 
 void KvCache::write(int layer, int64_t slot, const float* k, const float* v) {
@@ -77,8 +158,8 @@ void KvCache::write(int layer, int64_t slot, const float* k, const float* v) {
   for (int h = 0; h < config_.n_kv_heads; ++h) {
     const float* ks = k + static_cast<size_t>(h) * head_dim;
     const float* vs = v + static_cast<size_t>(h) * head_dim;
-    uint8_t* kb = keys_.data() + offset(layer, block, h) * key_block_bytes_;
-    uint8_t* vb = values_.data() + offset(layer, block, h) * value_block_bytes_;
+    uint8_t* kb = key_data(layer) + offset(layer, block, h) * key_block_bytes_;
+    uint8_t* vb = value_data(layer) + offset(layer, block, h) * value_block_bytes_;
     if (config_.key_type == DType::F16) {
       uint16_t* kd = reinterpret_cast<uint16_t*>(kb) + pos;
       to_fp16(ks, key_halves, config_.head_dim);

@@ -3,6 +3,12 @@
 // transposed, [dim][offset], so attention scores a whole block with one vector per dimension;
 // values are [offset][dim].
 //
+// Layers are in KV groups (vLLM's "KV cache groups"): the full-attention layers in one, the
+// sliding-window layers in another. Each group has its own blocks, pool and block table per
+// sequence, so a sliding layer's blocks that fall behind its window can go back to the pool
+// while the full-attention layers keep theirs: a long sequence of a model that slides on 5 of 6
+// layers holds about a sixth of the KV a full-attention model would.
+//
 // Keys and values are each stored as F16 or Q8_0 (llama.cpp's --cache-type-k/-v). Q8_0 keeps
 // int8 values with a scale per 32 dimensions of each token, quantized as llama.cpp's Q8_0
 // blocks (d = amax / 127 rounded to fp16, q = round(x / d)) and laid out for attention: about
@@ -10,8 +16,11 @@
 // this is memory traffic saved.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
+#include <span>
+#include <vector>
 
 #include "kv/block_pool.h"
 #include "tensor/dtype.h"
@@ -22,14 +31,40 @@ namespace inferd::kv {
 // Dimensions per Q8_0 scale.
 constexpr int kQ8Group = 32;
 
+// Full-attention layers, sliding-window layers.
+constexpr int kMaxKvGroups = 2;
+
+// A sequence's blocks, one table per KV group: entry i holds positions [i * block_size,
+// (i + 1) * block_size). A sliding group's entries behind the window are kNoBlock once freed.
+using BlockTables = std::array<std::vector<int32_t>, kMaxKvGroups>;
+constexpr int32_t kNoBlock = -1;
+
+// The layers that share block ids, and their pool.
+struct KvGroup {
+  KvGroup(int32_t num_blocks, int window_) : window(window_), pool(num_blocks) {}
+  int window = 0;  // a query at p sees keys from p - window + 1 on; 0: all keys (full attention)
+  BlockPool pool;
+  int n_layers = 0;
+  size_t block_bytes = 0;  // K and V of all its layers and kv heads, one block
+};
+
+// Returns every block of `tables` to its group's pool and clears them.
+void release_blocks(std::span<KvGroup> groups, BlockTables& tables);
+
 struct KvCacheConfig {
   int n_layers = 0;
   int n_kv_heads = 0;
   int head_dim = 0;
   int block_size = 16;
-  int32_t num_blocks = 0;
+  int32_t num_blocks = 0;         // blocks of the full-attention group
   DType key_type = DType::F16;    // F16 or Q8_0
   DType value_type = DType::F16;  // F16 or Q8_0
+  // Sliding-window layers (one flag per layer; empty: none) form their own group of
+  // num_sliding_blocks blocks (0: num_blocks). Without flags every layer keeps all its keys
+  // (llama.cpp's --swa-full), whatever window its attention applies.
+  std::vector<bool> sliding_layers = {};
+  int sliding_window = 0;
+  int32_t num_sliding_blocks = 0;
 };
 
 class KvCache {
@@ -39,22 +74,36 @@ class KvCache {
   explicit KvCache(const KvCacheConfig& config);
 
   const KvCacheConfig& config() const { return config_; }
-  BlockPool& pool() { return pool_; }
-  const BlockPool& pool() const { return pool_; }
   int block_size() const { return config_.block_size; }
   DType key_type() const { return config_.key_type; }
   DType value_type() const { return config_.value_type; }
-  int64_t bytes() const { return static_cast<int64_t>(total_key_bytes_ + total_value_bytes_); }
+
+  std::span<KvGroup> groups() { return groups_; }
+  std::span<const KvGroup> groups() const { return groups_; }
+  int group_of(int layer) const { return layer_group_[static_cast<size_t>(layer)]; }
+  // Bytes of all blocks, and of the blocks in use, over every group.
+  int64_t bytes() const;
+  int64_t used_bytes() const;
+  int32_t used_blocks() const;
+  // K and V bytes a query at `context` positions reads, over all layers: every key of a
+  // full-attention layer, the window of a sliding one.
+  double bytes_read_at(double context) const;
+
+  // Tables for positions [0, n_positions) in every group, nothing freed behind a window: for
+  // callers that run one sequence outside the scheduler (perplexity, tests). Fails when a pool
+  // is short.
+  BlockTables allocate_sequence(int64_t n_positions);
+  void release(BlockTables& tables) { release_blocks(groups_, tables); }
 
   // Stores one token's K and V ([n_kv_heads * head_dim] floats each) of `layer` at `slot`.
   void write(int layer, int64_t slot, const float* k, const float* v);
 
   // The bytes of one kv head's keys (or values) in one block, whatever their type.
   const uint8_t* key_block(int layer, int32_t block, int kv_head) const {
-    return keys_.data() + offset(layer, block, kv_head) * key_block_bytes_;
+    return key_data(layer) + offset(layer, block, kv_head) * key_block_bytes_;
   }
   const uint8_t* value_block(int layer, int32_t block, int kv_head) const {
-    return values_.data() + offset(layer, block, kv_head) * value_block_bytes_;
+    return value_data(layer) + offset(layer, block, kv_head) * value_block_bytes_;
   }
   size_t key_block_bytes() const { return key_block_bytes_; }
   size_t value_block_bytes() const { return value_block_bytes_; }
@@ -83,25 +132,35 @@ class KvCache {
   }
 
  private:
-  // Index of the (layer, block, kv head) record.
+  // Index of the (layer, block, kv head) record within its group's storage.
   size_t offset(int layer, int32_t block, int kv_head) const {
-    return (static_cast<size_t>(layer) * config_.num_blocks + static_cast<size_t>(block)) *
+    const auto l = static_cast<size_t>(layer);
+    const KvGroup& group = groups_[static_cast<size_t>(layer_group_[l])];
+    return (static_cast<size_t>(layer_index_[l]) * static_cast<size_t>(group.pool.num_blocks()) +
+            static_cast<size_t>(block)) *
                config_.n_kv_heads +
            static_cast<size_t>(kv_head);
   }
+  uint8_t* key_data(int layer) const { return storage_[group_of(layer)].keys.data(); }
+  uint8_t* value_data(int layer) const { return storage_[group_of(layer)].values.data(); }
   size_t q8_scales_offset() const {
     return static_cast<size_t>(config_.block_size) * config_.head_dim;
   }
   size_t record_bytes(DType type) const;
 
-  KvCacheConfig config_;
-  BlockPool pool_;
-  size_t key_block_bytes_ = 0, value_block_bytes_ = 0;  // one record, 64-byte multiples
-  size_t total_key_bytes_ = 0, total_value_bytes_ = 0;
   // Zeroed huge-page mappings (util/huge_pages.h): the pages are committed lazily, so a large
   // cache costs nothing until its blocks are first written, and never-written slots read as 0.
-  HugePageBuffer keys_;    // [n_layers, num_blocks, n_kv_heads] records
-  HugePageBuffer values_;  // [n_layers, num_blocks, n_kv_heads] records
+  struct GroupStorage {
+    HugePageBuffer keys;    // [group layers, group blocks, n_kv_heads] records
+    HugePageBuffer values;  // [group layers, group blocks, n_kv_heads] records
+  };
+
+  KvCacheConfig config_;
+  std::vector<KvGroup> groups_;
+  std::array<GroupStorage, kMaxKvGroups> storage_;
+  std::vector<int> layer_group_;  // [n_layers] its group
+  std::vector<int> layer_index_;  // [n_layers] its index among the group's layers
+  size_t key_block_bytes_ = 0, value_block_bytes_ = 0;  // one record, 64-byte multiples
 };
 
 }  // namespace inferd::kv

@@ -1,10 +1,13 @@
 // Batch: one forward step's tokens from any number of sequences, flattened (ragged).
-// Each token carries its position and the KV slot it writes; each sequence its block table.
+// Each token carries its position; each sequence its block tables, which place the K/V of every
+// position in every KV group (kv/kv_cache.h).
 #pragma once
 
 #include <cstdint>
 #include <limits>
 #include <span>
+
+#include "kv/kv_cache.h"
 
 namespace inferd::model {
 
@@ -17,13 +20,13 @@ constexpr int64_t kBf16PromptTokens = 32;
 struct BatchSequence {
   int64_t token_begin = 0;  // this sequence's tokens are [token_begin, token_end) of the batch
   int64_t token_end = 0;
-  std::span<const int32_t> block_table;  // KV blocks holding positions 0.. of this sequence
+  // Blocks of positions 0.. of this sequence per KV group; the batch's tokens must have blocks.
+  const kv::BlockTables* block_tables = nullptr;
 };
 
 struct Batch {
   std::span<const int32_t> tokens;     // [n_tokens]
   std::span<const int32_t> positions;  // [n_tokens] position of each token in its sequence
-  std::span<const int64_t> slots;      // [n_tokens] KV slot = block * block_size + offset
   std::span<const BatchSequence> sequences;
   std::span<const int32_t> logit_rows;  // batch token indices whose logits are wanted, in order
   // Rows [bf16_rows_begin, n_tokens) are tokens of long prompts (kBf16PromptTokens); the rows

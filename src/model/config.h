@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "gguf/gguf.h"
 
@@ -27,6 +28,10 @@ struct ModelConfig {
   float rope_freq_base = 10000.0f;
   float rope_freq_scale = 1.0f;  // 1 / linear scaling factor
   RopeMode rope_mode = RopeMode::kNormal;
+  // Sliding-window attention, set by the architecture: on the layers flagged here (empty: none)
+  // a query at position p sees keys p - sliding_window + 1 .. p only.
+  int sliding_window = 0;
+  std::vector<bool> sliding_layers;
 
   // Reads the common `<arch>.*` keys; an absent required key or an inconsistent shape
   // (heads not dividing the hidden size, kv heads not dividing heads) is an inferd::Error.

@@ -47,17 +47,18 @@ struct DecoderLayer {
 
 // Work buffers for up to max_tokens tokens, allocated once, in huge pages (util/huge_pages.h).
 struct DecoderWorkspace {
-  HugePageArena memory;   // holds the spans below
-  std::span<float> x;     // [T, n_embd] residual stream
-  std::span<float> h;     // [T, n_embd] normed input of a sub-layer
-  std::span<float> q;     // [T, n_heads * head_dim]
-  std::span<float> k;     // [T, n_kv_heads * head_dim]
-  std::span<float> v;     // [T, n_kv_heads * head_dim]
-  std::span<float> attn;  // [T, n_heads * head_dim]
-  std::span<float> proj;  // [T, n_embd] output of wo / w_down
-  std::span<float> gate;  // [T, n_ff]
-  std::span<float> up;    // [T, n_ff]
-  std::span<float> last;  // [R, n_embd] rows that need logits
+  HugePageArena memory;      // holds the spans below
+  std::span<float> x;        // [T, n_embd] residual stream
+  std::span<float> h;        // [T, n_embd] normed input of a sub-layer
+  std::span<float> q;        // [T, n_heads * head_dim]
+  std::span<float> k;        // [T, n_kv_heads * head_dim]
+  std::span<float> v;        // [T, n_kv_heads * head_dim]
+  std::span<float> attn;     // [T, n_heads * head_dim]
+  std::span<float> proj;     // [T, n_embd] output of wo / w_down
+  std::span<float> gate;     // [T, n_ff]
+  std::span<float> up;       // [T, n_ff]
+  std::span<float> last;     // [R, n_embd] rows that need logits
+  std::span<int64_t> slots;  // [kMaxKvGroups, T] each token's KV slot in each group
   kernels::ActivationScratch scratch;
 };
 
@@ -76,6 +77,10 @@ class Decoder final : public Model {
     if (!spec_.sliding_layers.empty() && std::ssize(spec_.sliding_layers) != c.n_layers)
       fail("{}: sliding-window flags for {} of {} layers", file.name(), spec_.sliding_layers.size(),
            c.n_layers);
+    if (spec_.sliding_window > 0) {  // the KV cache gives these layers a group of their own
+      config_.sliding_window = spec_.sliding_window;
+      config_.sliding_layers = spec_.sliding_layers;
+    }
     WeightLoader w(file);
     const int64_t q_dim = int64_t{c.n_heads} * c.head_dim;
     const int64_t kv_dim = int64_t{c.n_kv_heads} * c.head_dim;
@@ -177,6 +182,7 @@ class Decoder final : public Model {
       if (spec_.scale_embedding)  // in float, as llama.cpp computes it
         kernels::scale_inplace(row, std::sqrt(static_cast<float>(c.n_embd)), c.n_embd);
     }
+    place_tokens(batch, cache);
     // Each block leaves its output in ws.proj; the residual add happens in the next block's
     // first per-token pass (and for the logit rows before the final norm), so it costs no
     // serial pass of its own.
@@ -196,6 +202,31 @@ class Decoder final : public Model {
     pool.parallel_for(T, kTokensPerThread, [&](int64_t begin, int64_t end) {
       for (int64_t t = begin; t < end; ++t) fn(t);
     });
+  }
+
+  // The KV slot of every token in every group of the cache: block * block_size + offset.
+  void place_tokens(const Batch& batch, const kv::KvCache& cache) {
+    const int64_t T = batch.num_tokens(), block_size = cache.block_size();
+    int64_t covered = 0;
+    for (const BatchSequence& seq : batch.sequences) {
+      if (seq.token_begin < 0 || seq.token_end > T || seq.token_begin > seq.token_end ||
+          seq.block_tables == nullptr)
+        fail("batch sequence [{}, {}) of a {}-token batch has no tokens or no blocks",
+             seq.token_begin, seq.token_end, T);
+      covered += seq.token_end - seq.token_begin;
+      for (size_t g = 0; g < cache.groups().size(); ++g) {
+        const std::vector<int32_t>& table = (*seq.block_tables)[g];
+        for (int64_t t = seq.token_begin; t < seq.token_end; ++t) {
+          const int64_t pos = batch.positions[static_cast<size_t>(t)];
+          const auto i = static_cast<size_t>(pos / block_size);
+          if (i >= table.size() || table[i] == kv::kNoBlock)
+            fail("no KV block for position {} in KV group {}", pos, g);
+          ws_.slots[g * static_cast<size_t>(max_tokens_) + static_cast<size_t>(t)] =
+              int64_t{table[i]} * block_size + pos % block_size;
+        }
+      }
+    }
+    if (covered != T) fail("batch sequences cover {} of its {} tokens", covered, T);
   }
 
   // x[t] += proj[t]: the residual connection of the block that wrote ws.proj.
@@ -219,6 +250,7 @@ class Decoder final : public Model {
     ws_.gate = floats(T * c.n_ff);
     ws_.up = floats(T * c.n_ff);
     ws_.last = floats(T * c.n_embd);
+    ws_.slots = ws_.memory.allocate_array<int64_t>(kv::kMaxKvGroups * T);
     ws_.scratch.reserve(max_tokens_, std::max<int64_t>({c.n_embd, c.n_ff, int64_t(q_dim)}));
   }
 
@@ -239,6 +271,7 @@ class Decoder final : public Model {
                                          {&layer.wv, ws.v.data()}};  // v: [T, kv_dim]
     kernels::matmul_many(qkv, ws.h.data(), T, ws.scratch, pool, kernels::active_kernels(),
                          batch.bf16_rows_begin);
+    const int64_t* slots = &ws.slots[static_cast<size_t>(cache.group_of(l) * max_tokens_)];
     per_token(pool, T, [&](int64_t t) {  // every token writes its own KV slot
       if (layer.bq) kernels::add_inplace(&ws.q[t * q_dim], layer.bq, q_dim);
       if (layer.bk) kernels::add_inplace(&ws.k[t * kv_dim], layer.bk, kv_dim);
@@ -255,7 +288,7 @@ class Decoder final : public Model {
       };
       rotate(&ws.q[t * q_dim], c.n_heads);
       rotate(&ws.k[t * kv_dim], c.n_kv_heads);
-      cache.write(l, batch.slots[static_cast<size_t>(t)], &ws.k[t * kv_dim], &ws.v[t * kv_dim]);
+      cache.write(l, slots[t], &ws.k[t * kv_dim], &ws.v[t * kv_dim]);
     });
     const kernels::AttentionShape shape{c.n_heads,
                                         c.n_kv_heads,
@@ -319,6 +352,7 @@ class Decoder final : public Model {
     // threads taking turns, a thread's next tile is most likely `threads` further on: its K/V
     // are fetched meanwhile.
     const int64_t threads = pool.num_threads();
+    const auto group = static_cast<size_t>(cache.group_of(l));
     pool.for_each_dynamic(total_tiles, [&](int64_t i) {
       const std::optional<TileRef> ref = find_tile(i);
       if (!ref) return;
@@ -327,11 +361,15 @@ class Decoder final : public Model {
           static_cast<int>(ref->t_end - ref->t0), ref->kv_head, &ws.attn[ref->t0 * q_dim]};
       std::optional<kernels::AttentionPrefetch> next;
       if (const std::optional<TileRef> n = find_tile(i + threads)) {
+        const int32_t first_position = batch.positions[static_cast<size_t>(n->t0)];
         const int32_t last_position = batch.positions[static_cast<size_t>(n->t_end - 1)];
-        next =
-            kernels::AttentionPrefetch{n->seq->block_table, n->kv_head, int64_t{last_position} + 1};
+        next = kernels::AttentionPrefetch{
+            (*n->seq->block_tables)[group], n->kv_head,
+            shape.window > 0 ? std::max(0, first_position - shape.window + 1) : 0,
+            int64_t{last_position} + 1};
       }
-      kernels::attend_tile(tile, cache, l, ref->seq->block_table, shape, next ? &*next : nullptr);
+      kernels::attend_tile(tile, cache, l, (*ref->seq->block_tables)[group], shape,
+                           next ? &*next : nullptr);
     });
   }
 

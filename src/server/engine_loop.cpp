@@ -33,7 +33,7 @@ class CountingChannel final : public engine::OutputChannel {
 EngineLoop::EngineLoop(const gguf::GgufFile& file, const engine::EngineConfig& config,
                        size_t max_pending, ServerMetrics& metrics)
     : engine_(file, config), metrics_(metrics), max_pending_(max_pending) {
-  metrics_.kv_blocks_total.store(engine_.kv_cache().config().num_blocks);
+  metrics_.kv_bytes_total.store(engine_.kv_cache().bytes());
   thread_ = std::thread([this] { run(); });
 }
 
@@ -63,8 +63,9 @@ bool EngineLoop::submit(engine::Request request) {
 void EngineLoop::publish_gauges() {
   metrics_.running.store(static_cast<int64_t>(engine_.num_running()));
   metrics_.waiting.store(static_cast<int64_t>(engine_.num_waiting()));
-  const auto& pool = engine_.kv_cache().pool();
-  metrics_.kv_blocks_used.store(pool.num_blocks() - pool.num_free());
+  metrics_.kv_blocks_used.store(engine_.kv_cache().used_blocks());
+  metrics_.kv_bytes_used.store(engine_.kv_cache().used_bytes());
+  metrics_.kv_bytes_peak.store(engine_.peak_kv_bytes());
 }
 
 void EngineLoop::run() {

@@ -91,13 +91,17 @@ std::string ServerMetrics::render() const {
     out += fmt::format("# HELP {} {}\n# TYPE {} gauge\n{}{{{}}} {}\n", name, help, name, name,
                        labels_, value);
   };
-  const int64_t total = kv_blocks_total.load(), used = kv_blocks_used.load();
+  const int64_t total = kv_bytes_total.load(), used = kv_bytes_used.load();
   gauge("vllm:num_requests_running", "Requests in the running batch.", double(running.load()));
   gauge("vllm:num_requests_waiting", "Requests waiting to be scheduled.", double(waiting.load()));
-  gauge("vllm:kv_cache_usage_perc", "Fraction of KV cache blocks in use (0-1).",
+  gauge("vllm:kv_cache_usage_perc", "Fraction of the KV cache in use (0-1).",
         total > 0 ? double(used) / double(total) : 0.0);
-  gauge("inferd:kv_blocks_used", "KV cache blocks in use.", double(used));
-  gauge("inferd:kv_blocks_total", "KV cache blocks in the pool.", double(total));
+  gauge("inferd:kv_blocks_used", "KV cache blocks in use, over all KV groups.",
+        double(kv_blocks_used.load()));
+  gauge("inferd:kv_cache_used_bytes", "KV cache bytes in use.", double(used));
+  gauge("inferd:kv_cache_total_bytes", "KV cache bytes in all blocks.", double(total));
+  gauge("inferd:kv_cache_peak_bytes", "Most KV cache bytes in use at once since start-up.",
+        double(kv_bytes_peak.load()));
   std::lock_guard lock(mutex_);
   out += fmt::format(
       "# HELP vllm:prompt_tokens_total Prompt tokens processed.\n"

@@ -49,7 +49,7 @@ class EngineTest : public ModelTest {
     e.run_until_idle();
     for (size_t i = 0; i < prompts.size(); ++i)
       EXPECT_EQ(together[i]->text_, alone[i]) << prompts[i];
-    EXPECT_EQ(e.kv_cache().pool().num_used(), 0);
+    EXPECT_EQ(e.kv_cache().used_blocks(), 0);
   }
 
   static sampling::SamplingParams greedy() {
@@ -144,10 +144,10 @@ TEST_F(EngineTest, CancelFreesBlocks) {
   auto e = make_engine();
   auto out = submit(e, "Tell me about the ocean.", 200, greedy());
   for (int i = 0; i < 5; ++i) e.step();
-  EXPECT_GT(e.kv_cache().pool().num_used(), 0);
+  EXPECT_GT(e.kv_cache().used_blocks(), 0);
   out->cancel_ = true;
   e.step();
-  EXPECT_EQ(e.kv_cache().pool().num_used(), 0);
+  EXPECT_EQ(e.kv_cache().used_blocks(), 0);
   EXPECT_EQ(engine::finish_reason_name(out->result_.finish_reason), "cancelled");
   EXPECT_TRUE(e.idle());
 }
@@ -173,7 +173,7 @@ TEST_F(EngineTest, PreemptionKeepsGreedyOutputs) {
   for (const auto& p : prompts) outs.push_back(submit(small, p, 60, greedy()));
   small.run_until_idle();
   for (size_t i = 0; i < prompts.size(); ++i) EXPECT_EQ(outs[i]->text_, alone[i]) << prompts[i];
-  EXPECT_EQ(small.kv_cache().pool().num_used(), 0);
+  EXPECT_EQ(small.kv_cache().used_blocks(), 0);
 }
 
 }  // namespace

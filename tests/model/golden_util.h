@@ -46,22 +46,17 @@ inline std::vector<std::vector<float>> logprobs_along(model::Model& model,
   std::vector<int32_t> tokens = prompt;
   tokens.insert(tokens.end(), forced.begin(), forced.begin() + static_cast<long>(positions - 1));
   const int n = static_cast<int>(tokens.size());
-  kv::KvCache cache(model.kv_config((n + 15) / 16 + 1, 16));
-  std::vector<int32_t> table;
-  for (int b = 0; b < (n + 15) / 16 + 1; ++b) table.push_back(*cache.pool().allocate());
+  kv::KvCache cache(model.kv_config((n + 15) / 16, 16));
+  const kv::BlockTables tables = cache.allocate_sequence(n);
   std::vector<int32_t> pos(static_cast<size_t>(n)), rows;
-  std::vector<int64_t> slots(static_cast<size_t>(n));
-  for (int i = 0; i < n; ++i) {
-    pos[static_cast<size_t>(i)] = i;
-    slots[static_cast<size_t>(i)] = int64_t{table[static_cast<size_t>(i / 16)]} * 16 + i % 16;
-  }
+  for (int i = 0; i < n; ++i) pos[static_cast<size_t>(i)] = i;
   for (size_t r = 0; r < positions; ++r)
     rows.push_back(static_cast<int32_t>(prompt.size() - 1 + r));
   const int n_vocab = model.config().n_vocab;
   std::vector<float> logits(rows.size() * static_cast<size_t>(n_vocab));
-  model::BatchSequence seq{0, n, table};
+  model::BatchSequence seq{0, n, &tables};
   ThreadPool pool(2);
-  model.forward({tokens, pos, slots, {&seq, 1}, rows}, cache, logits.data(), pool);
+  model.forward({tokens, pos, {&seq, 1}, rows}, cache, logits.data(), pool);
   std::vector<std::vector<float>> out;
   for (size_t r = 0; r < rows.size(); ++r) {
     out.push_back(log_softmax(

@@ -23,25 +23,17 @@ class Runner {
   Runner(Model& model, int32_t num_blocks, DType kv_type = DType::F16)
       : model_(model), cache_(model.kv_config(num_blocks, 4, kv_type, kv_type)), pool_(2) {}
 
-  std::vector<int32_t> new_sequence(int64_t max_tokens) {
-    std::vector<int32_t> table;
-    for (int64_t i = 0; i < (max_tokens + 3) / 4; ++i) table.push_back(*cache_.pool().allocate());
-    return table;
-  }
+  kv::BlockTables new_sequence(int64_t max_tokens) { return cache_.allocate_sequence(max_tokens); }
 
   std::vector<float> run(const std::vector<int32_t>& tokens, int64_t chunk) {
-    auto table = new_sequence(static_cast<int64_t>(tokens.size()));
+    const kv::BlockTables tables = new_sequence(static_cast<int64_t>(tokens.size()));
     std::vector<float> logits(static_cast<size_t>(model_.config().n_vocab));
     for (int64_t start = 0; start < static_cast<int64_t>(tokens.size()); start += chunk) {
       const int64_t n = std::min<int64_t>(chunk, static_cast<int64_t>(tokens.size()) - start);
       std::vector<int32_t> pos, rows{static_cast<int32_t>(n - 1)};
-      std::vector<int64_t> slots;
-      for (int64_t i = 0; i < n; ++i) {
-        pos.push_back(static_cast<int32_t>(start + i));
-        slots.push_back(int64_t{table[static_cast<size_t>((start + i) / 4)]} * 4 + (start + i) % 4);
-      }
-      BatchSequence seq{0, n, table};
-      Batch batch{{tokens.data() + start, static_cast<size_t>(n)}, pos, slots, {&seq, 1}, rows};
+      for (int64_t i = 0; i < n; ++i) pos.push_back(static_cast<int32_t>(start + i));
+      BatchSequence seq{0, n, &tables};
+      Batch batch{{tokens.data() + start, static_cast<size_t>(n)}, pos, {&seq, 1}, rows};
       model_.forward(batch, cache_, logits.data(), pool_);
     }
     return logits;
@@ -141,14 +133,11 @@ TEST(LlamaForward, RaggedBatchMatchesSequencesAlone) {
     std::vector<int32_t> tokens(a);
     tokens.insert(tokens.end(), b.begin(), b.end());
     std::vector<int32_t> pos;
-    std::vector<int64_t> slots;
-    for (int i = 0; i < 9; ++i)
-      pos.push_back(i), slots.push_back(int64_t{table_a[i / 4]} * 4 + i % 4);
-    for (int i = 0; i < 14; ++i)
-      pos.push_back(i), slots.push_back(int64_t{table_b[i / 4]} * 4 + i % 4);
-    BatchSequence seqs[2] = {{0, 9, table_a}, {9, 23, table_b}};
+    for (int i = 0; i < 9; ++i) pos.push_back(i);
+    for (int i = 0; i < 14; ++i) pos.push_back(i);
+    BatchSequence seqs[2] = {{0, 9, &table_a}, {9, 23, &table_b}};
     std::vector<int32_t> rows{8, 22};
-    Batch batch{tokens, pos, slots, seqs, rows};
+    Batch batch{tokens, pos, seqs, rows};
     std::vector<float> logits(2 * 96);
     model->forward(batch, runner.cache_, logits.data(), runner.pool_);
     // Quantized activations are rounded per row, so batching must not change anything.

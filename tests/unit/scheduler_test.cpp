@@ -40,8 +40,8 @@ TEST(BlockPool, AllocateRetainRelease) {
 }
 
 TEST(Scheduler, ChunkedPrefillUnderTokenBudget) {
-  kv::BlockPool pool(100);
-  Scheduler sched({8, 4, 4}, pool);
+  kv::KvGroup full(100, 0);
+  Scheduler sched({8, 4, 4}, {&full, 1});
   Sequence s = make_seq(1, 20);
   sched.add(&s);
   std::vector<ScheduledSequence> step;
@@ -56,12 +56,12 @@ TEST(Scheduler, ChunkedPrefillUnderTokenBudget) {
   sched.schedule(step);  // decode: one token
   ASSERT_EQ(step.size(), 1u);
   EXPECT_EQ(step[0].num_new_tokens, 1);
-  EXPECT_EQ(s.block_table.size(), 6u);  // 21 positions in blocks of 4
+  EXPECT_EQ(s.block_tables[0].size(), 6u);  // 21 positions in blocks of 4
 }
 
 TEST(Scheduler, DecodesFirstThenAdmitsInArrivalOrder) {
-  kv::BlockPool pool(100);
-  Scheduler sched({10, 2, 4}, pool);
+  kv::KvGroup full(100, 0);
+  Scheduler sched({10, 2, 4}, {&full, 1});
   Sequence a = make_seq(1, 6), b = make_seq(2, 6), c = make_seq(3, 3);
   sched.add(&a);
   std::vector<ScheduledSequence> step;
@@ -84,15 +84,15 @@ TEST(Scheduler, DecodesFirstThenAdmitsInArrivalOrder) {
 }
 
 TEST(Scheduler, PreemptsNewestWhenBlocksRunOut) {
-  kv::BlockPool pool(4);  // 16 slots in blocks of 4
-  Scheduler sched({64, 4, 4}, pool);
+  kv::KvGroup full(4, 0);  // 16 slots in blocks of 4
+  Scheduler sched({64, 4, 4}, {&full, 1});
   Sequence a = make_seq(1, 8), b = make_seq(2, 8);
   sched.add(&a);
   sched.add(&b);
   std::vector<ScheduledSequence> step;
   sched.schedule(step);
   ASSERT_EQ(step.size(), 2u);
-  EXPECT_EQ(pool.num_free(), 0);
+  EXPECT_EQ(full.pool.num_free(), 0);
   complete_step(step);  // both now need a 9th slot: a new block each
   sched.schedule(step);
   // b (newest) is preempted and its blocks go to a.
@@ -100,11 +100,11 @@ TEST(Scheduler, PreemptsNewestWhenBlocksRunOut) {
   EXPECT_EQ(step[0].seq, &a);
   EXPECT_EQ(b.num_computed, 0);
   EXPECT_EQ(b.num_preemptions, 1);
-  EXPECT_TRUE(b.block_table.empty());
+  EXPECT_TRUE(b.block_tables[0].empty());
   EXPECT_EQ(sched.num_waiting(), 1u);
   complete_step(step);
   sched.remove(&a);
-  EXPECT_EQ(pool.num_free(), 4);
+  EXPECT_EQ(full.pool.num_free(), 4);
   sched.schedule(step);  // b comes back and recomputes prompt + its generated token
   ASSERT_EQ(step.size(), 1u);
   EXPECT_EQ(step[0].seq, &b);
@@ -112,8 +112,8 @@ TEST(Scheduler, PreemptsNewestWhenBlocksRunOut) {
 }
 
 TEST(Scheduler, RemoveWhileWaitingFreesNothingTwice) {
-  kv::BlockPool pool(8);
-  Scheduler sched({4, 1, 4}, pool);
+  kv::KvGroup full(8, 0);
+  Scheduler sched({4, 1, 4}, {&full, 1});
   Sequence a = make_seq(1, 3), b = make_seq(2, 3);
   sched.add(&a);
   sched.add(&b);
@@ -121,8 +121,60 @@ TEST(Scheduler, RemoveWhileWaitingFreesNothingTwice) {
   sched.schedule(step);
   sched.remove(&b);  // cancelled while queued
   sched.remove(&a);  // cancelled while running
-  EXPECT_EQ(pool.num_free(), 8);
+  EXPECT_EQ(full.pool.num_free(), 8);
   EXPECT_TRUE(sched.idle());
+}
+
+TEST(Scheduler, SlidingGroupFreesBlocksBehindTheWindow) {
+  // Window of 6 keys, blocks of 4, steps of up to 8 tokens.
+  kv::KvGroup groups[] = {kv::KvGroup(100, 0), kv::KvGroup(100, 6)};
+  Scheduler sched({8, 4, 4}, groups);
+  Sequence s = make_seq(1, 30);
+  sched.add(&s);
+  std::vector<ScheduledSequence> step;
+  int32_t most_sliding = 0;
+  while (s.num_generated() < 20) {
+    sched.schedule(step);
+    ASSERT_EQ(step.size(), 1u);
+    const int64_t first = s.num_computed, end = first + step[0].num_new_tokens;
+    // Every position of the step, and the window of its first token, has a block in both groups.
+    const auto& full = s.block_tables[0];
+    const auto& sliding = s.block_tables[1];
+    ASSERT_EQ(std::ssize(full), (end + 3) / 4);
+    ASSERT_EQ(sliding.size(), full.size());
+    for (int64_t b = std::max<int64_t>(0, first - 6 + 1) / 4; b < std::ssize(sliding); ++b)
+      EXPECT_NE(sliding[static_cast<size_t>(b)], kv::kNoBlock) << "block " << b << " at " << first;
+    // Blocks wholly behind that window are back in the pool.
+    for (int64_t b = 0; b < (first - 6 + 1) / 4; ++b)
+      EXPECT_EQ(sliding[static_cast<size_t>(b)], kv::kNoBlock) << "block " << b << " at " << first;
+    most_sliding = std::max(most_sliding, groups[1].pool.num_used());
+    complete_step(step);
+  }
+  // Blocks of at most (8 + 6 - 1) keys, however long the sequence grows: ceil(13 / 4) + 1.
+  EXPECT_LE(most_sliding, 5);
+  EXPECT_EQ(groups[0].pool.num_used(), 13);  // 50 positions: the full group keeps them all
+  sched.remove(&s);
+  EXPECT_EQ(groups[0].pool.num_used(), 0);
+  EXPECT_EQ(groups[1].pool.num_used(), 0);
+}
+
+TEST(Scheduler, ShortSlidingPoolHoldsAdmissionBack) {
+  // The sliding group can hold one window's worth only: the second sequence waits for it.
+  kv::KvGroup groups[] = {kv::KvGroup(100, 0), kv::KvGroup(3, 8)};
+  Scheduler sched({16, 4, 4}, groups);
+  Sequence a = make_seq(1, 8), b = make_seq(2, 8);
+  sched.add(&a);
+  sched.add(&b);
+  std::vector<ScheduledSequence> step;
+  sched.schedule(step);
+  ASSERT_EQ(step.size(), 1u);
+  EXPECT_EQ(step[0].seq, &a);
+  EXPECT_EQ(groups[1].pool.num_used(), 2);
+  EXPECT_EQ(groups[0].pool.num_used(), 2);  // nothing of b was allocated
+  sched.remove(&a);
+  sched.schedule(step);
+  ASSERT_EQ(step.size(), 1u);
+  EXPECT_EQ(step[0].seq, &b);
 }
 
 }  // namespace

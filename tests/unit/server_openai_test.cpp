@@ -163,7 +163,9 @@ TEST(ServerMetrics, RendersVllmNamesAndCumulativeBuckets) {
   ServerMetrics m("toy");
   m.running = 2;
   m.kv_blocks_used = 3;
-  m.kv_blocks_total = 12;
+  m.kv_bytes_used = 3 << 20;
+  m.kv_bytes_total = 12 << 20;
+  m.kv_bytes_peak = 5 << 20;
   engine::RequestResult r;
   r.finish_reason = engine::FinishReason::kLength;
   r.stats.prompt_tokens = 10;
@@ -175,6 +177,8 @@ TEST(ServerMetrics, RendersVllmNamesAndCumulativeBuckets) {
   const std::string text = m.render();
   EXPECT_NE(text.find("vllm:num_requests_running{model_name=\"toy\"} 2"), std::string::npos);
   EXPECT_NE(text.find("vllm:kv_cache_usage_perc{model_name=\"toy\"} 0.25"), std::string::npos);
+  EXPECT_NE(text.find("inferd:kv_blocks_used{model_name=\"toy\"} 3"), std::string::npos);
+  EXPECT_NE(text.find("inferd:kv_cache_peak_bytes{model_name=\"toy\"} 5242880"), std::string::npos);
   EXPECT_NE(text.find("vllm:prompt_tokens_total{model_name=\"toy\"} 10"), std::string::npos);
   EXPECT_NE(text.find("vllm:generation_tokens_total{model_name=\"toy\"} 4"), std::string::npos);
   EXPECT_NE(text.find("finished_reason=\"length\"} 1"), std::string::npos);
