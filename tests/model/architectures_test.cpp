@@ -113,7 +113,7 @@ TEST_P(ArchitectureTest, NextTokenDistributionMatchesLlamaCpp) {
 
 std::vector<std::string> golden_names() {
   std::vector<std::string> out;
-  for (const char* family : {"llama3", "qwen2", "qwen3", "gemma2", "gemma3", "phi3"})
+  for (const char* family : {"llama3", "mistral", "qwen2", "qwen3", "gemma2", "gemma3", "phi3"})
     for (const char* type : {"Q8_0", "Q4_K_M"}) out.push_back(std::string(family) + "." + type);
   return out;
 }
