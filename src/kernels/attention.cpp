@@ -18,10 +18,14 @@ constexpr int kTargetRows = 16;
 constexpr int kMaxRows = 64;
 // Scores are made for a chunk of several KV blocks before the softmax state is updated, so the
 // per-row bookkeeping (max, rescale of the accumulator) is paid once per chunk, not per block:
-// with few rows (decode) it would otherwise cost as much as the dot products. A chunk holds at
-// most kChunkKeys keys and its score matrix at most kScoreBudget floats (16 KiB, in L1).
+// with few rows (decode) it would otherwise cost as much as the dot products. A chunk holds
+// kChunkKeys keys (whole blocks); with the usual 16 rows its scores take 16 KiB, in L1.
+// Chunks lie at fixed positions of the sequence (multiples of the chunk size), whatever the
+// tile: a row's online softmax then meets its keys in the same groups, and rounds the same,
+// whichever tokens share its tile. So a token's attention output does not depend on how its
+// prompt was cut into steps, on what it was batched with, or on which blocks came from the
+// prefix cache.
 constexpr int kChunkKeys = 256;
-constexpr int kScoreBudget = 4096;
 
 // Asks for `bytes` from p into L2 ahead of their use. A sequence's KV blocks lie anywhere in the
 // pool, so the hardware prefetcher cannot guess the next one; with many sequences in a batch
@@ -109,25 +113,30 @@ void attend_tile(const AttentionTile& tile, const kv::KvCache& cache, int layer,
   }
   std::fill(acc, acc + rows * head_dim, 0.0f);
   // Whole blocks per chunk; scores of row r, chunk key j are at scores[r * chunk_keys + j].
-  const int chunk_blocks = std::max(1, std::min(kChunkKeys, kScoreBudget / rows) / block_size);
+  const int chunk_blocks = std::max(1, kChunkKeys / block_size);
   const int chunk_keys = chunk_blocks * block_size;
   const int64_t n_keys = int64_t{max_position} + 1;
   const bool q8_keys = cache.key_type() == DType::Q8_0,
              q8_values = cache.value_type() == DType::Q8_0;
   // Blocks wholly before every row's window are never read (a sliding layer's old blocks may
-  // already be gone from the table).
-  const int64_t first_start = int64_t{min_first_key} / block_size * block_size;
+  // already be gone from the table): the chunk that holds the first block seen starts at a
+  // multiple of the chunk size, and its blocks before that one are skipped.
+  const int64_t first_block_seen = int64_t{min_first_key} / block_size;
+  const int64_t first_start = first_block_seen * block_size / chunk_keys * chunk_keys;
   NextTilePrefetcher prefetcher(next, cache, layer,
-                                (n_keys - first_start + block_size - 1) / block_size);
+                                (n_keys + block_size - 1) / block_size - first_block_seen);
   for (int64_t start = first_start; start < n_keys; start += chunk_keys) {
     const int64_t first_block = start / block_size;
     const int count = static_cast<int>(std::min<int64_t>(chunk_keys, n_keys - start));
     const int n_blocks = (count + block_size - 1) / block_size;
+    // Blocks of the chunk before every row's window: no scores (each row's [lo, hi) starts
+    // after them) and no values.
+    const int skip = static_cast<int>(std::max<int64_t>(0, first_block_seen - first_block));
     // No prefetch of the chunk's own blocks here: a decode tile's KV was fetched while the
     // previous tile ran (`next`), a prompt's was just written and is in cache, and a burst of
     // prefetches for lines already present or on their way only held the core up (measured:
     // the tiles ran up to 15% faster without it, from cache and from memory).
-    for (int i = 0; i < n_blocks; ++i) {
+    for (int i = skip; i < n_blocks; ++i) {
       const int32_t block = block_table[static_cast<size_t>(first_block + i)];
       if (q8_keys) {
         k.scores_q8(cache.keys_q8(layer, block, tile.kv_head),
@@ -163,7 +172,7 @@ void attend_tile(const AttentionTile& tile, const kv::KvCache& cache, int layer,
       }
       state[r].max = chunk_max;
     }
-    for (int i = 0; i < n_blocks; ++i) {
+    for (int i = skip; i < n_blocks; ++i) {
       const int32_t block = block_table[static_cast<size_t>(first_block + i)];
       const int keys = std::min(block_size, count - i * block_size);
       if (q8_values) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <string>
 #include <utility>
@@ -350,6 +351,46 @@ TEST(Attention, SlidingWindowAndSoftcapMatchPlainAttention) {
         for (int i = 0; i < q_dim; ++i)
           ASSERT_NEAR(out[static_cast<size_t>(t * q_dim + i)], want[static_cast<size_t>(i)], 2e-5)
               << table->isa << " window " << window << " softcap " << softcap << " token " << t;
+      }
+    }
+  }
+}
+
+// A token's attention output is the same bits whether it is computed alone (decode) or in a
+// tile with its neighbours (prefill): chunks of keys lie at fixed positions and each row's sums
+// run in one order whatever rows share its tile. Prefix caching and chunked prefill rely on it:
+// cached K/V and freshly computed K/V must agree exactly for outputs not to depend on them.
+TEST(Attention, TokenOutputDoesNotDependOnItsTile) {
+  const int head_dim = 64, n_tokens = 600, block_size = 16;
+  const int n_blocks = (n_tokens + block_size - 1) / block_size;
+  for (const DType type : {DType::F16, DType::Q8_0}) {
+    for (const auto& [n_heads, n_kv_heads] : {std::pair{9, 3}, std::pair{8, 2}}) {
+      kv::KvCache cache({1, n_kv_heads, head_dim, block_size, n_blocks, type, type});
+      std::vector<int32_t> block_table;
+      for (int b = 0; b < n_blocks; ++b) block_table.push_back(b);
+      const int kv_dim = n_kv_heads * head_dim, q_dim = n_heads * head_dim;
+      auto k = random_floats(int64_t{n_tokens} * kv_dim, 30);
+      auto v = random_floats(int64_t{n_tokens} * kv_dim, 31);
+      auto q = random_floats(int64_t{n_tokens} * q_dim, 32, 2.0f);
+      for (int t = 0; t < n_tokens; ++t)
+        cache.write(0, t, &k[static_cast<size_t>(t * kv_dim)], &v[static_cast<size_t>(t * kv_dim)]);
+      for (const int window : {0, 300}) {
+        const AttentionShape shape{n_heads, n_kv_heads, head_dim, 0.125f, window};
+        for (const KernelTable* table : available_kernels()) {
+          const std::vector<float> tiled =
+              attend_tiles(q, n_tokens, shape, cache, *table, [&](int) { return block_table; });
+          std::vector<float> alone(static_cast<size_t>(q_dim));
+          for (int t = 0; t < n_tokens; t += 7) {
+            for (int h = 0; h < n_kv_heads; ++h) {
+              const AttentionTile tile{&q[static_cast<size_t>(t * q_dim)], &t, 1, h, alone.data()};
+              attend_tile(tile, cache, 0, block_table, shape, nullptr, *table);
+            }
+            ASSERT_EQ(0, std::memcmp(alone.data(), &tiled[static_cast<size_t>(t * q_dim)],
+                                     alone.size() * sizeof(float)))
+                << table->isa << " " << dtype_name(type) << " heads " << n_heads << "/"
+                << n_kv_heads << " window " << window << " token " << t;
+          }
+        }
       }
     }
   }

@@ -20,13 +20,15 @@ inline __m256 load_fp16x8(const uint16_t* p) {
   return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
 }
 
-// NR query rows x 8 keys: one converted load of 8 keys' dimension d serves every row. Few rows
-// (decode) split the dimensions over two accumulators per row, so each chain of dependent
-// multiply-adds is half as long.
+// NR query rows x 8 keys: one converted load of 8 keys' dimension d serves every row. The
+// dimensions are split over two accumulators per row, so each chain of dependent multiply-adds
+// is half as long; every row is summed in that order whatever NR is, so a row's scores do not
+// depend on the rows beside it (a token scores the same in decode as in a prompt).
 template <int NR>
 void score_rows(const uint16_t* keys_t, int block_size, int head_dim, const float* q, float* s,
                 int s_stride, int j0) {
-  constexpr int kSplit = NR <= 4 ? 2 : 1;
+  static_assert(NR <= 4, "two accumulators per row: at most 4 rows in 16 ymm registers");
+  constexpr int kSplit = 2;
   __m256 acc[kSplit][NR];
   for (int i = 0; i < kSplit; ++i)
     for (int r = 0; r < NR; ++r) acc[i][r] = _mm256_setzero_ps();
@@ -73,7 +75,7 @@ void scores(const uint16_t* keys_t, int block_size, int head_dim, const float* q
             float* s, int s_stride) {
   int j0 = 0;
   for (; j0 + 8 <= block_size; j0 += 8) {
-    for_row_groups(n_rows, [&]<int NR>(int r0) {
+    for_row_groups<4>(n_rows, [&]<int NR>(int r0) {
       score_rows<NR>(keys_t, block_size, head_dim, q + r0 * head_dim, s + r0 * s_stride, s_stride,
                      j0);
     });

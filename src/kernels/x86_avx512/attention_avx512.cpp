@@ -23,13 +23,14 @@ inline __m512 load_fp16x16(const uint16_t* p) {
   return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
 }
 
-// NR query rows x 16 keys: one converted load of 16 keys' dimension d serves every row. Few
-// rows (decode) split the dimensions over two accumulators per row, so each chain of dependent
-// multiply-adds is half as long.
+// NR query rows x 16 keys: one converted load of 16 keys' dimension d serves every row. The
+// dimensions are split over two accumulators per row (16 of the 32 zmm registers at 8 rows), so
+// each chain of dependent multiply-adds is half as long; every row is summed in that order
+// whatever NR is, so a row's scores do not depend on the rows beside it.
 template <int NR>
 void score_rows(const uint16_t* keys_t, int block_size, int head_dim, const float* q, float* s,
                 int s_stride, int j0) {
-  constexpr int kSplit = NR <= 4 ? 2 : 1;
+  constexpr int kSplit = 2;
   __m512 acc[kSplit][NR];
   for (int i = 0; i < kSplit; ++i)
     for (int r = 0; r < NR; ++r) acc[i][r] = _mm512_setzero_ps();
