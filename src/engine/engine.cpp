@@ -77,10 +77,14 @@ Engine::Engine(const gguf::GgufFile& file, const EngineConfig& config) : config_
         static_cast<int32_t>(std::min<int64_t>(config_.kv_blocks, per_seq * config.max_seqs));
   }
   cache_ = std::make_unique<kv::KvCache>(kv);
+  if (config.prefix_caching) {
+    prefix_cache_ =
+        std::make_unique<kv::PrefixCache>(cache_->groups(), config.block_size, blocks_per_seq + 1);
+  }
   pool_ = std::make_unique<ThreadPool>(config.threads, config.pin_threads);
   scheduler_ = std::make_unique<Scheduler>(
       SchedulerConfig{config.max_batched_tokens, config.max_seqs, config.block_size},
-      cache_->groups());
+      cache_->groups(), prefix_cache_.get());
   runner_ = std::make_unique<ModelRunner>(*model_, *cache_, *pool_, config.max_batched_tokens,
                                           config.max_seqs);
   scheduled_.reserve(static_cast<size_t>(config.max_seqs));
@@ -115,8 +119,11 @@ uint64_t Engine::add_request(Request request) {
   seq.num_prompt_tokens = prompt;
   seq.tokens.reserve(static_cast<size_t>(prompt + request.max_tokens));
   seq.tokens = request.prompt;
-  for (std::vector<int32_t>& table : seq.block_tables)
-    table.reserve(static_cast<size_t>((prompt + request.max_tokens) / config_.block_size + 1));
+  const auto max_blocks =
+      static_cast<size_t>((prompt + request.max_tokens) / config_.block_size + 1);
+  for (std::vector<int32_t>& table : seq.block_tables) table.reserve(max_blocks);
+  seq.prefix.hashes.reserve(max_blocks);
+  seq.prefix.root = kv::PrefixCache::root_key(request.cache_salt);
   active->sampler =
       std::make_unique<sampling::Sampler>(request.sampling, n_vocab, request.logprobs >= 0);
   active->detokenizer = std::make_unique<tokenizer::IncrementalDetokenizer>(*tokenizer_);
@@ -144,6 +151,8 @@ void Engine::step() {
   for (size_t i = 0; i < scheduled_.size(); ++i) {
     Sequence& seq = *scheduled_[i].seq;
     seq.num_computed += scheduled_[i].num_new_tokens;
+    if (prefix_cache_)
+      prefix_cache_->index_computed(seq.tokens, seq.num_computed, seq.prefix, seq.block_tables);
     if (runner_->wants_logits(i)) process_output(*active_.at(seq.id), runner_->logits_for(i));
   }
   for (uint64_t id : finished_ids_) active_.erase(id);
@@ -207,6 +216,7 @@ void Engine::finish(Active& active, FinishReason reason, std::string error) {
   const auto now = Clock::now();
   auto seconds = [](Clock::duration d) { return std::chrono::duration<double>(d).count(); };
   s.prompt_tokens = seq.num_prompt_tokens;
+  s.cached_tokens = std::max<int64_t>(0, seq.num_cached_tokens);
   s.completion_tokens = static_cast<int64_t>(result.output_tokens.size());
   s.e2e_s = seconds(now - active.arrival);
   if (active.was_scheduled) {

@@ -15,6 +15,7 @@
 #include "engine/sequence.h"
 #include "gguf/gguf.h"
 #include "kv/kv_cache.h"
+#include "kv/prefix_cache.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
 #include "util/thread_pool.h"
@@ -34,6 +35,9 @@ struct EngineConfig {
   // Sliding-window layers keep every position, as full-attention ones (llama.cpp --swa-full);
   // by default they hold only their window (kv/kv_cache.h).
   bool swa_full = false;
+  // Automatic prefix caching (kv/prefix_cache.h): a request starts at its longest prefix whose
+  // K/V are still in the cache.
+  bool prefix_caching = true;
 };
 
 class Engine {
@@ -59,6 +63,10 @@ class Engine {
   size_t num_waiting() const { return scheduler_->num_waiting(); }
   // The most KV cache bytes in use at once since start-up, over every KV group.
   int64_t peak_kv_bytes() const { return peak_kv_bytes_; }
+  // Prompt tokens looked up in the prefix cache and found there (zeros when it is off).
+  kv::PrefixCacheStats prefix_cache_stats() const {
+    return prefix_cache_ ? prefix_cache_->stats() : kv::PrefixCacheStats{};
+  }
 
  private:
   struct Active;
@@ -73,6 +81,7 @@ class Engine {
   std::unique_ptr<tokenizer::Tokenizer> tokenizer_;
   std::unique_ptr<model::Model> model_;
   std::unique_ptr<kv::KvCache> cache_;
+  std::unique_ptr<kv::PrefixCache> prefix_cache_;
   std::unique_ptr<ThreadPool> pool_;
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<ModelRunner> runner_;

@@ -20,11 +20,12 @@ std::string_view finish_reason_name(FinishReason reason);  // "stop", "length", 
 struct RequestStats {
   int64_t prompt_tokens = 0;
   int64_t completion_tokens = 0;
-  double queue_s = 0;    // arrival -> first scheduled
-  double ttft_s = 0;     // arrival -> first generated token
-  double prefill_s = 0;  // first scheduled -> first generated token
-  double decode_s = 0;   // first -> last generated token
-  double e2e_s = 0;      // arrival -> finish
+  double queue_s = 0;         // arrival -> first scheduled
+  double ttft_s = 0;          // arrival -> first generated token
+  double prefill_s = 0;       // first scheduled -> first generated token
+  double decode_s = 0;        // first -> last generated token
+  double e2e_s = 0;           // arrival -> finish
+  int64_t cached_tokens = 0;  // prompt tokens whose K/V came from the prefix cache
   double mean_itl_s() const {
     return completion_tokens > 1 ? decode_s / static_cast<double>(completion_tokens - 1) : 0.0;
   }
@@ -61,6 +62,8 @@ struct Request {
   std::vector<std::string> stop;  // stop strings; never part of the output
   bool ignore_eos = false;
   int32_t logprobs = -1;  // -1: none; k >= 0: report each token's logprob and k alternatives
+  // Requests share cached KV blocks only when their salts are equal (vLLM's cache_salt).
+  std::string cache_salt;
   std::shared_ptr<OutputChannel> output;
 };
 

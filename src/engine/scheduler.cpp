@@ -6,8 +6,9 @@
 
 namespace inferd::engine {
 
-Scheduler::Scheduler(const SchedulerConfig& config, std::span<kv::KvGroup> groups)
-    : config_(config), groups_(groups) {
+Scheduler::Scheduler(const SchedulerConfig& config, std::span<kv::KvGroup> groups,
+                     kv::PrefixCache* prefix_cache)
+    : config_(config), groups_(groups), prefix_cache_(prefix_cache) {
   if (groups.empty() || groups.size() > kv::kMaxKvGroups)
     fail("scheduler: {} KV groups (1 to {})", groups.size(), kv::kMaxKvGroups);
   if (config.max_batched_tokens <= 0 || config.max_seqs <= 0 || config.block_size <= 0) {
@@ -91,8 +92,21 @@ void Scheduler::schedule(std::vector<ScheduledSequence>& out) {
   while (!waiting_.empty() && budget > 0 &&
          running_.size() < static_cast<size_t>(config_.max_seqs)) {
     Sequence& seq = *waiting_.front();
+    int64_t cached = 0;
+    if (prefix_cache_ != nullptr && seq.num_computed == 0) {
+      cached = prefix_cache_->match(seq.tokens, seq.prefix, seq.block_tables);
+      seq.num_computed = cached;
+    }
     const int64_t n = std::min(seq.num_uncomputed(), budget);
-    if (!reserve_blocks(seq, n)) break;  // FCFS: later arrivals do not overtake
+    if (!reserve_blocks(seq, n)) {  // FCFS: later arrivals do not overtake
+      free_blocks(seq);             // the cached blocks it took wait in the free list again
+      seq.num_computed = 0;
+      break;
+    }
+    if (seq.num_cached_tokens < 0) {  // first admission: what the request found cached
+      seq.num_cached_tokens = cached;
+      if (prefix_cache_ != nullptr) prefix_cache_->count(seq.num_tokens(), cached);
+    }
     waiting_.pop_front();
     seq.status = SequenceStatus::kRunning;
     running_.push_back(&seq);

@@ -12,6 +12,7 @@
 #include "engine/sequence.h"
 
 #include "kv/kv_cache.h"
+#include "kv/prefix_cache.h"
 
 namespace inferd::engine {
 
@@ -28,8 +29,10 @@ struct ScheduledSequence {
 
 class Scheduler {
  public:
-  // `groups` (the KV cache's) must outlive the scheduler.
-  Scheduler(const SchedulerConfig& config, std::span<kv::KvGroup> groups);
+  // `groups` (the KV cache's) and `prefix_cache` (null: off) must outlive the scheduler. With a
+  // prefix cache, a sequence admitted with nothing computed starts at its longest cached prefix.
+  Scheduler(const SchedulerConfig& config, std::span<kv::KvGroup> groups,
+            kv::PrefixCache* prefix_cache = nullptr);
 
   // Queues a sequence (FCFS). The caller keeps ownership; the pointer must stay valid until
   // the sequence is finished or removed.
@@ -57,6 +60,7 @@ class Scheduler {
 
   SchedulerConfig config_;
   std::span<kv::KvGroup> groups_;
+  kv::PrefixCache* prefix_cache_;
   std::deque<Sequence*> waiting_;
   std::vector<Sequence*> running_;  // in admission order: the last one is the newest
 };

@@ -8,6 +8,7 @@
 
 #include "engine/request.h"
 #include "kv/kv_cache.h"
+#include "kv/prefix_cache.h"
 
 namespace inferd::engine {
 
@@ -22,6 +23,8 @@ struct Sequence {
   int64_t num_computed = 0;      // tokens whose K/V are in the cache
   kv::BlockTables block_tables;  // per KV group: block of positions [i * bs, (i + 1) * bs)
   int num_preemptions = 0;
+  kv::PrefixState prefix;          // its blocks' hashes for the prefix cache
+  int64_t num_cached_tokens = -1;  // prompt tokens found in the prefix cache at first admission
 
   int64_t num_tokens() const { return static_cast<int64_t>(tokens.size()); }
   int64_t num_generated() const { return num_tokens() - num_prompt_tokens; }

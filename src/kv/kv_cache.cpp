@@ -28,9 +28,11 @@ void quantize_q8(const float* x, int head_dim, int8_t* q, size_t q_stride, float
 }  // namespace
 
 void release_blocks(std::span<KvGroup> groups, BlockTables& tables) {
+  // Last block first: the free list hands out the blocks freed longest ago, so a sequence's
+  // tail (the part least likely to be shared) is reused before its prefix.
   for (size_t g = 0; g < groups.size(); ++g) {
-    for (const int32_t block : tables[g]) {
-      if (block != kNoBlock) groups[g].pool.release(block);
+    for (auto it = tables[g].rbegin(); it != tables[g].rend(); ++it) {
+      if (*it != kNoBlock) groups[g].pool.release(*it);
     }
   }
   for (std::vector<int32_t>& table : tables) table.clear();

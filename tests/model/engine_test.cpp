@@ -24,15 +24,12 @@ class EngineTest : public ModelTest {
   std::shared_ptr<CollectOutput> submit(engine::Engine& e, const std::string& prompt,
                                         int64_t max_tokens, sampling::SamplingParams params,
                                         std::vector<std::string> stop = {}) {
-    auto out = std::make_shared<CollectOutput>();
     engine::Request r;
     r.prompt = e.tokenizer().encode(prompt, true, true);
     r.sampling = params;
     r.max_tokens = max_tokens;
     r.stop = std::move(stop);
-    r.output = out;
-    e.add_request(std::move(r));
-    return out;
+    return submit_request(e, std::move(r));
   }
 
   // Runs each prompt alone (24 greedy tokens), then all of them together: every output must be

@@ -44,6 +44,27 @@ class CollectOutput final : public engine::OutputChannel {
   engine::RequestResult result_;
 };
 
+// Queues `r` on `e`; its output is collected in the returned channel.
+inline std::shared_ptr<CollectOutput> submit_request(engine::Engine& e, engine::Request r) {
+  auto out = std::make_shared<CollectOutput>();
+  r.output = out;
+  e.add_request(std::move(r));
+  return out;
+}
+
+// A greedy request for `prompt`, queued on `e`.
+inline std::shared_ptr<CollectOutput> submit_greedy(engine::Engine& e, std::vector<int32_t> prompt,
+                                                    int64_t max_tokens, bool ignore_eos = false,
+                                                    std::string cache_salt = {}) {
+  engine::Request r;
+  r.prompt = std::move(prompt);
+  r.sampling.temperature = 0;
+  r.max_tokens = max_tokens;
+  r.ignore_eos = ignore_eos;
+  r.cache_salt = std::move(cache_salt);
+  return submit_request(e, std::move(r));
+}
+
 class ModelTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {

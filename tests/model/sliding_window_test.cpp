@@ -58,17 +58,7 @@ class SlidingWindowTest : public ::testing::Test {
   static std::vector<std::vector<int32_t>> generate(
       engine::Engine& e, const std::vector<std::vector<int32_t>>& prompts, int64_t max_tokens) {
     std::vector<std::shared_ptr<CollectOutput>> outs;
-    for (const auto& prompt : prompts) {
-      auto out = std::make_shared<CollectOutput>();
-      engine::Request r;
-      r.prompt = prompt;
-      r.sampling.temperature = 0;
-      r.max_tokens = max_tokens;
-      r.ignore_eos = true;
-      r.output = out;
-      e.add_request(std::move(r));
-      outs.push_back(out);
-    }
+    for (const auto& prompt : prompts) outs.push_back(submit_greedy(e, prompt, max_tokens, true));
     e.run_until_idle();
     std::vector<std::vector<int32_t>> tokens;
     for (const auto& out : outs) tokens.push_back(out->result_.output_tokens);

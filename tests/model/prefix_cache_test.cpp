@@ -1,0 +1,120 @@
+// Prefix caching through the engine, on the real models: outputs with the cache on equal those
+// with it off (greedy, the same requests: repeated prompts, a shared system prompt, multi-turn
+// histories, a sliding-window model), the reported cached tokens, and salts that never share.
+#include <filesystem>
+
+#include <gtest/gtest.h>
+
+#include "model_fixture.h"
+#include "util/paths.h"
+
+namespace inferd::testing {
+namespace {
+
+struct CachedModel {
+  const char* name;
+  std::string (*path)();
+};
+const CachedModel kCachedModels[] = {
+    {"smollm2", [] { return model_path(); }},
+    {"gemma3", [] { return cache_dir() + "/models/gemma-3-270m-q4_k_m.gguf"; }},
+};
+
+class PrefixCacheTest : public ::testing::TestWithParam<CachedModel> {
+ protected:
+  void SetUp() override {
+    const std::string path = GetParam().path();
+    if (!std::filesystem::exists(path)) GTEST_SKIP() << "model not found at " << path;
+    file_ = std::make_unique<gguf::GgufFile>(gguf::GgufFile::open(path));
+  }
+
+  engine::Engine make_engine(bool prefix_caching) const {
+    engine::EngineConfig config;
+    config.threads = 2;
+    config.context = 2048;
+    config.max_seqs = 4;
+    config.max_batched_tokens = 96;  // prompts in several chunks
+    config.prefix_caching = prefix_caching;
+    return engine::Engine(*file_, config);
+  }
+
+  struct Output {
+    std::vector<int32_t> tokens;
+    int64_t cached = 0;
+  };
+  // Greedy, one request at a time (so that each can find what the earlier ones left).
+  static Output run(engine::Engine& e, const std::vector<int32_t>& prompt, int64_t max_tokens,
+                    const std::string& salt = "") {
+    auto out = submit_greedy(e, prompt, max_tokens, false, salt);
+    e.run_until_idle();
+    EXPECT_EQ(out->finishes_, 1);
+    return {out->result_.output_tokens, out->result_.stats.cached_tokens};
+  }
+
+  static std::vector<int32_t> concat(std::vector<int32_t> a, const std::vector<int32_t>& b) {
+    a.insert(a.end(), b.begin(), b.end());
+    return a;
+  }
+
+  std::unique_ptr<gguf::GgufFile> file_;
+};
+
+TEST_P(PrefixCacheTest, OutputsWithTheCacheEqualOutputsWithout) {
+  engine::Engine on = make_engine(true), off = make_engine(false);
+  const auto encode = [&](const std::string& text, bool bos) {
+    return on.tokenizer().encode(text, bos, true);
+  };
+  const std::vector<int32_t> system = encode(
+      "You are a careful assistant. You answer questions about history, geography and science "
+      "in short, precise sentences, and you say so when you are not sure of something. ",
+      true);
+  std::vector<std::vector<int32_t>> prompts = {
+      concat(system, encode("What is the capital of France?", false)),
+      concat(system, encode("What is the capital of France?", false)),  // repeated
+      concat(system, encode("Why is the sky blue in the daytime?", false)),
+  };
+  int64_t cached = 0;
+  for (const auto& prompt : prompts) {
+    const Output a = run(on, prompt, 24), b = run(off, prompt, 24);
+    EXPECT_EQ(a.tokens, b.tokens);
+    EXPECT_EQ(b.cached, 0);
+    cached += a.cached;
+  }
+  EXPECT_GE(cached, 2 * (std::ssize(system) / 16) * 16) << "the system prompt was not reused";
+
+  // Multi-turn: each turn's prompt is the previous prompt, its answer and a new message, so the
+  // cached blocks include tokens that were generated one at a time (decode) and are now prompt.
+  std::vector<int32_t> history = prompts[0];
+  for (const char* message : {" And of Italy?", " Which of the two is older?", " Thank you."}) {
+    const Output a = run(on, history, 20), b = run(off, history, 20);
+    ASSERT_EQ(a.tokens, b.tokens) << "turn with " << history.size() << " tokens";
+    const Output again = run(on, concat(concat(history, a.tokens), encode(message, false)), 1);
+    EXPECT_GE(again.cached, std::ssize(history) - 16) << "the history was not reused";
+    history = concat(concat(history, a.tokens), encode(message, false));
+  }
+  EXPECT_EQ(on.kv_cache().used_blocks(), 0);
+  EXPECT_GT(on.prefix_cache_stats().hit_tokens, 0);
+  EXPECT_EQ(off.prefix_cache_stats().queried_tokens, 0);
+}
+
+TEST_P(PrefixCacheTest, DifferentSaltsNeverShare) {
+  engine::Engine e = make_engine(true);
+  const std::vector<int32_t> prompt = e.tokenizer().encode(
+      "A shared document that two tenants both send, long enough to fill several blocks of the "
+      "cache with the same tokens in the same order. It goes on about the weather, the price of "
+      "bread and the opening hours of the town library, which change every season.",
+      true, true);
+  ASSERT_GT(prompt.size(), 32u);
+  EXPECT_EQ(run(e, prompt, 4, "tenant-a").cached, 0);
+  EXPECT_EQ(run(e, prompt, 4, "tenant-b").cached, 0);
+  EXPECT_EQ(run(e, prompt, 4, "").cached, 0);
+  EXPECT_GT(run(e, prompt, 4, "tenant-a").cached, 0);
+  EXPECT_GT(run(e, prompt, 4, "tenant-b").cached, 0);
+  EXPECT_GT(run(e, prompt, 4, "").cached, 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, PrefixCacheTest, ::testing::ValuesIn(kCachedModels),
+                         [](const auto& info) { return std::string(info.param.name); });
+
+}  // namespace
+}  // namespace inferd::testing
