@@ -24,6 +24,8 @@ struct ServeArgs {
   int max_seqs = 16;
   int64_t max_batched_tokens = 512;
   size_t max_queue = 256;
+  double log_interval = 10;
+  bool no_prefix_cache = false;
   size_t max_body_bytes = 8 << 20;
   std::string api_key;
   std::string served_model_name;
@@ -51,11 +53,12 @@ void serve(const ServeArgs& args) {
   config.kv_key_type = args.kv_key_type;
   config.kv_value_type = args.kv_value_type;
   config.swa_full = args.swa_full;
+  config.prefix_caching = !args.no_prefix_cache;
   const std::string model_id = args.served_model_name.empty()
                                    ? std::filesystem::path(path).stem().string()
                                    : args.served_model_name;
   server::ServerMetrics metrics(model_id);
-  server::EngineLoop loop(file, config, args.max_queue, metrics);
+  server::EngineLoop loop(file, config, args.max_queue, metrics, args.log_interval);
   // A model without a chat template still serves completions; chat requests are refused with
   // a 400 that says why (--chat-template fixes it).
   std::optional<tokenizer::ChatTemplate> chat_template;
@@ -116,6 +119,11 @@ void register_serve(CLI::App& app) {
   cmd->add_option("--max-batched-tokens", args->max_batched_tokens,
                   "Tokens one step may process (the prefill chunk budget)")
       ->check(CLI::Range(1, 65536));
+  cmd->add_option("--log-interval", args->log_interval,
+                  "Seconds between log lines of throughput, load, KV use and prefix cache hit "
+                  "rate (0: none)")
+      ->check(CLI::NonNegativeNumber);
+  add_prefix_cache_option(*cmd, args->no_prefix_cache);
   cmd->add_option("--max-queue", args->max_queue,
                   "Requests queued or running at most; more get HTTP 429")
       ->check(CLI::Range(1, 1 << 20));

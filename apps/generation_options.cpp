@@ -41,6 +41,11 @@ void add_kv_type_options(CLI::App& cmd, DType& key_type, DType& value_type) {
   add("--cache-type-v", value_type, "KV cache type of the values: f16 (default) or q8_0 (-ctv)");
 }
 
+void add_prefix_cache_option(CLI::App& cmd, bool& no_prefix_cache) {
+  cmd.add_flag("--no-prefix-cache", no_prefix_cache,
+               "Do not reuse the KV of earlier requests' prompts (automatic prefix caching)");
+}
+
 void add_swa_full_option(CLI::App& cmd, bool& swa_full) {
   cmd.add_flag("--swa-full", swa_full,
                "Sliding-window layers keep every position in the KV cache, not only their window");
@@ -73,6 +78,7 @@ void GenerationOptions::add_to(CLI::App& cmd) {
   cmd.add_flag("--no-stats", quiet_stats, "Do not print timing statistics to stderr");
   add_kv_type_options(cmd, kv_key_type, kv_value_type);
   add_swa_full_option(cmd, swa_full);
+  add_prefix_cache_option(cmd, no_prefix_cache);
 }
 
 engine::EngineConfig GenerationOptions::engine_config() const {
@@ -84,6 +90,7 @@ engine::EngineConfig GenerationOptions::engine_config() const {
   config.kv_key_type = kv_key_type;
   config.kv_value_type = kv_value_type;
   config.swa_full = swa_full;
+  config.prefix_caching = !no_prefix_cache;
   return config;
 }
 

@@ -36,6 +36,7 @@ struct GenerationOptions {
   DType kv_key_type = DType::F16;
   DType kv_value_type = DType::F16;
   bool swa_full = false;
+  bool no_prefix_cache = false;
 
   void add_to(CLI::App& cmd);
   engine::EngineConfig engine_config() const;
@@ -48,6 +49,8 @@ struct GenerationOptions {
 void add_kv_type_options(CLI::App& cmd, DType& key_type, DType& value_type);
 // --swa-full (llama.cpp's flag): sliding-window layers keep every position in the KV cache.
 void add_swa_full_option(CLI::App& cmd, bool& swa_full);
+// --no-prefix-cache: every request computes its whole prompt (kv/prefix_cache.h).
+void add_prefix_cache_option(CLI::App& cmd, bool& no_prefix_cache);
 
 // The thread count used when none is given: the number of cores, at most 4 (small models
 // gain nothing past that and lose to synchronisation).

@@ -151,6 +151,7 @@ void Engine::step() {
   for (size_t i = 0; i < scheduled_.size(); ++i) {
     Sequence& seq = *scheduled_[i].seq;
     seq.num_computed += scheduled_[i].num_new_tokens;
+    computed_tokens_ += scheduled_[i].num_new_tokens;
     if (prefix_cache_)
       prefix_cache_->index_computed(seq.tokens, seq.num_computed, seq.prefix, seq.block_tables);
     if (runner_->wants_logits(i)) process_output(*active_.at(seq.id), runner_->logits_for(i));
@@ -170,6 +171,7 @@ void Engine::process_output(Active& active, std::span<float> logits) {
   const auto output =
       std::span<const int32_t>(seq.tokens).subspan(static_cast<size_t>(seq.num_prompt_tokens));
   const int32_t token = active.sampler->sample(logits, prompt, output);
+  ++generated_tokens_;
   const auto now = Clock::now();
   if (seq.num_generated() == 0) active.first_token = now;
   active.last_token = now;

@@ -63,6 +63,10 @@ class Engine {
   size_t num_waiting() const { return scheduler_->num_waiting(); }
   // The most KV cache bytes in use at once since start-up, over every KV group.
   int64_t peak_kv_bytes() const { return peak_kv_bytes_; }
+  // Tokens run through the model (prompts and generated tokens alike) and tokens sampled, since
+  // start-up.
+  int64_t computed_tokens() const { return computed_tokens_; }
+  int64_t generated_tokens() const { return generated_tokens_; }
   // Prompt tokens looked up in the prefix cache and found there (zeros when it is off).
   kv::PrefixCacheStats prefix_cache_stats() const {
     return prefix_cache_ ? prefix_cache_->stats() : kv::PrefixCacheStats{};
@@ -90,6 +94,7 @@ class Engine {
   std::vector<uint64_t> finished_ids_;
   uint64_t next_id_ = 1;
   int64_t peak_kv_bytes_ = 0;
+  int64_t computed_tokens_ = 0, generated_tokens_ = 0;
 };
 
 }  // namespace inferd::engine

@@ -31,8 +31,12 @@ class CountingChannel final : public engine::OutputChannel {
 }  // namespace
 
 EngineLoop::EngineLoop(const gguf::GgufFile& file, const engine::EngineConfig& config,
-                       size_t max_pending, ServerMetrics& metrics)
-    : engine_(file, config), metrics_(metrics), max_pending_(max_pending) {
+                       size_t max_pending, ServerMetrics& metrics, double log_interval_s)
+    : engine_(file, config),
+      metrics_(metrics),
+      max_pending_(max_pending),
+      log_interval_s_(log_interval_s),
+      last_log_{std::chrono::steady_clock::now()} {
   metrics_.kv_bytes_total.store(engine_.kv_cache().bytes());
   thread_ = std::thread([this] { run(); });
 }
@@ -66,6 +70,36 @@ void EngineLoop::publish_gauges() {
   metrics_.kv_blocks_used.store(engine_.kv_cache().used_blocks());
   metrics_.kv_bytes_used.store(engine_.kv_cache().used_bytes());
   metrics_.kv_bytes_peak.store(engine_.peak_kv_bytes());
+  const kv::PrefixCacheStats prefix = engine_.prefix_cache_stats();
+  metrics_.prefix_queries.store(prefix.queried_tokens);
+  metrics_.prefix_hits.store(prefix.hit_tokens);
+}
+
+void EngineLoop::maybe_log() {
+  if (log_interval_s_ <= 0) return;
+  const auto now = std::chrono::steady_clock::now();
+  const double seconds = std::chrono::duration<double>(now - last_log_.time).count();
+  if (seconds < log_interval_s_) return;
+  const kv::PrefixCacheStats prefix = engine_.prefix_cache_stats();
+  const LogMark mark{now, engine_.computed_tokens(), engine_.generated_tokens(),
+                     prefix.queried_tokens, prefix.hit_tokens};
+  if (mark.computed == last_log_.computed) {  // nothing ran: no line, start a new interval
+    last_log_ = mark;
+    return;
+  }
+  const auto percent = [](int64_t part, int64_t whole) {
+    return whole > 0 ? 100.0 * double(part) / double(whole) : 0.0;
+  };
+  const kv::KvCache& kv = engine_.kv_cache();
+  std::fprintf(stderr,
+               "[inferd] %.1f s: computed %.1f tok/s, generated %.1f tok/s | running %zu, waiting "
+               "%zu | KV %.1f%% | prefix cache hit rate %.1f%% (%.1f%% since start)\n",
+               seconds, double(mark.computed - last_log_.computed) / seconds,
+               double(mark.generated - last_log_.generated) / seconds, engine_.num_running(),
+               engine_.num_waiting(), percent(kv.used_bytes(), kv.bytes()),
+               percent(mark.hits - last_log_.hits, mark.queried - last_log_.queried),
+               percent(mark.hits, mark.queried));
+  last_log_ = mark;
 }
 
 void EngineLoop::run() {
@@ -99,6 +133,7 @@ void EngineLoop::run() {
       std::fprintf(stderr, "[inferd] engine step failed: %s\n", e.what());
     }
     publish_gauges();
+    maybe_log();
   }
 }
 

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <memory>
@@ -17,9 +18,11 @@ namespace inferd::server {
 
 class EngineLoop {
  public:
-  // `file` must outlive the loop. `max_pending` bounds queued plus running requests.
+  // `file` must outlive the loop. `max_pending` bounds queued plus running requests. Every
+  // `log_interval_s` seconds with work done (0: never) a line of throughput, load, KV use and
+  // prefix cache hit rate goes to stderr.
   EngineLoop(const gguf::GgufFile& file, const engine::EngineConfig& config, size_t max_pending,
-             ServerMetrics& metrics);
+             ServerMetrics& metrics, double log_interval_s = 0);
   ~EngineLoop();
   EngineLoop(const EngineLoop&) = delete;
   EngineLoop& operator=(const EngineLoop&) = delete;
@@ -36,10 +39,19 @@ class EngineLoop {
  private:
   void run();
   void publish_gauges();
+  void maybe_log();
+
+  // What the last log line covered up to.
+  struct LogMark {
+    std::chrono::steady_clock::time_point time;
+    int64_t computed = 0, generated = 0, queried = 0, hits = 0;
+  };
 
   engine::Engine engine_;
   ServerMetrics& metrics_;
   const size_t max_pending_;
+  const double log_interval_s_;
+  LogMark last_log_;
   std::mutex mutex_;
   std::condition_variable wake_;
   std::deque<engine::Request> queue_;

@@ -96,6 +96,7 @@ struct HttpServer::Impl {
       g.done[static_cast<size_t>(index)] = true;
       c.finish_reason = finish_name(r);
       c.prompt_tokens = r.stats.prompt_tokens;
+      c.cached_tokens = r.stats.cached_tokens;
       c.completion_tokens = r.stats.completion_tokens;
       if (r.finish_reason == engine::FinishReason::kError) g.error = r.error;
     }

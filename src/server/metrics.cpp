@@ -102,6 +102,13 @@ std::string ServerMetrics::render() const {
   gauge("inferd:kv_cache_total_bytes", "KV cache bytes in all blocks.", double(total));
   gauge("inferd:kv_cache_peak_bytes", "Most KV cache bytes in use at once since start-up.",
         double(kv_bytes_peak.load()));
+  const auto counter = [&](const char* name, const char* help, int64_t value) {
+    out += fmt::format("# HELP {} {}\n# TYPE {} counter\n{}{{{}}} {}\n", name, help, name, name,
+                       labels_, value);
+  };
+  counter("vllm:prefix_cache_queries", "Prompt tokens looked up in the prefix cache.",
+          prefix_queries.load());
+  counter("vllm:prefix_cache_hits", "Prompt tokens found in the prefix cache.", prefix_hits.load());
   std::lock_guard lock(mutex_);
   out += fmt::format(
       "# HELP vllm:prompt_tokens_total Prompt tokens processed.\n"

@@ -40,6 +40,8 @@ class ServerMetrics {
   std::atomic<int64_t> running{0}, waiting{0}, kv_blocks_used{0};
   // KV cache bytes: the blocks of different KV groups differ in size (kv/kv_cache.h).
   std::atomic<int64_t> kv_bytes_used{0}, kv_bytes_total{0}, kv_bytes_peak{0};
+  // Prefix cache, in prompt tokens since start-up: looked up, and found.
+  std::atomic<int64_t> prefix_queries{0}, prefix_hits{0};
 
   // A finished request: its stats and the gaps between its streamed tokens (seconds).
   void record_finish(const engine::RequestResult& result, std::span<const double> itls);

@@ -252,6 +252,11 @@ CompletionRequest parse_completion(const json& body, bool chat, const ParseConte
   out.request.sampling = parse_sampling(body, n_vocab);
   out.request.stop = parse_stop(body);
   out.request.ignore_eos = boolean(body, "ignore_eos", false);
+  if (const json* salt = field(body, "cache_salt")) {
+    if (!salt->is_string() || salt->get<std::string>().empty())
+      bad("cache_salt", "'cache_salt' must be a non-empty string");
+    out.request.cache_salt = salt->get<std::string>();
+  }
   out.logprobs = parse_logprobs(body, chat);
   out.request.logprobs = out.logprobs;
   out.n = static_cast<int>(integer(body, "n", 1, 1, kMaxN));

@@ -1,5 +1,7 @@
 #include "server/openai_response.h"
 
+#include <algorithm>
+
 #include "util/utf8.h"
 
 namespace inferd::server {
@@ -77,11 +79,15 @@ json ResponseWriter::logprobs(const std::vector<TokenInfo>& tokens, size_t text_
 }
 
 json ResponseWriter::usage(const std::vector<ChoiceOutput>& choices) const {
-  int64_t prompt = choices.empty() ? 0 : choices[0].prompt_tokens, completion = 0;
-  for (const ChoiceOutput& c : choices) completion += c.completion_tokens;
+  int64_t prompt = choices.empty() ? 0 : choices[0].prompt_tokens, completion = 0, cached = 0;
+  for (const ChoiceOutput& c : choices) {
+    completion += c.completion_tokens;
+    cached = std::max(cached, c.cached_tokens);  // the choices share one prompt
+  }
   return {{"prompt_tokens", prompt},
           {"completion_tokens", completion},
-          {"total_tokens", prompt + completion}};
+          {"total_tokens", prompt + completion},
+          {"prompt_tokens_details", {{"cached_tokens", cached}}}};
 }
 
 json ResponseWriter::full(const std::vector<ChoiceOutput>& choices) const {

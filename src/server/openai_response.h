@@ -17,6 +17,7 @@ struct ChoiceOutput {
   std::vector<TokenInfo> tokens;
   std::string finish_reason;  // empty while running
   int64_t prompt_tokens = 0, completion_tokens = 0;
+  int64_t cached_tokens = 0;  // of the prompt tokens, those found in the prefix cache
 };
 
 class ResponseWriter {

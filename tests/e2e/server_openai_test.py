@@ -112,6 +112,32 @@ class Errors(unittest.TestCase):
         self.assert_bad("logit_bias", logit_bias={"-3": 1})
         self.assert_bad("max_tokens", max_tokens=100000)
 
+    def test_prefix_cache_reports_cached_tokens(self):
+        c = client()
+        prompt = ("A long preamble that several requests share, so that the second of them finds "
+                  "its first blocks in the prefix cache and says so in its usage. ") * 3
+        before, _ = server.metrics()
+        first = c.completions.create(model="", prompt=prompt + "First:", max_tokens=2,
+                                     temperature=0, extra_body={"cache_salt": "e2e-prefix"})
+        second = c.completions.create(model="", prompt=prompt + "Second:", max_tokens=2,
+                                      temperature=0, extra_body={"cache_salt": "e2e-prefix"})
+        self.assertEqual(first.usage.prompt_tokens_details.cached_tokens, 0)
+        cached = second.usage.prompt_tokens_details.cached_tokens
+        self.assertGreater(cached, 32)
+        self.assertLess(cached, second.usage.prompt_tokens)
+        self.assertEqual(cached % 16, 0)  # whole blocks
+        other = c.completions.create(model="", prompt=prompt + "Second:", max_tokens=2,
+                                     temperature=0, extra_body={"cache_salt": "e2e-other"})
+        self.assertEqual(other.usage.prompt_tokens_details.cached_tokens, 0)
+        after, _ = server.metrics()
+        self.assertGreaterEqual(after["vllm:prefix_cache_hits"] - before["vllm:prefix_cache_hits"],
+                                cached)
+        self.assertGreaterEqual(
+            after["vllm:prefix_cache_queries"] - before["vllm:prefix_cache_queries"],
+            first.usage.prompt_tokens + second.usage.prompt_tokens + other.usage.prompt_tokens)
+        self.assert_bad("cache_salt", extra_body={"cache_salt": 5})
+        self.assert_bad("cache_salt", extra_body={"cache_salt": ""})
+
     def test_wrong_types_name_the_parameter(self):
         self.assert_bad("temperature", extra_body={"temperature": "hot"})
         self.assert_bad("stop", extra_body={"stop": 5})
