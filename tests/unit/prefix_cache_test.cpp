@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include "engine/scheduler.h"
 #include "kv/block_pool.h"
 #include "kv/prefix_cache.h"
 #include "util/error.h"
@@ -182,6 +183,76 @@ TEST(PrefixCache, SlidingHitSurvivesRecycledOldBlocks) {
   BlockTables got;
   EXPECT_EQ(cache.match(next, again, got), 40) << "the full prefix, old sliding blocks or not";
   release_blocks(groups, got);
+}
+
+// 10,000 requests with shared prefixes, random lengths, cancellations and preemptions through
+// the scheduler and the prefix cache (no model: each step just counts the tokens as computed).
+// Afterwards every block is free (cached or not) with no owner, and along the way no block is
+// ever owned by two sequences unless it is a cached prefix block.
+TEST(PrefixCache, TenThousandRandomRequestsLeaveThePoolConsistent) {
+  KvGroup groups[] = {KvGroup(96, 0), KvGroup(48, 12)};
+  PrefixCache cache(groups, 4, 64);
+  engine::Scheduler sched({32, 6, 4}, groups, &cache);
+  std::mt19937 rng(11);
+  const std::vector<int32_t> prefixes[] = {tokens_from(1000, 40), tokens_from(2000, 23), {}};
+  std::vector<std::unique_ptr<engine::Sequence>> live;
+  std::vector<engine::ScheduledSequence> step;
+  int submitted = 0, finished = 0;
+  uint64_t next_id = 1;
+  const auto retire = [&](size_t i) {
+    sched.remove(live[i].get());
+    live.erase(live.begin() + static_cast<long>(i));
+    ++finished;
+  };
+  while (finished < 10000) {
+    while (submitted < 10000 && live.size() < 10 && rng() % 2 == 0) {
+      auto seq = std::make_unique<engine::Sequence>();
+      seq->id = next_id++;
+      seq->tokens = prefixes[rng() % 3];
+      const int extra = 1 + static_cast<int>(rng() % 30);
+      for (int i = 0; i < extra; ++i) seq->tokens.push_back(static_cast<int32_t>(rng() % 3));
+      seq->num_prompt_tokens = std::ssize(seq->tokens);
+      seq->prefix.root = PrefixCache::root_key(rng() % 5 == 0 ? "salted" : "");
+      sched.add(seq.get());
+      live.push_back(std::move(seq));
+      ++submitted;
+    }
+    sched.schedule(step);
+    for (const engine::ScheduledSequence& s : step) {
+      s.seq->num_computed += s.num_new_tokens;
+      cache.index_computed(s.seq->tokens, s.seq->num_computed, s.seq->prefix, s.seq->block_tables);
+      if (s.seq->num_computed == s.seq->num_tokens())
+        s.seq->tokens.push_back(static_cast<int32_t>(rng() % 3));  // the sampled token
+    }
+    // Blocks in tables: an uncached block has exactly one owner.
+    for (size_t g = 0; g < 2; ++g) {
+      std::map<int32_t, int> owners;
+      for (const auto& seq : live)
+        for (int32_t b : seq->block_tables[g])
+          if (b != kNoBlock) ++owners[b];
+      for (const auto& [block, n] : owners) {
+        ASSERT_EQ(groups[g].pool.ref_count(block), n) << "group " << g << " block " << block;
+        if (n > 1) {
+          ASSERT_TRUE(groups[g].pool.indexed(block)) << "shared but not cached";
+        }
+      }
+    }
+    // Finish or cancel some: long ones, and a few at random (queued or running).
+    for (size_t i = 0; i < live.size();) {
+      const engine::Sequence& seq = *live[i];
+      if (seq.num_generated() >= 12 || rng() % 40 == 0) {
+        retire(i);
+      } else {
+        ++i;
+      }
+    }
+  }
+  EXPECT_GT(cache.stats().hit_tokens, 10000) << "the shared prefixes should have been found";
+  for (const KvGroup& g : groups) {
+    EXPECT_EQ(g.pool.num_used(), 0);
+    for (int32_t b = 0; b < g.pool.num_blocks(); ++b) EXPECT_EQ(g.pool.ref_count(b), 0);
+    EXPECT_GT(g.pool.num_cached(), 0);
+  }
 }
 
 }  // namespace
