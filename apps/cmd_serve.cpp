@@ -9,6 +9,7 @@
 #include "generation_options.h"
 #include "server/engine_loop.h"
 #include "server/http_server.h"
+#include "util/error.h"
 #include "stream_output.h"
 #include "util/paths.h"
 
@@ -61,14 +62,20 @@ void serve(const ServeArgs& args) {
   server::EngineLoop loop(file, config, args.max_queue, metrics, args.log_interval);
   // A model without a chat template still serves completions; chat requests are refused with
   // a 400 that says why (--chat-template fixes it).
+  // A file without one gets its family's built-in template where the architecture names a
+  // single format (Gemma, Qwen, Phi-3), as `inferd run --chat` does.
   std::optional<tokenizer::ChatTemplate> chat_template;
-  if (!args.chat_template.empty() || file.get_string("tokenizer.chat_template")) {
+  try {
     chat_template = load_chat_template(file, args.chat_template);
-  } else {
+    if (args.chat_template.empty() && !file.get_string("tokenizer.chat_template"))
+      fmt::print(stderr, "[inferd] {} has no chat template: using its family's built-in one\n",
+                 path);
+  } catch (const Error& e) {
+    if (!args.chat_template.empty()) throw;
     fmt::print(stderr,
-               "[inferd] {} has no chat template: /v1/chat/completions is off (pass "
-               "--chat-template NAME|FILE to turn it on)\n",
-               path);
+               "[inferd] {}: /v1/chat/completions is off (pass --chat-template NAME|FILE to turn "
+               "it on)\n",
+               e.what());
   }
   server::ParseContext context;
   context.tokenizer = &loop.tokenizer();
