@@ -49,6 +49,21 @@ bool Scheduler::reserve_blocks(Sequence& seq, int64_t n) {
   return true;
 }
 
+bool Scheduler::shares_a_running_prefill(const Sequence& seq, int64_t cached) const {
+  const std::vector<uint64_t>& mine = seq.prefix.hashes;
+  for (const Sequence* other : running_) {
+    if (other->num_computed >= other->num_prompt_tokens || other->prefix.root != seq.prefix.root)
+      continue;
+    // Blocks of its prompt that it is computing and that this sequence's prompt starts with.
+    const std::vector<uint64_t>& theirs = other->prefix.hashes;
+    const size_t n = std::min(mine.size(), theirs.size());
+    size_t common = 0;
+    while (common < n && mine[common] == theirs[common]) ++common;
+    if (static_cast<int64_t>(common) * config_.block_size > cached) return true;
+  }
+  return false;
+}
+
 void Scheduler::free_blocks(Sequence& seq) {
   kv::release_blocks(groups_, seq.block_tables);
 }
@@ -96,6 +111,11 @@ void Scheduler::schedule(std::vector<ScheduledSequence>& out) {
     if (prefix_cache_ != nullptr && seq.num_computed == 0) {
       cached = prefix_cache_->match(seq.tokens, seq.prefix, seq.block_tables);
       seq.num_computed = cached;
+      if (shares_a_running_prefill(seq, cached)) {  // wait for those blocks rather than redo them
+        free_blocks(seq);
+        seq.num_computed = 0;
+        break;
+      }
     }
     const int64_t n = std::min(seq.num_uncomputed(), budget);
     if (!reserve_blocks(seq, n)) {  // FCFS: later arrivals do not overtake

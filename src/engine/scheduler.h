@@ -55,6 +55,11 @@ class Scheduler {
   // group's window: freed); false when a pool is short, and then nothing is allocated.
   bool reserve_blocks(Sequence& seq, int64_t n);
   void free_behind_window(Sequence& seq, size_t group);
+  // True when a running sequence is still computing prompt blocks that `seq` (with `cached`
+  // tokens found in the prefix cache) could take from the cache once they are done: n > 1
+  // choices of one prompt, or requests with the same system prompt arriving together, then
+  // compute the shared blocks once.
+  bool shares_a_running_prefill(const Sequence& seq, int64_t cached) const;
   void free_blocks(Sequence& seq);
   void preempt(Sequence& seq);
 

@@ -28,12 +28,13 @@ class PrefixCacheTest : public ::testing::TestWithParam<CachedModel> {
     file_ = std::make_unique<gguf::GgufFile>(gguf::GgufFile::open(path));
   }
 
-  engine::Engine make_engine(bool prefix_caching) const {
+  // Steps of 96 tokens by default: prompts in several chunks.
+  engine::Engine make_engine(bool prefix_caching, int64_t max_batched_tokens = 96) const {
     engine::EngineConfig config;
     config.threads = 2;
     config.context = 2048;
     config.max_seqs = 4;
-    config.max_batched_tokens = 96;  // prompts in several chunks
+    config.max_batched_tokens = max_batched_tokens;
     config.prefix_caching = prefix_caching;
     return engine::Engine(*file_, config);
   }
@@ -111,6 +112,46 @@ TEST_P(PrefixCacheTest, DifferentSaltsNeverShare) {
   EXPECT_GT(run(e, prompt, 4, "tenant-a").cached, 0);
   EXPECT_GT(run(e, prompt, 4, "tenant-b").cached, 0);
   EXPECT_GT(run(e, prompt, 4, "").cached, 0);
+}
+
+TEST_P(PrefixCacheTest, ChoicesOfOnePromptComputeItOnce) {
+  // Four requests of one 640-token prompt submitted together (what the server makes of n = 4),
+  // with room to prefill all four in one step: the first computes the prompt, the others wait
+  // for its blocks and take them from the cache.
+  std::string text;
+  for (int i = 0; i < 50; ++i)
+    text += "A long shared prompt about rivers, mountains, cities and the weather of place " +
+            std::to_string(i) + ". ";
+  std::vector<int32_t> prompt = engine::Engine(*file_, {}).tokenizer().encode(text, true, true);
+  ASSERT_GE(prompt.size(), 640u);
+  prompt.resize(640);
+  int64_t block_bytes = 0;
+  size_t n_groups = 0;
+  const auto peak_of_four = [&](bool caching, std::vector<std::vector<int32_t>>& outputs) {
+    engine::Engine e = make_engine(caching, 4096);  // all four could run in one step
+    std::vector<std::shared_ptr<CollectOutput>> outs;
+    for (int i = 0; i < 4; ++i) outs.push_back(submit_greedy(e, prompt, 8, true));
+    e.run_until_idle();
+    for (const auto& out : outs) outputs.push_back(out->result_.output_tokens);
+    block_bytes = int64_t(e.kv_cache().groups()[0].block_bytes);
+    n_groups = e.kv_cache().groups().size();
+    return e.peak_kv_bytes();
+  };
+  std::vector<std::vector<int32_t>> shared, separate;
+  const int64_t shared_bytes = peak_of_four(true, shared);
+  const int64_t separate_bytes = peak_of_four(false, separate);
+  EXPECT_EQ(shared, separate);
+  for (const auto& out : shared) EXPECT_EQ(out, shared[0]);
+  std::printf(
+      "[ prefix   ] n = 4 of a 640-token prompt: KV peak %.2f MiB shared, %.2f MiB without\n",
+      double(shared_bytes) / 1048576.0, double(separate_bytes) / 1048576.0);
+  EXPECT_LT(shared_bytes * 2, separate_bytes);
+  if (n_groups == 1) {
+    // One copy of the prompt's 39 full blocks (one token is left to compute), plus per choice
+    // its last block and the one its 8 new tokens spill into.
+    EXPECT_LE(shared_bytes, (640 / 16 - 1 + 4 * 2) * block_bytes);
+    EXPECT_GE(separate_bytes, 4 * (640 / 16) * block_bytes);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, PrefixCacheTest, ::testing::ValuesIn(kCachedModels),
