@@ -23,13 +23,11 @@ void Scheduler::add(Sequence* seq) {
 }
 
 void Scheduler::free_behind_window(Sequence& seq, size_t group) {
-  const int window = groups_[group].window;
-  if (window <= 0) return;
-  // The step's first token (at num_computed) sees keys from num_computed - window + 1 on; later
-  // tokens see less of the past, so a block wholly before that key is never read again.
-  const int64_t first_key = seq.num_computed - window + 1;
+  // The step's first token (at num_computed) sees the most of the past; blocks before the
+  // first one it reads are never read again.
   std::vector<int32_t>& table = seq.block_tables[group];
-  const int64_t behind = std::min<int64_t>(first_key / config_.block_size, std::ssize(table));
+  const int64_t behind = std::min<int64_t>(
+      groups_[group].first_block_seen(seq.num_computed, config_.block_size), std::ssize(table));
   for (int64_t i = behind - 1; i >= 0 && table[static_cast<size_t>(i)] != kv::kNoBlock; --i) {
     groups_[group].pool.release(table[static_cast<size_t>(i)]);
     table[static_cast<size_t>(i)] = kv::kNoBlock;

@@ -1,6 +1,5 @@
 #include "kv/block_pool.h"
 
-#include <algorithm>
 #include <bit>
 
 #include "util/error.h"
@@ -98,12 +97,6 @@ void BlockPool::unindex(int32_t block) {
   table_[hole] = Slot{};
   has_hash_[static_cast<size_t>(block)] = 0;
   --num_indexed_;
-}
-
-void BlockPool::clear_index() {
-  for (Slot& slot : table_) slot = Slot{};
-  std::fill(has_hash_.begin(), has_hash_.end(), uint8_t{0});
-  num_indexed_ = 0;
 }
 
 }  // namespace inferd::kv

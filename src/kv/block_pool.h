@@ -42,8 +42,6 @@ class BlockPool {
   // The block indexed under `hash`, or nullopt.
   std::optional<int32_t> find(uint64_t hash) const;
   bool indexed(int32_t block) const { return has_hash_[static_cast<size_t>(block)] != 0; }
-  // Drops every index entry (free blocks stay free, contents become unreachable).
-  void clear_index();
 
  private:
   static constexpr int32_t kNone = -1;

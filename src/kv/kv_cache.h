@@ -16,6 +16,7 @@
 // this is memory traffic saved.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <memory>
@@ -46,6 +47,12 @@ struct KvGroup {
   BlockPool pool;
   int n_layers = 0;
   size_t block_bytes = 0;  // K and V of all its layers and kv heads, one block
+
+  // The first block a query at `position` reads: blocks before it hold only keys behind the
+  // window (0 for full attention).
+  int64_t first_block_seen(int64_t position, int block_size) const {
+    return window > 0 ? std::max<int64_t>(0, position - window + 1) / block_size : 0;
+  }
 };
 
 // Returns every block of `tables` to its group's pool and clears them.

@@ -71,9 +71,8 @@ int64_t PrefixCache::match(std::span<const int32_t> tokens, PrefixState& state,
   const auto usable = [&](int64_t blocks) {
     if (blocks > full_run) return false;
     for (size_t g = 0; g < groups_.size(); ++g) {
-      const int window = groups_[g].window;
-      if (window <= 0 || blocks == 0) continue;
-      const int64_t first = std::max<int64_t>(0, blocks * block_size_ - window + 1) / block_size_;
+      if (groups_[g].window <= 0 || blocks == 0) continue;
+      const int64_t first = groups_[g].first_block_seen(blocks * block_size_, block_size_);
       if (runs_[g][static_cast<size_t>(blocks - 1)] < blocks - first) return false;
     }
     return true;
@@ -81,9 +80,7 @@ int64_t PrefixCache::match(std::span<const int32_t> tokens, PrefixState& state,
   int64_t blocks = full_run;
   while (blocks > 0 && !usable(blocks)) --blocks;
   for (size_t g = 0; g < groups_.size(); ++g) {
-    const int window = groups_[g].window;
-    const int64_t first =
-        window > 0 ? std::max<int64_t>(0, blocks * block_size_ - window + 1) / block_size_ : 0;
+    const int64_t first = groups_[g].first_block_seen(blocks * block_size_, block_size_);
     std::vector<int32_t>& table = tables[g];
     table.assign(static_cast<size_t>(first), kNoBlock);
     for (int64_t i = first; i < blocks; ++i) {

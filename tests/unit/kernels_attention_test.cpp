@@ -266,6 +266,22 @@ struct AttentionCase {
   int n_heads, n_kv_heads, block_size, n_tokens;
 };
 
+// Random K and V of tokens 0..n_tokens-1 ([n_tokens, n_kv_heads * head_dim] each, from seeds
+// `seed` and `seed + 1`), written to layer 0 of `cache` through `block_table`.
+std::pair<std::vector<float>, std::vector<float>> write_random_kv(
+    kv::KvCache& cache, const std::vector<int32_t>& block_table, int n_tokens, uint32_t seed) {
+  const int kv_dim = cache.config().n_kv_heads * cache.config().head_dim;
+  const int block_size = cache.block_size();
+  auto k = random_floats(int64_t{n_tokens} * kv_dim, seed);
+  auto v = random_floats(int64_t{n_tokens} * kv_dim, seed + 1);
+  for (int t = 0; t < n_tokens; ++t) {
+    const int64_t slot =
+        int64_t{block_table[static_cast<size_t>(t / block_size)]} * block_size + t % block_size;
+    cache.write(0, slot, &k[static_cast<size_t>(t * kv_dim)], &v[static_cast<size_t>(t * kv_dim)]);
+  }
+  return {std::move(k), std::move(v)};
+}
+
 TEST(Attention, TilesMatchPlainSoftmaxAttention) {
   const int head_dim = 40;
   // GQA with two block sizes, and MQA with 32 query heads on one kv head (32 rows a tile); the
@@ -281,15 +297,9 @@ TEST(Attention, TilesMatchPlainSoftmaxAttention) {
     std::vector<int32_t> block_table;
     for (int b = 0; b < n_blocks; ++b) block_table.push_back((b * 7 + 3) % n_blocks);
     ASSERT_NE(n_blocks % 7, 0);  // so that the table is a permutation
-    const int kv_dim = n_kv_heads * head_dim, q_dim = n_heads * head_dim;
-    auto k = random_floats(int64_t{n_tokens} * kv_dim, 10);
-    auto v = random_floats(int64_t{n_tokens} * kv_dim, 11);
+    const int q_dim = n_heads * head_dim;
+    const auto [k, v] = write_random_kv(cache, block_table, n_tokens, 10);
     auto q = random_floats(int64_t{n_tokens} * q_dim, 12, 2.0f);
-    for (int t = 0; t < n_tokens; ++t) {
-      const int64_t slot = int64_t{block_table[t / block_size]} * block_size + t % block_size;
-      cache.write(0, slot, &k[static_cast<size_t>(t * kv_dim)],
-                  &v[static_cast<size_t>(t * kv_dim)]);
-    }
     const AttentionShape shape{n_heads, n_kv_heads, head_dim, 1.0f / std::sqrt(float(head_dim))};
     std::vector<std::vector<double>> want;
     for (int t = 0; t < n_tokens; ++t) {
@@ -321,12 +331,9 @@ TEST(Attention, SlidingWindowAndSoftcapMatchPlainAttention) {
   kv::KvCache cache(config);
   std::vector<int32_t> block_table;
   for (int b = 0; b < n_blocks; ++b) block_table.push_back(b);
-  const int kv_dim = n_kv_heads * head_dim, q_dim = n_heads * head_dim;
-  auto k = random_floats(int64_t{n_tokens} * kv_dim, 20);
-  auto v = random_floats(int64_t{n_tokens} * kv_dim, 21);
+  const int q_dim = n_heads * head_dim;
+  const auto [k, v] = write_random_kv(cache, block_table, n_tokens, 20);
   auto q = random_floats(int64_t{n_tokens} * q_dim, 22, 2.0f);
-  for (int t = 0; t < n_tokens; ++t)
-    cache.write(0, t, &k[static_cast<size_t>(t * kv_dim)], &v[static_cast<size_t>(t * kv_dim)]);
   for (const auto& [window, softcap] :
        {std::pair{1, 0.0f}, std::pair{13, 0.0f}, std::pair{40, 0.0f}, std::pair{0, 3.0f},
         std::pair{21, 3.0f}}) {
@@ -368,12 +375,9 @@ TEST(Attention, TokenOutputDoesNotDependOnItsTile) {
       kv::KvCache cache({1, n_kv_heads, head_dim, block_size, n_blocks, type, type});
       std::vector<int32_t> block_table;
       for (int b = 0; b < n_blocks; ++b) block_table.push_back(b);
-      const int kv_dim = n_kv_heads * head_dim, q_dim = n_heads * head_dim;
-      auto k = random_floats(int64_t{n_tokens} * kv_dim, 30);
-      auto v = random_floats(int64_t{n_tokens} * kv_dim, 31);
+      const int q_dim = n_heads * head_dim;
+      write_random_kv(cache, block_table, n_tokens, 30);
       auto q = random_floats(int64_t{n_tokens} * q_dim, 32, 2.0f);
-      for (int t = 0; t < n_tokens; ++t)
-        cache.write(0, t, &k[static_cast<size_t>(t * kv_dim)], &v[static_cast<size_t>(t * kv_dim)]);
       for (const int window : {0, 300}) {
         const AttentionShape shape{n_heads, n_kv_heads, head_dim, 0.125f, window};
         for (const KernelTable* table : available_kernels()) {
@@ -448,8 +452,7 @@ TEST(Attention, TilesWithQ8CacheMatchPlainSoftmaxAttention) {
       std::vector<int32_t> block_table;
       for (int b = 0; b < n_blocks; ++b) block_table.push_back((b * 7 + 3) % n_blocks);
       const int kv_dim = n_kv_heads * head_dim, q_dim = n_heads * head_dim;
-      auto k = random_floats(int64_t{n_tokens} * kv_dim, 30);
-      auto v = random_floats(int64_t{n_tokens} * kv_dim, 31);
+      const auto [k, v] = write_random_kv(cache, block_table, n_tokens, 30);
       auto q = random_floats(int64_t{n_tokens} * q_dim, 32, 2.0f);
       // What the cache holds, read back: dequantized Q8_0, or f16-rounded (by the reference
       // below, which then also rounds the queries as the tiles do for F16 keys).
@@ -457,8 +460,6 @@ TEST(Attention, TilesWithQ8CacheMatchPlainSoftmaxAttention) {
       for (int t = 0; t < n_tokens; ++t) {
         const int32_t block = block_table[static_cast<size_t>(t / block_size)];
         const int pos = t % block_size;
-        cache.write(0, int64_t{block} * block_size + pos, &k[static_cast<size_t>(t * kv_dim)],
-                    &v[static_cast<size_t>(t * kv_dim)]);
         for (int h = 0; h < n_kv_heads; ++h) {
           for (int d = 0; d < head_dim; ++d) {
             const auto i = static_cast<size_t>(t * kv_dim + h * head_dim + d);
