@@ -17,6 +17,8 @@ namespace {
 struct RunOptions : GenerationOptions {
   std::string prompt;
   bool chat = false;
+  int32_t beams = 0;  // > 0: beam search with this many beams
+  float length_penalty = 1.0f;
 };
 
 std::string read_stdin() {
@@ -26,7 +28,9 @@ std::string read_stdin() {
 void run(const RunOptions& options) {
   gguf::GgufFile file =
       gguf::GgufFile::open(options.model.empty() ? default_model_path() : options.model);
-  engine::Engine engine(file, options.engine_config());
+  engine::EngineConfig config = options.engine_config();
+  if (options.beams > 0) config.max_seqs = options.beams;  // one running sequence per beam
+  engine::Engine engine(file, config);
   std::string prompt =
       options.prompt == "-" || options.prompt.empty() ? read_stdin() : options.prompt;
   std::vector<int32_t> ids;
@@ -41,8 +45,24 @@ void run(const RunOptions& options) {
     ids = engine.tokenizer().encode(prompt, true, true);
   }
   auto output = std::make_shared<StreamOutput>(stdout);
-  engine.add_request(options.make_request(std::move(ids), output));
+  engine::Request request = options.make_request(std::move(ids), output);
+  request.beam_width = options.beams;
+  request.length_penalty = options.length_penalty;
+  engine.add_request(std::move(request));
   engine.run_until_idle();
+  const engine::RequestResult& result = output->result();
+  if (!result.beams.empty()) {  // a beam search's text is known only at its end
+    std::fputs(result.beams.front().text.c_str(), stdout);
+    std::fflush(stdout);
+    if (!options.quiet_stats) {
+      fmt::print(stderr,
+                 "\nbeam search: best of {} beams, {} tokens, log-probability {:.4f}, "
+                 "score {:.4f} ({})\n",
+                 options.beams, result.beams.front().tokens.size(),
+                 result.beams.front().cum_logprob, result.beams.front().score,
+                 engine::finish_reason_name(result.beams.front().finish_reason));
+    }
+  }
   std::fputc('\n', stdout);
   std::fflush(stdout);
   if (!options.quiet_stats) print_stats(output->result(), engine);
@@ -57,6 +77,12 @@ void register_run(CLI::App& app) {
   cmd->add_option("-p,--prompt", options->prompt, "Prompt text ('-' or absent: read stdin)");
   cmd->add_flag("--chat", options->chat,
                 "Treat the prompt as a user message and apply the chat template");
+  cmd->add_option("--beams", options->beams,
+                  "Beam search with this many beams; prints the highest-scoring text (sampling "
+                  "options do not apply)")
+      ->check(CLI::Range(1, 64));
+  cmd->add_option("--length-penalty", options->length_penalty,
+                  "Beam search: score = log-probability / length ^ this (default 1)");
   cmd->callback([options] { run(*options); });
 }
 

@@ -1,7 +1,10 @@
 #include "engine/engine.h"
 
 #include <algorithm>
+#include <cmath>
+#include <utility>
 
+#include "engine/beam_search.h"
 #include "engine/stop_matcher.h"
 #include "model/registry.h"
 #include "sampling/sampler.h"
@@ -34,6 +37,46 @@ struct Engine::Active {
   bool stop_hit = false;
   Clock::time_point arrival, first_scheduled, first_token, last_token;
   bool was_scheduled = false;
+  bool done = false;                 // finished: on_finish was called
+  std::unique_ptr<BeamState> beams;  // a beam search only
+};
+
+// A beam search's beams. Beam slot 0 is the request's own sequence; each slot's sequence is
+// reused when its beam is dropped, so nothing is allocated after admission.
+struct Engine::BeamState {
+  BeamState(const Request& request, Sequence& first)
+      : search(request.beam_width, request.beam_results, request.length_penalty,
+               request.max_tokens),
+        others(static_cast<size_t>(request.beam_width - 1)) {
+    const auto width = static_cast<size_t>(request.beam_width);
+    seqs.push_back(&first);
+    for (Sequence& s : others) seqs.push_back(&s);
+    cum.assign(width, 0.0);
+    live.assign(width, 0);
+    reported.assign(width, 0);
+    children.assign(width, 0);
+    top.resize(width * static_cast<size_t>(search.candidates_per_beam()));
+    live_cum.reserve(width);
+    live_length.reserve(width);
+    live[0] = 1;
+    first.slots = request.beam_width;  // one running slot per beam, held by the first until forks
+  }
+  int32_t width() const { return search.width(); }
+  int32_t slot_of(const Sequence& seq) const {
+    for (size_t i = 0; i < seqs.size(); ++i)
+      if (seqs[i] == &seq) return static_cast<int32_t>(i);
+    fail("beam search: sequence {} is not one of its beams", seq.id);
+  }
+
+  BeamSearch search;
+  std::vector<Sequence> others;             // [width - 1]
+  std::vector<Sequence*> seqs;              // [width] slot -> its sequence
+  std::vector<double> cum;                  // [width] cumulative log-probability of each beam
+  std::vector<uint8_t> live, reported;      // [width]
+  std::vector<int32_t> children;            // [width] scratch: next beams per parent
+  std::vector<sampling::TokenLogprob> top;  // [width, 2 * width] each beam's candidates
+  std::vector<double> live_cum;             // [width] scratch
+  std::vector<int64_t> live_length;         // [width] scratch
 };
 
 namespace {
@@ -89,6 +132,36 @@ Engine::Engine(const gguf::GgufFile& file, const EngineConfig& config) : config_
                                           config.max_seqs);
   scheduled_.reserve(static_cast<size_t>(config.max_seqs));
   finished_ids_.reserve(static_cast<size_t>(config.max_seqs));
+  beam_steps_.reserve(static_cast<size_t>(config.max_seqs));
+  scheduler_->set_block_copier([cache = cache_.get()](size_t group, int32_t from, int32_t to) {
+    cache->copy_block(group, from, to);
+  });
+}
+
+void Engine::check_beam_request(const Request& request) const {
+  const int32_t width = request.beam_width;
+  if (width > config_.max_seqs) {
+    fail(
+        "beam search with {} beams needs as many running sequences; this engine runs {} "
+        "(max_seqs)",
+        width, config_.max_seqs);
+  }
+  if (request.beam_results < 1 || request.beam_results > width) {
+    fail("beam search returns 1 to {} beams (its width), asked for {}", width,
+         request.beam_results);
+  }
+  if (request.logprobs >= 0) fail("logprobs are not supported with beam search");
+  if (!std::isfinite(request.length_penalty)) fail("length_penalty must be a finite number");
+  // The beams share the prompt's blocks; each holds its own generated ones (+1 partly filled).
+  const int64_t bs = config_.block_size;
+  const auto prompt = static_cast<int64_t>(request.prompt.size());
+  const int64_t need = (prompt + bs - 1) / bs + width * ((request.max_tokens + bs - 1) / bs + 1);
+  if (need > config_.kv_blocks) {
+    fail(
+        "beam search with {} beams over {} + {} tokens needs up to {} KV blocks; the cache has "
+        "{}",
+        width, prompt, request.max_tokens, need, config_.kv_blocks);
+  }
 }
 
 Engine::~Engine() = default;
@@ -107,6 +180,7 @@ uint64_t Engine::add_request(Request request) {
       fail("prompt token id {} is outside the vocabulary of {}", id, n_vocab);
   }
   request.sampling.validate();
+  if (request.beam_width > 0) check_beam_request(request);
   if (request.logprobs > kMaxTopLogprobs) {
     fail("logprobs must be at most {}, got {}", kMaxTopLogprobs, request.logprobs);
   }
@@ -116,6 +190,7 @@ uint64_t Engine::add_request(Request request) {
   active->arrival = Clock::now();
   Sequence& seq = active->seq;
   seq.id = next_id_++;
+  seq.request_id = seq.id;
   seq.num_prompt_tokens = prompt;
   seq.tokens.reserve(static_cast<size_t>(prompt + request.max_tokens));
   seq.tokens = request.prompt;
@@ -129,6 +204,17 @@ uint64_t Engine::add_request(Request request) {
   active->detokenizer = std::make_unique<tokenizer::IncrementalDetokenizer>(*tokenizer_);
   active->top.resize(static_cast<size_t>(std::max(0, request.logprobs)));
   active->stop = std::make_unique<StopMatcher>(request.stop, tokenizer_->max_piece_bytes() * 3 + 4);
+  if (request.beam_width > 0) {
+    active->beams = std::make_unique<BeamState>(request, seq);
+    for (Sequence& other : active->beams->others) {
+      other.id = next_id_++;
+      other.request_id = seq.id;
+      other.status = SequenceStatus::kFinished;  // not in the scheduler until forked into
+      other.tokens.reserve(seq.tokens.capacity());
+      for (std::vector<int32_t>& table : other.block_tables) table.reserve(max_blocks);
+      other.prefix.hashes.reserve(max_blocks);
+    }
+  }
   seq.request = std::move(request);
   const uint64_t id = seq.id;
   scheduler_->add(&seq);
@@ -143,7 +229,7 @@ void Engine::step() {
   peak_kv_bytes_ = std::max(peak_kv_bytes_, cache_->used_bytes());
   const auto now = Clock::now();
   for (const ScheduledSequence& s : scheduled_) {
-    Active& active = *active_.at(s.seq->id);
+    Active& active = *active_.at(s.seq->request_id);
     if (!active.was_scheduled) active.first_scheduled = now;
     active.was_scheduled = true;
   }
@@ -154,8 +240,16 @@ void Engine::step() {
     computed_tokens_ += scheduled_[i].num_new_tokens;
     if (prefix_cache_)
       prefix_cache_->index_computed(seq.tokens, seq.num_computed, seq.prefix, seq.block_tables);
-    if (runner_->wants_logits(i)) process_output(*active_.at(seq.id), runner_->logits_for(i));
+    if (!runner_->wants_logits(i)) continue;
+    Active& active = *active_.at(seq.request_id);
+    if (active.beams) {
+      observe_beam(active, seq, runner_->logits_for(i));
+    } else {
+      process_output(active, runner_->logits_for(i));
+    }
   }
+  for (Active* active : beam_steps_) advance_beams(*active);
+  beam_steps_.clear();
   for (uint64_t id : finished_ids_) active_.erase(id);
   finished_ids_.clear();
 }
@@ -203,17 +297,43 @@ bool Engine::emit_token(Active& active, int32_t token) {
 
 void Engine::finish(Active& active, FinishReason reason, std::string error) {
   Sequence& seq = active.seq;
-  if (!active.stop_hit && reason != FinishReason::kCancelled && reason != FinishReason::kError) {
+  active.done = true;
+  const bool complete = reason != FinishReason::kCancelled && reason != FinishReason::kError;
+  RequestResult result;
+  if (active.beams) {
+    BeamState& b = *active.beams;
+    if (complete) {
+      for (const BeamSearch::Hypothesis& h : b.search.results()) {
+        BeamResult& r = result.beams.emplace_back();
+        r.tokens = h.tokens;
+        r.text = tokenizer_->decode(h.tokens, true);
+        for (const std::string& stop : seq.request.stop) {
+          if (const size_t at = r.text.find(stop); at != std::string::npos) r.text.resize(at);
+        }
+        r.cum_logprob = h.cum_logprob;
+        r.score = h.score;
+        r.finish_reason = h.reason;
+      }
+      if (!result.beams.empty()) reason = result.beams.front().finish_reason;
+    }
+    for (int32_t slot = 0; slot < b.width(); ++slot) {
+      if (b.live[static_cast<size_t>(slot)]) scheduler_->remove(b.seqs[static_cast<size_t>(slot)]);
+      b.live[static_cast<size_t>(slot)] = 0;
+    }
+  } else if (!active.stop_hit && complete) {
     // Flush what the detokenizer and the stop matcher held back.
     StopMatcher::Result r = active.stop->push(active.detokenizer->flush());
     std::string tail(r.emit);
     if (!r.stopped) tail += active.stop->finish();
     if (!tail.empty()) seq.request.output->on_text(tail);
   }
-  RequestResult result;
   result.finish_reason = reason;
   result.error = std::move(error);
-  result.output_tokens.assign(seq.tokens.begin() + seq.num_prompt_tokens, seq.tokens.end());
+  if (active.beams) {
+    if (!result.beams.empty()) result.output_tokens = result.beams.front().tokens;
+  } else {
+    result.output_tokens.assign(seq.tokens.begin() + seq.num_prompt_tokens, seq.tokens.end());
+  }
   RequestStats& s = result.stats;
   const auto now = Clock::now();
   auto seconds = [](Clock::duration d) { return std::chrono::duration<double>(d).count(); };
@@ -229,20 +349,148 @@ void Engine::finish(Active& active, FinishReason reason, std::string error) {
       s.decode_s = seconds(active.last_token - active.first_token);
     }
   }
-  scheduler_->remove(&seq);
+  if (!active.beams) scheduler_->remove(&seq);
   seq.request.output->on_finish(result);
-  finished_ids_.push_back(seq.id);
+  finished_ids_.push_back(seq.request_id);
 }
 
 void Engine::reap_cancelled() {
   for (auto& [id, active] : active_) {
-    if (active->seq.status != SequenceStatus::kFinished &&
-        active->seq.request.output->cancelled()) {
+    if (!active->done && active->seq.request.output->cancelled()) {
       finish(*active, FinishReason::kCancelled);
     }
   }
   for (uint64_t id : finished_ids_) active_.erase(id);
   finished_ids_.clear();
+}
+
+}  // namespace inferd::engine
+
+namespace inferd::engine {
+
+void Engine::observe_beam(Active& active, const Sequence& seq, std::span<const float> logits) {
+  BeamState& b = *active.beams;
+  const int32_t slot = b.slot_of(seq);
+  const auto per_beam = static_cast<size_t>(b.search.candidates_per_beam());
+  top_logprobs(logits, std::span(b.top).subspan(static_cast<size_t>(slot) * per_beam, per_beam));
+  b.reported[static_cast<size_t>(slot)] = 1;
+  const auto now = Clock::now();
+  if (active.first_token == Clock::time_point{}) active.first_token = now;
+  active.last_token = now;
+  if (std::find(beam_steps_.begin(), beam_steps_.end(), &active) == beam_steps_.end())
+    beam_steps_.push_back(&active);
+}
+
+void Engine::drop_beam(BeamState& b, int32_t slot) {
+  // Its running slots go to another live beam: the search keeps `width` of them in all.
+  Sequence& seq = *b.seqs[static_cast<size_t>(slot)];
+  b.live[static_cast<size_t>(slot)] = 0;
+  for (int32_t other = 0; other < b.width(); ++other) {
+    if (b.live[static_cast<size_t>(other)]) {
+      b.seqs[static_cast<size_t>(other)]->slots += seq.slots;
+      break;
+    }
+  }
+  seq.slots = 0;
+  scheduler_->remove(&seq);
+}
+
+void Engine::advance_beams(Active& active) {
+  if (active.done) return;
+  BeamState& b = *active.beams;
+  const auto width = static_cast<size_t>(b.width());
+  for (size_t s = 0; s < width; ++s) {
+    if (b.live[s] && !b.reported[s]) return;  // wait for every live beam's logits
+  }
+  const Request& request = active.seq.request;
+  const auto per_beam = static_cast<size_t>(b.search.candidates_per_beam());
+  const auto generated = [&](size_t s) {
+    const Sequence& seq = *b.seqs[s];
+    return std::span<const int32_t>(seq.tokens).subspan(static_cast<size_t>(seq.num_prompt_tokens));
+  };
+  b.search.clear_candidates();
+  for (size_t s = 0; s < width; ++s) {
+    if (!b.live[s]) continue;
+    for (size_t j = 0; j < per_beam; ++j) {
+      const sampling::TokenLogprob& c = b.top[s * per_beam + j];
+      if (c.token < 0) continue;  // a vocabulary smaller than 2 * width
+      const bool ends = !request.ignore_eos && tokenizer_->vocab().is_eog(c.token);
+      b.search.add_candidate(static_cast<int32_t>(s), c.token, b.cum[s] + c.logprob, ends);
+    }
+    b.reported[s] = 0;
+  }
+  b.search.select();
+  for (const BeamSearch::Choice& e : b.search.ended())
+    b.search.offer(generated(static_cast<size_t>(e.parent)), e.cum_logprob, FinishReason::kStop);
+
+  // Beams without a next beam are dropped; the others keep one running slot each and the
+  // spare ones pool on the first live beam, from which forks take theirs.
+  std::fill(b.children.begin(), b.children.end(), 0);
+  for (const BeamSearch::Choice& c : b.search.next()) ++b.children[static_cast<size_t>(c.parent)];
+  for (size_t s = 0; s < width; ++s) {
+    if (b.live[s] && b.children[s] == 0) drop_beam(b, static_cast<int32_t>(s));
+  }
+  int32_t spare = 0;
+  for (size_t s = 0; s < width; ++s) {
+    if (!b.live[s]) continue;
+    spare += b.seqs[s]->slots - 1;
+    b.seqs[s]->slots = 1;
+  }
+  // Forks first (a child copies its parent before the parent takes its own next token), into
+  // the slots of dropped or unused beams; then every parent's first child extends it in place.
+  for (size_t s = 0; s < width; ++s) b.children[s] = 0;
+  size_t free_slot = 0;
+  for (const BeamSearch::Choice& c : b.search.next()) {
+    const auto parent = static_cast<size_t>(c.parent);
+    if (b.children[parent]++ == 0) continue;
+    while (b.live[free_slot]) ++free_slot;  // forks <= width - live beams: always found
+    Sequence& child = *b.seqs[free_slot];
+    b.seqs[parent]->slots += 1;
+    spare -= 1;
+    scheduler_->fork(*b.seqs[parent], child);
+    child.tokens.push_back(c.token);
+    b.cum[free_slot] = c.cum_logprob;
+    b.live[free_slot] = 2;  // forked this step: not extended again below
+  }
+  std::fill(b.children.begin(), b.children.end(), 0);
+  for (const BeamSearch::Choice& c : b.search.next()) {
+    const auto parent = static_cast<size_t>(c.parent);
+    if (b.live[parent] != 1 || b.children[parent]++ > 0) continue;
+    b.seqs[parent]->tokens.push_back(c.token);
+    b.cum[parent] = c.cum_logprob;
+  }
+  int64_t length = 0;
+  for (size_t s = 0; s < width; ++s) {
+    if (!b.live[s]) continue;
+    b.live[s] = 1;
+    if (spare > 0) b.seqs[s]->slots += std::exchange(spare, 0);
+    ++generated_tokens_;
+    length = b.seqs[s]->num_generated();
+  }
+  // A beam whose text reaches a stop string is a finished hypothesis.
+  if (!request.stop.empty()) {
+    for (size_t s = 0; s < width; ++s) {
+      if (!b.live[s]) continue;
+      const std::string text = tokenizer_->decode(generated(s), true);
+      for (const std::string& stop : request.stop) {
+        if (text.find(stop) == std::string::npos) continue;
+        b.search.offer(generated(s), b.cum[s], FinishReason::kStop);
+        drop_beam(b, static_cast<int32_t>(s));
+        break;
+      }
+    }
+  }
+  const bool at_limit =
+      length >= request.max_tokens || active.seq.num_prompt_tokens + length >= config_.context;
+  b.live_cum.clear();
+  b.live_length.clear();
+  for (size_t s = 0; s < width; ++s) {
+    if (!b.live[s]) continue;
+    if (at_limit) b.search.offer(generated(s), b.cum[s], FinishReason::kLength);
+    b.live_cum.push_back(b.cum[s]);
+    b.live_length.push_back(b.seqs[s]->num_generated());
+  }
+  if (at_limit || b.search.settled(b.live_cum, b.live_length)) finish(active, FinishReason::kStop);
 }
 
 }  // namespace inferd::engine

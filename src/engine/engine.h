@@ -74,9 +74,16 @@ class Engine {
 
  private:
   struct Active;
+  struct BeamState;
   using Clock = std::chrono::steady_clock;
 
   void process_output(Active& active, std::span<float> logits);
+  // Beam search: records a beam's candidates; once every live beam has its own, advance_beams
+  // forks, drops and extends the beams and finishes the request when the search is settled.
+  void observe_beam(Active& active, const Sequence& seq, std::span<const float> logits);
+  void advance_beams(Active& active);
+  void drop_beam(BeamState& beams, int32_t slot);
+  void check_beam_request(const Request& request) const;
   bool emit_token(Active& active, int32_t token);
   void finish(Active& active, FinishReason reason, std::string error = {});
   void reap_cancelled();
@@ -92,6 +99,7 @@ class Engine {
   std::map<uint64_t, std::unique_ptr<Active>> active_;
   std::vector<ScheduledSequence> scheduled_;
   std::vector<uint64_t> finished_ids_;
+  std::vector<Active*> beam_steps_;  // beam searches that got logits this step
   uint64_t next_id_ = 1;
   int64_t peak_kv_bytes_ = 0;
   int64_t computed_tokens_ = 0, generated_tokens_ = 0;

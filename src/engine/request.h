@@ -31,11 +31,21 @@ struct RequestStats {
   }
 };
 
+// One hypothesis of a beam search, as returned.
+struct BeamResult {
+  std::vector<int32_t> tokens;  // generated, no EOS
+  std::string text;             // their text, cut before the first stop string
+  double cum_logprob = 0;       // sum of the tokens' log-probabilities (with the EOS's)
+  double score = 0;             // cum_logprob / length ^ length_penalty
+  FinishReason finish_reason = FinishReason::kStop;
+};
+
 struct RequestResult {
   FinishReason finish_reason = FinishReason::kStop;
   std::string error;  // set when finish_reason is kError
   RequestStats stats;
-  std::vector<int32_t> output_tokens;
+  std::vector<int32_t> output_tokens;  // a beam search: the best beam's
+  std::vector<BeamResult> beams;       // a beam search: its best hypotheses, best first
 };
 
 // Receives a request's output on the engine thread. Implementations must be quick and must
@@ -64,6 +74,12 @@ struct Request {
   int32_t logprobs = -1;  // -1: none; k >= 0: report each token's logprob and k alternatives
   // Requests share cached KV blocks only when their salts are equal (vLLM's cache_salt).
   std::string cache_salt;
+  // Beam search (vLLM's use_beam_search) when beam_width > 0: that many beams, ranked by the
+  // model's log-probabilities (the sampling parameters do not apply); the result's `beams`
+  // holds the beam_results best hypotheses. Text is not streamed: it is known at the end.
+  int32_t beam_width = 0;
+  int32_t beam_results = 1;
+  float length_penalty = 1.0f;
   std::shared_ptr<OutputChannel> output;
 };
 

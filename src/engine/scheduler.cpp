@@ -78,7 +78,8 @@ void Scheduler::schedule(std::vector<ScheduledSequence>& out) {
   out.clear();
   int64_t budget = config_.max_batched_tokens;
   // Running sequences first, oldest first; preempt from the newest end when blocks run out.
-  for (size_t i = 0; i < running_.size() && budget > 0;) {
+  const auto full = [&] { return out.size() >= static_cast<size_t>(config_.max_seqs); };
+  for (size_t i = 0; i < running_.size() && budget > 0 && !full();) {
     Sequence& seq = *running_[i];
     const int64_t n = std::min(seq.num_uncomputed(), budget);
     if (n <= 0) {
@@ -102,9 +103,9 @@ void Scheduler::schedule(std::vector<ScheduledSequence>& out) {
     if (victim == &seq) break;
   }
   // Then waiting sequences in arrival order, while there is room.
-  while (!waiting_.empty() && budget > 0 &&
-         running_.size() < static_cast<size_t>(config_.max_seqs)) {
+  while (!waiting_.empty() && budget > 0 && !full()) {
     Sequence& seq = *waiting_.front();
+    if (running_slots() + seq.slots > config_.max_seqs) break;
     int64_t cached = 0;
     if (prefix_cache_ != nullptr && seq.num_computed == 0) {
       cached = prefix_cache_->match(seq.tokens, seq.prefix, seq.block_tables);
@@ -131,6 +132,61 @@ void Scheduler::schedule(std::vector<ScheduledSequence>& out) {
     out.push_back({&seq, n});
     budget -= n;
   }
+}
+
+int64_t Scheduler::running_slots() const {
+  int64_t slots = 0;
+  for (const Sequence* seq : running_) slots += seq->slots;
+  return slots;
+}
+
+void Scheduler::fork(Sequence& parent, Sequence& child) {
+  if (parent.slots < 2) fail("scheduler: fork of sequence {} without a spare slot", parent.id);
+  parent.slots -= 1;
+  child.slots = 1;
+  child.tokens.assign(parent.tokens.begin(), parent.tokens.end());
+  child.num_prompt_tokens = parent.num_prompt_tokens;
+  child.num_cached_tokens = parent.num_cached_tokens;
+  child.prefix.root = parent.prefix.root;
+  child.prefix.hashes.assign(parent.prefix.hashes.begin(), parent.prefix.hashes.end());
+  child.prefix.num_indexed_blocks = parent.prefix.num_indexed_blocks;
+  const auto wait = [&] {
+    free_blocks(child);
+    child.num_computed = 0;
+    child.status = SequenceStatus::kWaiting;
+    waiting_.push_front(&child);
+  };
+  if (parent.status != SequenceStatus::kRunning || parent.num_computed == 0 || !copy_block_)
+    return wait();
+  const int64_t c = parent.num_computed, bs = config_.block_size;
+  const int64_t blocks = (c + bs - 1) / bs;
+  const bool partial = c % bs != 0;
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    const std::vector<int32_t>& from = parent.block_tables[g];
+    if (std::ssize(from) < blocks) fail("scheduler: sequence {} lacks blocks", parent.id);
+    if (partial && groups_[g].pool.num_free() < 1) return wait();
+  }
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    const std::vector<int32_t>& from = parent.block_tables[g];
+    std::vector<int32_t>& to = child.block_tables[g];
+    to.clear();
+    for (int64_t b = 0; b < blocks; ++b) {
+      const int32_t block = from[static_cast<size_t>(b)];
+      if (block == kv::kNoBlock) {
+        to.push_back(kv::kNoBlock);
+      } else if (partial && b == blocks - 1) {  // copy-on-write: both write into it next
+        const int32_t copy = *groups_[g].pool.allocate();
+        copy_block_(g, block, copy);
+        to.push_back(copy);
+      } else {
+        groups_[g].pool.retain(block);
+        to.push_back(block);
+      }
+    }
+  }
+  child.num_computed = c;
+  child.status = SequenceStatus::kRunning;
+  running_.push_back(&child);
 }
 
 void Scheduler::remove(Sequence* seq) {

@@ -6,9 +6,10 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
+#include <span>
 #include <vector>
 
-#include <span>
 #include "engine/sequence.h"
 
 #include "kv/kv_cache.h"
@@ -45,6 +46,16 @@ class Scheduler {
   // Releases a sequence's blocks and forgets it (finished or cancelled).
   void remove(Sequence* seq);
 
+  // Copies a block's K/V within a group (the KV cache's copy_block); needed by fork().
+  using BlockCopier = std::function<void(size_t group, int32_t from, int32_t to)>;
+  void set_block_copier(BlockCopier copier) { copy_block_ = std::move(copier); }
+  // Makes `child` a copy of `parent` (tokens, progress, prefix hashes) that shares its blocks:
+  // every full block gains an owner, the partly filled last block (which both would write
+  // next) is copied into a fresh one. The child takes one of the parent's slots and runs
+  // beside it; without a free block for the copy, or when the parent is waiting, it waits to
+  // be computed from the start (the prefix cache gives back the full blocks).
+  void fork(Sequence& parent, Sequence& child);
+
   size_t num_waiting() const { return waiting_.size(); }
   size_t num_running() const { return running_.size(); }
   bool idle() const { return waiting_.empty() && running_.empty(); }
@@ -62,10 +73,12 @@ class Scheduler {
   bool shares_a_running_prefill(const Sequence& seq, int64_t cached) const;
   void free_blocks(Sequence& seq);
   void preempt(Sequence& seq);
+  int64_t running_slots() const;
 
   SchedulerConfig config_;
   std::span<kv::KvGroup> groups_;
   kv::PrefixCache* prefix_cache_;
+  BlockCopier copy_block_;
   std::deque<Sequence*> waiting_;
   std::vector<Sequence*> running_;  // in admission order: the last one is the newest
 };

@@ -25,6 +25,10 @@ struct Sequence {
   int num_preemptions = 0;
   kv::PrefixState prefix;          // its blocks' hashes for the prefix cache
   int64_t num_cached_tokens = -1;  // prompt tokens found in the prefix cache at first admission
+  // Running slots (of the scheduler's max_seqs) this sequence accounts for: 1, or a beam
+  // search's width for its first beam, which hands one to each beam forked from it.
+  int32_t slots = 1;
+  uint64_t request_id = 0;  // the request it serves (several beams serve one)
 
   int64_t num_tokens() const { return static_cast<int64_t>(tokens.size()); }
   int64_t num_generated() const { return num_tokens() - num_prompt_tokens; }

@@ -1,6 +1,7 @@
 #include "kv/kv_cache.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "kernels/kernels.h"
 #include "tensor/half.h"
@@ -145,6 +146,23 @@ BlockTables KvCache::allocate_sequence(int64_t n_positions) {
     for (int64_t b = 0; b < blocks; ++b) tables[g].push_back(*groups_[g].pool.allocate());
   }
   return tables;
+}
+
+void KvCache::copy_block(size_t group, int32_t from, int32_t to) {
+  if (group >= groups_.size()) fail("KV cache: no group {}", group);
+  const int32_t n = groups_[group].pool.num_blocks();
+  if (from < 0 || from >= n || to < 0 || to >= n)
+    fail("KV cache: copy of block {} to {} outside the {} blocks of group {}", from, to, n, group);
+  // The kv heads of one (layer, block) are consecutive records.
+  const auto heads = static_cast<size_t>(config_.n_kv_heads);
+  for (int l = 0; l < config_.n_layers; ++l) {
+    if (layer_group_[static_cast<size_t>(l)] != static_cast<int>(group)) continue;
+    std::memcpy(key_data(l) + offset(l, to, 0) * key_block_bytes_,
+                key_data(l) + offset(l, from, 0) * key_block_bytes_, heads * key_block_bytes_);
+    std::memcpy(value_data(l) + offset(l, to, 0) * value_block_bytes_,
+                value_data(l) + offset(l, from, 0) * value_block_bytes_,
+                heads * value_block_bytes_);
+  }
 }
 
 void KvCache::write(int layer, int64_t slot, const float* k, const float* v) {

@@ -102,6 +102,11 @@ class KvCache {
   BlockTables allocate_sequence(int64_t n_positions);
   void release(BlockTables& tables) { release_blocks(groups_, tables); }
 
+  // Copies block `from` of KV group `group` to block `to` in every layer of the group: the
+  // copy-on-write of a partly filled block that two sequences (beams forked from one) would
+  // both write into.
+  void copy_block(size_t group, int32_t from, int32_t to);
+
   // Stores one token's K and V ([n_kv_heads * head_dim] floats each) of `layer` at `slot`.
   void write(int layer, int64_t slot, const float* k, const float* v);
 

@@ -91,7 +91,20 @@ struct HttpServer::Impl {
     ChoiceOutput& c = g.choices[static_cast<size_t>(index)];
     c.text += batch.text;
     c.tokens.insert(c.tokens.end(), batch.tokens.begin(), batch.tokens.end());
-    if (batch.result) {
+    if (batch.result && !batch.result->beams.empty()) {  // one beam search: a choice per beam
+      const engine::RequestResult& r = *batch.result;
+      g.done[static_cast<size_t>(index)] = true;
+      for (size_t j = 0; j < g.choices.size(); ++j) {
+        ChoiceOutput& choice = g.choices[j];
+        const bool found = j < r.beams.size();
+        choice.text = found ? r.beams[j].text : std::string();
+        choice.finish_reason = std::string(
+            engine::finish_reason_name(found ? r.beams[j].finish_reason : r.finish_reason));
+        choice.prompt_tokens = r.stats.prompt_tokens;
+        choice.cached_tokens = r.stats.cached_tokens;
+        choice.completion_tokens = found ? std::ssize(r.beams[j].tokens) : 0;
+      }
+    } else if (batch.result) {
       const engine::RequestResult& r = *batch.result;
       g.done[static_cast<size_t>(index)] = true;
       c.finish_reason = finish_name(r);
@@ -113,6 +126,16 @@ struct HttpServer::Impl {
   }
 
   bool start(Generation& g) {
+    if (g.request.request.beam_width > 0) {  // one engine request makes every choice
+      auto channel = std::make_shared<StreamChannel>(&metrics);
+      engine::Request r = g.request.request;
+      r.output = channel;
+      if (!loop.submit(std::move(r))) return false;
+      g.channels.push_back(channel);
+      g.choices.resize(static_cast<size_t>(g.request.n));
+      g.done.push_back(false);
+      return true;
+    }
     for (int i = 0; i < g.request.n; ++i) {
       engine::Request r = g.request.request;
       if (i > 0 && r.sampling.seed != sampling::SamplingParams::kRandomSeed) r.sampling.seed += i;
@@ -207,11 +230,20 @@ struct HttpServer::Impl {
             for (size_t i = 0; i < batches.size(); ++i) {
               ChannelBatch& b = batches[i];
               const bool had_result = b.result.has_value();
+              const bool beams = had_result && !b.result->beams.empty();
               const std::string text = b.text;
               const std::vector<TokenInfo> tokens = b.tokens;
               collect(*g, static_cast<int>(i), b);
               if (had_result && !g->error.empty()) {
                 send(ApiError(400, g->error).body());
+                continue;
+              }
+              if (beams) {  // a beam search's text is known at its end: one chunk per beam
+                for (size_t j = 0; j < g->choices.size(); ++j) {
+                  const ChoiceOutput& c = g->choices[j];
+                  if (!send(writer->chunk(static_cast<int>(j), c.text, {}, c.finish_reason)))
+                    return g->cancel(), false;
+                }
                 continue;
               }
               if (text.empty() && tokens.empty() && !had_result) continue;

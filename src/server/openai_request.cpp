@@ -183,6 +183,30 @@ int32_t parse_logprobs(const json& body, bool chat) {
   return static_cast<int32_t>(integer(body, "top_logprobs", 0, 0, kMaxTopLogprobs));
 }
 
+// vLLM's beam search fields: use_beam_search, best_of (the beams; default n), length_penalty.
+// Beam search ranks by the model's log-probabilities, so the fields that would reshape them
+// are refused rather than ignored.
+void parse_beam_search(const json& body, CompletionRequest& out) {
+  const bool beams = boolean(body, "use_beam_search", false);
+  const auto best_of = integer(body, "best_of", out.n, 1, kMaxN);
+  const auto length_penalty = number(body, "length_penalty", 1.0, -10.0, 10.0);
+  if (!beams) {
+    if (best_of != out.n)
+      bad("best_of", "'best_of' other than n is supported with 'use_beam_search' only");
+    return;
+  }
+  if (best_of < out.n)
+    bad("best_of", fmt::format("'best_of' ({}) must be at least n ({})", best_of, out.n));
+  if (out.logprobs >= 0) bad("logprobs", "logprobs are not supported with beam search");
+  const sampling::SamplingParams& p = out.request.sampling;
+  if (p.presence_penalty != 0 || p.frequency_penalty != 0 || p.repetition_penalty != 1)
+    bad("", "penalties are not supported with beam search");
+  if (!p.logit_bias.empty()) bad("logit_bias", "'logit_bias' is not supported with beam search");
+  out.request.beam_width = static_cast<int32_t>(best_of);
+  out.request.beam_results = out.n;
+  out.request.length_penalty = static_cast<float>(length_penalty);
+}
+
 }  // namespace
 
 json ApiError::body() const {
@@ -260,6 +284,7 @@ CompletionRequest parse_completion(const json& body, bool chat, const ParseConte
   out.logprobs = parse_logprobs(body, chat);
   out.request.logprobs = out.logprobs;
   out.n = static_cast<int>(integer(body, "n", 1, 1, kMaxN));
+  parse_beam_search(body, out);
   out.stream = boolean(body, "stream", false);
   if (const json* options = field(body, "stream_options")) {
     if (!options->is_object()) bad("stream_options", "'stream_options' must be an object");

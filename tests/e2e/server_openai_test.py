@@ -52,6 +52,37 @@ class Completions(unittest.TestCase):
         self.assertEqual(sorted(x.index for x in a.choices), [0, 1])
         self.assertEqual(a.usage.completion_tokens, 32)
 
+    def test_beam_search(self):
+        c = client()
+        kw = dict(model="", prompt="The capital of France is", max_tokens=12)
+        beams = dict(use_beam_search=True, best_of=4, length_penalty=1.0)
+        r = c.completions.create(n=2, extra_body=beams, **kw)
+        self.assertEqual(sorted(x.index for x in r.choices), [0, 1])
+        texts = [x.text for x in sorted(r.choices, key=lambda x: x.index)]
+        self.assertTrue(all(texts), texts)
+        self.assertNotEqual(texts[0], texts[1])
+        one = c.completions.create(n=1, extra_body=beams, **kw)
+        self.assertEqual(one.choices[0].text, texts[0])
+        chunks = list(c.completions.create(n=2, stream=True, extra_body=beams, **kw))
+        streamed = {}
+        for ch in chunks:
+            for x in ch.choices:
+                streamed[x.index] = streamed.get(x.index, "") + x.text
+        self.assertEqual([streamed[0], streamed[1]], texts)
+        # The same search from the command line prints the best beam.
+        import subprocess
+        out = subprocess.run([INFERD, "run", "-m", MODEL, "--beams", "4", "-n", "12", "--no-stats",
+                              "-p", "The capital of France is"], capture_output=True, text=True,
+                             check=True).stdout
+        self.assertEqual(out.rstrip("\n"), texts[0].rstrip("\n"))
+        for bad in (dict(best_of=3), dict(use_beam_search=True, best_of=4, logprobs=2),
+                    dict(use_beam_search=True, n=3, best_of=2)):
+            with self.assertRaises(openai.BadRequestError):
+                body = dict(bad)
+                n = body.pop("n", 1)
+                lp = body.pop("logprobs", None)
+                c.completions.create(n=n, logprobs=lp, extra_body=body, **kw)
+
     def test_logprobs(self):
         r = client().completions.create(model="", prompt="The capital of France is", max_tokens=6,
                                         temperature=0, logprobs=3)

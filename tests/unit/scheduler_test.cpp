@@ -1,5 +1,7 @@
 // Scheduler and BlockPool: token budget, sequence cap, chunked prefill, FCFS admission,
 // preemption of the newest sequence when blocks run out, and block accounting.
+#include <tuple>
+
 #include <gtest/gtest.h>
 
 #include "engine/scheduler.h"
@@ -175,6 +177,82 @@ TEST(Scheduler, ShortSlidingPoolHoldsAdmissionBack) {
   sched.schedule(step);
   ASSERT_EQ(step.size(), 1u);
   EXPECT_EQ(step[0].seq, &b);
+}
+
+}  // namespace
+}  // namespace inferd::engine
+
+namespace inferd::engine {
+namespace {
+
+TEST(Scheduler, ForkSharesFullBlocksAndCopiesThePartlyFilledOne) {
+  kv::KvGroup full(20, 0);
+  Scheduler sched({64, 4, 4}, {&full, 1});
+  std::vector<std::tuple<size_t, int32_t, int32_t>> copies;
+  sched.set_block_copier(
+      [&](size_t g, int32_t from, int32_t to) { copies.emplace_back(g, from, to); });
+  Sequence parent = make_seq(1, 10), child, late;
+  parent.slots = 3;
+  sched.add(&parent);
+  std::vector<ScheduledSequence> step;
+  sched.schedule(step);
+  complete_step(step);  // 10 computed: blocks 0, 1 full, block 2 holds 2 of 4
+  ASSERT_EQ(parent.block_tables[0].size(), 3u);
+  sched.fork(parent, child);
+  EXPECT_EQ(parent.slots, 2);
+  EXPECT_EQ(child.slots, 1);
+  EXPECT_EQ(child.tokens, parent.tokens);
+  EXPECT_EQ(child.num_computed, parent.num_computed);
+  ASSERT_EQ(child.block_tables[0].size(), 3u);
+  for (int b = 0; b < 2; ++b) {
+    EXPECT_EQ(child.block_tables[0][b], parent.block_tables[0][b]);
+    EXPECT_EQ(full.pool.ref_count(parent.block_tables[0][b]), 2);
+  }
+  EXPECT_NE(child.block_tables[0][2], parent.block_tables[0][2]);
+  EXPECT_EQ(full.pool.ref_count(child.block_tables[0][2]), 1);
+  ASSERT_EQ(copies.size(), 1u);
+  EXPECT_EQ(copies[0],
+            std::make_tuple(size_t{0}, parent.block_tables[0][2], child.block_tables[0][2]));
+  EXPECT_EQ(sched.num_running(), 2u);
+  // Both decode next step, each into its own block.
+  sched.schedule(step);
+  EXPECT_EQ(step.size(), 2u);
+  complete_step(step);
+  // A fork without a spare slot is refused; one at a block boundary copies nothing.
+  Sequence other;
+  parent.slots = 1;
+  EXPECT_THROW(sched.fork(parent, other), Error);
+  parent.slots = 2;
+  while (parent.num_computed % 4 != 0) {
+    sched.schedule(step);
+    complete_step(step);
+  }
+  copies.clear();
+  sched.fork(parent, late);
+  EXPECT_TRUE(copies.empty());
+  sched.remove(&parent);
+  sched.remove(&child);
+  sched.remove(&late);
+  EXPECT_EQ(full.pool.num_free(), 20);
+}
+
+TEST(Scheduler, AdmissionCountsABeamSearchsSlots) {
+  kv::KvGroup full(100, 0);
+  Scheduler sched({64, 4, 4}, {&full, 1});
+  Sequence a = make_seq(1, 4), beams = make_seq(2, 4), c = make_seq(3, 4);
+  beams.slots = 3;
+  sched.add(&a);
+  sched.add(&beams);
+  sched.add(&c);
+  std::vector<ScheduledSequence> step;
+  sched.schedule(step);
+  EXPECT_EQ(step.size(), 2u);  // a (1 slot) + the beams (3): c waits for a slot
+  EXPECT_EQ(sched.num_waiting(), 1u);
+  sched.remove(&a);
+  sched.schedule(step);
+  EXPECT_EQ(sched.num_waiting(), 0u);
+  sched.remove(&beams);
+  sched.remove(&c);
 }
 
 }  // namespace

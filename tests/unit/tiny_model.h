@@ -4,6 +4,7 @@
 
 #include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "gguf/gguf.h"
@@ -24,6 +25,9 @@ struct TinyLlamaSpec {
   // Attention biases per layer (`attn_{q,k,v,output}.bias`), each absent if empty; the same
   // vector serves every layer.
   std::vector<float> bias_q, bias_k, bias_v, bias_o;
+  // A SentencePiece vocabulary of n_vocab tokens (<unk>, <s> = BOS, </s> = EOS, then pieces
+  // "▁a", "b", "c", ...), so the file also runs through the engine.
+  bool with_tokenizer = false;
 };
 
 inline std::vector<uint8_t> encode_rows(DType type, const std::vector<float>& values) {
@@ -72,6 +76,25 @@ inline std::vector<uint8_t> make_tiny_llama(const TinyLlamaSpec& s) {
   if (s.linear_rope_factor > 0) {
     w.set_string("llama.rope.scaling.type", "linear");
     w.set_f32("llama.rope.scaling.factor", s.linear_rope_factor);
+  }
+  if (s.with_tokenizer) {
+    std::vector<std::string> tokens = {"<unk>", "<s>", "</s>"};
+    std::vector<float> scores = {0, 0, 0};
+    std::vector<int32_t> types = {2, 3, 3};  // unknown, control, control
+    for (int i = 3; i < s.n_vocab; ++i) {
+      std::string piece(1, static_cast<char>('a' + (i - 3) % 26));
+      if (i - 3 >= 26) piece += std::to_string((i - 3) / 26);
+      tokens.push_back(i == 3 ? "\xe2\x96\x81" + piece : piece);
+      scores.push_back(-static_cast<float>(i));
+      types.push_back(1);
+    }
+    w.set_string("tokenizer.ggml.model", "llama");
+    w.set_strings("tokenizer.ggml.tokens", tokens);
+    w.set_f32s("tokenizer.ggml.scores", scores);
+    w.set_i32s("tokenizer.ggml.token_type", types);
+    w.set_u32("tokenizer.ggml.unknown_token_id", 0);
+    w.set_u32("tokenizer.ggml.bos_token_id", 1);
+    w.set_u32("tokenizer.ggml.eos_token_id", 2);
   }
   const int head_dim = s.n_embd / s.n_heads;
   const auto E = static_cast<size_t>(s.n_embd), F = static_cast<size_t>(s.n_ff);
