@@ -37,7 +37,9 @@ struct Engine::Active {
   bool stop_hit = false;
   Clock::time_point arrival, first_scheduled, first_token, last_token;
   bool was_scheduled = false;
-  bool done = false;                 // finished: on_finish was called
+  bool done = false;  // finished: on_finish was called
+  // n > 1: the other choices (request ids), which fork from this one at its first logits.
+  std::vector<uint64_t> choices;
   std::unique_ptr<BeamState> beams;  // a beam search only
 };
 
@@ -133,6 +135,7 @@ Engine::Engine(const gguf::GgufFile& file, const EngineConfig& config) : config_
   scheduled_.reserve(static_cast<size_t>(config.max_seqs));
   finished_ids_.reserve(static_cast<size_t>(config.max_seqs));
   beam_steps_.reserve(static_cast<size_t>(config.max_seqs));
+  fork_logits_.resize(static_cast<size_t>(model_->config().n_vocab));
   scheduler_->set_block_copier([cache = cache_.get()](size_t group, int32_t from, int32_t to) {
     cache->copy_block(group, from, to);
   });
@@ -186,6 +189,39 @@ uint64_t Engine::add_request(Request request) {
   }
   if (!request.output) fail("request has no output channel");
 
+  if (!request.more_outputs.empty()) {
+    if (request.beam_width > 0) fail("n > 1 choices and beam search do not mix: use beam_results");
+    const auto n = static_cast<int64_t>(request.more_outputs.size()) + 1;
+    if (n > config_.max_seqs)
+      fail("{} choices need as many running sequences; this engine runs {} (max_seqs)", n,
+           config_.max_seqs);
+    for (const auto& output : request.more_outputs)
+      if (!output) fail("request has no output channel for one of its choices");
+  }
+  std::vector<std::shared_ptr<OutputChannel>> more = std::move(request.more_outputs);
+  request.more_outputs.clear();
+  std::unique_ptr<Active> active = make_active(request);
+  Sequence& seq = active->seq;
+  const uint64_t id = seq.id;
+  seq.slots = std::max<int32_t>(seq.slots, static_cast<int32_t>(more.size()) + 1);
+  for (size_t i = 0; i < more.size(); ++i) {
+    Request choice = request;
+    choice.output = std::move(more[i]);
+    if (choice.sampling.seed != sampling::SamplingParams::kRandomSeed)
+      choice.sampling.seed += i + 1;
+    std::unique_ptr<Active> other = make_active(std::move(choice));
+    other->seq.status = SequenceStatus::kFinished;  // not scheduled until it forks
+    active->choices.push_back(other->seq.id);
+    active_.emplace(other->seq.id, std::move(other));
+  }
+  scheduler_->add(&seq);
+  active_.emplace(id, std::move(active));
+  return id;
+}
+
+std::unique_ptr<Engine::Active> Engine::make_active(Request request) {
+  const int64_t prompt = static_cast<int64_t>(request.prompt.size());
+  const int32_t n_vocab = model_->config().n_vocab;
   auto active = std::make_unique<Active>();
   active->arrival = Clock::now();
   Sequence& seq = active->seq;
@@ -216,10 +252,7 @@ uint64_t Engine::add_request(Request request) {
     }
   }
   seq.request = std::move(request);
-  const uint64_t id = seq.id;
-  scheduler_->add(&seq);
-  active_.emplace(id, std::move(active));
-  return id;
+  return active;
 }
 
 void Engine::step() {
@@ -245,6 +278,7 @@ void Engine::step() {
     if (active.beams) {
       observe_beam(active, seq, runner_->logits_for(i));
     } else {
+      if (!active.choices.empty()) fork_choices(active, runner_->logits_for(i));
       process_output(active, runner_->logits_for(i));
     }
   }
@@ -298,6 +332,15 @@ bool Engine::emit_token(Active& active, int32_t token) {
 void Engine::finish(Active& active, FinishReason reason, std::string error) {
   Sequence& seq = active.seq;
   active.done = true;
+  // Choices still waiting to fork from this one (it was cancelled or failed before its prompt
+  // was computed) compute their prompt themselves, from the prefix cache where it has it.
+  for (const uint64_t id : active.choices) {
+    const auto it = active_.find(id);
+    if (it == active_.end() || it->second->done) continue;
+    it->second->seq.slots = 1;
+    scheduler_->add(&it->second->seq);
+  }
+  active.choices.clear();
   const bool complete = reason != FinishReason::kCancelled && reason != FinishReason::kError;
   RequestResult result;
   if (active.beams) {
@@ -367,6 +410,28 @@ void Engine::reap_cancelled() {
 }  // namespace inferd::engine
 
 namespace inferd::engine {
+
+void Engine::fork_choices(Active& parent, std::span<const float> logits) {
+  // Before the parent samples: each choice copies its prompt and shares its blocks, then
+  // samples its own first token from the same logits (a copy: samplers work in place).
+  for (const uint64_t id : parent.choices) {
+    const auto it = active_.find(id);
+    if (it == active_.end() || it->second->done) continue;
+    Active& choice = *it->second;
+    choice.first_scheduled = parent.first_scheduled;
+    choice.was_scheduled = true;
+    if (!scheduler_->fork(parent.seq, choice.seq)) {  // it waits and computes its own
+      choice.seq.num_cached_tokens = -1;              // counted at its admission
+      continue;
+    }
+    choice.seq.num_cached_tokens = choice.seq.num_prompt_tokens;  // it computed none of them
+    if (prefix_cache_)
+      prefix_cache_->count(choice.seq.num_prompt_tokens, choice.seq.num_prompt_tokens);
+    std::copy(logits.begin(), logits.end(), fork_logits_.begin());
+    process_output(choice, fork_logits_);
+  }
+  parent.choices.clear();
+}
 
 void Engine::observe_beam(Active& active, const Sequence& seq, std::span<const float> logits) {
   BeamState& b = *active.beams;

@@ -84,6 +84,9 @@ class Engine {
   void advance_beams(Active& active);
   void drop_beam(BeamState& beams, int32_t slot);
   void check_beam_request(const Request& request) const;
+  // n > 1: the choices waiting on `parent` fork from it and sample from its first logits.
+  void fork_choices(Active& parent, std::span<const float> logits);
+  std::unique_ptr<Active> make_active(Request request);
   bool emit_token(Active& active, int32_t token);
   void finish(Active& active, FinishReason reason, std::string error = {});
   void reap_cancelled();
@@ -100,6 +103,7 @@ class Engine {
   std::vector<ScheduledSequence> scheduled_;
   std::vector<uint64_t> finished_ids_;
   std::vector<Active*> beam_steps_;  // beam searches that got logits this step
+  std::vector<float> fork_logits_;   // [n_vocab] a choice's copy of the logits it forks at
   uint64_t next_id_ = 1;
   int64_t peak_kv_bytes_ = 0;
   int64_t computed_tokens_ = 0, generated_tokens_ = 0;

@@ -81,6 +81,10 @@ struct Request {
   int32_t beam_results = 1;
   float length_penalty = 1.0f;
   std::shared_ptr<OutputChannel> output;
+  // n > 1 choices of this prompt: choice i (1..) streams into more_outputs[i - 1]. They fork
+  // from the first choice when its prompt is computed (sharing its blocks), each with its own
+  // sampler (seed + i when the seed is fixed).
+  std::vector<std::shared_ptr<OutputChannel>> more_outputs;
 };
 
 }  // namespace inferd::engine

@@ -140,7 +140,7 @@ int64_t Scheduler::running_slots() const {
   return slots;
 }
 
-void Scheduler::fork(Sequence& parent, Sequence& child) {
+bool Scheduler::fork(Sequence& parent, Sequence& child) {
   if (parent.slots < 2) fail("scheduler: fork of sequence {} without a spare slot", parent.id);
   parent.slots -= 1;
   child.slots = 1;
@@ -155,6 +155,7 @@ void Scheduler::fork(Sequence& parent, Sequence& child) {
     child.num_computed = 0;
     child.status = SequenceStatus::kWaiting;
     waiting_.push_front(&child);
+    return false;
   };
   if (parent.status != SequenceStatus::kRunning || parent.num_computed == 0 || !copy_block_)
     return wait();
@@ -187,6 +188,7 @@ void Scheduler::fork(Sequence& parent, Sequence& child) {
   child.num_computed = c;
   child.status = SequenceStatus::kRunning;
   running_.push_back(&child);
+  return true;
 }
 
 void Scheduler::remove(Sequence* seq) {

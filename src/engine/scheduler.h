@@ -53,8 +53,8 @@ class Scheduler {
   // every full block gains an owner, the partly filled last block (which both would write
   // next) is copied into a fresh one. The child takes one of the parent's slots and runs
   // beside it; without a free block for the copy, or when the parent is waiting, it waits to
-  // be computed from the start (the prefix cache gives back the full blocks).
-  void fork(Sequence& parent, Sequence& child);
+  // be computed from the start (the prefix cache gives back the full blocks): false then.
+  bool fork(Sequence& parent, Sequence& child);
 
   size_t num_waiting() const { return waiting_.size(); }
   size_t num_running() const { return running_.size(); }

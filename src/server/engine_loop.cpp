@@ -51,11 +51,14 @@ EngineLoop::~EngineLoop() {
 }
 
 bool EngineLoop::submit(engine::Request request) {
-  if (pending_.fetch_add(1, std::memory_order_relaxed) >= max_pending_) {
-    pending_.fetch_sub(1, std::memory_order_relaxed);
+  const size_t n = 1 + request.more_outputs.size();  // each choice is counted until it finishes
+  if (pending_.fetch_add(n, std::memory_order_relaxed) + n > max_pending_) {
+    pending_.fetch_sub(n, std::memory_order_relaxed);
     return false;
   }
   request.output = std::make_shared<CountingChannel>(std::move(request.output), pending_);
+  for (auto& output : request.more_outputs)
+    output = std::make_shared<CountingChannel>(std::move(output), pending_);
   {
     std::lock_guard lock(mutex_);
     queue_.push_back(std::move(request));
@@ -113,14 +116,15 @@ void EngineLoop::run() {
       arrived.swap(queue_);
     }
     for (engine::Request& request : arrived) {
-      auto output = request.output;
+      std::vector<std::shared_ptr<engine::OutputChannel>> outputs = request.more_outputs;
+      outputs.push_back(request.output);
       try {
         engine_.add_request(std::move(request));
       } catch (const Error& e) {
         engine::RequestResult result;
         result.finish_reason = engine::FinishReason::kError;
         result.error = e.what();
-        output->on_finish(result);
+        for (const auto& output : outputs) output->on_finish(result);
       }
     }
     arrived.clear();

@@ -136,20 +136,20 @@ struct HttpServer::Impl {
       g.done.push_back(false);
       return true;
     }
+    // One engine request: the other choices fork from the first once its prompt is computed.
+    engine::Request r = g.request.request;
     for (int i = 0; i < g.request.n; ++i) {
-      engine::Request r = g.request.request;
-      if (i > 0 && r.sampling.seed != sampling::SamplingParams::kRandomSeed) r.sampling.seed += i;
       auto channel = std::make_shared<StreamChannel>(&metrics);
-      r.output = channel;
-      if (!loop.submit(std::move(r))) {
-        g.cancel();
-        return false;
+      if (i == 0) {
+        r.output = channel;
+      } else {
+        r.more_outputs.push_back(channel);
       }
       g.channels.push_back(channel);
       g.choices.emplace_back();
       g.done.push_back(false);
     }
-    return true;
+    return loop.submit(std::move(r));
   }
 
   void handle_completion(const httplib::Request& req, httplib::Response& res, bool chat) {

@@ -1,7 +1,9 @@
-// Beam search: the selection rules against a plain re-implementation of vLLM's loop (run to
-// max_tokens, every hypothesis kept, one sort at the end), on synthetic distributions and on a
-// tiny random model whose every hypothesis is recomputed from scratch; block sharing (peak KV
-// against separate sequences), cancellation and stop strings through the engine.
+// Sequences that fork from others and share their blocks. Beam search: the selection rules
+// against a plain re-implementation of vLLM's loop (run to max_tokens, every hypothesis kept,
+// one sort at the end), on synthetic distributions and on a tiny random model whose every
+// hypothesis is recomputed from scratch; block sharing (peak KV against separate sequences),
+// cancellation and stop strings through the engine. n > 1 choices: the same tokens as
+// separate requests, the prompt's blocks held once.
 #include <algorithm>
 #include <cmath>
 #include <functional>
@@ -206,7 +208,7 @@ class Collect final : public OutputChannel {
   mutable int polls_ = 0;
 };
 
-class BeamEngineTest : public ::testing::Test {
+class TinyEngineTest : public ::testing::Test {
  protected:
   void SetUp() override {
     testing::TinyLlamaSpec spec;
@@ -276,7 +278,7 @@ class BeamEngineTest : public ::testing::Test {
   std::unique_ptr<gguf::GgufFile> file_;
 };
 
-TEST_F(BeamEngineTest, MatchesABruteForceSearch) {
+TEST_F(TinyEngineTest, MatchesABruteForceSearch) {
   auto e = engine(4);
   struct Case {
     int prompt_len, width, results;
@@ -300,7 +302,7 @@ TEST_F(BeamEngineTest, MatchesABruteForceSearch) {
   }
 }
 
-TEST_F(BeamEngineTest, BeamsShareTheirBlocks) {
+TEST_F(TinyEngineTest, BeamsShareTheirBlocks) {
   // Four beams over a 100-token prompt against four sequences generating as many tokens.
   const std::vector<int32_t> p = prompt(100);
   auto beams = engine(4, false);
@@ -323,7 +325,7 @@ TEST_F(BeamEngineTest, BeamsShareTheirBlocks) {
   EXPECT_EQ(beams->kv_cache().used_blocks(), 0);
 }
 
-TEST_F(BeamEngineTest, CancelFreesEveryBeam) {
+TEST_F(TinyEngineTest, CancelFreesEveryBeam) {
   auto e = engine(4);
   auto out = std::make_shared<Collect>(6);
   Request r = beam_request(prompt(30), 50, 4, 1, out);
@@ -335,7 +337,7 @@ TEST_F(BeamEngineTest, CancelFreesEveryBeam) {
   EXPECT_EQ(e->kv_cache().used_blocks(), 0);
 }
 
-TEST_F(BeamEngineTest, StopStringsEndAHypothesisAndAreCutFromItsText) {
+TEST_F(TinyEngineTest, StopStringsEndAHypothesisAndAreCutFromItsText) {
   auto e = engine(4);
   auto out = std::make_shared<Collect>();
   Request r = beam_request(prompt(9), 12, 3, 3, out);
@@ -356,7 +358,7 @@ TEST_F(BeamEngineTest, StopStringsEndAHypothesisAndAreCutFromItsText) {
   }
 }
 
-TEST_F(BeamEngineTest, BadBeamRequestsAreErrors) {
+TEST_F(TinyEngineTest, BadBeamRequestsAreErrors) {
   auto e = engine(2);
   Request r;
   r.prompt = prompt(5);
@@ -370,6 +372,76 @@ TEST_F(BeamEngineTest, BadBeamRequestsAreErrors) {
   r.beam_results = 1;
   r.logprobs = 2;
   EXPECT_THROW(e->add_request(r), Error);
+}
+
+// Sampled choices of one prompt, as separate requests (each computing the prompt) or as one
+// request whose choices fork from the first: the same tokens, the prompt held once.
+TEST_F(TinyEngineTest, ChoicesForkFromTheFirstAndEqualSeparateRequests) {
+  const std::vector<int32_t> p = prompt(70);  // 4 full blocks and a partly filled one
+  const auto sampled = [&](uint64_t seed) {
+    Request r;
+    r.prompt = p;
+    r.max_tokens = 20;
+    r.ignore_eos = true;
+    r.sampling.temperature = 1.0f;
+    r.sampling.top_k = 0;
+    r.sampling.top_p = 1.0f;
+    r.sampling.min_p = 0.0f;
+    r.sampling.seed = seed;
+    return r;
+  };
+  std::vector<std::vector<int32_t>> alone;
+  for (uint64_t i = 0; i < 4; ++i) {
+    auto e = engine(4, false);
+    auto out = std::make_shared<Collect>();
+    Request r = sampled(100 + i);
+    r.output = out;
+    e->add_request(std::move(r));
+    e->run_until_idle();
+    alone.push_back(out->result_.output_tokens);
+  }
+  EXPECT_NE(alone[0], alone[1]);  // the seeds matter
+  auto e = engine(4, false);
+  std::vector<std::shared_ptr<Collect>> outs;
+  Request r = sampled(100);
+  for (int i = 0; i < 4; ++i) {
+    outs.push_back(std::make_shared<Collect>());
+    if (i == 0) {
+      r.output = outs.back();
+    } else {
+      r.more_outputs.push_back(outs.back());
+    }
+  }
+  e->add_request(std::move(r));
+  e->run_until_idle();
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(outs[size_t(i)]->result_.output_tokens, alone[size_t(i)]) << "choice " << i;
+    EXPECT_EQ(outs[size_t(i)]->result_.stats.prompt_tokens, 70);
+  }
+  EXPECT_EQ(outs[1]->result_.stats.cached_tokens, 70);  // it computed none of the prompt
+  // Blocks of 16: the prompt's 4 full blocks once, then each choice's own: the partly filled
+  // block 64..79 (the first choice's, or a copy) and 80..95 (positions up to 88 are computed).
+  // Four separate sequences would hold 4 x 6.
+  const int64_t block_bytes = e->kv_cache().bytes() / e->kv_cache().groups()[0].pool.num_blocks();
+  EXPECT_EQ(e->peak_kv_bytes(), (4 + 4 * 2) * block_bytes);
+  EXPECT_EQ(e->kv_cache().used_blocks(), 0);
+}
+
+TEST_F(TinyEngineTest, ChoicesOfACancelledFirstChoiceStillFinish) {
+  auto e = engine(4);
+  auto first = std::make_shared<Collect>(0);  // cancelled at once
+  auto second = std::make_shared<Collect>();
+  Request r;
+  r.prompt = prompt(40);
+  r.max_tokens = 5;
+  r.output = first;
+  r.more_outputs.push_back(second);
+  e->add_request(std::move(r));
+  e->run_until_idle();
+  EXPECT_EQ(first->result_.finish_reason, FinishReason::kCancelled);
+  EXPECT_NE(second->result_.finish_reason, FinishReason::kCancelled);
+  EXPECT_FALSE(second->result_.output_tokens.empty());
+  EXPECT_EQ(e->kv_cache().used_blocks(), 0);
 }
 
 }  // namespace
