@@ -52,6 +52,18 @@ class PrefixCacheTest : public ::testing::TestWithParam<CachedModel> {
     return {out->result_.output_tokens, out->result_.stats.cached_tokens};
   }
 
+  // 640 tokens: longer than Gemma 3's window of 512, so its sliding layers free blocks.
+  std::vector<int32_t> long_prompt() const {
+    std::string text;
+    for (int i = 0; i < 50; ++i)
+      text += "A long shared prompt about rivers, mountains, cities and the weather of place " +
+              std::to_string(i) + ". ";
+    std::vector<int32_t> prompt = engine::Engine(*file_, {}).tokenizer().encode(text, true, true);
+    EXPECT_GE(prompt.size(), 640u);
+    prompt.resize(640);
+    return prompt;
+  }
+
   static std::vector<int32_t> concat(std::vector<int32_t> a, const std::vector<int32_t>& b) {
     a.insert(a.end(), b.begin(), b.end());
     return a;
@@ -115,16 +127,10 @@ TEST_P(PrefixCacheTest, DifferentSaltsNeverShare) {
 }
 
 TEST_P(PrefixCacheTest, ChoicesOfOnePromptComputeItOnce) {
-  // Four requests of one 640-token prompt submitted together (what the server makes of n = 4),
-  // with room to prefill all four in one step: the first computes the prompt, the others wait
-  // for its blocks and take them from the cache.
-  std::string text;
-  for (int i = 0; i < 50; ++i)
-    text += "A long shared prompt about rivers, mountains, cities and the weather of place " +
-            std::to_string(i) + ". ";
-  std::vector<int32_t> prompt = engine::Engine(*file_, {}).tokenizer().encode(text, true, true);
-  ASSERT_GE(prompt.size(), 640u);
-  prompt.resize(640);
+  // Four requests of one 640-token prompt submitted together, with room to prefill all four in
+  // one step: the first computes the prompt, the others wait for its blocks and take them from
+  // the cache.
+  const std::vector<int32_t> prompt = long_prompt();
   int64_t block_bytes = 0;
   size_t n_groups = 0;
   const auto peak_of_four = [&](bool caching, std::vector<std::vector<int32_t>>& outputs) {
@@ -152,6 +158,42 @@ TEST_P(PrefixCacheTest, ChoicesOfOnePromptComputeItOnce) {
     EXPECT_LE(shared_bytes, (640 / 16 - 1 + 4 * 2) * block_bytes);
     EXPECT_GE(separate_bytes, 4 * (640 / 16) * block_bytes);
   }
+}
+
+TEST_P(PrefixCacheTest, ChoicesForkFromTheFirstAndEqualSeparateRequests) {
+  // n = 4 as one request (the other choices fork from the first when its prompt is done) gives
+  // each choice the tokens it gets as a request of its own with its seed, on the full-attention
+  // model and on the sliding-window one (whose forks share tables with freed entries).
+  const std::vector<int32_t> prompt = long_prompt();
+  const auto sampled = [&](uint64_t seed) {
+    engine::Request r;
+    r.prompt = prompt;
+    r.max_tokens = 24;
+    r.ignore_eos = true;
+    r.sampling.temperature = 0.9f;
+    r.sampling.seed = seed;
+    return r;
+  };
+  std::vector<std::vector<int32_t>> alone;
+  for (uint64_t i = 0; i < 4; ++i) {
+    engine::Engine e = make_engine(false);
+    auto out = submit_request(e, sampled(7 + i));
+    e.run_until_idle();
+    alone.push_back(out->result_.output_tokens);
+  }
+  EXPECT_NE(alone[0], alone[1]);  // the seeds matter
+  engine::Engine e = make_engine(false);
+  engine::Request r = sampled(7);
+  std::vector<std::shared_ptr<CollectOutput>> more;
+  for (int i = 0; i < 3; ++i) {
+    more.push_back(std::make_shared<CollectOutput>());
+    r.more_outputs.push_back(more.back());
+  }
+  auto first = submit_request(e, std::move(r));
+  e.run_until_idle();
+  EXPECT_EQ(first->result_.output_tokens, alone[0]);
+  for (size_t i = 0; i < 3; ++i) EXPECT_EQ(more[i]->result_.output_tokens, alone[i + 1]) << i;
+  EXPECT_EQ(e.kv_cache().used_blocks(), 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, PrefixCacheTest, ::testing::ValuesIn(kCachedModels),

@@ -62,6 +62,35 @@ TEST(AttentionKernels, ScoresMatchReference) {
   }
 }
 
+// A row's scores and outputs are the same bits whether it is computed alone (a decode row) or
+// among many (a prompt tile, whose blocks the SIMD kernels may convert once for all rows).
+TEST(AttentionKernels, RowsDoNotDependOnTheRowsBesideThem) {
+  for (const KernelTable* table : available_kernels()) {
+    for (int block_size : {8, 16, 32}) {
+      const int head_dim = 64, rows = 16;
+      auto keys = random_halves(int64_t{head_dim} * block_size, 31);
+      auto q = random_floats(int64_t{rows} * head_dim, 32);
+      std::vector<float> together(static_cast<size_t>(rows * block_size)), alone(together.size());
+      table->attention.scores(keys.data(), block_size, head_dim, q.data(), rows, together.data(),
+                              block_size);
+      for (int r = 0; r < rows; ++r)
+        table->attention.scores(keys.data(), block_size, head_dim, q.data() + r * head_dim, 1,
+                                alone.data() + r * block_size, block_size);
+      EXPECT_EQ(together, alone) << table->isa << " scores, bs=" << block_size;
+      auto values = random_halves(int64_t{block_size} * head_dim, 33);
+      auto p = random_floats(int64_t{rows} * block_size, 34);
+      std::vector<float> acc_together = random_floats(int64_t{rows} * head_dim, 35);
+      std::vector<float> acc_alone = acc_together;
+      table->attention.accumulate(values.data(), block_size, head_dim, p.data(), block_size, rows,
+                                  acc_together.data());
+      for (int r = 0; r < rows; ++r)
+        table->attention.accumulate(values.data(), block_size, head_dim, p.data() + r * block_size,
+                                    block_size, 1, acc_alone.data() + r * head_dim);
+      EXPECT_EQ(acc_together, acc_alone) << table->isa << " accumulate, bs=" << block_size;
+    }
+  }
+}
+
 TEST(AttentionKernels, AccumulateMatchesReference) {
   const AttentionKernels& ref = reference_kernels().attention;
   for (const KernelTable* table : available_kernels()) {

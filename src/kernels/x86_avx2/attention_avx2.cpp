@@ -16,99 +16,155 @@
 namespace inferd::kernels::avx2 {
 namespace {
 
-inline __m256 load_fp16x8(const uint16_t* p) {
+inline __m256 load8(const uint16_t* p) {
   return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
 }
+inline __m256 load8(const float* p) {
+  return _mm256_loadu_ps(p);
+}
+inline float to_float(uint16_t h) {
+  return _cvtsh_ss(h);
+}
+inline float to_float(float x) {
+  return x;
+}
 
-// NR query rows x 8 keys: one converted load of 8 keys' dimension d serves every row. The
-// dimensions are split over two accumulators per row, so each chain of dependent multiply-adds
-// is half as long; every row is summed in that order whatever NR is, so a row's scores do not
-// depend on the rows beside it (a token scores the same in decode as in a prompt).
-template <int NR>
-void score_rows(const uint16_t* keys_t, int block_size, int head_dim, const float* q, float* s,
+// One block's keys or values as floats. A prompt tile has more rows than one register group
+// takes, and each group would convert the whole block again; F16C's conversion is exact, so a
+// group reading the floats sums the very same numbers. [head_dim, block_size] keys or
+// [n_keys, head_dim] values; 64 KiB holds blocks of 64 keys at head size 256.
+constexpr int kStageFloats = 256 * 64;
+alignas(32) thread_local float stage[kStageFloats];
+
+const float* stage_halves(const uint16_t* x, int n) {
+  int i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_store_ps(stage + i, load8(x + i));
+  for (; i < n; ++i) stage[i] = _cvtsh_ss(x[i]);
+  return stage;
+}
+
+// NR query rows x NH * 8 keys: one load of 8 keys' dimension d serves every row, one broadcast
+// of q serves NH vectors of keys. The dimensions are split over two accumulators per row and
+// key vector (even and odd d), so each chain of dependent multiply-adds is half as long; every
+// score is summed in that order whatever NR and NH are, so a row's scores do not depend on the
+// rows beside it (a token scores the same in decode as in a prompt).
+template <int NR, int NH, typename T>
+void score_rows(const T* keys_t, int block_size, int head_dim, const float* q, float* s,
                 int s_stride, int j0) {
-  static_assert(NR <= 4, "two accumulators per row: at most 4 rows in 16 ymm registers");
+  static_assert(NR * NH <= 6, "two accumulators per row and key vector, in 16 ymm registers");
   constexpr int kSplit = 2;
-  __m256 acc[kSplit][NR];
+  __m256 acc[kSplit][NR][NH];
   for (int i = 0; i < kSplit; ++i)
-    for (int r = 0; r < NR; ++r) acc[i][r] = _mm256_setzero_ps();
-  int d = 0;
-  for (; d + kSplit <= head_dim; d += kSplit) {
-    for (int i = 0; i < kSplit; ++i) {
-      const __m256 k = load_fp16x8(keys_t + (d + i) * block_size + j0);
-      for (int r = 0; r < NR; ++r)
-        acc[i][r] = _mm256_fmadd_ps(_mm256_broadcast_ss(q + r * head_dim + d + i), k, acc[i][r]);
-    }
-  }
-  for (; d < head_dim; ++d) {
-    const __m256 k = load_fp16x8(keys_t + d * block_size + j0);
     for (int r = 0; r < NR; ++r)
-      acc[0][r] = _mm256_fmadd_ps(_mm256_broadcast_ss(q + r * head_dim + d), k, acc[0][r]);
-  }
+      for (int h = 0; h < NH; ++h) acc[i][r][h] = _mm256_setzero_ps();
+  const auto step = [&](int i, int d) {
+    __m256 k[NH];
+    for (int h = 0; h < NH; ++h) k[h] = load8(keys_t + d * block_size + j0 + 8 * h);
+    for (int r = 0; r < NR; ++r) {
+      const __m256 qd = _mm256_broadcast_ss(q + r * head_dim + d);
+      for (int h = 0; h < NH; ++h) acc[i][r][h] = _mm256_fmadd_ps(qd, k[h], acc[i][r][h]);
+    }
+  };
+  int d = 0;
+  for (; d + kSplit <= head_dim; d += kSplit)
+    for (int i = 0; i < kSplit; ++i) step(i, d + i);
+  for (; d < head_dim; ++d) step(0, d);
   for (int r = 0; r < NR; ++r) {
-    __m256 sum = acc[0][r];
-    for (int i = 1; i < kSplit; ++i) sum = _mm256_add_ps(sum, acc[i][r]);
-    _mm256_storeu_ps(s + r * s_stride + j0, sum);
+    for (int h = 0; h < NH; ++h) {
+      __m256 sum = acc[0][r][h];
+      for (int i = 1; i < kSplit; ++i) sum = _mm256_add_ps(sum, acc[i][r][h]);
+      _mm256_storeu_ps(s + r * s_stride + j0 + 8 * h, sum);
+    }
   }
 }
 
-// NR query rows x DC chunks of 8 dimensions: one converted load of value j serves every row,
-// and NR x DC independent accumulators keep the multiply-add units busy even for one row.
-template <int NR, int DC>
-void accumulate_rows(const uint16_t* values, int n_keys, int head_dim, const float* p, int p_stride,
+// NR query rows x DC chunks of 8 dimensions: one load of value j serves every row, and NR x DC
+// independent accumulators keep the multiply-add units busy even for one row. Each output sums
+// its keys in order whatever NR and DC are.
+template <int NR, int DC, typename T>
+void accumulate_rows(const T* values, int n_keys, int head_dim, const float* p, int p_stride,
                      float* acc, int d0) {
   __m256 a[NR][DC];
   for (int r = 0; r < NR; ++r)
     for (int c = 0; c < DC; ++c) a[r][c] = _mm256_loadu_ps(acc + r * head_dim + d0 + 8 * c);
   for (int j = 0; j < n_keys; ++j) {
-    for (int c = 0; c < DC; ++c) {
-      const __m256 v = load_fp16x8(values + j * head_dim + d0 + 8 * c);
-      for (int r = 0; r < NR; ++r)
-        a[r][c] = _mm256_fmadd_ps(_mm256_broadcast_ss(p + r * p_stride + j), v, a[r][c]);
+    __m256 v[DC];
+    for (int c = 0; c < DC; ++c) v[c] = load8(values + j * head_dim + d0 + 8 * c);
+    for (int r = 0; r < NR; ++r) {
+      const __m256 pj = _mm256_broadcast_ss(p + r * p_stride + j);
+      for (int c = 0; c < DC; ++c) a[r][c] = _mm256_fmadd_ps(pj, v[c], a[r][c]);
     }
   }
   for (int r = 0; r < NR; ++r)
     for (int c = 0; c < DC; ++c) _mm256_storeu_ps(acc + r * head_dim + d0 + 8 * c, a[r][c]);
 }
 
-void scores(const uint16_t* keys_t, int block_size, int head_dim, const float* q, int n_rows,
-            float* s, int s_stride) {
+template <typename T>
+void scores_of(const T* keys_t, int block_size, int head_dim, const float* q, int n_rows, float* s,
+               int s_stride) {
   int j0 = 0;
+  for (; j0 + 16 <= block_size; j0 += 16) {  // 16 keys: a broadcast of q serves two vectors
+    for_row_groups<3>(n_rows, [&]<int NR>(int r0) {
+      score_rows<NR, 2>(keys_t, block_size, head_dim, q + r0 * head_dim, s + r0 * s_stride,
+                        s_stride, j0);
+    });
+  }
   for (; j0 + 8 <= block_size; j0 += 8) {
-    for_row_groups<4>(n_rows, [&]<int NR>(int r0) {
-      score_rows<NR>(keys_t, block_size, head_dim, q + r0 * head_dim, s + r0 * s_stride, s_stride,
-                     j0);
+    for_row_groups<6>(n_rows, [&]<int NR>(int r0) {
+      score_rows<NR, 1>(keys_t, block_size, head_dim, q + r0 * head_dim, s + r0 * s_stride,
+                        s_stride, j0);
     });
   }
   for (int r = 0; r < n_rows; ++r) {  // block sizes that are not a multiple of 8
     for (int j = j0; j < block_size; ++j) {
       float acc = 0;
       for (int d = 0; d < head_dim; ++d)
-        acc += q[r * head_dim + d] * _cvtsh_ss(keys_t[d * block_size + j]);
+        acc += q[r * head_dim + d] * to_float(keys_t[d * block_size + j]);
       s[r * s_stride + j] = acc;
     }
   }
 }
 
-void accumulate(const uint16_t* values, int n_keys, int head_dim, const float* p, int p_stride,
-                int n_rows, float* acc) {
-  int whole = head_dim - head_dim % 8;  // dimensions done in vectors
-  for_row_groups(n_rows, [&]<int NR>(int r0) {
-    // 16 ymm registers: at most 12 accumulators, the rest for loads and broadcasts.
-    constexpr int DC = NR <= 3 ? 4 : NR <= 6 ? 2 : 1;
+void scores(const uint16_t* keys_t, int block_size, int head_dim, const float* q, int n_rows,
+            float* s, int s_stride) {
+  // More rows than one group: convert the block once instead of once per group.
+  if (n_rows > 3 && head_dim * block_size <= kStageFloats) {
+    scores_of(stage_halves(keys_t, head_dim * block_size), block_size, head_dim, q, n_rows, s,
+              s_stride);
+  } else {
+    scores_of(keys_t, block_size, head_dim, q, n_rows, s, s_stride);
+  }
+}
+
+template <typename T>
+void accumulate_of(const T* values, int n_keys, int head_dim, const float* p, int p_stride,
+                   int n_rows, float* acc) {
+  const int whole = head_dim - head_dim % 8;  // dimensions done in vectors
+  // 16 ymm registers: 3 rows x 4 chunks of accumulators, the rest for loads and a broadcast.
+  for_row_groups<3>(n_rows, [&]<int NR>(int r0) {
     const float* pr = p + r0 * p_stride;
     float* ar = acc + r0 * head_dim;
     int d0 = 0;
-    for (; d0 + 8 * DC <= whole; d0 += 8 * DC)
-      accumulate_rows<NR, DC>(values, n_keys, head_dim, pr, p_stride, ar, d0);
+    for (; d0 + 32 <= whole; d0 += 32)
+      accumulate_rows<NR, 4>(values, n_keys, head_dim, pr, p_stride, ar, d0);
     for (; d0 < whole; d0 += 8)
       accumulate_rows<NR, 1>(values, n_keys, head_dim, pr, p_stride, ar, d0);
   });
   for (int r = 0; r < n_rows; ++r) {  // head sizes that are not a multiple of 8
     for (int j = 0; j < n_keys; ++j) {
       for (int d = whole; d < head_dim; ++d)
-        acc[r * head_dim + d] += p[r * p_stride + j] * _cvtsh_ss(values[j * head_dim + d]);
+        acc[r * head_dim + d] += p[r * p_stride + j] * to_float(values[j * head_dim + d]);
     }
+  }
+}
+
+void accumulate(const uint16_t* values, int n_keys, int head_dim, const float* p, int p_stride,
+                int n_rows, float* acc) {
+  if (n_rows > 3 && n_keys * head_dim <= kStageFloats) {
+    accumulate_of(stage_halves(values, n_keys * head_dim), n_keys, head_dim, p, p_stride, n_rows,
+                  acc);
+  } else {
+    accumulate_of(values, n_keys, head_dim, p, p_stride, n_rows, acc);
   }
 }
 
