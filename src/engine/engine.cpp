@@ -191,10 +191,6 @@ uint64_t Engine::add_request(Request request) {
 
   if (!request.more_outputs.empty()) {
     if (request.beam_width > 0) fail("n > 1 choices and beam search do not mix: use beam_results");
-    const auto n = static_cast<int64_t>(request.more_outputs.size()) + 1;
-    if (n > config_.max_seqs)
-      fail("{} choices need as many running sequences; this engine runs {} (max_seqs)", n,
-           config_.max_seqs);
     for (const auto& output : request.more_outputs)
       if (!output) fail("request has no output channel for one of its choices");
   }
@@ -203,18 +199,25 @@ uint64_t Engine::add_request(Request request) {
   std::unique_ptr<Active> active = make_active(request);
   Sequence& seq = active->seq;
   const uint64_t id = seq.id;
-  seq.slots = std::max<int32_t>(seq.slots, static_cast<int32_t>(more.size()) + 1);
+  // The choices fork from the first when they can all run together; otherwise (more choices
+  // than running sequences) each is queued on its own and finds the prompt in the prefix cache.
+  const bool fork = static_cast<int64_t>(more.size()) + 1 <= config_.max_seqs;
+  if (fork) seq.slots = std::max<int32_t>(seq.slots, static_cast<int32_t>(more.size()) + 1);
+  scheduler_->add(&seq);
   for (size_t i = 0; i < more.size(); ++i) {
     Request choice = request;
     choice.output = std::move(more[i]);
     if (choice.sampling.seed != sampling::SamplingParams::kRandomSeed)
       choice.sampling.seed += i + 1;
     std::unique_ptr<Active> other = make_active(std::move(choice));
-    other->seq.status = SequenceStatus::kFinished;  // not scheduled until it forks
-    active->choices.push_back(other->seq.id);
+    if (fork) {
+      other->seq.status = SequenceStatus::kFinished;  // not scheduled until it forks
+      active->choices.push_back(other->seq.id);
+    } else {
+      scheduler_->add(&other->seq);
+    }
     active_.emplace(other->seq.id, std::move(other));
   }
-  scheduler_->add(&seq);
   active_.emplace(id, std::move(active));
   return id;
 }

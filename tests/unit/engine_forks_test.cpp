@@ -401,30 +401,37 @@ TEST_F(TinyEngineTest, ChoicesForkFromTheFirstAndEqualSeparateRequests) {
     alone.push_back(out->result_.output_tokens);
   }
   EXPECT_NE(alone[0], alone[1]);  // the seeds matter
-  auto e = engine(4, false);
-  std::vector<std::shared_ptr<Collect>> outs;
-  Request r = sampled(100);
-  for (int i = 0; i < 4; ++i) {
-    outs.push_back(std::make_shared<Collect>());
-    if (i == 0) {
-      r.output = outs.back();
-    } else {
-      r.more_outputs.push_back(outs.back());
+  // Forked (4 running sequences), and queued one after another (2: more choices than fit).
+  for (const int max_seqs : {4, 2}) {
+    auto e = engine(max_seqs, false);
+    std::vector<std::shared_ptr<Collect>> outs;
+    Request r = sampled(100);
+    for (int i = 0; i < 4; ++i) {
+      outs.push_back(std::make_shared<Collect>());
+      if (i == 0) {
+        r.output = outs.back();
+      } else {
+        r.more_outputs.push_back(outs.back());
+      }
     }
+    e->add_request(std::move(r));
+    e->run_until_idle();
+    for (int i = 0; i < 4; ++i) {
+      EXPECT_EQ(outs[size_t(i)]->result_.output_tokens, alone[size_t(i)]) << "choice " << i;
+      EXPECT_EQ(outs[size_t(i)]->result_.stats.prompt_tokens, 70);
+    }
+    if (max_seqs == 2) {
+      EXPECT_EQ(e->kv_cache().used_blocks(), 0);
+      continue;
+    }
+    EXPECT_EQ(outs[1]->result_.stats.cached_tokens, 70);  // it computed none of the prompt
+    // Blocks of 16: the prompt's 4 full blocks once, then each choice's own: the partly filled
+    // block 64..79 (the first choice's, or a copy) and 80..95 (positions up to 88 are computed).
+    // Four separate sequences would hold 4 x 6.
+    const int64_t block_bytes = e->kv_cache().bytes() / e->kv_cache().groups()[0].pool.num_blocks();
+    EXPECT_EQ(e->peak_kv_bytes(), (4 + 4 * 2) * block_bytes);
+    EXPECT_EQ(e->kv_cache().used_blocks(), 0);
   }
-  e->add_request(std::move(r));
-  e->run_until_idle();
-  for (int i = 0; i < 4; ++i) {
-    EXPECT_EQ(outs[size_t(i)]->result_.output_tokens, alone[size_t(i)]) << "choice " << i;
-    EXPECT_EQ(outs[size_t(i)]->result_.stats.prompt_tokens, 70);
-  }
-  EXPECT_EQ(outs[1]->result_.stats.cached_tokens, 70);  // it computed none of the prompt
-  // Blocks of 16: the prompt's 4 full blocks once, then each choice's own: the partly filled
-  // block 64..79 (the first choice's, or a copy) and 80..95 (positions up to 88 are computed).
-  // Four separate sequences would hold 4 x 6.
-  const int64_t block_bytes = e->kv_cache().bytes() / e->kv_cache().groups()[0].pool.num_blocks();
-  EXPECT_EQ(e->peak_kv_bytes(), (4 + 4 * 2) * block_bytes);
-  EXPECT_EQ(e->kv_cache().used_blocks(), 0);
 }
 
 TEST_F(TinyEngineTest, ChoicesOfACancelledFirstChoiceStillFinish) {
