@@ -37,6 +37,7 @@ struct ServeArgs {
   DType kv_key_type = DType::F16;
   DType kv_value_type = DType::F16;
   bool swa_full = false;
+  engine::SpeculativeConfig spec;
 };
 
 server::HttpServer* g_server = nullptr;
@@ -58,6 +59,7 @@ void serve(const ServeArgs& args) {
   config.kv_value_type = args.kv_value_type;
   config.swa_full = args.swa_full;
   config.prefix_caching = !args.no_prefix_cache;
+  config.spec = args.spec;
   const std::string model_id = args.served_model_name.empty()
                                    ? std::filesystem::path(path).stem().string()
                                    : args.served_model_name;
@@ -147,6 +149,7 @@ void register_serve(CLI::App& app) {
       "Built-in template name (chatml, llama3, gemma, ...) or a Jinja file; default: the model's");
   add_kv_type_options(*cmd, args->kv_key_type, args->kv_value_type);
   add_swa_full_option(*cmd, args->swa_full);
+  add_spec_options(*cmd, args->spec);
   cmd->callback([args] { serve(*args); });
 }
 

@@ -51,6 +51,27 @@ void add_swa_full_option(CLI::App& cmd, bool& swa_full) {
                "Sliding-window layers keep every position in the KV cache, not only their window");
 }
 
+void add_spec_options(CLI::App& cmd, engine::SpeculativeConfig& spec) {
+  cmd.add_option_function<std::string>(
+         "--spec",
+         [&spec](const std::string& name) { spec.method = engine::parse_spec_method(name); },
+         "Speculative decoding: off (default) or ngram (drafts from earlier text: prompt lookup)")
+      ->check(CLI::IsMember({"off", "ngram"}));
+  cmd.add_option("--spec-k", spec.num_tokens,
+                 "Most draft tokens per sequence and step (adapts to acceptance below it)")
+      ->check(CLI::Range(1, engine::SpecDecodeStats::kMaxPositions));
+  cmd.add_option("--spec-ngram-min", spec.prompt_lookup_min,
+                 "Shortest n-gram looked up for a draft (vLLM prompt_lookup_min)")
+      ->check(CLI::Range(1, 64));
+  cmd.add_option("--spec-ngram-max", spec.prompt_lookup_max,
+                 "Longest n-gram looked up for a draft (vLLM prompt_lookup_max)")
+      ->check(CLI::Range(1, 64));
+  cmd.add_option("--spec-max-rows", spec.max_step_rows,
+                 "Drafts stop when a step's decode rows (sequences + drafts) would pass this "
+                 "(0: no limit)")
+      ->check(CLI::NonNegativeNumber);
+}
+
 void GenerationOptions::add_to(CLI::App& cmd) {
   cmd.add_option("-m,--model", model, "GGUF model file (default: the fetched SmolLM2)");
   cmd.add_option("-n,--max-tokens", max_tokens, "Most tokens to generate")
@@ -79,6 +100,7 @@ void GenerationOptions::add_to(CLI::App& cmd) {
   add_kv_type_options(cmd, kv_key_type, kv_value_type);
   add_swa_full_option(cmd, swa_full);
   add_prefix_cache_option(cmd, no_prefix_cache);
+  add_spec_options(cmd, spec);
 }
 
 engine::EngineConfig GenerationOptions::engine_config() const {
@@ -91,6 +113,7 @@ engine::EngineConfig GenerationOptions::engine_config() const {
   config.kv_value_type = kv_value_type;
   config.swa_full = swa_full;
   config.prefix_caching = !no_prefix_cache;
+  config.spec = spec;
   return config;
 }
 

@@ -37,6 +37,7 @@ struct GenerationOptions {
   DType kv_value_type = DType::F16;
   bool swa_full = false;
   bool no_prefix_cache = false;
+  engine::SpeculativeConfig spec;
 
   void add_to(CLI::App& cmd);
   engine::EngineConfig engine_config() const;
@@ -51,6 +52,9 @@ void add_kv_type_options(CLI::App& cmd, DType& key_type, DType& value_type);
 void add_swa_full_option(CLI::App& cmd, bool& swa_full);
 // --no-prefix-cache: every request computes its whole prompt (kv/prefix_cache.h).
 void add_prefix_cache_option(CLI::App& cmd, bool& no_prefix_cache);
+
+// --spec off|ngram, --spec-k, --spec-ngram-min/max, --spec-max-rows (engine/speculative.h).
+void add_spec_options(CLI::App& cmd, engine::SpeculativeConfig& spec);
 
 // The thread count used when none is given: the number of cores, at most 4 (small models
 // gain nothing past that and lose to synchronisation).

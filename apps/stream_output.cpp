@@ -22,6 +22,14 @@ void print_stats(const engine::RequestResult& result, const engine::Engine& engi
       s.prompt_tokens, s.ttft_s * 1e3, prefill_tps, s.completion_tokens, decode_tps,
       s.mean_itl_s() * 1e3, engine::finish_reason_name(result.finish_reason),
       engine.config().threads, double(engine.peak_kv_bytes()) / 1048576.0);
+  if (const engine::SpecDecodeStats& spec = engine.spec_decode_stats(); spec.num_drafts > 0) {
+    fmt::print(stderr,
+               "[inferd] speculative: {} drafts, {} draft tokens, {} accepted ({:.1f}%), "
+               "{:.2f} tokens per verification step\n",
+               spec.num_drafts, spec.num_draft_tokens, spec.num_accepted_tokens,
+               100.0 * double(spec.num_accepted_tokens) / double(spec.num_draft_tokens),
+               1.0 + double(spec.num_accepted_tokens) / double(spec.num_drafts));
+  }
   if (result.finish_reason == engine::FinishReason::kError)
     fmt::print(stderr, "[inferd] error: {}\n", result.error);
 }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <utility>
 
 #include "engine/beam_search.h"
@@ -41,6 +42,10 @@ struct Engine::Active {
   // n > 1: the other choices (request ids), which fork from this one at its first logits.
   std::vector<uint64_t> choices;
   std::unique_ptr<BeamState> beams;  // a beam search only
+  // Speculative decoding: the most draft tokens per step (0: none), and the decayed counts of
+  // accepted and rejected drafts that set how many to propose.
+  int32_t spec_max = 0;
+  double spec_accepted = 0, spec_rejected = 0;
 };
 
 // A beam search's beams. Beam slot 0 is the request's own sequence; each slot's sequence is
@@ -130,8 +135,11 @@ Engine::Engine(const gguf::GgufFile& file, const EngineConfig& config) : config_
   scheduler_ = std::make_unique<Scheduler>(
       SchedulerConfig{config.max_batched_tokens, config.max_seqs, config.block_size},
       cache_->groups(), prefix_cache_.get());
+  config.spec.validate();
   runner_ = std::make_unique<ModelRunner>(*model_, *cache_, *pool_, config.max_batched_tokens,
-                                          config.max_seqs);
+                                          config.max_seqs,
+                                          config.spec.enabled() ? config.spec.num_tokens : 0);
+  drafts_.resize(SpecDecodeStats::kMaxPositions);
   scheduled_.reserve(static_cast<size_t>(config.max_seqs));
   finished_ids_.reserve(static_cast<size_t>(config.max_seqs));
   beam_steps_.reserve(static_cast<size_t>(config.max_seqs));
@@ -188,6 +196,10 @@ uint64_t Engine::add_request(Request request) {
     fail("logprobs must be at most {}, got {}", kMaxTopLogprobs, request.logprobs);
   }
   if (!request.output) fail("request has no output channel");
+  if (request.spec_tokens < -1 || request.spec_tokens > config_.spec.num_tokens) {
+    fail("speculative tokens per step must be -1 (the server's), 0 (off) or up to {}, got {}",
+         config_.spec.num_tokens, request.spec_tokens);
+  }
 
   if (!request.more_outputs.empty()) {
     if (request.beam_width > 0) fail("n > 1 choices and beam search do not mix: use beam_results");
@@ -243,6 +255,8 @@ std::unique_ptr<Engine::Active> Engine::make_active(Request request) {
   active->detokenizer = std::make_unique<tokenizer::IncrementalDetokenizer>(*tokenizer_);
   active->top.resize(static_cast<size_t>(std::max(0, request.logprobs)));
   active->stop = std::make_unique<StopMatcher>(request.stop, tokenizer_->max_piece_bytes() * 3 + 4);
+  if (config_.spec.enabled() && request.beam_width == 0)
+    active->spec_max = request.spec_tokens < 0 ? config_.spec.num_tokens : request.spec_tokens;
   if (request.beam_width > 0) {
     active->beams = std::make_unique<BeamState>(request, seq);
     for (Sequence& other : active->beams->others) {
@@ -274,12 +288,19 @@ void Engine::step() {
     Sequence& seq = *scheduled_[i].seq;
     seq.num_computed += scheduled_[i].num_new_tokens;
     computed_tokens_ += scheduled_[i].num_new_tokens;
-    if (prefix_cache_)
-      prefix_cache_->index_computed(seq.tokens, seq.num_computed, seq.prefix, seq.block_tables);
+    // Draft tokens are not indexed: a rejected one's K/V is overwritten later. Accepted ones
+    // are indexed with the next step.
+    if (prefix_cache_) {
+      prefix_cache_->index_computed(seq.tokens,
+                                    std::min(seq.num_computed, seq.num_tokens() - seq.num_draft),
+                                    seq.prefix, seq.block_tables);
+    }
     if (!runner_->wants_logits(i)) continue;
     Active& active = *active_.at(seq.request_id);
     if (active.beams) {
       observe_beam(active, seq, runner_->logits_for(i));
+    } else if (seq.num_draft > 0) {
+      verify_drafts(active, i);
     } else {
       if (!active.choices.empty()) fork_choices(active, runner_->logits_for(i));
       process_output(active, runner_->logits_for(i));
@@ -287,6 +308,16 @@ void Engine::step() {
   }
   for (Active* active : beam_steps_) advance_beams(*active);
   beam_steps_.clear();
+  // Drafts for the next step, within the rows a step may take before drafting stops paying.
+  if (config_.spec.enabled()) {
+    const int64_t rows = config_.spec.max_step_rows;
+    int64_t budget = rows > 0 ? rows - static_cast<int64_t>(scheduler_->num_running())
+                              : std::numeric_limits<int64_t>::max();
+    for (size_t i = 0; i < scheduled_.size() && budget > 0; ++i) {
+      Active& active = *active_.at(scheduled_[i].seq->request_id);
+      if (!active.done && active.spec_max > 0) budget -= propose_drafts(active, budget);
+    }
+  }
   for (uint64_t id : finished_ids_) active_.erase(id);
   finished_ids_.clear();
 }
@@ -295,7 +326,7 @@ void Engine::run_until_idle() {
   while (!idle()) step();
 }
 
-void Engine::process_output(Active& active, std::span<float> logits) {
+int32_t Engine::process_output(Active& active, std::span<float> logits) {
   Sequence& seq = active.seq;
   const auto prompt =
       std::span<const int32_t>(seq.tokens).first(static_cast<size_t>(seq.num_prompt_tokens));
@@ -308,7 +339,7 @@ void Engine::process_output(Active& active, std::span<float> logits) {
   active.last_token = now;
   if (!seq.request.ignore_eos && tokenizer_->vocab().is_eog(token)) {
     finish(active, FinishReason::kStop);
-    return;
+    return token;
   }
   seq.tokens.push_back(token);
   if (seq.request.logprobs >= 0) {
@@ -321,6 +352,7 @@ void Engine::process_output(Active& active, std::span<float> logits) {
   } else if (seq.num_generated() >= seq.request.max_tokens || seq.num_tokens() >= config_.context) {
     finish(active, FinishReason::kLength);
   }
+  return token;
 }
 
 bool Engine::emit_token(Active& active, int32_t token) {
@@ -335,6 +367,7 @@ bool Engine::emit_token(Active& active, int32_t token) {
 void Engine::finish(Active& active, FinishReason reason, std::string error) {
   Sequence& seq = active.seq;
   active.done = true;
+  seq.drop_drafts();  // cancelled between a proposal and its verification
   // Choices still waiting to fork from this one (it was cancelled or failed before its prompt
   // was computed) compute their prompt themselves, from the prefix cache where it has it.
   for (const uint64_t id : active.choices) {
@@ -559,6 +592,71 @@ void Engine::advance_beams(Active& active) {
     b.live_length.push_back(b.seqs[s]->num_generated());
   }
   if (at_limit || b.search.settled(b.live_cum, b.live_length)) finish(active, FinishReason::kStop);
+}
+
+}  // namespace inferd::engine
+
+namespace inferd::engine {
+
+void Engine::verify_drafts(Active& active, size_t scheduled_index) {
+  Sequence& seq = active.seq;
+  const int64_t drafted = seq.num_draft;
+  const int32_t rows = runner_->num_logit_rows(scheduled_index);
+  const int64_t computed = seq.num_computed;
+  std::copy(seq.tokens.end() - drafted, seq.tokens.end(), drafts_.begin());
+  seq.drop_drafts();
+  // Row j holds the logits after draft j - 1: sampled as if the drafts before it had been
+  // sampled one step at a time; the draft is kept while it is what the sampler chose.
+  int64_t accepted = 0;
+  for (int32_t j = 0; j < rows; ++j) {
+    const int32_t token = process_output(active, runner_->logits_for(scheduled_index, j));
+    const bool agrees = j < drafted && token == drafts_[static_cast<size_t>(j)];
+    accepted += agrees;
+    if (active.done || !agrees) break;
+  }
+  // K/V are valid up to the last kept token, which is not computed yet.
+  if (!active.done) seq.num_computed = std::min(computed, seq.num_tokens() - 1);
+  spec_stats_.num_drafts += 1;
+  spec_stats_.num_draft_tokens += drafted;
+  spec_stats_.num_accepted_tokens += accepted;
+  for (int64_t j = 0; j < accepted; ++j) spec_stats_.accepted_per_position[j] += 1;
+  // Decayed counts: recent drafts weigh more, so a sequence that leaves a quoted passage
+  // drafts less soon after.
+  constexpr double kDecay = 0.8;
+  active.spec_accepted = active.spec_accepted * kDecay + static_cast<double>(accepted);
+  active.spec_rejected = active.spec_rejected * kDecay + (accepted < drafted ? 1.0 : 0.0);
+}
+
+int64_t Engine::propose_drafts(Active& active, int64_t budget) {
+  Sequence& seq = active.seq;
+  if (seq.num_draft > 0 || seq.num_uncomputed() != 1 || seq.num_generated() == 0) return 0;
+  // Drafts past max_tokens or the context would be thrown away.
+  const int64_t room =
+      std::min(seq.request.max_tokens - seq.num_generated(), config_.context - seq.num_tokens()) -
+      1;
+  // How many drafts pay: with a per-token acceptance a (estimated from this sequence's own
+  // history, prior 1/2), k drafts yield 1 + a + ... + a^k tokens for 1 + c k the cost of a
+  // step (c: a draft row's cost relative to a decode step, engine/speculative.h).
+  const double a = (active.spec_accepted + 1) / (active.spec_accepted + active.spec_rejected + 2);
+  const double c = config_.spec.row_cost;
+  int32_t k = 1;
+  double best = 0, yield = 1, power = 1;
+  for (int32_t n = 1; n <= active.spec_max; ++n) {
+    power *= a;
+    yield += power;
+    if (const double rate = yield / (1 + c * n); rate > best) {
+      best = rate;
+      k = n;
+    }
+  }
+  const int64_t want = std::min<int64_t>({k, room, budget});
+  if (want <= 0) return 0;
+  const size_t n =
+      propose_ngram(seq.tokens, config_.spec.prompt_lookup_min, config_.spec.prompt_lookup_max,
+                    std::span(drafts_).first(static_cast<size_t>(want)));
+  seq.tokens.insert(seq.tokens.end(), drafts_.begin(), drafts_.begin() + static_cast<int64_t>(n));
+  seq.num_draft = static_cast<int64_t>(n);
+  return seq.num_draft;
 }
 
 }  // namespace inferd::engine

@@ -13,6 +13,7 @@
 #include "engine/request.h"
 #include "engine/scheduler.h"
 #include "engine/sequence.h"
+#include "engine/speculative.h"
 #include "gguf/gguf.h"
 #include "kv/kv_cache.h"
 #include "kv/prefix_cache.h"
@@ -38,6 +39,8 @@ struct EngineConfig {
   // Automatic prefix caching (kv/prefix_cache.h): a request starts at its longest prefix whose
   // K/V are still in the cache.
   bool prefix_caching = true;
+  // Speculative decoding (engine/speculative.h); off by default.
+  SpeculativeConfig spec;
 };
 
 class Engine {
@@ -71,13 +74,20 @@ class Engine {
   kv::PrefixCacheStats prefix_cache_stats() const {
     return prefix_cache_ ? prefix_cache_->stats() : kv::PrefixCacheStats{};
   }
+  const SpecDecodeStats& spec_decode_stats() const { return spec_stats_; }
 
  private:
   struct Active;
   struct BeamState;
   using Clock = std::chrono::steady_clock;
 
-  void process_output(Active& active, std::span<float> logits);
+  // Samples the next token from `logits` and takes it (stops, limits, streaming); returns it.
+  int32_t process_output(Active& active, std::span<float> logits);
+  // A sequence that ran with draft tokens: keeps those the model's sampling agrees with and the
+  // token it sampled where they part, and moves num_computed back over the rejected ones.
+  void verify_drafts(Active& active, size_t scheduled_index);
+  // Appends up to `budget` draft tokens to a decoding sequence; returns how many.
+  int64_t propose_drafts(Active& active, int64_t budget);
   // Beam search: records a beam's candidates; once every live beam has its own, advance_beams
   // forks, drops and extends the beams and finishes the request when the search is settled.
   void observe_beam(Active& active, const Sequence& seq, std::span<const float> logits);
@@ -104,6 +114,8 @@ class Engine {
   std::vector<uint64_t> finished_ids_;
   std::vector<Active*> beam_steps_;  // beam searches that got logits this step
   std::vector<float> fork_logits_;   // [n_vocab] a choice's copy of the logits it forks at
+  std::vector<int32_t> drafts_;      // [SpecDecodeStats::kMaxPositions] scratch
+  SpecDecodeStats spec_stats_;
   uint64_t next_id_ = 1;
   int64_t peak_kv_bytes_ = 0;
   int64_t computed_tokens_ = 0, generated_tokens_ = 0;

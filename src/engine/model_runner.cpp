@@ -7,16 +7,20 @@
 namespace inferd::engine {
 
 ModelRunner::ModelRunner(model::Model& model, kv::KvCache& cache, ThreadPool& pool,
-                         int64_t max_batch_tokens, int max_seqs)
+                         int64_t max_batch_tokens, int max_seqs, int max_draft)
     : model_(model), cache_(cache), pool_(pool), n_vocab_(model.config().n_vocab) {
   const auto tokens = static_cast<size_t>(max_batch_tokens);
   const auto seqs = static_cast<size_t>(max_seqs);
   tokens_.resize(tokens);
   positions_.resize(tokens);
   sequences_.resize(2 * seqs);  // a sequence may give one entry to each kernel route
-  logit_rows_.resize(seqs);
+  // A row per sequence, and one per draft token: never more than the step's tokens.
+  const size_t max_rows =
+      std::min(seqs * static_cast<size_t>(1 + std::max(0, max_draft)), std::max(seqs, tokens));
+  logit_rows_.resize(max_rows);
   logit_index_.resize(seqs);
-  const size_t n_logits = seqs * static_cast<size_t>(n_vocab_);
+  logit_count_.resize(seqs);
+  const size_t n_logits = max_rows * static_cast<size_t>(n_vocab_);
   logits_memory_ = HugePageBuffer(n_logits * sizeof(float));
   logits_ = {reinterpret_cast<float*>(logits_memory_.data()), n_logits};
 }
@@ -26,7 +30,7 @@ void ModelRunner::run(std::span<const ScheduledSequence> scheduled) {
     fail("model runner: {} sequences in one step", scheduled.size());
   size_t t = 0, entries = 0, rows = 0;
   // Appends positions [begin, end) of sequence i as one batch entry; logits where the entry
-  // reaches the end of the known tokens (the next one is sampled).
+  // reaches the end of the known tokens (the next one is sampled), and for each draft token.
   const auto add = [&](size_t i, int64_t begin, int64_t end) {
     if (begin >= end) return;
     const Sequence& seq = *scheduled[i].seq;
@@ -34,13 +38,14 @@ void ModelRunner::run(std::span<const ScheduledSequence> scheduled) {
       fail("model runner: step exceeds the token budget");
     sequences_[entries++] = {static_cast<int64_t>(t), static_cast<int64_t>(t) + (end - begin),
                              &seq.block_tables};
+    const int64_t first_logit = seq.num_tokens() - 1 - seq.num_draft;
     for (int64_t pos = begin; pos < end; ++pos, ++t) {
       tokens_[t] = seq.tokens[static_cast<size_t>(pos)];
       positions_[t] = static_cast<int32_t>(pos);
-    }
-    if (end == seq.num_tokens()) {
-      logit_index_[i] = static_cast<int32_t>(rows);
-      logit_rows_[rows++] = static_cast<int32_t>(t - 1);
+      if (pos < first_logit) continue;
+      if (rows == logit_rows_.size()) fail("model runner: more logit rows than drafts allow");
+      if (logit_count_[i]++ == 0) logit_index_[i] = static_cast<int32_t>(rows);
+      logit_rows_[rows++] = static_cast<int32_t>(t);
     }
   };
   // Where the tokens of a long prompt end in a step's range [begin, end): those before it are
@@ -56,7 +61,7 @@ void ModelRunner::run(std::span<const ScheduledSequence> scheduled) {
   for (size_t i = 0; i < scheduled.size(); ++i) {
     const int64_t begin = scheduled[i].seq->num_computed;
     const int64_t end = begin + scheduled[i].num_new_tokens;
-    logit_index_[i] = -1;
+    logit_count_[i] = 0;
     add(i, prompt_end(i, begin, end), end);
   }
   const size_t bf16_rows_begin = t;
@@ -73,9 +78,10 @@ void ModelRunner::run(std::span<const ScheduledSequence> scheduled) {
   model_.forward(batch, cache_, logits_.data(), pool_);
 }
 
-std::span<float> ModelRunner::logits_for(size_t i) {
-  return {logits_.data() + static_cast<size_t>(logit_index_[i]) * static_cast<size_t>(n_vocab_),
-          static_cast<size_t>(n_vocab_)};
+std::span<float> ModelRunner::logits_for(size_t i, int32_t row) {
+  if (row < 0 || row >= logit_count_[i]) fail("model runner: no logits row {} for {}", row, i);
+  const auto index = static_cast<size_t>(logit_index_[i] + row);
+  return {logits_.data() + index * static_cast<size_t>(n_vocab_), static_cast<size_t>(n_vocab_)};
 }
 
 }  // namespace inferd::engine

@@ -15,14 +15,19 @@ namespace inferd::engine {
 
 class ModelRunner {
  public:
+  // max_draft: the most draft tokens a sequence brings to a step (speculative decoding), each
+  // of which needs a row of logits.
   ModelRunner(model::Model& model, kv::KvCache& cache, ThreadPool& pool, int64_t max_batch_tokens,
-              int max_seqs);
+              int max_seqs, int max_draft = 0);
 
   // Runs the step. Afterwards logits_for(i) holds the next-token logits of scheduled[i] when
-  // that step computes its last uncomputed token (wants_logits(i)).
+  // that step computes its last uncomputed token (wants_logits(i)); with drafts, one row per
+  // computed position from the last real token on: row j predicts the token after position
+  // num_tokens - 1 - num_draft + j.
   void run(std::span<const ScheduledSequence> scheduled);
-  bool wants_logits(size_t i) const { return logit_index_[i] >= 0; }
-  std::span<float> logits_for(size_t i);
+  bool wants_logits(size_t i) const { return logit_count_[i] > 0; }
+  int32_t num_logit_rows(size_t i) const { return logit_count_[i]; }
+  std::span<float> logits_for(size_t i, int32_t row = 0);
 
  private:
   model::Model& model_;
@@ -32,10 +37,12 @@ class ModelRunner {
   std::vector<int32_t> tokens_;                  // [max_batch_tokens]
   std::vector<int32_t> positions_;               // [max_batch_tokens]
   std::vector<model::BatchSequence> sequences_;  // [max_seqs]
-  std::vector<int32_t> logit_rows_;              // [max_seqs]
-  std::vector<int32_t> logit_index_;             // per scheduled sequence: row in logits_ or -1
-  // [max_seqs, n_vocab], in huge pages: the rows the output matmul stores together lie n_vocab
-  // floats apart (192 KiB for a 49K vocabulary), so in 4 KiB pages each is a page of its own.
+  std::vector<int32_t> logit_rows_;              // [max_logit_rows]
+  std::vector<int32_t> logit_index_;             // per scheduled sequence: its first row
+  std::vector<int32_t> logit_count_;             // per scheduled sequence: its rows (0: none)
+  // [max_logit_rows, n_vocab], in huge pages: the rows the output matmul stores together lie
+  // n_vocab floats apart (192 KiB for a 49K vocabulary), so in 4 KiB pages each is a page of its
+  // own.
   HugePageBuffer logits_memory_;
   std::span<float> logits_;
 };

@@ -80,6 +80,9 @@ struct Request {
   int32_t beam_width = 0;
   int32_t beam_results = 1;
   float length_penalty = 1.0f;
+  // Speculative decoding for this request: -1 the engine's setting, 0 off, k > 0 at most k draft
+  // tokens per step (with the engine's drafter; no effect when the engine has none).
+  int32_t spec_tokens = -1;
   std::shared_ptr<OutputChannel> output;
   // n > 1 choices of this prompt: choice i (1..) streams into more_outputs[i - 1]. They fork
   // from the first choice when its prompt is computed (sharing its blocks), each with its own

@@ -68,6 +68,7 @@ void Scheduler::free_blocks(Sequence& seq) {
 
 void Scheduler::preempt(Sequence& seq) {
   free_blocks(seq);
+  seq.drop_drafts();  // recomputed tokens must be real ones
   seq.num_computed = 0;  // recomputed from scratch (prompt + what was generated so far)
   seq.num_preemptions += 1;
   seq.status = SequenceStatus::kWaiting;
@@ -144,7 +145,9 @@ bool Scheduler::fork(Sequence& parent, Sequence& child) {
   if (parent.slots < 2) fail("scheduler: fork of sequence {} without a spare slot", parent.id);
   parent.slots -= 1;
   child.slots = 1;
+  if (parent.num_draft > 0) fail("scheduler: fork of sequence {} with drafts", parent.id);
   child.tokens.assign(parent.tokens.begin(), parent.tokens.end());
+  child.num_draft = 0;
   child.num_prompt_tokens = parent.num_prompt_tokens;
   child.num_cached_tokens = parent.num_cached_tokens;
   child.prefix.root = parent.prefix.root;

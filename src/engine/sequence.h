@@ -2,6 +2,7 @@
 // at num_tokens() and num_computed: a prompt is many uncomputed tokens, a decode step one.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -29,10 +30,19 @@ struct Sequence {
   // search's width for its first beam, which hands one to each beam forked from it.
   int32_t slots = 1;
   uint64_t request_id = 0;  // the request it serves (several beams serve one)
+  // Speculative decoding: the last num_draft tokens are proposals, scheduled with the real ones
+  // and verified against the model's logits after the step (engine/speculative.h).
+  int64_t num_draft = 0;
 
   int64_t num_tokens() const { return static_cast<int64_t>(tokens.size()); }
   int64_t num_generated() const { return num_tokens() - num_prompt_tokens; }
   int64_t num_uncomputed() const { return num_tokens() - num_computed; }
+  // Forgets unverified drafts (and any K/V computed for them: they are past num_computed).
+  void drop_drafts() {
+    tokens.resize(tokens.size() - static_cast<size_t>(num_draft));
+    num_draft = 0;
+    num_computed = std::min(num_computed, num_tokens());
+  }
 };
 
 }  // namespace inferd::engine

@@ -117,9 +117,9 @@ int32_t Sampler::sample(std::span<float> logits, std::span<const int32_t> prompt
   return token;
 }
 
-int32_t Sampler::draw(std::span<const float> logits) {
+size_t Sampler::select_candidates(std::span<const float> logits, float& max_logit) {
   const float inv_temp = 1.0f / params_.temperature;
-  float max_logit = kNegInf;
+  max_logit = kNegInf;
   for (float v : logits) max_logit = std::max(max_logit, v);
   max_logit *= inv_temp;
   // min-p: p >= min_p * p_max  <=>  logit >= max_logit + log(min_p), after temperature.
@@ -137,6 +137,12 @@ int32_t Sampler::draw(std::span<const float> logits) {
     std::sort(candidates_.begin(), candidates_.begin() + count, more_likely<Candidate>);
   }
   if (params_.top_p < 1.0f) count = keep_top_p(count, max_logit);
+  return count;
+}
+
+int32_t Sampler::draw(std::span<const float> logits) {
+  float max_logit = 0;
+  const size_t count = select_candidates(logits, max_logit);
   double total = 0;
   for (size_t i = 0; i < count; ++i) total += std::exp(double(candidates_[i].logit) - max_logit);
   double target = double(rng_.uniform()) * total;
@@ -145,6 +151,28 @@ int32_t Sampler::draw(std::span<const float> logits) {
     if (target < 0) return candidates_[i].token;
   }
   return candidates_[count - 1].token;  // rounding left a sliver at the end
+}
+
+void Sampler::distribution(std::span<float> logits, std::span<const int32_t> prompt,
+                           std::span<const int32_t> output, std::span<float> probs) {
+  if (static_cast<int32_t>(logits.size()) != n_vocab_ || probs.size() != logits.size()) {
+    fail("sampler: {} logits and {} probabilities for a vocabulary of {}", logits.size(),
+         probs.size(), n_vocab_);
+  }
+  apply_bias_and_penalties(logits, prompt, output);
+  std::fill(probs.begin(), probs.end(), 0.0f);
+  if (params_.greedy()) {
+    probs[kernels::active_kernels().argmax(logits.data(), n_vocab_)] = 1.0f;
+    return;
+  }
+  float max_logit = 0;
+  const size_t count = select_candidates(logits, max_logit);
+  double total = 0;
+  for (size_t i = 0; i < count; ++i) total += std::exp(double(candidates_[i].logit) - max_logit);
+  for (size_t i = 0; i < count; ++i) {
+    probs[static_cast<size_t>(candidates_[i].token)] =
+        static_cast<float>(std::exp(double(candidates_[i].logit) - max_logit) / total);
+  }
 }
 
 // Keeps the most likely candidates whose probability adds up to top_p (at least one). Sorts

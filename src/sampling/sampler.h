@@ -29,6 +29,14 @@ class Sampler {
   int32_t sample(std::span<float> logits, std::span<const int32_t> prompt,
                  std::span<const int32_t> output);
 
+  // The distribution sample() draws from, after the whole chain (bias, penalties, temperature,
+  // min-p, top-k, top-p): probs[i] for every token, zero outside the kept ones, one-hot at the
+  // argmax when greedy. `logits` is modified as by sample(). Speculative decoding compares a
+  // draft's distribution with this one (sampling/speculative_sampling.h).
+  void distribution(std::span<float> logits, std::span<const int32_t> prompt,
+                    std::span<const int32_t> output, std::span<float> probs);
+  Rng& rng() { return rng_; }
+
   // Log-probability of the token chosen by the last sample(), under softmax of the penalised
   // logits (the model's distribution; temperature and truncation are not applied, as OpenAI
   // reports logprobs).
@@ -48,6 +56,9 @@ class Sampler {
   void apply_bias_and_penalties(std::span<float> logits, std::span<const int32_t> prompt,
                                 std::span<const int32_t> output);
   int32_t draw(std::span<const float> logits);
+  // Fills candidates_ with the tokens that survive temperature, min-p, top-k and top-p (logits
+  // divided by the temperature); returns how many, and the largest scaled logit.
+  size_t select_candidates(std::span<const float> logits, float& max_logit);
   size_t keep_top_p(size_t count, float max_logit);
 
   SamplingParams params_;

@@ -15,7 +15,7 @@
 #include "engine/beam_search.h"
 #include "engine/engine.h"
 #include "model/registry.h"
-#include "tiny_model.h"
+#include "tiny_engine.h"
 #include "util/error.h"
 #include "util/thread_pool.h"
 
@@ -194,44 +194,8 @@ TEST(BeamSearch, BadSettingsAreErrors) {
 
 // --- through the engine, on a tiny random model -------------------------------------------
 
-class Collect final : public OutputChannel {
- public:
-  explicit Collect(int cancel_after_polls = -1) : cancel_after_(cancel_after_polls) {}
-  void on_text(std::string_view text) override { text_ += text; }
-  void on_finish(const RequestResult& result) override { result_ = result; }
-  bool cancelled() const override { return cancel_after_ >= 0 && polls_++ >= cancel_after_; }
-  RequestResult result_;
-  std::string text_;
-
- private:
-  int cancel_after_;
-  mutable int polls_ = 0;
-};
-
-class TinyEngineTest : public ::testing::Test {
+class TinyEngineTest : public TinyEngineFixture {
  protected:
-  void SetUp() override {
-    testing::TinyLlamaSpec spec;
-    spec.n_vocab = 24;
-    spec.with_tokenizer = true;
-    spec.seed = 5;
-    bytes_ = testing::make_tiny_llama(spec);
-    file_ = std::make_unique<gguf::GgufFile>(gguf::GgufFile::parse(bytes_));
-  }
-  std::unique_ptr<Engine> engine(int max_seqs, bool prefix_cache = true) {
-    EngineConfig config;
-    config.threads = 2;
-    config.pin_threads = false;
-    config.context = 256;
-    config.max_seqs = max_seqs;
-    config.prefix_caching = prefix_cache;
-    return std::make_unique<Engine>(*file_, config);
-  }
-  static std::vector<int32_t> prompt(int n) {
-    std::vector<int32_t> out{1};
-    for (int i = 1; i < n; ++i) out.push_back(3 + (i * 7) % 21);
-    return out;
-  }
   // Log-probabilities after prompt + generated, computed from scratch in a cache of its own.
   std::vector<float> fresh_logprobs(const std::vector<int32_t>& prompt,
                                     const std::vector<int32_t>& generated) {
@@ -274,8 +238,6 @@ class TinyEngineTest : public ::testing::Test {
     return out->result_;
   }
 
-  std::vector<uint8_t> bytes_;
-  std::unique_ptr<gguf::GgufFile> file_;
 };
 
 TEST_F(TinyEngineTest, MatchesABruteForceSearch) {

@@ -1,0 +1,61 @@
+// Speculative decoding: a drafter proposes the next few tokens of a sequence; the engine runs
+// them through the model with the real ones in one step and keeps the longest prefix that the
+// model's own sampling agrees with, plus the token it sampled where they part (engine.cpp).
+//
+// Why sampling stays exact: a draft token d proposed without a distribution (n-gram lookup, a
+// draft model's argmax) is a one-hot proposal q. Rejection sampling accepts d with probability
+// min(1, p(d) / q(d)) = p(d) and otherwise draws from normalize(max(p - q, 0)), which is p
+// without d. Drawing x from p and accepting d when x == d gives exactly that: d with
+// probability p(d), any other x with probability p(x). So the engine samples each row with
+// the request's own sampler and compares; with a fixed seed it draws the same random numbers in
+// the same order as without speculation, and the text is the same. Drafts that come with a
+// distribution q use speculative_draw (sampling/speculative_sampling.h).
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string_view>
+
+namespace inferd::engine {
+
+enum class SpecMethod { kOff, kNgram };
+std::string_view spec_method_name(SpecMethod method);
+SpecMethod parse_spec_method(std::string_view name);  // "off", "ngram"; else inferd::Error
+
+struct SpeculativeConfig {
+  SpecMethod method = SpecMethod::kOff;
+  // The most draft tokens a sequence brings to one step (vLLM's num_speculative_tokens); each
+  // sequence starts at this and adapts to its acceptance.
+  int32_t num_tokens = 4;
+  // N-gram prompt lookup: the last n tokens, n from max down to min, are looked for earlier in
+  // the prompt and output; what followed the match is the draft.
+  int32_t prompt_lookup_min = 2;
+  int32_t prompt_lookup_max = 5;
+  // Back-off under load: a step's draft tokens are limited so that its decode rows (one per
+  // running sequence plus drafts) stay within this; beyond it a step is bound by computation,
+  // not by reading the weights, and a rejected draft costs as much as it may save. 0: no limit.
+  int32_t max_step_rows = 16;
+  // A draft row's cost relative to a decode step of one sequence (measured, docs/BENCHMARKS.md):
+  // with the estimated acceptance it sets how many drafts a sequence proposes.
+  float row_cost = 0.1f;
+
+  bool enabled() const { return method != SpecMethod::kOff && num_tokens > 0; }
+  void validate() const;  // inferd::Error naming the bad field
+};
+
+// The tokens that followed the most recent earlier occurrence of the longest suffix of
+// `tokens` of length prompt_lookup_max down to prompt_lookup_min; at most out.size() of them
+// are written. Returns how many (0: no match).
+size_t propose_ngram(std::span<const int32_t> tokens, int32_t min_n, int32_t max_n,
+                     std::span<int32_t> out);
+
+// Counters of verified drafts, as vLLM reports them.
+struct SpecDecodeStats {
+  static constexpr int kMaxPositions = 16;
+  int64_t num_drafts = 0;           // verification steps that had at least one draft token
+  int64_t num_draft_tokens = 0;     // draft tokens proposed
+  int64_t num_accepted_tokens = 0;  // of those, accepted
+  int64_t accepted_per_position[kMaxPositions] = {};  // accepted at draft position i
+};
+
+}  // namespace inferd::engine

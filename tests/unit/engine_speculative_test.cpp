@@ -1,0 +1,233 @@
+// Speculative decoding through the engine, on the tiny random model: with n-gram drafts the
+// output is the same as without, token for token, greedy and seeded sampling alike, alone and
+// batched, through preemption, with logprobs; drafts are really taken (the model loops, so
+// prompt lookup finds them); rejected drafts leave the prefix cache and the pool consistent.
+// Prompt lookup itself on hand-made sequences.
+#include <memory>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "engine/speculative.h"
+#include "tiny_engine.h"
+#include "util/error.h"
+
+namespace inferd::engine {
+namespace {
+
+std::vector<int32_t> ngram(std::vector<int32_t> tokens, int min_n, int max_n, size_t k) {
+  std::vector<int32_t> out(k);
+  out.resize(propose_ngram(tokens, min_n, max_n, out));
+  return out;
+}
+
+TEST(NgramLookup, TakesWhatFollowedTheMostRecentLongestMatch) {
+  // Suffix "1 2 3": matched at the start (followed by 7 8) and, longer, "9 1 2 3" later.
+  EXPECT_EQ(ngram({9, 1, 2, 3, 7, 8, 5, 9, 1, 2, 3, 4, 4, 0, 9, 1, 2, 3}, 1, 4, 3),
+            (std::vector<int32_t>{4, 4, 0}));
+  // Two matches of the same length: the most recent wins.
+  EXPECT_EQ(ngram({1, 2, 5, 1, 2, 6, 1, 2}, 2, 2, 1), (std::vector<int32_t>{6}));
+  // Shorter than prompt_lookup_min: nothing.
+  EXPECT_TRUE(ngram({1, 2, 3, 4, 3}, 2, 4, 3).empty());
+  EXPECT_EQ(ngram({1, 2, 3, 4, 3}, 1, 4, 3), (std::vector<int32_t>{4, 3}));
+  // What follows may run into the suffix itself: a repeating pattern continues.
+  EXPECT_EQ(ngram({5, 6, 5, 6}, 2, 3, 4), (std::vector<int32_t>{5, 6}));
+  EXPECT_EQ(ngram({7, 7, 7}, 1, 2, 3), (std::vector<int32_t>{7}));
+  // At most k, and nothing from a sequence too short or with no repeat.
+  EXPECT_EQ(ngram({1, 2, 3, 4, 5, 1, 2}, 1, 3, 2), (std::vector<int32_t>{3, 4}));
+  EXPECT_TRUE(ngram({1}, 1, 3, 2).empty());
+  EXPECT_TRUE(ngram({1, 2, 3, 4}, 1, 3, 2).empty());
+  EXPECT_TRUE(ngram({1, 2, 1, 2}, 1, 3, 0).empty());
+}
+
+TEST(SpeculativeConfig, BadSettingsAreErrors) {
+  SpeculativeConfig c;
+  c.num_tokens = 17;
+  EXPECT_THROW(c.validate(), Error);
+  c = {};
+  c.prompt_lookup_min = 4;
+  c.prompt_lookup_max = 3;
+  EXPECT_THROW(c.validate(), Error);
+  EXPECT_EQ(parse_spec_method("ngram"), SpecMethod::kNgram);
+  EXPECT_THROW(parse_spec_method("eagle"), Error);
+}
+
+class SpeculativeEngineTest : public TinyEngineFixture {
+ protected:
+  static EngineConfig spec_config(int max_seqs, int k, bool prefix_cache = true) {
+    EngineConfig c = config(max_seqs, prefix_cache);
+    if (k > 0) {
+      c.spec.method = SpecMethod::kNgram;
+      c.spec.num_tokens = k;
+      c.spec.prompt_lookup_min = 1;
+      c.spec.max_step_rows = 0;  // drafts in every step, however many sequences run
+    }
+    return c;
+  }
+  // Prompts of many lengths and contents (some end inside a block, some on its boundary).
+  static std::vector<std::vector<int32_t>> prompts(int count) {
+    std::vector<std::vector<int32_t>> out;
+    for (int i = 0; i < count; ++i) {
+      std::vector<int32_t> p{1};
+      const int len = 3 + (i * 13) % 40;
+      for (int j = 1; j < len; ++j) p.push_back(3 + (j * (i + 2) + i) % 21);
+      out.push_back(std::move(p));
+    }
+    return out;
+  }
+  struct Run {
+    std::vector<std::vector<int32_t>> tokens;
+    std::vector<std::vector<float>> logprobs;
+    std::vector<std::string> texts;
+    SpecDecodeStats stats;
+  };
+  // All prompts submitted at once; their results in order.
+  Run run(const EngineConfig& c, const std::vector<std::vector<int32_t>>& ps, float temperature,
+          int64_t max_tokens = 40, bool logprobs = false) {
+    auto e = engine(c);
+    std::vector<std::shared_ptr<Collect>> outs;
+    for (size_t i = 0; i < ps.size(); ++i) {
+      outs.push_back(std::make_shared<Collect>());
+      Request r;
+      r.prompt = ps[i];
+      r.max_tokens = max_tokens;
+      r.sampling.temperature = temperature;
+      r.sampling.seed = 1000 + i;
+      r.logprobs = logprobs ? 2 : -1;
+      r.output = outs.back();
+      e->add_request(std::move(r));
+    }
+    e->run_until_idle();
+    EXPECT_EQ(e->kv_cache().used_blocks(), 0);
+    Run result;
+    for (const auto& o : outs) {
+      EXPECT_NE(o->result_.finish_reason, FinishReason::kError) << o->result_.error;
+      result.tokens.push_back(o->result_.output_tokens);
+      result.logprobs.push_back(o->logprobs_);
+      result.texts.push_back(o->text_);
+    }
+    result.stats = e->spec_decode_stats();
+    return result;
+  }
+};
+
+TEST_F(SpeculativeEngineTest, GreedyOutputIsTheSameAsWithoutDrafts) {
+  const auto ps = prompts(30);
+  for (const int max_seqs : {1, 6}) {
+    const Run off = run(spec_config(max_seqs, 0), ps, 0.0f);
+    for (const int k : {1, 4, 8}) {
+      const Run on = run(spec_config(max_seqs, k), ps, 0.0f);
+      EXPECT_EQ(on.tokens, off.tokens) << "max_seqs " << max_seqs << ", k " << k;
+      EXPECT_EQ(on.texts, off.texts);
+      // The tiny model loops, so drafts are found and many are right.
+      EXPECT_GT(on.stats.num_drafts, 100);
+      EXPECT_GT(on.stats.num_accepted_tokens, 200);
+      EXPECT_EQ(off.stats.num_drafts, 0);
+    }
+  }
+}
+
+TEST_F(SpeculativeEngineTest, SeededSamplingIsTheSameAsWithoutDrafts) {
+  // One-hot drafts need no correction: each row is sampled with the request's own sampler,
+  // drawing the same random numbers as one token per step would (engine/speculative.h).
+  const auto ps = prompts(12);
+  const Run off = run(spec_config(4, 0), ps, 0.8f, 40, true);
+  const Run on = run(spec_config(4, 4), ps, 0.8f, 40, true);
+  EXPECT_EQ(on.tokens, off.tokens);
+  EXPECT_EQ(on.logprobs, off.logprobs);  // bit for bit: the same rows, whatever the batch
+  EXPECT_GT(on.stats.num_accepted_tokens, 10);
+}
+
+TEST_F(SpeculativeEngineTest, PreemptionDropsDraftsAndRecomputesTheSameOutput) {
+  const auto ps = prompts(8);
+  const Run off = run(spec_config(8, 0), ps, 0.0f, 60);
+  EngineConfig tight = spec_config(8, 6);
+  tight.kv_blocks = 20;  // 8 sequences of up to ~100 tokens need more: some are preempted
+  const Run on = run(tight, ps, 0.0f, 60);
+  EXPECT_EQ(on.tokens, off.tokens);
+  EXPECT_GT(on.stats.num_accepted_tokens, 0);
+}
+
+TEST_F(SpeculativeEngineTest, RejectedDraftsLeaveThePrefixCacheConsistent) {
+  // The same engine serves the prompts again, each extended by part of its first output: the
+  // prefix cache now holds blocks that verified steps wrote (rejected drafts overwritten). A
+  // fresh engine without the cache must give the same tokens.
+  const auto ps = prompts(10);
+  auto e = engine(spec_config(3, 5));
+  auto again = ps;
+  for (size_t i = 0; i < ps.size(); ++i) {
+    auto out = std::make_shared<Collect>();
+    Request r;
+    r.prompt = ps[i];
+    r.max_tokens = 50;
+    r.sampling.temperature = 0.0f;
+    r.output = out;
+    e->add_request(std::move(r));
+    e->run_until_idle();
+    const auto& t = out->result_.output_tokens;
+    again[i].insert(again[i].end(), t.begin(), t.begin() + static_cast<int64_t>(t.size() * 3 / 4));
+  }
+  std::vector<std::vector<int32_t>> cached, fresh;
+  int64_t hits = 0;
+  for (const auto& p : again) {
+    auto out = std::make_shared<Collect>();
+    Request r;
+    r.prompt = p;
+    r.max_tokens = 20;
+    r.sampling.temperature = 0.0f;
+    r.output = out;
+    e->add_request(std::move(r));
+    e->run_until_idle();
+    cached.push_back(out->result_.output_tokens);
+    hits += out->result_.stats.cached_tokens;
+  }
+  EXPECT_GT(hits, 200);  // generated blocks were found again
+  fresh = run(spec_config(3, 0, false), again, 0.0f, 20).tokens;
+  EXPECT_EQ(cached, fresh);
+  EXPECT_EQ(e->kv_cache().used_blocks(), 0);
+}
+
+TEST_F(SpeculativeEngineTest, PerRequestSettingAndLimits) {
+  const auto ps = prompts(4);
+  auto e = engine(spec_config(4, 4));
+  auto out = std::make_shared<Collect>();
+  Request r;
+  r.prompt = ps[0];
+  r.max_tokens = 30;
+  r.sampling.temperature = 0.0f;
+  r.spec_tokens = 0;  // this request: off
+  r.output = out;
+  e->add_request(r);
+  e->run_until_idle();
+  EXPECT_EQ(e->spec_decode_stats().num_drafts, 0);
+  EXPECT_EQ(out->result_.output_tokens.size(), 30u);  // never past max_tokens
+  r.spec_tokens = 5;                                  // above the engine's 4
+  EXPECT_THROW(e->add_request(r), Error);
+  r.spec_tokens = 2;
+  r.max_tokens = 7;
+  auto out2 = std::make_shared<Collect>();
+  r.output = out2;
+  e->add_request(r);
+  e->run_until_idle();
+  EXPECT_EQ(out2->result_.output_tokens.size(), 7u);
+  EXPECT_GT(e->spec_decode_stats().num_drafts, 0);
+  EXPECT_LE(e->spec_decode_stats().num_draft_tokens, 2 * e->spec_decode_stats().num_drafts);
+}
+
+TEST_F(SpeculativeEngineTest, CancelWithDraftsPendingFreesEverything) {
+  auto e = engine(spec_config(2, 4));
+  auto out = std::make_shared<Collect>(6);
+  Request r;
+  r.prompt = prompts(1)[0];
+  r.max_tokens = 100;
+  r.sampling.temperature = 0.0f;
+  r.output = out;
+  e->add_request(std::move(r));
+  e->run_until_idle();
+  EXPECT_EQ(out->result_.finish_reason, FinishReason::kCancelled);
+  EXPECT_EQ(e->kv_cache().used_blocks(), 0);
+  EXPECT_LT(out->result_.output_tokens.size(), 100u);
+}
+
+}  // namespace
+}  // namespace inferd::engine

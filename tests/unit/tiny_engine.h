@@ -1,0 +1,75 @@
+// The tiny random model (tiny_model.h) with a vocabulary, behind an Engine: for tests of what
+// the engine does with sequences (forks, beams, drafts) rather than of what the model computes.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "engine/engine.h"
+#include "tiny_model.h"
+
+namespace inferd::engine {
+
+// Collects a request's text and result; cancels after a number of polls when asked to.
+class Collect final : public OutputChannel {
+ public:
+  explicit Collect(int cancel_after_polls = -1) : cancel_after_(cancel_after_polls) {}
+  void on_text(std::string_view text) override { text_ += text; }
+  void on_token(int32_t token, float logprob,
+                std::span<const sampling::TokenLogprob> top) override {
+    tokens_.push_back(token);
+    logprobs_.push_back(logprob);
+    if (!top.empty()) top_tokens_.push_back(top.front().token);
+  }
+  void on_finish(const RequestResult& result) override { result_ = result; }
+  bool cancelled() const override { return cancel_after_ >= 0 && polls_++ >= cancel_after_; }
+  RequestResult result_;
+  std::string text_;
+  std::vector<int32_t> tokens_, top_tokens_;  // with logprobs: each token and its top one
+  std::vector<float> logprobs_;
+
+ private:
+  int cancel_after_;
+  mutable int polls_ = 0;
+};
+
+class TinyEngineFixture : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    testing::TinyLlamaSpec spec;
+    spec.n_vocab = 24;
+    spec.with_tokenizer = true;
+    spec.seed = 5;
+    bytes_ = testing::make_tiny_llama(spec);
+    file_ = std::make_unique<gguf::GgufFile>(gguf::GgufFile::parse(bytes_));
+  }
+  static EngineConfig config(int max_seqs, bool prefix_cache = true) {
+    EngineConfig c;
+    c.threads = 2;
+    c.pin_threads = false;
+    c.context = 256;
+    c.max_seqs = max_seqs;
+    c.prefix_caching = prefix_cache;
+    return c;
+  }
+  std::unique_ptr<Engine> engine(int max_seqs, bool prefix_cache = true) {
+    return std::make_unique<Engine>(*file_, config(max_seqs, prefix_cache));
+  }
+  std::unique_ptr<Engine> engine(const EngineConfig& c) {
+    return std::make_unique<Engine>(*file_, c);
+  }
+  // BOS, then a repeating walk over the vocabulary's ordinary tokens.
+  static std::vector<int32_t> prompt(int n) {
+    std::vector<int32_t> out{1};
+    for (int i = 1; i < n; ++i) out.push_back(3 + (i * 7) % 21);
+    return out;
+  }
+
+  std::vector<uint8_t> bytes_;
+  std::unique_ptr<gguf::GgufFile> file_;
+};
+
+}  // namespace inferd::engine
