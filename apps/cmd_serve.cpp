@@ -9,8 +9,8 @@
 #include "generation_options.h"
 #include "server/engine_loop.h"
 #include "server/http_server.h"
-#include "util/error.h"
 #include "stream_output.h"
+#include "util/error.h"
 #include "util/paths.h"
 
 namespace inferd::app {
@@ -86,6 +86,7 @@ void serve(const ServeArgs& args) {
   context.tokenizer = &loop.tokenizer();
   context.context = loop.context();
   context.model_ids = {model_id};
+  context.spec_tokens = config.spec.enabled() ? config.spec.num_tokens : 0;
   context.render_chat = [&loop, chat_template,
                          path](const nlohmann::ordered_json& messages) -> std::string {
     if (!chat_template) {

@@ -1,6 +1,8 @@
 #include "server/engine_loop.h"
 
+#include <cmath>
 #include <cstdio>
+#include <string>
 
 #include "util/error.h"
 
@@ -38,6 +40,7 @@ EngineLoop::EngineLoop(const gguf::GgufFile& file, const engine::EngineConfig& c
       log_interval_s_(log_interval_s),
       last_log_{std::chrono::steady_clock::now()} {
   metrics_.kv_bytes_total.store(engine_.kv_cache().bytes());
+  if (config.spec.enabled()) metrics_.spec_positions = config.spec.num_tokens;
   thread_ = std::thread([this] { run(); });
 }
 
@@ -76,6 +79,12 @@ void EngineLoop::publish_gauges() {
   const kv::PrefixCacheStats prefix = engine_.prefix_cache_stats();
   metrics_.prefix_queries.store(prefix.queried_tokens);
   metrics_.prefix_hits.store(prefix.hit_tokens);
+  const engine::SpecDecodeStats& spec = engine_.spec_decode_stats();
+  metrics_.spec_drafts.store(spec.num_drafts);
+  metrics_.spec_draft_tokens.store(spec.num_draft_tokens);
+  metrics_.spec_accepted.store(spec.num_accepted_tokens);
+  for (int i = 0; i < engine::SpecDecodeStats::kMaxPositions; ++i)
+    metrics_.spec_accepted_per_pos[i].store(spec.accepted_per_position[i]);
 }
 
 void EngineLoop::maybe_log() {
@@ -94,14 +103,21 @@ void EngineLoop::maybe_log() {
     return whole > 0 ? 100.0 * double(part) / double(whole) : 0.0;
   };
   const kv::KvCache& kv = engine_.kv_cache();
+  std::string spec;
+  if (const engine::SpecDecodeStats& st = engine_.spec_decode_stats(); st.num_draft_tokens > 0) {
+    spec = " | drafts accepted " +
+           std::to_string(static_cast<int>(
+               std::lround(percent(st.num_accepted_tokens, st.num_draft_tokens)))) +
+           "%";
+  }
   std::fprintf(stderr,
                "[inferd] %.1f s: computed %.1f tok/s, generated %.1f tok/s | running %zu, waiting "
-               "%zu | KV %.1f%% | prefix cache hit rate %.1f%% (%.1f%% since start)\n",
+               "%zu | KV %.1f%% | prefix cache hit rate %.1f%% (%.1f%% since start)%s\n",
                seconds, double(mark.computed - last_log_.computed) / seconds,
                double(mark.generated - last_log_.generated) / seconds, engine_.num_running(),
                engine_.num_waiting(), percent(kv.used_bytes(), kv.bytes()),
                percent(mark.hits - last_log_.hits, mark.queried - last_log_.queried),
-               percent(mark.hits, mark.queried));
+               percent(mark.hits, mark.queried), spec.c_str());
   last_log_ = mark;
 }
 

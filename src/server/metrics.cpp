@@ -109,6 +109,20 @@ std::string ServerMetrics::render() const {
   counter("vllm:prefix_cache_queries", "Prompt tokens looked up in the prefix cache.",
           prefix_queries.load());
   counter("vllm:prefix_cache_hits", "Prompt tokens found in the prefix cache.", prefix_hits.load());
+  if (spec_positions > 0) {
+    counter("vllm:spec_decode_num_drafts", "Verification steps of a sequence with draft tokens.",
+            spec_drafts.load());
+    counter("vllm:spec_decode_num_draft_tokens", "Draft tokens proposed.",
+            spec_draft_tokens.load());
+    counter("vllm:spec_decode_num_accepted_tokens", "Draft tokens accepted.", spec_accepted.load());
+    out +=
+        "# HELP vllm:spec_decode_num_accepted_tokens_per_pos Draft tokens accepted, by position "
+        "in the draft.\n# TYPE vllm:spec_decode_num_accepted_tokens_per_pos counter\n";
+    for (int i = 0; i < spec_positions; ++i) {
+      out += fmt::format("vllm:spec_decode_num_accepted_tokens_per_pos{{{},position=\"{}\"}} {}\n",
+                         labels_, i, spec_accepted_per_pos[i].load());
+    }
+  }
   std::lock_guard lock(mutex_);
   out += fmt::format(
       "# HELP vllm:prompt_tokens_total Prompt tokens processed.\n"

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "engine/request.h"
+#include "engine/speculative.h"
 
 namespace inferd::server {
 
@@ -42,6 +43,10 @@ class ServerMetrics {
   std::atomic<int64_t> kv_bytes_used{0}, kv_bytes_total{0}, kv_bytes_peak{0};
   // Prefix cache, in prompt tokens since start-up: looked up, and found.
   std::atomic<int64_t> prefix_queries{0}, prefix_hits{0};
+  // Speculative decoding since start-up (engine/speculative.h); spec_positions > 0 when on.
+  std::atomic<int64_t> spec_drafts{0}, spec_draft_tokens{0}, spec_accepted{0};
+  std::atomic<int64_t> spec_accepted_per_pos[engine::SpecDecodeStats::kMaxPositions] = {};
+  int spec_positions = 0;
 
   // A finished request: its stats and the gaps between its streamed tokens (seconds).
   void record_finish(const engine::RequestResult& result, std::span<const double> itls);

@@ -281,6 +281,17 @@ CompletionRequest parse_completion(const json& body, bool chat, const ParseConte
       bad("cache_salt", "'cache_salt' must be a non-empty string");
     out.request.cache_salt = salt->get<std::string>();
   }
+  // llama-server's per-request draft limit; 0 turns speculative decoding off for this request.
+  if (const json* spec = field(body, "speculative.n_max")) {
+    if (!spec->is_number_integer() || spec->get<int64_t>() < 0 ||
+        spec->get<int64_t>() > ctx.spec_tokens) {
+      bad("speculative.n_max",
+          fmt::format("'speculative.n_max' must be an integer from 0 to {} (the server's "
+                      "--spec-k; 0 when it runs without speculative decoding)",
+                      ctx.spec_tokens));
+    }
+    out.request.spec_tokens = spec->get<int32_t>();
+  }
   out.logprobs = parse_logprobs(body, chat);
   out.request.logprobs = out.logprobs;
   out.n = static_cast<int>(integer(body, "n", 1, 1, kMaxN));

@@ -35,6 +35,7 @@ struct ParseContext {
   const tokenizer::Tokenizer* tokenizer = nullptr;
   int64_t context = 0;                 // tokens per sequence (prompt + output)
   std::vector<std::string> model_ids;  // names a request may use in "model"
+  int32_t spec_tokens = 0;  // the server's draft tokens per step (0: no speculative decoding)
   // Renders the request's messages (a validated JSON list) with the chat template.
   std::function<std::string(const nlohmann::ordered_json& messages)> render_chat;
 };

@@ -117,12 +117,13 @@ class DecodeAllocTest : public ModelTest {
 
   std::shared_ptr<ReservedOutput> submit(engine::Engine& e, const std::string& prompt,
                                          const sampling::SamplingParams& params,
-                                         std::vector<std::string> stop = {}) {
+                                         std::vector<std::string> stop = {},
+                                         int64_t max_tokens = 3 * kSteps) {
     auto out = std::make_shared<ReservedOutput>();
     engine::Request r;
     r.prompt = e.tokenizer().encode(prompt, true, true);
     r.sampling = params;
-    r.max_tokens = 3 * kSteps;  // still decoding when the window closes
+    r.max_tokens = max_tokens;  // still decoding when the window closes
     r.ignore_eos = true;
     r.stop = std::move(stop);
     r.output = out;
@@ -142,12 +143,16 @@ class DecodeAllocTest : public ModelTest {
     return count;
   }
 
-  engine::Engine make_engine() {
+  engine::Engine make_engine(bool speculative = false) {
     engine::EngineConfig config;
     config.threads = 2;
-    config.context = 512;
+    config.context = speculative ? 2048 : 512;  // up to 5 tokens a step
     config.max_seqs = 4;
     config.max_batched_tokens = 256;
+    if (speculative) {
+      config.spec.method = engine::SpecMethod::kNgram;
+      config.spec.prompt_lookup_min = 1;
+    }
     return engine::Engine(*file_, config);
   }
 };
@@ -206,6 +211,22 @@ TEST_F(DecodeAllocTest, ConcurrentDecodeAllocatesNothing) {
       submit(e, "Once upon a time", greedy), submit(e, "def fibonacci(n):", greedy),
       submit(e, "The three primary colors are", greedy)};
   EXPECT_EQ(allocations_in_decode(e, outs), 0);
+}
+
+TEST_F(DecodeAllocTest, SpeculativeDecodeAllocatesNothing) {
+  auto e = make_engine(true);
+  sampling::SamplingParams greedy;
+  greedy.temperature = 0;
+  sampling::SamplingParams sampled;
+  sampled.temperature = 0.7f;
+  sampled.seed = 3;
+  std::vector<std::shared_ptr<ReservedOutput>> outs = {
+      submit(e, "Repeat after me, many times: red, green, blue, red, green, blue,", greedy, {},
+             1800),
+      submit(e, "Count: one two three one two three one two three", sampled, {}, 1800)};
+  const int64_t drafts_before = e.spec_decode_stats().num_draft_tokens;
+  EXPECT_EQ(allocations_in_decode(e, outs), 0);
+  EXPECT_GT(e.spec_decode_stats().num_draft_tokens, drafts_before + 100) << "drafts were verified";
 }
 
 }  // namespace

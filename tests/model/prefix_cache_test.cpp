@@ -170,7 +170,11 @@ TEST_P(PrefixCacheTest, ChoicesForkFromTheFirstAndEqualSeparateRequests) {
     r.prompt = prompt;
     r.max_tokens = 24;
     r.ignore_eos = true;
-    r.sampling.temperature = 0.9f;
+    // Wide open sampling: the long repetitive prompt makes the model sure of its next tokens.
+    r.sampling.temperature = 1.5f;
+    r.sampling.top_k = 0;
+    r.sampling.top_p = 1.0f;
+    r.sampling.min_p = 0.0f;
     r.sampling.seed = seed;
     return r;
   };
@@ -181,7 +185,7 @@ TEST_P(PrefixCacheTest, ChoicesForkFromTheFirstAndEqualSeparateRequests) {
     e.run_until_idle();
     alone.push_back(out->result_.output_tokens);
   }
-  EXPECT_NE(alone[0], alone[1]);  // the seeds matter
+  EXPECT_TRUE(alone[0] != alone[1] || alone[0] != alone[2]);  // the seeds matter
   engine::Engine e = make_engine(false);
   engine::Request r = sampled(7);
   std::vector<std::shared_ptr<CollectOutput>> more;
