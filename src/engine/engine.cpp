@@ -46,6 +46,7 @@ struct Engine::Active {
   // accepted and rejected drafts that set how many to propose.
   int32_t spec_max = 0;
   double spec_accepted = 0, spec_rejected = 0;
+  int32_t shadow_draft = -1;  // a proposal not verified, compared with the next token instead
 };
 
 // A beam search's beams. Beam slot 0 is the request's own sequence; each slot's sequence is
@@ -283,7 +284,10 @@ void Engine::step() {
     if (!active.was_scheduled) active.first_scheduled = now;
     active.was_scheduled = true;
   }
+  const auto started = Clock::now();
   runner_->run(scheduled_);
+  if (config_.spec.enabled())
+    record_step_time(std::chrono::duration<double>(Clock::now() - started).count());
   for (size_t i = 0; i < scheduled_.size(); ++i) {
     Sequence& seq = *scheduled_[i].seq;
     seq.num_computed += scheduled_[i].num_new_tokens;
@@ -303,7 +307,12 @@ void Engine::step() {
       verify_drafts(active, i);
     } else {
       if (!active.choices.empty()) fork_choices(active, runner_->logits_for(i));
-      process_output(active, runner_->logits_for(i));
+      const int32_t token = process_output(active, runner_->logits_for(i));
+      if (active.shadow_draft >= 0) {
+        const bool right = token == active.shadow_draft;
+        update_acceptance(active, right ? 1 : 0, !right);
+      }
+      active.shadow_draft = -1;
     }
   }
   for (Active* active : beam_steps_) advance_beams(*active);
@@ -620,11 +629,42 @@ void Engine::verify_drafts(Active& active, size_t scheduled_index) {
   spec_stats_.num_draft_tokens += drafted;
   spec_stats_.num_accepted_tokens += accepted;
   for (int64_t j = 0; j < accepted; ++j) spec_stats_.accepted_per_position[j] += 1;
+  update_acceptance(active, accepted, accepted < drafted);
+}
+
+void Engine::update_acceptance(Active& active, int64_t accepted, bool rejected) {
   // Decayed counts: recent drafts weigh more, so a sequence that leaves a quoted passage
   // drafts less soon after.
   constexpr double kDecay = 0.8;
   active.spec_accepted = active.spec_accepted * kDecay + static_cast<double>(accepted);
-  active.spec_rejected = active.spec_rejected * kDecay + (accepted < drafted ? 1.0 : 0.0);
+  active.spec_rejected = active.spec_rejected * kDecay + (rejected ? 1.0 : 0.0);
+}
+
+void Engine::record_step_time(double seconds) {
+  // Decode steps only: every sequence computes its last token and its drafts, nothing else.
+  int64_t rows = 0;
+  for (const ScheduledSequence& s : scheduled_) {
+    if (s.num_new_tokens != 1 + s.seq->num_draft) return;
+    rows += s.num_new_tokens;
+  }
+  if (rows > kTimedRows) return;
+  const auto r = static_cast<size_t>(rows);
+  constexpr double kWeight = 0.1;  // recent steps count more: the machine's load changes
+  step_seconds_[r] =
+      step_samples_[r] == 0 ? seconds : step_seconds_[r] + kWeight * (seconds - step_seconds_[r]);
+  step_samples_[r] += 1;
+}
+
+double Engine::draft_row_cost() const {
+  constexpr int kEnough = 8;
+  if (!config_.spec.measure_row_cost || step_samples_[1] < kEnough) return config_.spec.row_cost;
+  // The widest step measured often enough gives the slope per extra row.
+  for (int r = kTimedRows; r >= 2; --r) {
+    if (step_samples_[r] < kEnough) continue;
+    const double slope = (step_seconds_[r] - step_seconds_[1]) / (r - 1);
+    return std::clamp(slope / step_seconds_[1], 0.0, 10.0);
+  }
+  return config_.spec.row_cost;
 }
 
 int64_t Engine::propose_drafts(Active& active, int64_t budget) {
@@ -636,11 +676,13 @@ int64_t Engine::propose_drafts(Active& active, int64_t budget) {
       1;
   // How many drafts pay: with a per-token acceptance a (estimated from this sequence's own
   // history, prior 1/2), k drafts yield 1 + a + ... + a^k tokens for 1 + c k the cost of a
-  // step (c: a draft row's cost relative to a decode step, engine/speculative.h).
+  // step (c: a draft row's cost relative to a decode step, measured). None when no k beats
+  // plain decoding; the proposal is then only checked against the next token (free), so the
+  // estimate follows the text and drafting resumes where it starts to pay.
   const double a = (active.spec_accepted + 1) / (active.spec_accepted + active.spec_rejected + 2);
-  const double c = config_.spec.row_cost;
-  int32_t k = 1;
-  double best = 0, yield = 1, power = 1;
+  const double c = draft_row_cost();
+  int32_t k = 0;
+  double best = 1, yield = 1, power = 1;
   for (int32_t n = 1; n <= active.spec_max; ++n) {
     power *= a;
     yield += power;
@@ -649,11 +691,15 @@ int64_t Engine::propose_drafts(Active& active, int64_t budget) {
       k = n;
     }
   }
-  const int64_t want = std::min<int64_t>({k, room, budget});
+  const int64_t want = std::min<int64_t>({std::max(k, 1), room, budget});
   if (want <= 0) return 0;
   const size_t n =
       propose_ngram(seq.tokens, config_.spec.prompt_lookup_min, config_.spec.prompt_lookup_max,
                     std::span(drafts_).first(static_cast<size_t>(want)));
+  if (k == 0) {  // not worth verifying: only see whether it would have been right
+    active.shadow_draft = n > 0 ? drafts_[0] : -1;
+    return 0;
+  }
   seq.tokens.insert(seq.tokens.end(), drafts_.begin(), drafts_.begin() + static_cast<int64_t>(n));
   seq.num_draft = static_cast<int64_t>(n);
   return seq.num_draft;

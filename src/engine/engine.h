@@ -88,6 +88,12 @@ class Engine {
   void verify_drafts(Active& active, size_t scheduled_index);
   // Appends up to `budget` draft tokens to a decoding sequence; returns how many.
   int64_t propose_drafts(Active& active, int64_t budget);
+  // A draft row's cost relative to a one-row decode step: from the measured durations of
+  // decode steps by their row count once there are enough, else the configured guess.
+  double draft_row_cost() const;
+  void record_step_time(double seconds);
+  // Folds a verification (or a shadow check of one draft) into a sequence's acceptance.
+  void update_acceptance(Active& active, int64_t accepted, bool rejected);
   // Beam search: records a beam's candidates; once every live beam has its own, advance_beams
   // forks, drops and extends the beams and finishes the request when the search is settled.
   void observe_beam(Active& active, const Sequence& seq, std::span<const float> logits);
@@ -116,6 +122,9 @@ class Engine {
   std::vector<float> fork_logits_;   // [n_vocab] a choice's copy of the logits it forks at
   std::vector<int32_t> drafts_;      // [SpecDecodeStats::kMaxPositions] scratch
   SpecDecodeStats spec_stats_;
+  static constexpr int kTimedRows = 32;
+  double step_seconds_[kTimedRows + 1] = {};  // decayed mean duration of decode steps by rows
+  int step_samples_[kTimedRows + 1] = {};
   uint64_t next_id_ = 1;
   int64_t peak_kv_bytes_ = 0;
   int64_t computed_tokens_ = 0, generated_tokens_ = 0;

@@ -68,7 +68,7 @@ void Scheduler::free_blocks(Sequence& seq) {
 
 void Scheduler::preempt(Sequence& seq) {
   free_blocks(seq);
-  seq.drop_drafts();  // recomputed tokens must be real ones
+  seq.drop_drafts();     // recomputed tokens must be real ones
   seq.num_computed = 0;  // recomputed from scratch (prompt + what was generated so far)
   seq.num_preemptions += 1;
   seq.status = SequenceStatus::kWaiting;

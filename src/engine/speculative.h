@@ -35,9 +35,12 @@ struct SpeculativeConfig {
   // running sequence plus drafts) stay within this; beyond it a step is bound by computation,
   // not by reading the weights, and a rejected draft costs as much as it may save. 0: no limit.
   int32_t max_step_rows = 16;
-  // A draft row's cost relative to a decode step of one sequence (measured, docs/BENCHMARKS.md):
-  // with the estimated acceptance it sets how many drafts a sequence proposes.
-  float row_cost = 0.1f;
+  // A draft row's cost relative to a one-row decode step, used until the engine has timed
+  // enough decode steps of different widths to know it (on a 2-core AVX2 EPYC it measured
+  // about 0.6: decode there is bound by arithmetic as much as by memory). With a sequence's
+  // acceptance it sets how many drafts pay.
+  float row_cost = 0.5f;
+  bool measure_row_cost = true;  // false: row_cost always (tests: 0 drafts the most every step)
 
   bool enabled() const { return method != SpecMethod::kOff && num_tokens > 0; }
   void validate() const;  // inferd::Error naming the bad field

@@ -65,7 +65,11 @@ class SpeculativeModelTest : public ::testing::TestWithParam<SpecModel> {
     if (spec) {
       config.spec.method = engine::SpecMethod::kNgram;
       config.spec.num_tokens = 5;
-      if (max_seqs > 1) config.spec.max_step_rows = 0;  // drafts in batched steps too
+      if (max_seqs > 1) {  // drafts in batched steps too, as many as allowed
+        config.spec.max_step_rows = 0;
+        config.spec.row_cost = 0;
+        config.spec.measure_row_cost = false;
+      }
     }
     return engine::Engine(*file_, config);
   }
@@ -98,11 +102,11 @@ TEST_P(SpeculativeModelTest, GreedyTextIsTheSameWithNgramDrafts) {
   // Drafts were verified, and the input-grounded prompts gave many right ones.
   EXPECT_GT(stats.num_drafts, 100);
   EXPECT_GT(stats.num_accepted_tokens, 200);
-  // One at a time, with the default per-step row limit.
+  // One at a time, with the default policy (row cost measured, drafts where they pay).
   engine::Engine alone = make_engine(true, 1);
   const auto single = run(alone, 10, &stats);
   for (size_t i = 0; i < single.size(); ++i) EXPECT_EQ(single[i], expected[i]) << "prompt " << i;
-  EXPECT_GT(stats.num_accepted_tokens, 50);
+  EXPECT_GT(stats.num_accepted_tokens, 20);
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, SpeculativeModelTest, ::testing::ValuesIn(kSpecModels),

@@ -61,6 +61,8 @@ class SpeculativeEngineTest : public TinyEngineFixture {
       c.spec.num_tokens = k;
       c.spec.prompt_lookup_min = 1;
       c.spec.max_step_rows = 0;  // drafts in every step, however many sequences run
+      c.spec.row_cost = 0;       // as many as k every step, whatever the acceptance
+      c.spec.measure_row_cost = false;
     }
     return c;
   }
@@ -185,6 +187,21 @@ TEST_F(SpeculativeEngineTest, RejectedDraftsLeaveThePrefixCacheConsistent) {
   fresh = run(spec_config(3, 0, false), again, 0.0f, 20).tokens;
   EXPECT_EQ(cached, fresh);
   EXPECT_EQ(e->kv_cache().used_blocks(), 0);
+}
+
+TEST_F(SpeculativeEngineTest, DraftsOnlyWhereTheyPay) {
+  // A draft row as dear as 5 decode steps never pays: proposals are only checked against the
+  // next token. The same text either way.
+  const auto ps = prompts(6);
+  EngineConfig dear = spec_config(2, 4);
+  dear.spec.row_cost = 5;
+  const Run none = run(dear, ps, 0.0f);
+  EXPECT_EQ(none.stats.num_drafts, 0);
+  EngineConfig cheap = spec_config(2, 4);
+  cheap.spec.row_cost = 0.05f;
+  const Run some = run(cheap, ps, 0.0f);
+  EXPECT_GT(some.stats.num_drafts, 20);
+  EXPECT_EQ(some.tokens, none.tokens);
 }
 
 TEST_F(SpeculativeEngineTest, PerRequestSettingAndLimits) {
