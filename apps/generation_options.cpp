@@ -55,8 +55,13 @@ void add_spec_options(CLI::App& cmd, engine::SpeculativeConfig& spec) {
   cmd.add_option_function<std::string>(
          "--spec",
          [&spec](const std::string& name) { spec.method = engine::parse_spec_method(name); },
-         "Speculative decoding: off (default) or ngram (drafts from earlier text: prompt lookup)")
-      ->check(CLI::IsMember({"off", "ngram"}));
+         "Speculative decoding: off (default), ngram (drafts from earlier text: prompt lookup) or "
+         "draft (drafts from --draft-model)")
+      ->check(CLI::IsMember({"off", "ngram", "draft"}));
+  cmd.add_option("--draft-model,--model-draft", spec.draft_model,
+                 "GGUF file of a small model with the same vocabulary that drafts tokens "
+                 "(implies --spec draft)")
+      ->each([&spec](const std::string&) { spec.method = engine::SpecMethod::kDraftModel; });
   cmd.add_option("--spec-k", spec.num_tokens,
                  "Most draft tokens per sequence and step (adapts to acceptance below it)")
       ->check(CLI::Range(1, engine::SpecDecodeStats::kMaxPositions));

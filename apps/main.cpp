@@ -19,6 +19,7 @@ std::vector<std::string> with_long_names(int argc, char** argv) {
   for (std::string& a : args) {
     if (a == "-ctk") a = "--cache-type-k";
     if (a == "-ctv") a = "--cache-type-v";
+    if (a == "-md") a = "--draft-model";
   }
   return args;
 }

@@ -47,6 +47,8 @@ struct Engine::Active {
   int32_t spec_max = 0;
   double spec_accepted = 0, spec_rejected = 0;
   int32_t shadow_draft = -1;  // a proposal not verified, compared with the next token instead
+  std::unique_ptr<DraftModel::State> draft_state;  // --spec draft: its tokens in the draft cache
+  std::vector<int32_t> draft_out;                  // [kMaxPositions] the draft model's proposal
 };
 
 // A beam search's beams. Beam slot 0 is the request's own sequence; each slot's sequence is
@@ -141,6 +143,13 @@ Engine::Engine(const gguf::GgufFile& file, const EngineConfig& config) : config_
                                           config.max_seqs,
                                           config.spec.enabled() ? config.spec.num_tokens : 0);
   drafts_.resize(SpecDecodeStats::kMaxPositions);
+  if (config.spec.enabled() && config.spec.method == SpecMethod::kDraftModel) {
+    draft_ = std::make_unique<DraftModel>(config.spec.draft_model, tokenizer_->vocab(),
+                                          config_.context, config.max_seqs, config.block_size,
+                                          config.max_batched_tokens, *pool_);
+    draft_jobs_.reserve(static_cast<size_t>(config.max_seqs));
+    draft_owners_.reserve(static_cast<size_t>(config.max_seqs));
+  }
   scheduled_.reserve(static_cast<size_t>(config.max_seqs));
   finished_ids_.reserve(static_cast<size_t>(config.max_seqs));
   beam_steps_.reserve(static_cast<size_t>(config.max_seqs));
@@ -258,6 +267,11 @@ std::unique_ptr<Engine::Active> Engine::make_active(Request request) {
   active->stop = std::make_unique<StopMatcher>(request.stop, tokenizer_->max_piece_bytes() * 3 + 4);
   if (config_.spec.enabled() && request.beam_width == 0)
     active->spec_max = request.spec_tokens < 0 ? config_.spec.num_tokens : request.spec_tokens;
+  if (draft_ && active->spec_max > 0) {
+    active->draft_state = std::make_unique<DraftModel::State>();
+    draft_->reserve(*active->draft_state, prompt + request.max_tokens + 1);
+    active->draft_out.resize(SpecDecodeStats::kMaxPositions);
+  }
   if (request.beam_width > 0) {
     active->beams = std::make_unique<BeamState>(request, seq);
     for (Sequence& other : active->beams->others) {
@@ -326,6 +340,17 @@ void Engine::step() {
       Active& active = *active_.at(scheduled_[i].seq->request_id);
       if (!active.done && active.spec_max > 0) budget -= propose_drafts(active, budget);
     }
+    if (!draft_jobs_.empty()) {  // the draft model proposes for all of them in one batch
+      draft_->propose(draft_jobs_);
+      for (size_t j = 0; j < draft_jobs_.size(); ++j) {
+        Sequence& seq = draft_owners_[j]->seq;
+        const DraftModel::Job& job = draft_jobs_[j];
+        seq.tokens.insert(seq.tokens.end(), job.out.begin(), job.out.begin() + job.proposed);
+        seq.num_draft = job.proposed;
+      }
+      draft_jobs_.clear();
+      draft_owners_.clear();
+    }
   }
   for (uint64_t id : finished_ids_) active_.erase(id);
   finished_ids_.clear();
@@ -377,6 +402,7 @@ void Engine::finish(Active& active, FinishReason reason, std::string error) {
   Sequence& seq = active.seq;
   active.done = true;
   seq.drop_drafts();  // cancelled between a proposal and its verification
+  if (active.draft_state) draft_->release(*active.draft_state);
   // Choices still waiting to fork from this one (it was cancelled or failed before its prompt
   // was computed) compute their prompt themselves, from the prefix cache where it has it.
   for (const uint64_t id : active.choices) {
@@ -655,6 +681,11 @@ void Engine::record_step_time(double seconds) {
   step_samples_[r] += 1;
 }
 
+double Engine::draft_model_cost() const {
+  if (!draft_ || draft_->step_seconds() == 0 || step_samples_[1] == 0) return 0;
+  return draft_->step_seconds() / step_seconds_[1];
+}
+
 double Engine::draft_row_cost() const {
   constexpr int kEnough = 8;
   if (!config_.spec.measure_row_cost || step_samples_[1] < kEnough) return config_.spec.row_cost;
@@ -680,7 +711,7 @@ int64_t Engine::propose_drafts(Active& active, int64_t budget) {
   // plain decoding; the proposal is then only checked against the next token (free), so the
   // estimate follows the text and drafting resumes where it starts to pay.
   const double a = (active.spec_accepted + 1) / (active.spec_accepted + active.spec_rejected + 2);
-  const double c = draft_row_cost();
+  const double c = draft_row_cost() + draft_model_cost();
   int32_t k = 0;
   double best = 1, yield = 1, power = 1;
   for (int32_t n = 1; n <= active.spec_max; ++n) {
@@ -693,6 +724,12 @@ int64_t Engine::propose_drafts(Active& active, int64_t budget) {
   }
   const int64_t want = std::min<int64_t>({std::max(k, 1), room, budget});
   if (want <= 0) return 0;
+  if (draft_) {  // proposed with the others after this pass; no free check without drafting
+    draft_jobs_.push_back({active.draft_state.get(), seq.tokens, want,
+                           std::span(active.draft_out).first(static_cast<size_t>(want))});
+    draft_owners_.push_back(&active);
+    return want;
+  }
   const size_t n =
       propose_ngram(seq.tokens, config_.spec.prompt_lookup_min, config_.spec.prompt_lookup_max,
                     std::span(drafts_).first(static_cast<size_t>(want)));

@@ -9,6 +9,7 @@
 #include <memory>
 #include <vector>
 
+#include "engine/draft_model.h"
 #include "engine/model_runner.h"
 #include "engine/request.h"
 #include "engine/scheduler.h"
@@ -91,6 +92,8 @@ class Engine {
   // A draft row's cost relative to a one-row decode step: from the measured durations of
   // decode steps by their row count once there are enough, else the configured guess.
   double draft_row_cost() const;
+  // The draft model's cost per drafted token relative to a one-row decode step (0 without one).
+  double draft_model_cost() const;
   void record_step_time(double seconds);
   // Folds a verification (or a shadow check of one draft) into a sequence's acceptance.
   void update_acceptance(Active& active, int64_t accepted, bool rejected);
@@ -118,9 +121,12 @@ class Engine {
   std::map<uint64_t, std::unique_ptr<Active>> active_;
   std::vector<ScheduledSequence> scheduled_;
   std::vector<uint64_t> finished_ids_;
-  std::vector<Active*> beam_steps_;  // beam searches that got logits this step
-  std::vector<float> fork_logits_;   // [n_vocab] a choice's copy of the logits it forks at
-  std::vector<int32_t> drafts_;      // [SpecDecodeStats::kMaxPositions] scratch
+  std::vector<Active*> beam_steps_;          // beam searches that got logits this step
+  std::vector<float> fork_logits_;           // [n_vocab] a choice's copy of the logits it forks at
+  std::vector<int32_t> drafts_;              // [SpecDecodeStats::kMaxPositions] scratch
+  std::unique_ptr<DraftModel> draft_;        // --spec draft only
+  std::vector<DraftModel::Job> draft_jobs_;  // [max_seqs] this step's proposals
+  std::vector<Active*> draft_owners_;        // [max_seqs] the sequence of each job
   SpecDecodeStats spec_stats_;
   static constexpr int kTimedRows = 32;
   double step_seconds_[kTimedRows + 1] = {};  // decayed mean duration of decode steps by rows

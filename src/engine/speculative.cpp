@@ -12,6 +12,8 @@ std::string_view spec_method_name(SpecMethod method) {
       return "off";
     case SpecMethod::kNgram:
       return "ngram";
+    case SpecMethod::kDraftModel:
+      return "draft";
   }
   return "unknown";
 }
@@ -19,7 +21,8 @@ std::string_view spec_method_name(SpecMethod method) {
 SpecMethod parse_spec_method(std::string_view name) {
   if (name == "off") return SpecMethod::kOff;
   if (name == "ngram") return SpecMethod::kNgram;
-  fail("unknown speculative method '{}' (off, ngram)", name);
+  if (name == "draft") return SpecMethod::kDraftModel;
+  fail("unknown speculative method '{}' (off, ngram, draft)", name);
 }
 
 void SpeculativeConfig::validate() const {
@@ -30,6 +33,9 @@ void SpeculativeConfig::validate() const {
          prompt_lookup_min, prompt_lookup_max);
   }
   if (max_step_rows < 0) fail("speculative max_step_rows must not be negative");
+  if (!(row_cost >= 0.0f && row_cost <= 10.0f)) fail("speculative row_cost must be in [0, 10]");
+  if (method == SpecMethod::kDraftModel && draft_model.empty())
+    fail("speculative decoding with a draft model needs its file (--draft-model)");
 }
 
 size_t propose_ngram(std::span<const int32_t> tokens, int32_t min_n, int32_t max_n,

@@ -14,13 +14,14 @@
 
 #include <cstdint>
 #include <span>
+#include <string>
 #include <string_view>
 
 namespace inferd::engine {
 
-enum class SpecMethod { kOff, kNgram };
+enum class SpecMethod { kOff, kNgram, kDraftModel };
 std::string_view spec_method_name(SpecMethod method);
-SpecMethod parse_spec_method(std::string_view name);  // "off", "ngram"; else inferd::Error
+SpecMethod parse_spec_method(std::string_view name);  // "off", "ngram", "draft"; else Error
 
 struct SpeculativeConfig {
   SpecMethod method = SpecMethod::kOff;
@@ -41,6 +42,9 @@ struct SpeculativeConfig {
   // acceptance it sets how many drafts pay.
   float row_cost = 0.5f;
   bool measure_row_cost = true;  // false: row_cost always (tests: 0 drafts the most every step)
+
+  // kDraftModel: the GGUF file of the draft model (engine/draft_model.h).
+  std::string draft_model;
 
   bool enabled() const { return method != SpecMethod::kOff && num_tokens > 0; }
   void validate() const;  // inferd::Error naming the bad field

@@ -3,7 +3,9 @@
 // batched, through preemption, with logprobs; drafts are really taken (the model loops, so
 // prompt lookup finds them); rejected drafts leave the prefix cache and the pool consistent.
 // Prompt lookup itself on hand-made sequences.
+#include <cstdio>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -202,6 +204,52 @@ TEST_F(SpeculativeEngineTest, DraftsOnlyWhereTheyPay) {
   const Run some = run(cheap, ps, 0.0f);
   EXPECT_GT(some.stats.num_drafts, 20);
   EXPECT_EQ(some.tokens, none.tokens);
+}
+
+// A tiny model of the same vocabulary written to a file, as a draft model.
+std::string write_draft_model(uint32_t seed, int n_vocab = 24) {
+  testing::TinyLlamaSpec spec;
+  spec.n_vocab = n_vocab;
+  spec.with_tokenizer = true;
+  spec.seed = seed;
+  spec.n_layers = 1;
+  const std::vector<uint8_t> bytes = testing::make_tiny_llama(spec);
+  const std::string path = ::testing::TempDir() + "/inferd-draft-" + std::to_string(seed) + "-" +
+                           std::to_string(n_vocab) + ".gguf";
+  FILE* f = std::fopen(path.c_str(), "wb");
+  std::fwrite(bytes.data(), 1, bytes.size(), f);
+  std::fclose(f);
+  return path;
+}
+
+TEST_F(SpeculativeEngineTest, DraftModelGivesTheSameTextAsWithoutDrafts) {
+  const auto ps = prompts(16);
+  const Run off = run(spec_config(4, 0), ps, 0.0f);
+  const Run sampled_off = run(spec_config(4, 0), ps, 0.9f);
+  // Two one-layer random models of the same vocabulary as drafts: one from the target's seed,
+  // one from another; many drafts are wrong either way.
+  const std::string near = write_draft_model(5);
+  const std::string other = write_draft_model(77);
+  for (const std::string& path : {near, other}) {
+    for (const int max_seqs : {1, 4}) {
+      EngineConfig c = spec_config(max_seqs, 4);
+      c.spec.method = SpecMethod::kDraftModel;
+      c.spec.draft_model = path;
+      const Run on = run(c, ps, 0.0f);
+      EXPECT_EQ(on.tokens, off.tokens) << path << ", max_seqs " << max_seqs;
+      EXPECT_GT(on.stats.num_drafts, 100);
+      EXPECT_LT(on.stats.num_accepted_tokens, on.stats.num_draft_tokens);  // rejections seen
+      EXPECT_GT(on.stats.num_accepted_tokens, 0);
+      EXPECT_EQ(run(c, ps, 0.9f).tokens, sampled_off.tokens) << path;
+    }
+  }
+  // A draft of another vocabulary is refused at load, and so is --spec draft without a file.
+  EngineConfig bad = spec_config(2, 4);
+  bad.spec.method = SpecMethod::kDraftModel;
+  bad.spec.draft_model = write_draft_model(5, 30);
+  EXPECT_THROW(engine(bad), Error);
+  bad.spec.draft_model.clear();
+  EXPECT_THROW(engine(bad), Error);
 }
 
 TEST_F(SpeculativeEngineTest, PerRequestSettingAndLimits) {
