@@ -267,6 +267,43 @@ class ModelWithoutChatTemplate(unittest.TestCase):
                 named.stop()
 
 
+class SpeculativeDecoding(unittest.TestCase):
+    PROMPT = ("Copy this list exactly: apple, river, stone, cloud, lamp, garden, bridge, violin.\n"
+              "Copy: apple, river, stone,")
+
+    def test_ngram_drafts_keep_the_text_and_are_counted(self):
+        plain = client().completions.create(model="", prompt=self.PROMPT, max_tokens=24, temperature=0)
+        spec = Server(INFERD, MODEL, "-c", "1024", "--max-seqs", "2", "--spec", "ngram",
+                      "--spec-k", "4")
+        try:
+            status, r = spec.post("/v1/completions",
+                                  {"prompt": self.PROMPT, "max_tokens": 24, "temperature": 0})
+            self.assertEqual(status, 200, r)
+            self.assertEqual(r["choices"][0]["text"], plain.choices[0].text)
+            values, text = spec.metrics()
+            self.assertGreater(values["vllm:spec_decode_num_draft_tokens"], 0)
+            self.assertGreater(values["vllm:spec_decode_num_drafts"], 0)
+            self.assertIn("vllm:spec_decode_num_accepted_tokens", values)
+            self.assertIn('vllm:spec_decode_num_accepted_tokens_per_pos{model_name=', text)
+            self.assertIn('position="3"', text)
+            # Per request: off is allowed, more than the server's --spec-k is a 400 naming it.
+            status, r = spec.post("/v1/completions", {"prompt": self.PROMPT, "max_tokens": 4,
+                                                      "speculative.n_max": 0})
+            self.assertEqual(status, 200, r)
+            status, err = spec.post("/v1/completions", {"prompt": self.PROMPT, "max_tokens": 4,
+                                                        "speculative.n_max": 9})
+            self.assertEqual(status, 400)
+            self.assertIn("speculative.n_max", err["error"]["message"])
+        finally:
+            spec.stop()
+        # The main server runs without speculation: no counters, and n_max > 0 is refused.
+        values, _ = server.metrics()
+        self.assertNotIn("vllm:spec_decode_num_drafts", values)
+        with self.assertRaises(openai.BadRequestError):
+            client().completions.create(model="", prompt="Hi", max_tokens=2,
+                                        extra_body={"speculative.n_max": 2})
+
+
 if __name__ == "__main__":
     server = Server(INFERD, MODEL, "-c", "2048", "--max-seqs", "4", "--api-key", API_KEY,
                     "--max-body-bytes", str(1 << 20))
