@@ -62,6 +62,11 @@ void add_spec_options(CLI::App& cmd, engine::SpeculativeConfig& spec) {
                  "GGUF file of a small model with the same vocabulary that drafts tokens "
                  "(implies --spec draft)")
       ->each([&spec](const std::string&) { spec.method = engine::SpecMethod::kDraftModel; });
+  cmd.add_option_function<std::string>(
+      "--speculative-config",
+      [&spec](const std::string& json) { spec = engine::parse_speculative_config(json, spec); },
+      "vLLM's JSON form, e.g. '{\"method\": \"ngram\", \"num_speculative_tokens\": 4, "
+      "\"prompt_lookup_max\": 5}' or '{\"model\": \"draft.gguf\"}'");
   cmd.add_option("--spec-k", spec.num_tokens,
                  "Most draft tokens per sequence and step (adapts to acceptance below it)")
       ->check(CLI::Range(1, engine::SpecDecodeStats::kMaxPositions));

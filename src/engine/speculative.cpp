@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include <nlohmann/json.hpp>
+
 #include "util/error.h"
 
 namespace inferd::engine {
@@ -38,6 +40,53 @@ void SpeculativeConfig::validate() const {
     fail("speculative decoding with a draft model needs its file (--draft-model)");
 }
 
+SpeculativeConfig parse_speculative_config(std::string_view json, SpeculativeConfig base) {
+  nlohmann::json object;
+  try {
+    object = nlohmann::json::parse(json);
+  } catch (const nlohmann::json::parse_error& e) {
+    fail("speculative config is not valid JSON: {}", e.what());
+  }
+  if (!object.is_object()) fail("speculative config must be a JSON object");
+  const auto integer = [](const nlohmann::json& v, const std::string& key) {
+    if (!v.is_number_integer()) fail("speculative config: '{}' must be an integer", key);
+    return v.get<int32_t>();
+  };
+  for (const auto& [key, value] : object.items()) {
+    if (key == "method") {
+      if (!value.is_string()) fail("speculative config: 'method' must be a string");
+      const std::string method = value.get<std::string>();
+      if (method == "draft_model") {
+        base.method = SpecMethod::kDraftModel;
+      } else if (method == "ngram") {
+        base.method = SpecMethod::kNgram;
+      } else {
+        fail("speculative config: method '{}' is not supported (ngram, draft_model)", method);
+      }
+    } else if (key == "num_speculative_tokens") {
+      base.num_tokens = integer(value, key);
+    } else if (key == "prompt_lookup_min") {
+      base.prompt_lookup_min = integer(value, key);
+    } else if (key == "prompt_lookup_max") {
+      base.prompt_lookup_max = integer(value, key);
+    } else if (key == "model") {
+      if (!value.is_string()) fail("speculative config: 'model' must be a file path");
+      base.draft_model = value.get<std::string>();
+      if (!object.contains("method")) base.method = SpecMethod::kDraftModel;
+    } else {
+      fail(
+          "speculative config: field '{}' is not supported (method, num_speculative_tokens, "
+          "prompt_lookup_min, prompt_lookup_max, model)",
+          key);
+    }
+  }
+  // vLLM takes prompt_lookup_min from max when only max is given.
+  if (object.contains("prompt_lookup_max") && !object.contains("prompt_lookup_min"))
+    base.prompt_lookup_min = std::min(base.prompt_lookup_min, base.prompt_lookup_max);
+  base.validate();
+  return base;
+}
+
 size_t propose_ngram(std::span<const int32_t> tokens, int32_t min_n, int32_t max_n,
                      std::span<int32_t> out) {
   const auto len = static_cast<int64_t>(tokens.size());
@@ -60,10 +109,13 @@ size_t propose_ngram(std::span<const int32_t> tokens, int32_t min_n, int32_t max
     }
   }
   if (best_n < min_n) return 0;
-  // What followed the match; it may run into the suffix itself (a repeating pattern).
-  const size_t count = std::min<size_t>(out.size(), static_cast<size_t>(len - 1 - best_end));
-  std::copy_n(tokens.begin() + best_end + 1, count, out.begin());
-  return count;
+  // What followed the match. Where it runs into the end (a repeating pattern: the match is one
+  // period back), the copy continues from what it has just written, as an LZ77 copy overlaps.
+  for (size_t i = 0; i < out.size(); ++i) {
+    const int64_t pos = best_end + 1 + static_cast<int64_t>(i);
+    out[i] = pos < len ? tokens[static_cast<size_t>(pos)] : out[static_cast<size_t>(pos - len)];
+  }
+  return out.size();
 }
 
 }  // namespace inferd::engine

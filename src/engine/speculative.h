@@ -50,9 +50,16 @@ struct SpeculativeConfig {
   void validate() const;  // inferd::Error naming the bad field
 };
 
+// vLLM's --speculative-config: a JSON object with `method` ("ngram", "draft_model"),
+// `num_speculative_tokens`, `prompt_lookup_min`, `prompt_lookup_max` and `model` (the draft
+// model's file; implies draft_model). Applied over `base`; a field inferd does not know, or a
+// value of the wrong type, is an inferd::Error naming it (never silently ignored).
+SpeculativeConfig parse_speculative_config(std::string_view json, SpeculativeConfig base);
+
 // The tokens that followed the most recent earlier occurrence of the longest suffix of
-// `tokens` of length prompt_lookup_max down to prompt_lookup_min; at most out.size() of them
-// are written. Returns how many (0: no match).
+// `tokens` of length prompt_lookup_max down to prompt_lookup_min, continued as a repeating
+// pattern where they reach the end; out.size() of them are written. Returns how many (0: no
+// match).
 size_t propose_ngram(std::span<const int32_t> tokens, int32_t min_n, int32_t max_n,
                      std::span<int32_t> out);
 

@@ -31,10 +31,11 @@ TEST(NgramLookup, TakesWhatFollowedTheMostRecentLongestMatch) {
   EXPECT_EQ(ngram({1, 2, 5, 1, 2, 6, 1, 2}, 2, 2, 1), (std::vector<int32_t>{6}));
   // Shorter than prompt_lookup_min: nothing.
   EXPECT_TRUE(ngram({1, 2, 3, 4, 3}, 2, 4, 3).empty());
-  EXPECT_EQ(ngram({1, 2, 3, 4, 3}, 1, 4, 3), (std::vector<int32_t>{4, 3}));
-  // What follows may run into the suffix itself: a repeating pattern continues.
-  EXPECT_EQ(ngram({5, 6, 5, 6}, 2, 3, 4), (std::vector<int32_t>{5, 6}));
-  EXPECT_EQ(ngram({7, 7, 7}, 1, 2, 3), (std::vector<int32_t>{7}));
+  EXPECT_EQ(ngram({1, 2, 3, 4, 3}, 1, 4, 3), (std::vector<int32_t>{4, 3, 4}));
+  // What follows may run into the end: a repeating pattern continues with its period.
+  EXPECT_EQ(ngram({5, 6, 5, 6}, 2, 3, 4), (std::vector<int32_t>{5, 6, 5, 6}));
+  EXPECT_EQ(ngram({7, 7, 7}, 1, 2, 3), (std::vector<int32_t>{7, 7, 7}));
+  EXPECT_EQ(ngram({1, 2, 3, 9, 1, 2, 3}, 2, 3, 5), (std::vector<int32_t>{9, 1, 2, 3, 9}));
   // At most k, and nothing from a sequence too short or with no repeat.
   EXPECT_EQ(ngram({1, 2, 3, 4, 5, 1, 2}, 1, 3, 2), (std::vector<int32_t>{3, 4}));
   EXPECT_TRUE(ngram({1}, 1, 3, 2).empty());
@@ -52,6 +53,28 @@ TEST(SpeculativeConfig, BadSettingsAreErrors) {
   EXPECT_THROW(c.validate(), Error);
   EXPECT_EQ(parse_spec_method("ngram"), SpecMethod::kNgram);
   EXPECT_THROW(parse_spec_method("eagle"), Error);
+}
+
+TEST(SpeculativeConfig, VllmJsonForm) {
+  SpeculativeConfig c = parse_speculative_config(
+      R"({"method": "ngram", "num_speculative_tokens": 6, "prompt_lookup_max": 4,
+          "prompt_lookup_min": 3})",
+      {});
+  EXPECT_EQ(c.method, SpecMethod::kNgram);
+  EXPECT_EQ(c.num_tokens, 6);
+  EXPECT_EQ(c.prompt_lookup_min, 3);
+  EXPECT_EQ(c.prompt_lookup_max, 4);
+  c = parse_speculative_config(R"({"model": "draft.gguf", "num_speculative_tokens": 3})", {});
+  EXPECT_EQ(c.method, SpecMethod::kDraftModel);
+  EXPECT_EQ(c.draft_model, "draft.gguf");
+  // Only max given: min follows it down (as vLLM), the other settings are kept.
+  c = parse_speculative_config(R"({"method": "ngram", "prompt_lookup_max": 1})", {});
+  EXPECT_EQ(c.prompt_lookup_min, 1);
+  for (const char* bad : {R"({"method": "eagle"})", R"({"num_speculative_tokens": "4"})",
+                          R"({"acceptance_method": "typical"})", R"([1, 2])", "{oops",
+                          R"({"method": "draft_model"})", R"({"num_speculative_tokens": 99})"}) {
+    EXPECT_THROW(parse_speculative_config(bad, {}), Error) << bad;
+  }
 }
 
 class SpeculativeEngineTest : public TinyEngineFixture {
