@@ -66,17 +66,6 @@ void DraftModel::release(State& state) {
   state.seq.tokens.clear();
 }
 
-bool DraftModel::reserve_blocks(Sequence& seq, int64_t n) {
-  const int64_t blocks = (seq.num_computed + n + block_size_ - 1) / block_size_;
-  for (size_t g = 0; g < cache_->groups().size(); ++g) {
-    kv::KvGroup& group = cache_->groups()[g];
-    std::vector<int32_t>& table = seq.block_tables[g];
-    if (blocks - std::ssize(table) > group.pool.num_free()) return false;
-    while (std::ssize(table) < blocks) table.push_back(*group.pool.allocate());
-  }
-  return true;
-}
-
 void DraftModel::propose(std::span<Job> jobs) {
   // Catch up: keep what the draft computed of the tokens the target kept, append the rest.
   for (Job& job : jobs) {
@@ -113,7 +102,8 @@ void DraftModel::propose(std::span<Job> jobs) {
         n = budget;
         job.proposed = -1;  // a chunk of its catch-up only
       }
-      if (!reserve_blocks(seq, n)) continue;
+      const int64_t blocks = (seq.num_computed + n + block_size_ - 1) / block_size_;
+      if (!kv::grow_tables(cache_->groups(), seq.block_tables, blocks)) continue;
       budget -= n;
       batch_.push_back({&seq, n});
       batch_job_.push_back(j);

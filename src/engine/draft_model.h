@@ -57,8 +57,6 @@ class DraftModel {
   const model::ModelConfig& config() const { return model_->config(); }
 
  private:
-  bool reserve_blocks(Sequence& seq, int64_t n);
-
   gguf::GgufFile file_;
   std::unique_ptr<model::Model> model_;
   std::unique_ptr<kv::KvCache> cache_;

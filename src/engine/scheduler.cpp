@@ -37,14 +37,7 @@ void Scheduler::free_behind_window(Sequence& seq, size_t group) {
 bool Scheduler::reserve_blocks(Sequence& seq, int64_t n) {
   const int64_t blocks = (seq.num_computed + n + config_.block_size - 1) / config_.block_size;
   for (size_t g = 0; g < groups_.size(); ++g) free_behind_window(seq, g);
-  for (size_t g = 0; g < groups_.size(); ++g) {
-    if (blocks - std::ssize(seq.block_tables[g]) > groups_[g].pool.num_free()) return false;
-  }
-  for (size_t g = 0; g < groups_.size(); ++g) {
-    std::vector<int32_t>& table = seq.block_tables[g];
-    while (std::ssize(table) < blocks) table.push_back(*groups_[g].pool.allocate());
-  }
-  return true;
+  return kv::grow_tables(groups_, seq.block_tables, blocks);
 }
 
 bool Scheduler::shares_a_running_prefill(const Sequence& seq, int64_t cached) const {

@@ -28,6 +28,16 @@ void quantize_q8(const float* x, int head_dim, int8_t* q, size_t q_stride, float
 
 }  // namespace
 
+bool grow_tables(std::span<KvGroup> groups, BlockTables& tables, int64_t blocks) {
+  for (size_t g = 0; g < groups.size(); ++g) {
+    if (blocks - std::ssize(tables[g]) > groups[g].pool.num_free()) return false;
+  }
+  for (size_t g = 0; g < groups.size(); ++g) {
+    while (std::ssize(tables[g]) < blocks) tables[g].push_back(*groups[g].pool.allocate());
+  }
+  return true;
+}
+
 void release_blocks(std::span<KvGroup> groups, BlockTables& tables) {
   // Last block first: the free list hands out the blocks freed longest ago, so a sequence's
   // tail (the part least likely to be shared) is reused before its prefix.

@@ -55,6 +55,10 @@ struct KvGroup {
   }
 };
 
+// Grows each group's table to `blocks` entries with blocks from that group's pool; false, with
+// nothing allocated, when a pool has too few free blocks.
+bool grow_tables(std::span<KvGroup> groups, BlockTables& tables, int64_t blocks);
+
 // Returns every block of `tables` to its group's pool and clears them.
 void release_blocks(std::span<KvGroup> groups, BlockTables& tables);
 

@@ -33,8 +33,7 @@ struct GoldenModel {
 };
 const GoldenModel kGoldenModels[] = {
     {"smollm2", [] { return model_path(); }},  // the default model (Llama, Q4_1)
-    {"gemma3", [] { return cache_dir() + "/models/gemma-3-270m-q4_k_m.gguf"; },
-     true},  // Q4_K_M mix
+    {"gemma3", gemma3_path, true},             // Q4_K_M mix
 };
 
 class GoldenTest : public ::testing::TestWithParam<GoldenModel> {

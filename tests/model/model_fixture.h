@@ -18,6 +18,19 @@ inline std::string model_path() {
   return default_model_path();
 }
 
+// The sliding-window model the engine tests run beside the default one (scripts/fetch-model).
+inline std::string gemma3_path() {
+  return cache_dir() + "/models/gemma-3-270m-q4_k_m.gguf";
+}
+
+// The two models engine-level tests run on: full attention (SmolLM2) and sliding window
+// (Gemma 3); a test skips the one that is absent.
+struct NamedModel {
+  const char* name;
+  std::string (*path)();
+};
+inline const NamedModel kEngineTestModels[] = {{"smollm2", model_path}, {"gemma3", gemma3_path}};
+
 inline std::string source_dir() {
   if (const char* env = std::getenv("INFERD_SOURCE_DIR"); env != nullptr && *env != '\0')
     return env;

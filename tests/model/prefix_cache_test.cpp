@@ -11,16 +11,7 @@
 namespace inferd::testing {
 namespace {
 
-struct CachedModel {
-  const char* name;
-  std::string (*path)();
-};
-const CachedModel kCachedModels[] = {
-    {"smollm2", [] { return model_path(); }},
-    {"gemma3", [] { return cache_dir() + "/models/gemma-3-270m-q4_k_m.gguf"; }},
-};
-
-class PrefixCacheTest : public ::testing::TestWithParam<CachedModel> {
+class PrefixCacheTest : public ::testing::TestWithParam<NamedModel> {
  protected:
   void SetUp() override {
     const std::string path = GetParam().path();
@@ -200,7 +191,7 @@ TEST_P(PrefixCacheTest, ChoicesForkFromTheFirstAndEqualSeparateRequests) {
   EXPECT_EQ(e.kv_cache().used_blocks(), 0);
 }
 
-INSTANTIATE_TEST_SUITE_P(Models, PrefixCacheTest, ::testing::ValuesIn(kCachedModels),
+INSTANTIATE_TEST_SUITE_P(Models, PrefixCacheTest, ::testing::ValuesIn(kEngineTestModels),
                          [](const auto& info) { return std::string(info.param.name); });
 
 }  // namespace

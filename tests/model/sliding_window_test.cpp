@@ -17,7 +17,7 @@ namespace {
 class SlidingWindowTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    const std::string path = cache_dir() + "/models/gemma-3-270m-q4_k_m.gguf";
+    const std::string path = gemma3_path();
     if (std::filesystem::exists(path)) file_ = new gguf::GgufFile(gguf::GgufFile::open(path));
   }
   static void TearDownTestSuite() {

@@ -13,15 +13,6 @@
 namespace inferd::testing {
 namespace {
 
-struct SpecModel {
-  const char* name;
-  std::string (*path)();
-};
-const SpecModel kSpecModels[] = {
-    {"smollm2", [] { return model_path(); }},
-    {"gemma3", [] { return cache_dir() + "/models/gemma-3-270m-q4_k_m.gguf"; }},
-};
-
 // 50 prompts from five kinds: copy a list, rename in code, quote a passage, continue a
 // numbered list, and open questions.
 std::vector<std::string> prompts() {
@@ -49,7 +40,7 @@ std::vector<std::string> prompts() {
   return out;
 }
 
-class SpeculativeModelTest : public ::testing::TestWithParam<SpecModel> {
+class SpeculativeModelTest : public ::testing::TestWithParam<NamedModel> {
  protected:
   void SetUp() override {
     const std::string path = GetParam().path();
@@ -147,7 +138,7 @@ TEST(SpeculativeDraftModelTest, GreedyTextIsTheSameWithADraftModel) {
   EXPECT_LT(stats.num_accepted_tokens, stats.num_draft_tokens);
 }
 
-INSTANTIATE_TEST_SUITE_P(Models, SpeculativeModelTest, ::testing::ValuesIn(kSpecModels),
+INSTANTIATE_TEST_SUITE_P(Models, SpeculativeModelTest, ::testing::ValuesIn(kEngineTestModels),
                          [](const auto& info) { return std::string(info.param.name); });
 
 }  // namespace
