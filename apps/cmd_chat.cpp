@@ -18,6 +18,9 @@ void chat(const GenerationOptions& options) {
       gguf::GgufFile::open(options.model.empty() ? default_model_path() : options.model);
   tokenizer::ChatTemplate chat_template = load_chat_template(file, options.chat_template);
   engine::Engine engine(file, options.engine_config());
+  // One constraint for every answer of the session (compiled once).
+  const std::shared_ptr<const structured::CompiledGrammar> grammar =
+      options.compile_constraint(engine);
   std::vector<tokenizer::ChatMessage> history;
   if (!options.system_prompt.empty()) history.push_back({"system", options.system_prompt});
   const size_t base = history.size();
@@ -39,7 +42,9 @@ void chat(const GenerationOptions& options) {
         render_chat(engine.tokenizer(), chat_template, history), true, true);
     auto output = std::make_shared<StreamOutput>(stdout);
     try {
-      engine.add_request(options.make_request(std::move(ids), output));
+      engine::Request request = options.make_request(std::move(ids), output);
+      request.grammar = grammar;
+      engine.add_request(std::move(request));
     } catch (const Error& e) {
       // Too long for the context: say so and drop the turn, keeping the session alive.
       history.pop_back();

@@ -48,6 +48,7 @@ void run(const RunOptions& options) {
   engine::Request request = options.make_request(std::move(ids), output);
   request.beam_width = options.beams;
   request.length_penalty = options.length_penalty;
+  request.grammar = options.compile_constraint(engine);
   engine.add_request(std::move(request));
   engine.run_until_idle();
   const engine::RequestResult& result = output->result();

@@ -10,6 +10,7 @@
 #include "server/engine_loop.h"
 #include "server/http_server.h"
 #include "stream_output.h"
+#include "structured/grammar.h"
 #include "util/error.h"
 #include "util/paths.h"
 
@@ -87,6 +88,10 @@ void serve(const ServeArgs& args) {
   context.context = loop.context();
   context.model_ids = {model_id};
   context.spec_tokens = config.spec.enabled() ? config.spec.num_tokens : 0;
+  // Learns the vocabulary once; each request's schema or grammar is compiled on its HTTP thread.
+  const structured::GrammarCompiler grammars(loop.tokenizer(), loop.model_config().n_vocab,
+                                             config.threads);
+  context.grammars = &grammars;
   context.render_chat = [&loop, chat_template,
                          path](const nlohmann::ordered_json& messages) -> std::string {
     if (!chat_template) {

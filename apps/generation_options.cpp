@@ -1,10 +1,13 @@
 #include "generation_options.h"
 
 #include <cctype>
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <thread>
 
 #include "commands.h"
+#include "util/error.h"
 
 namespace inferd::app {
 
@@ -111,6 +114,56 @@ void GenerationOptions::add_to(CLI::App& cmd) {
   add_swa_full_option(cmd, swa_full);
   add_prefix_cache_option(cmd, no_prefix_cache);
   add_spec_options(cmd, spec);
+  auto* schema = cmd.add_option("-j,--json-schema,--json-schema-file", json_schema,
+                                "Constrain the output to a JSON schema (inline JSON or a file)");
+  auto* gbnf = cmd.add_option("--grammar,--grammar-file", grammar,
+                              "Constrain the output to a GBNF grammar, start rule root (inline "
+                              "or a file)");
+  auto* re = cmd.add_option("--regex", regex, "Constrain the output to a regular expression");
+  schema->excludes(gbnf)->excludes(re);
+  gbnf->excludes(re);
+}
+
+namespace {
+
+// An option that is either the text itself or a file holding it: inline text is recognised by
+// what files names lack (a schema's braces, a grammar's "::=").
+std::string inline_or_file(const std::string& value, std::string_view inline_marker,
+                           const char* option) {
+  if (value.find(inline_marker) != std::string::npos) return value;
+  std::ifstream in(value);
+  if (!in) fail("{} '{}' is neither inline text nor a readable file", option, value);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+}  // namespace
+
+std::shared_ptr<const structured::CompiledGrammar> GenerationOptions::compile_constraint(
+    const engine::Engine& engine) const {
+  using Kind = structured::GrammarSpec::Kind;
+  structured::GrammarSpec spec;
+  const char* option = "";
+  if (!json_schema.empty()) {
+    spec = {Kind::kJsonSchema, inline_or_file(json_schema, "{", "--json-schema"), {}};
+    option = "--json-schema";
+  } else if (!grammar.empty()) {
+    spec = {Kind::kEbnf, inline_or_file(grammar, "::=", "--grammar"), {}};
+    option = "--grammar";
+  } else if (!regex.empty()) {
+    spec = {Kind::kRegex, regex, {}};
+    option = "--regex";
+  } else {
+    return nullptr;
+  }
+  const structured::GrammarCompiler compiler(engine.tokenizer(), engine.model_config().n_vocab,
+                                             engine.config().threads);
+  try {
+    return compiler.compile(spec);
+  } catch (const Error& e) {
+    fail("{}: {}", option, e.what());
+  }
 }
 
 engine::EngineConfig GenerationOptions::engine_config() const {

@@ -9,6 +9,7 @@
 
 #include "engine/engine.h"
 #include "engine/request.h"
+#include "structured/grammar.h"
 
 namespace inferd::app {
 
@@ -38,8 +39,16 @@ struct GenerationOptions {
   bool swa_full = false;
   bool no_prefix_cache = false;
   engine::SpeculativeConfig spec;
+  // Structured output (structured/grammar.h): at most one of these.
+  std::string json_schema;  // a JSON schema, inline or a file's path
+  std::string grammar;      // a GBNF grammar, inline or a file's path
+  std::string regex;        // a regular expression the whole output matches
 
   void add_to(CLI::App& cmd);
+  // The output constraint the options ask for, compiled for this engine's vocabulary; null
+  // when there is none. Throws inferd::Error for a bad one.
+  std::shared_ptr<const structured::CompiledGrammar> compile_constraint(
+      const engine::Engine& engine) const;
   engine::EngineConfig engine_config() const;
   // A request for these options; `output` receives the text.
   engine::Request make_request(std::vector<int32_t> prompt,

@@ -9,6 +9,7 @@
 #include "engine/stop_matcher.h"
 #include "model/registry.h"
 #include "sampling/sampler.h"
+#include "structured/grammar.h"
 #include "tokenizer/detokenizer.h"
 #include "util/error.h"
 
@@ -49,6 +50,7 @@ struct Engine::Active {
   int32_t shadow_draft = -1;  // a proposal not verified, compared with the next token instead
   std::unique_ptr<DraftModel::State> draft_state;  // --spec draft: its tokens in the draft cache
   std::vector<int32_t> draft_out;                  // [kMaxPositions] the draft model's proposal
+  std::unique_ptr<structured::GrammarMatcher> grammar;  // constrained decoding only
 };
 
 // A beam search's beams. Beam slot 0 is the request's own sequence; each slot's sequence is
@@ -206,6 +208,8 @@ uint64_t Engine::add_request(Request request) {
     fail("logprobs must be at most {}, got {}", kMaxTopLogprobs, request.logprobs);
   }
   if (!request.output) fail("request has no output channel");
+  if (request.grammar && request.beam_width > 0)
+    fail("structured output (a grammar or JSON schema) and beam search do not mix");
   if (request.spec_tokens < -1 || request.spec_tokens > config_.spec.num_tokens) {
     fail("speculative tokens per step must be -1 (the server's), 0 (off) or up to {}, got {}",
          config_.spec.num_tokens, request.spec_tokens);
@@ -264,6 +268,8 @@ std::unique_ptr<Engine::Active> Engine::make_active(Request request) {
       std::make_unique<sampling::Sampler>(request.sampling, n_vocab, request.logprobs >= 0);
   active->detokenizer = std::make_unique<tokenizer::IncrementalDetokenizer>(*tokenizer_);
   active->top.resize(static_cast<size_t>(std::max(0, request.logprobs)));
+  if (request.grammar)
+    active->grammar = std::make_unique<structured::GrammarMatcher>(request.grammar);
   active->stop = std::make_unique<StopMatcher>(request.stop, tokenizer_->max_piece_bytes() * 3 + 4);
   if (config_.spec.enabled() && request.beam_width == 0)
     active->spec_max = request.spec_tokens < 0 ? config_.spec.num_tokens : request.spec_tokens;
@@ -366,21 +372,37 @@ int32_t Engine::process_output(Active& active, std::span<float> logits) {
       std::span<const int32_t>(seq.tokens).first(static_cast<size_t>(seq.num_prompt_tokens));
   const auto output =
       std::span<const int32_t>(seq.tokens).subspan(static_cast<size_t>(seq.num_prompt_tokens));
+  if (active.grammar) {
+    const auto started = Clock::now();
+    active.grammar->mask(logits);
+    grammar_stats_.record(std::chrono::duration<double>(Clock::now() - started).count());
+  }
   const int32_t token = active.sampler->sample(logits, prompt, output);
   ++generated_tokens_;
   const auto now = Clock::now();
   if (seq.num_generated() == 0) active.first_token = now;
   active.last_token = now;
-  if (!seq.request.ignore_eos && tokenizer_->vocab().is_eog(token)) {
-    finish(active, FinishReason::kStop);
-    return token;
-  }
-  seq.tokens.push_back(token);
+  // The end-of-generation token is reported with its logprob too (OpenAI and vLLM do), but
+  // not added to the output.
   if (seq.request.logprobs >= 0) {
     const size_t n = active.sampler->top_logprobs(logits, active.top);
     seq.request.output->on_token(token, active.sampler->last_logprob(),
                                  std::span<const sampling::TokenLogprob>(active.top).first(n));
   }
+  if (active.grammar && !active.grammar->accept(token)) {
+    finish(active, FinishReason::kError,
+           fmt::format("internal error: the sampler chose token {}, which the grammar forbids",
+                       token));
+    return token;
+  }
+  // A complete grammar ends the output on an end-of-generation token even with ignore_eos:
+  // nothing else may follow it.
+  const bool eog = tokenizer_->vocab().is_eog(token);
+  if (eog && (!seq.request.ignore_eos || (active.grammar && active.grammar->terminated()))) {
+    finish(active, FinishReason::kStop);
+    return token;
+  }
+  seq.tokens.push_back(token);
   if (emit_token(active, token)) {
     finish(active, FinishReason::kStop);
   } else if (seq.num_generated() >= seq.request.max_tokens || seq.num_tokens() >= config_.context) {

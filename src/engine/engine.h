@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "engine/draft_model.h"
+#include "engine/mask_stats.h"
 #include "engine/model_runner.h"
 #include "engine/request.h"
 #include "engine/scheduler.h"
@@ -76,6 +77,8 @@ class Engine {
     return prefix_cache_ ? prefix_cache_->stats() : kv::PrefixCacheStats{};
   }
   const SpecDecodeStats& spec_decode_stats() const { return spec_stats_; }
+  // Time spent on grammar masks (requests with structured output).
+  const MaskStats& grammar_mask_stats() const { return grammar_stats_; }
 
  private:
   struct Active;
@@ -128,6 +131,7 @@ class Engine {
   std::vector<DraftModel::Job> draft_jobs_;  // [max_seqs] this step's proposals
   std::vector<Active*> draft_owners_;        // [max_seqs] the sequence of each job
   SpecDecodeStats spec_stats_;
+  MaskStats grammar_stats_;
   static constexpr int kTimedRows = 32;
   double step_seconds_[kTimedRows + 1] = {};  // decayed mean duration of decode steps by rows
   int step_samples_[kTimedRows + 1] = {};

@@ -12,6 +12,10 @@
 #include "sampling/sampler.h"
 #include "sampling/sampling_params.h"
 
+namespace inferd::structured {
+class CompiledGrammar;
+}
+
 namespace inferd::engine {
 
 enum class FinishReason { kStop, kLength, kCancelled, kError };
@@ -83,6 +87,9 @@ struct Request {
   // Speculative decoding for this request: -1 the engine's setting, 0 off, k > 0 at most k draft
   // tokens per step (with the engine's drafter; no effect when the engine has none).
   int32_t spec_tokens = -1;
+  // Constrained decoding (structured/grammar.h): each token is sampled among those the grammar
+  // allows next, and the output ends when it is complete. Null: unconstrained.
+  std::shared_ptr<const structured::CompiledGrammar> grammar;
   std::shared_ptr<OutputChannel> output;
   // n > 1 choices of this prompt: choice i (1..) streams into more_outputs[i - 1]. They fork
   // from the first choice when its prompt is computed (sharing its blocks), each with its own

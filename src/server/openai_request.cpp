@@ -241,6 +241,106 @@ std::string render_chat_prompt(const json& body, const ParseContext& ctx) {
   }
 }
 
+std::optional<structured::GrammarSpec> parse_output_constraint(const json& body,
+                                                               std::string& param) {
+  using Kind = structured::GrammarSpec::Kind;
+  std::optional<structured::GrammarSpec> found;
+  auto take = [&](std::string name, structured::GrammarSpec spec) {
+    if (found) {
+      bad(name, fmt::format("'{}' and '{}' both constrain the output: give one", param, name));
+    }
+    param = std::move(name);
+    found = std::move(spec);
+  };
+  // A schema given as an object or as a JSON string of one.
+  auto schema_text = [](const json& v, const std::string& name) {
+    if (v.is_object() || v.is_boolean()) return v.dump();
+    if (v.is_string()) return v.get<std::string>();
+    bad(name, fmt::format("'{}' must be a JSON schema (an object)", name));
+  };
+  auto text = [](const json& v, const std::string& name) {
+    if (!v.is_string() || v.get<std::string>().empty())
+      bad(name, fmt::format("'{}' must be a non-empty string", name));
+    return v.get<std::string>();
+  };
+  auto choices = [](const json& v, const std::string& name) {
+    if (!v.is_array() || v.empty()) bad(name, fmt::format("'{}' must be a non-empty list", name));
+    std::vector<std::string> out;
+    for (const json& c : v) {
+      if (!c.is_string()) bad(name, fmt::format("'{}' must hold strings", name));
+      out.push_back(c.get<std::string>());
+    }
+    return out;
+  };
+  if (const json* rf = field(body, "response_format")) {
+    if (!rf->is_object() || !rf->contains("type") || !(*rf)["type"].is_string())
+      bad("response_format", "'response_format' must be an object with a 'type'");
+    const std::string type = (*rf)["type"].get<std::string>();
+    if (type == "json_object") {
+      // llama-server also takes a schema here.
+      if (const json* schema = field(*rf, "schema")) {
+        take("response_format",
+             {Kind::kJsonSchema, schema_text(*schema, "response_format.schema"), {}});
+      } else {
+        take("response_format", {Kind::kJsonObject, {}, {}});
+      }
+    } else if (type == "json_schema") {
+      const json* js = field(*rf, "json_schema");
+      const json* schema = js != nullptr && js->is_object() ? field(*js, "schema") : nullptr;
+      if (schema == nullptr) schema = field(*rf, "schema");  // llama-server's shorter form
+      if (schema == nullptr) {
+        bad("response_format.json_schema.schema",
+            "response_format of type json_schema needs 'json_schema': {\"name\": ..., \"schema\": "
+            "{...}}");
+      }
+      take("response_format",
+           {Kind::kJsonSchema, schema_text(*schema, "response_format.json_schema.schema"), {}});
+    } else if (type != "text") {
+      bad("response_format.type",
+          fmt::format("response_format type '{}' is not one of text, json_object, json_schema",
+                      type));
+    }
+  }
+  if (const json* so = field(body, "structured_outputs")) {
+    if (!so->is_object()) bad("structured_outputs", "'structured_outputs' must be an object");
+    for (const auto& [key, value] : so->items()) {
+      if (value.is_null()) continue;
+      const std::string name = "structured_outputs." + key;
+      if (key == "json") {
+        take(name, {Kind::kJsonSchema, schema_text(value, name), {}});
+      } else if (key == "regex") {
+        take(name, {Kind::kRegex, text(value, name), {}});
+      } else if (key == "choice") {
+        take(name, {Kind::kChoice, {}, choices(value, name)});
+      } else if (key == "grammar") {
+        take(name, {Kind::kEbnf, text(value, name), {}});
+      } else if (key == "json_object") {
+        if (!value.is_boolean()) bad(name, fmt::format("'{}' must be a boolean", name));
+        if (value.get<bool>()) take(name, {Kind::kJsonObject, {}, {}});
+      } else if (key == "disable_any_whitespace" || key == "disable_additional_properties" ||
+                 key == "whitespace_pattern" || key == "structural_tag") {
+        bad(name, fmt::format("'{}' is not supported", name));
+      } else {
+        bad(name, fmt::format("unknown field '{}'", name));
+      }
+    }
+  }
+  // vLLM's older names, and llama-server's.
+  if (const json* v = field(body, "guided_json"))
+    take("guided_json", {Kind::kJsonSchema, schema_text(*v, "guided_json"), {}});
+  if (const json* v = field(body, "guided_regex"))
+    take("guided_regex", {Kind::kRegex, text(*v, "guided_regex"), {}});
+  if (const json* v = field(body, "guided_choice"))
+    take("guided_choice", {Kind::kChoice, {}, choices(*v, "guided_choice")});
+  if (const json* v = field(body, "guided_grammar"))
+    take("guided_grammar", {Kind::kEbnf, text(*v, "guided_grammar"), {}});
+  if (const json* v = field(body, "json_schema"))
+    take("json_schema", {Kind::kJsonSchema, schema_text(*v, "json_schema"), {}});
+  if (const json* v = field(body, "grammar"))
+    take("grammar", {Kind::kEbnf, text(*v, "grammar"), {}});
+  return found;
+}
+
 CompletionRequest parse_completion(const json& body, bool chat, const ParseContext& ctx) {
   if (!body.is_object()) bad("", "the request body must be a JSON object");
   check_model(body, ctx);
@@ -300,6 +400,18 @@ CompletionRequest parse_completion(const json& body, bool chat, const ParseConte
   if (const json* options = field(body, "stream_options")) {
     if (!options->is_object()) bad("stream_options", "'stream_options' must be an object");
     out.include_usage = boolean(*options, "include_usage", false);
+  }
+  std::string constraint_param;
+  if (const auto spec = parse_output_constraint(body, constraint_param)) {
+    if (ctx.grammars == nullptr)
+      bad(constraint_param, "structured output is not available on this server");
+    if (out.request.beam_width > 0)
+      bad(constraint_param, "structured output and beam search do not mix");
+    try {
+      out.request.grammar = ctx.grammars->compile(*spec);
+    } catch (const Error& e) {
+      bad(constraint_param, e.what());
+    }
   }
   try {
     out.request.sampling.validate(n_vocab);

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <functional>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -10,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/request.h"
+#include "structured/grammar.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
@@ -36,6 +38,8 @@ struct ParseContext {
   int64_t context = 0;                 // tokens per sequence (prompt + output)
   std::vector<std::string> model_ids;  // names a request may use in "model"
   int32_t spec_tokens = 0;  // the server's draft tokens per step (0: no speculative decoding)
+  // Compiles response_format / structured_outputs constraints; null: they are refused.
+  const structured::GrammarCompiler* grammars = nullptr;
   // Renders the request's messages (a validated JSON list) with the chat template.
   std::function<std::string(const nlohmann::ordered_json& messages)> render_chat;
 };
@@ -57,6 +61,13 @@ struct CompletionRequest {
 std::string render_chat_prompt(const nlohmann::ordered_json& body, const ParseContext& ctx);
 CompletionRequest parse_completion(const nlohmann::ordered_json& body, bool chat,
                                    const ParseContext& ctx);
+
+// The output constraint a body asks for, if any: OpenAI's response_format (json_object,
+// json_schema), vLLM's structured_outputs (json, regex, choice, grammar, json_object) and its
+// older guided_* fields, llama-server's json_schema and grammar. More than one is an ApiError,
+// as is a malformed one. Sets `param` to the field it came from.
+std::optional<structured::GrammarSpec> parse_output_constraint(const nlohmann::ordered_json& body,
+                                                               std::string& param);
 
 // The model named in a request body, or an ApiError 404 when it is not one we serve.
 void check_model(const nlohmann::ordered_json& body, const ParseContext& ctx);

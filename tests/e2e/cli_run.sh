@@ -37,4 +37,22 @@ mapfile -t prompts < <(grep -Eo "prompt [0-9]+ tokens" chat_err.txt | grep -Eo "
 
 ids="$("$inferd" tokenize -m "$model" --json "Grüße, 世界!" | python3 -c 'import json,sys; print(" ".join(map(str, json.load(sys.stdin)["ids"])))')"
 [[ "$("$inferd" detokenize -m "$model" $ids)" == "Grüße, 世界!" ]]
+# Structured output: a schema inline and from a file, a grammar file, and a refused schema.
+schema='{"type":"object","properties":{"name":{"type":"string","maxLength":20},"age":{"type":"integer","minimum":0}},"required":["name","age"]}'
+echo "$schema" >schema.json
+for source in "$schema" schema.json; do
+  "$inferd" run -m "$model" --chat -p "Describe a person." --json-schema "$source" -n 100 \
+    --temp 0.8 -s 4 --no-stats >person.json
+  python3 -c 'import json, sys, jsonschema; jsonschema.validate(json.load(open(sys.argv[1])), json.loads(sys.argv[2]))' \
+    person.json "$schema"
+done
+printf 'root ::= "yes" | "no"\n' >yesno.gbnf
+answer="$("$inferd" run -m "$model" -p "Is Paris in France?" --grammar yesno.gbnf -n 8 --no-stats 2>grammar_err.txt)"
+[[ "$answer" == "yes" || "$answer" == "no" ]] || { echo "grammar not honoured: '$answer'"; exit 1; }
+set +e
+err="$("$inferd" run -m "$model" -p "x" --json-schema '{"type":"array","contains":{}}' 2>&1 >/dev/null)"
+code=$?
+set -e
+[[ $code == 1 ]]
+grep -q "unsupported JSON Schema keyword 'contains'" <<<"$err"
 echo "run e2e ok"

@@ -1,11 +1,13 @@
 """The OpenAI-compatible server driven by the official `openai` client: completions and chat,
 streaming and not, n, stop, seeds, logprobs, tokenize/detokenize, metrics, error objects."""
+import json
 import os
 import shutil
 import sys
 import tempfile
 import unittest
 
+import jsonschema
 import openai
 
 from server_harness import Server, args
@@ -124,6 +126,64 @@ class Chat(unittest.TestCase):
         self.assertEqual(len(content), r.usage.completion_tokens)
         self.assertEqual(r.usage.completion_tokens, 5)
         self.assertTrue(all(len(t.top_logprobs) == 2 for t in content))
+
+
+class StructuredOutput(unittest.TestCase):
+    schema = {"type": "object",
+              "properties": {"city": {"type": "string", "maxLength": 30},
+                             "population": {"type": "integer", "minimum": 0},
+                             "tags": {"type": "array", "items": {"enum": ["big", "old", "port"]},
+                                      "minItems": 1, "maxItems": 3}},
+              "required": ["city", "population", "tags"]}
+    messages = [{"role": "user", "content": "Describe Paris as JSON."}]
+
+    def response_format(self, schema):
+        return {"type": "json_schema", "json_schema": {"name": "city", "schema": schema}}
+
+    def test_json_schema_output_validates_whole_and_streamed(self):
+        c = client()
+        for seed in range(3):
+            r = c.chat.completions.create(model="", messages=self.messages, temperature=0.8,
+                                          seed=seed, max_tokens=200,
+                                          response_format=self.response_format(self.schema))
+            self.assertEqual(r.choices[0].finish_reason, "stop")
+            jsonschema.validate(json.loads(r.choices[0].message.content), self.schema)
+            chunks = c.chat.completions.create(model="", messages=self.messages, temperature=0.8,
+                                               seed=seed, max_tokens=200, stream=True,
+                                               response_format=self.response_format(self.schema))
+            text = "".join(ch.choices[0].delta.content or "" for ch in chunks if ch.choices)
+            self.assertEqual(text, r.choices[0].message.content)
+
+    def test_choice_regex_and_json_object(self):
+        c = client()
+        r = c.completions.create(model="", prompt="The capital of France is", max_tokens=10,
+                                 extra_body={"structured_outputs": {"choice": ["Rome", "Paris"]}})
+        self.assertIn(r.choices[0].text, ["Rome", "Paris"])
+        r = c.completions.create(model="", prompt="Year:", max_tokens=10, temperature=1.0,
+                                 extra_body={"structured_outputs": {"regex": "[12][0-9]{3}"}})
+        self.assertRegex(r.choices[0].text, r"^[12][0-9]{3}$")
+        r = c.chat.completions.create(model="", messages=self.messages, max_tokens=300,
+                                      response_format={"type": "json_object"})
+        self.assertIsInstance(json.loads(r.choices[0].message.content), dict)
+
+    def test_unsupported_schema_is_a_400_naming_the_keyword(self):
+        with self.assertRaises(openai.BadRequestError) as ctx:
+            client().chat.completions.create(
+                model="", messages=self.messages,
+                response_format=self.response_format({"type": "array", "uniqueItems": True}))
+        self.assertEqual(ctx.exception.body["param"], "response_format")
+        self.assertIn("uniqueItems", ctx.exception.body["message"])
+
+    def test_end_of_generation_token_has_a_logprob(self):
+        r = client().completions.create(model="", prompt="x", max_tokens=10, logprobs=2,
+                                        extra_body={"structured_outputs": {"choice": ["yes"]}})
+        self.assertEqual(r.choices[0].text, "yes")
+        self.assertEqual(r.choices[0].finish_reason, "stop")
+        lp = r.choices[0].logprobs
+        # The tokens of "yes", then the end-of-generation token the grammar forced.
+        self.assertEqual(len(lp.tokens), r.usage.completion_tokens + 1)
+        self.assertTrue(all(v <= 0.0 for v in lp.token_logprobs))
+        self.assertEqual(len(lp.top_logprobs[-1]), 2)
 
 
 class Errors(unittest.TestCase):

@@ -195,3 +195,75 @@ TEST(ServerMetrics, RendersVllmNamesAndCumulativeBuckets) {
 
 }  // namespace
 }  // namespace inferd::server
+
+namespace inferd::server {
+namespace {
+
+TEST_F(OpenAiParse, OutputConstraintsFromEachApiSpelling) {
+  using Kind = structured::GrammarSpec::Kind;
+  std::string param;
+  auto kind = [&](const json& body) {
+    param.clear();
+    const auto spec = parse_output_constraint(body, param);
+    return spec ? static_cast<int>(spec->kind) : -1;
+  };
+  const json schema = {{"type", "object"}};
+  EXPECT_EQ(kind({{"prompt", "x"}}), -1);
+  EXPECT_EQ(kind({{"response_format", {{"type", "text"}}}}), -1);
+  EXPECT_EQ(kind({{"response_format", {{"type", "json_object"}}}}), int(Kind::kJsonObject));
+  EXPECT_EQ(
+      kind({{"response_format",
+             {{"type", "json_schema"}, {"json_schema", {{"name", "n"}, {"schema", schema}}}}}}),
+      int(Kind::kJsonSchema));
+  EXPECT_EQ(param, "response_format");
+  EXPECT_EQ(kind({{"structured_outputs", {{"regex", "a+"}}}}), int(Kind::kRegex));
+  EXPECT_EQ(param, "structured_outputs.regex");
+  EXPECT_EQ(kind({{"structured_outputs", {{"choice", {"a", "b"}}}}}), int(Kind::kChoice));
+  EXPECT_EQ(kind({{"structured_outputs", {{"grammar", "root ::= \"a\""}}}}), int(Kind::kEbnf));
+  EXPECT_EQ(kind({{"structured_outputs", {{"json", schema.dump()}}}}), int(Kind::kJsonSchema));
+  EXPECT_EQ(kind({{"guided_choice", {"a"}}}), int(Kind::kChoice));
+  EXPECT_EQ(kind({{"json_schema", schema}}), int(Kind::kJsonSchema));
+  EXPECT_EQ(kind({{"grammar", "root ::= \"a\""}}), int(Kind::kEbnf));
+  // Two constraints, or malformed ones, are refused naming the field.
+  auto refused = [&](const json& body) {
+    try {
+      parse_output_constraint(body, param);
+    } catch (const ApiError& e) {
+      return e.param;
+    }
+    return std::string("(accepted)");
+  };
+  EXPECT_EQ(refused({{"json_schema", schema}, {"grammar", "root ::= \"a\""}}), "grammar");
+  EXPECT_EQ(refused({{"response_format", {{"type", "xml"}}}}), "response_format.type");
+  EXPECT_EQ(refused({{"response_format", {{"type", "json_schema"}}}}),
+            "response_format.json_schema.schema");
+  EXPECT_EQ(refused({{"structured_outputs", {{"choice", json::array()}}}}),
+            "structured_outputs.choice");
+  EXPECT_EQ(refused({{"structured_outputs", {{"made_up", 1}}}}), "structured_outputs.made_up");
+}
+
+TEST_F(OpenAiParse, UnsupportedSchemasAre400sNamingTheKeyword) {
+  const structured::GrammarCompiler grammars(*tok_, tok_->vocab().size(), 1);
+  ParseContext c = ctx();
+  c.grammars = &grammars;
+  const json ok = {{"prompt", "x"},
+                   {"response_format",
+                    {{"type", "json_schema"},
+                     {"json_schema", {{"name", "n"}, {"schema", {{"type", "integer"}}}}}}}};
+  EXPECT_NE(parse_completion(ok, false, c).request.grammar, nullptr);
+  json bad = ok;
+  bad["response_format"]["json_schema"]["schema"] = {{"type", "array"}, {"uniqueItems", true}};
+  try {
+    parse_completion(bad, false, c);
+    ADD_FAILURE() << "accepted a schema with uniqueItems";
+  } catch (const ApiError& e) {
+    EXPECT_EQ(e.status, 400);
+    EXPECT_EQ(e.param, "response_format");
+    EXPECT_NE(std::string(e.what()).find("uniqueItems"), std::string::npos) << e.what();
+  }
+  // A server without a compiler refuses constraints rather than ignoring them.
+  EXPECT_THROW(parse_completion(ok, false, ctx()), ApiError);
+}
+
+}  // namespace
+}  // namespace inferd::server

@@ -1,0 +1,185 @@
+#include "structured/grammar.h"
+
+#include <xgrammar/xgrammar.h>
+
+#include <limits>
+#include <mutex>
+
+#include <nlohmann/json.hpp>
+
+#include "structured/schema_support.h"
+#include "util/error.h"
+
+namespace inferd::structured {
+
+class CompiledGrammar {
+ public:
+  CompiledGrammar(xgrammar::CompiledGrammar grammar, std::vector<int> stop_tokens, int32_t n_vocab)
+      : grammar(std::move(grammar)), stop_tokens(std::move(stop_tokens)), n_vocab(n_vocab) {}
+  xgrammar::CompiledGrammar grammar;
+  std::vector<int> stop_tokens;
+  int32_t n_vocab;
+};
+
+namespace {
+
+xgrammar::TokenizerInfo make_tokenizer_info(const tokenizer::Tokenizer& tokenizer, int32_t n_vocab,
+                                            std::vector<int>& stop_tokens) {
+  const int32_t size = tokenizer.vocab().size();
+  // Each token as the bytes it adds to the output. Special tokens ("<|im_end|>", BOS) are
+  // given as empty strings, which the engine never lets grammar text use.
+  std::vector<std::string> pieces(static_cast<size_t>(n_vocab));
+  for (int32_t id = 0; id < size && id < n_vocab; ++id) {
+    if (!tokenizer.is_special(id)) pieces[static_cast<size_t>(id)] = tokenizer.token_piece(id);
+  }
+  stop_tokens.assign(tokenizer.vocab().eog_ids().begin(), tokenizer.vocab().eog_ids().end());
+  return xgrammar::TokenizerInfo(pieces, xgrammar::VocabType::RAW, n_vocab,
+                                 std::vector<int32_t>(stop_tokens.begin(), stop_tokens.end()));
+}
+
+// A string as an EBNF literal: quoted, with the characters that end or escape it escaped and
+// the control bytes written as \xNN.
+std::string ebnf_literal(const std::string& text) {
+  std::string out = "\"";
+  for (const char c : text) {
+    const auto byte = static_cast<unsigned char>(c);
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (byte < 0x20) {
+      out += fmt::format("\\x{:02x}", byte);
+    } else {
+      out += c;
+    }
+  }
+  return out + "\"";
+}
+
+}  // namespace
+
+struct GrammarCompiler::Impl {
+  Impl(const tokenizer::Tokenizer& tokenizer, int32_t n_vocab, int threads)
+      : info(make_tokenizer_info(tokenizer, n_vocab, stop_tokens)),
+        compiler(info, threads, /*cache_enabled=*/true, /*max_memory_bytes=*/256 << 20) {}
+  std::vector<int> stop_tokens;
+  xgrammar::TokenizerInfo info;
+  xgrammar::GrammarCompiler compiler;
+  std::mutex mutex;  // one compilation at a time (each uses `threads` already)
+};
+
+GrammarCompiler::GrammarCompiler(const tokenizer::Tokenizer& tokenizer, int32_t n_vocab,
+                                 int threads)
+    : impl_(std::make_unique<Impl>(tokenizer, n_vocab, threads)), n_vocab_(n_vocab) {}
+
+GrammarCompiler::~GrammarCompiler() = default;
+
+std::shared_ptr<const CompiledGrammar> GrammarCompiler::compile(const GrammarSpec& spec) const {
+  using Kind = GrammarSpec::Kind;
+  if (spec.kind == Kind::kJsonSchema) {
+    nlohmann::json schema;
+    try {
+      schema = nlohmann::json::parse(spec.text);
+    } catch (const nlohmann::json::exception& e) {
+      fail("the JSON schema is not valid JSON: {}", e.what());
+    }
+    check_json_schema(schema);
+  }
+  if (spec.kind == Kind::kChoice && spec.choices.empty()) fail("the list of choices is empty");
+  if ((spec.kind == Kind::kRegex || spec.kind == Kind::kEbnf) && spec.text.empty())
+    fail("the {} is empty", spec.kind == Kind::kRegex ? "regular expression" : "grammar");
+  std::lock_guard lock(impl_->mutex);
+  try {
+    xgrammar::GrammarCompiler& c = impl_->compiler;
+    auto compiled = [&]() -> xgrammar::CompiledGrammar {
+      switch (spec.kind) {
+        case Kind::kJsonObject:
+          // Any JSON object: the built-in grammar allows any JSON value at the top.
+          return c.CompileJSONSchema(R"({"type": "object"})", /*any_whitespace=*/true, std::nullopt,
+                                     std::nullopt, /*strict_mode=*/false);
+        case Kind::kJsonSchema:
+          return c.CompileJSONSchema(spec.text, /*any_whitespace=*/true, std::nullopt, std::nullopt,
+                                     /*strict_mode=*/true);
+        case Kind::kRegex:
+          return c.CompileRegex(spec.text);
+        case Kind::kChoice: {
+          std::string rule = "root ::= ";
+          for (size_t i = 0; i < spec.choices.size(); ++i)
+            rule += (i ? " | " : "") + ebnf_literal(spec.choices[i]);
+          return c.CompileGrammar(rule, "root");
+        }
+        case Kind::kEbnf:
+          return c.CompileGrammar(spec.text, "root");
+      }
+      fail("unknown grammar kind");
+    }();
+    return std::make_shared<const CompiledGrammar>(std::move(compiled), impl_->stop_tokens,
+                                                   n_vocab_);
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    fail("{}", e.what());
+  }
+}
+
+struct GrammarMatcher::Impl {
+  explicit Impl(std::shared_ptr<const CompiledGrammar> compiled)
+      : grammar(std::move(compiled)), matcher(grammar->grammar, grammar->stop_tokens) {}
+  std::shared_ptr<const CompiledGrammar> grammar;  // kept alive for the matcher
+  xgrammar::GrammarMatcher matcher;
+  DLTensor tensor{};
+  int64_t shape[1] = {0};
+};
+
+GrammarMatcher::GrammarMatcher(std::shared_ptr<const CompiledGrammar> grammar)
+    : n_vocab_(grammar->n_vocab) {
+  impl_ = std::make_unique<Impl>(std::move(grammar));
+  bitmask_.assign(static_cast<size_t>(xgrammar::GetBitmaskSize(n_vocab_)), 0);
+  impl_->shape[0] = static_cast<int64_t>(bitmask_.size());
+  DLTensor& t = impl_->tensor;
+  t.data = bitmask_.data();
+  t.device = DLDevice{kDLCPU, 0};
+  t.ndim = 1;
+  t.dtype = xgrammar::GetBitmaskDLType();
+  t.shape = impl_->shape;
+  t.strides = nullptr;
+  t.byte_offset = 0;
+}
+
+GrammarMatcher::~GrammarMatcher() = default;
+
+void GrammarMatcher::fill() {
+  impl_->matcher.FillNextTokenBitmask(&impl_->tensor);
+}
+
+void GrammarMatcher::mask(std::span<float> logits) {
+  fill();
+  const auto n =
+      static_cast<int32_t>(std::min<size_t>(logits.size(), static_cast<size_t>(n_vocab_)));
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+  for (int32_t word = 0; word * 32 < n; ++word) {
+    const auto bits = static_cast<uint32_t>(bitmask_[static_cast<size_t>(word)]);
+    if (bits == ~0u) continue;  // all 32 allowed: the common case inside free text
+    const int32_t end = std::min(n, word * 32 + 32);
+    for (int32_t t = word * 32; t < end; ++t) {
+      if (((bits >> (t - word * 32)) & 1u) == 0) logits[static_cast<size_t>(t)] = kNegInf;
+    }
+  }
+  for (size_t t = static_cast<size_t>(n); t < logits.size(); ++t) logits[t] = kNegInf;
+}
+
+bool GrammarMatcher::accept(int32_t token) {
+  return impl_->matcher.AcceptToken(token);
+}
+
+bool GrammarMatcher::terminated() const {
+  return impl_->matcher.IsTerminated();
+}
+
+bool GrammarMatcher::allows(int32_t token) {
+  if (token < 0 || token >= n_vocab_) return false;
+  fill();
+  return ((static_cast<uint32_t>(bitmask_[static_cast<size_t>(token / 32)]) >> (token % 32)) &
+          1u) != 0;
+}
+
+}  // namespace inferd::structured

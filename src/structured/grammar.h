@@ -1,0 +1,85 @@
+// Constrained decoding: output that must match a JSON Schema, a regular expression, a list of
+// choices or a grammar. The grammar engine is XGrammar (the one vLLM and SGLang use); this module
+// keeps it behind two small types. GrammarCompiler turns a request's constraint into a compiled
+// grammar (on the HTTP or CLI thread, so a bad one is refused before the request is queued);
+// GrammarMatcher follows one output through it on the engine thread: which tokens may come next
+// (a bit per token) and the tokens taken.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "tokenizer/tokenizer.h"
+
+namespace inferd::structured {
+
+// What the output must match.
+struct GrammarSpec {
+  enum class Kind {
+    kJsonObject,  // any JSON object (OpenAI's response_format json_object)
+    kJsonSchema,  // `text` is a JSON Schema (checked by check_json_schema first)
+    kRegex,       // `text` is a regular expression the whole output matches
+    kChoice,      // exactly one of `choices`
+    kEbnf,        // `text` is a grammar in GBNF / XGrammar EBNF, start rule `root`
+  };
+  Kind kind = Kind::kJsonObject;
+  std::string text;
+  std::vector<std::string> choices;
+};
+
+// A grammar compiled against one vocabulary; shared by every request that uses it.
+class CompiledGrammar;
+
+class GrammarCompiler {
+ public:
+  // Learns the vocabulary: each token's bytes (special tokens never match grammar text; the
+  // end-of-generation tokens end the output once the grammar is complete). `n_vocab` is the
+  // model's logits width, which may exceed the tokenizer's vocabulary.
+  GrammarCompiler(const tokenizer::Tokenizer& tokenizer, int32_t n_vocab, int threads = 2);
+  ~GrammarCompiler();
+  GrammarCompiler(const GrammarCompiler&) = delete;
+  GrammarCompiler& operator=(const GrammarCompiler&) = delete;
+
+  // Thread-safe. Throws inferd::Error naming what is malformed or unsupported (a JSON Schema
+  // keyword that would not be enforced, a regex or grammar that does not parse).
+  std::shared_ptr<const CompiledGrammar> compile(const GrammarSpec& spec) const;
+
+  int32_t n_vocab() const { return n_vocab_; }
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+  int32_t n_vocab_;
+};
+
+// One output's position in a grammar. All memory is allocated at construction.
+class GrammarMatcher {
+ public:
+  explicit GrammarMatcher(std::shared_ptr<const CompiledGrammar> grammar);
+  ~GrammarMatcher();
+  GrammarMatcher(const GrammarMatcher&) = delete;
+  GrammarMatcher& operator=(const GrammarMatcher&) = delete;
+
+  // Sets the logit of every token the grammar does not allow next to -infinity.
+  // `logits` is [n_vocab].
+  void mask(std::span<float> logits);
+  // Takes a sampled token. False when the grammar does not allow it (nothing changes then).
+  bool accept(int32_t token);
+  // The grammar is complete and an end-of-generation token was taken.
+  bool terminated() const;
+  // Whether `token` may come next (for tests; fills the mask).
+  bool allows(int32_t token);
+
+ private:
+  void fill();
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+  std::vector<int32_t>
+      bitmask_;  // [ceil(n_vocab / 32)]: bit t % 32 of word t / 32 = token t allowed
+  int32_t n_vocab_;
+};
+
+}  // namespace inferd::structured

@@ -1,0 +1,16 @@
+// Which JSON Schemas constrained decoding enforces exactly. The grammar engine skips some
+// keywords (with a log line) and, when a schema object holds several of $ref, const, enum,
+// anyOf, oneOf and allOf, reads only the first; generating from such a schema could produce
+// output that does not validate. check_json_schema refuses those schemas up front, naming the
+// keyword and where it is, so a server answers 400 instead of unconstrained text (fail closed).
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+namespace inferd::structured {
+
+// Throws inferd::Error ("unsupported JSON Schema keyword 'not' at /properties/a") for the
+// first keyword or combination that would not be enforced, or that is malformed.
+void check_json_schema(const nlohmann::json& schema);
+
+}  // namespace inferd::structured

@@ -1,0 +1,291 @@
+// Constrained decoding. The schema checker accepts what the grammar engine enforces and names
+// what it would not; the matcher's mask is exactly the set of tokens it accepts; random walks
+// through a grammar (any allowed token, at random) always end in text the constraint accepts;
+// through the engine, constrained output is what was asked for, with drafts and with n > 1,
+// and the end-of-generation token keeps its logprob.
+#include <random>
+#include <regex>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "server/openai_request.h"
+#include "structured/grammar.h"
+#include "structured/schema_support.h"
+#include "tiny_engine.h"
+#include "tokenizer/toy_vocab.h"
+#include "util/error.h"
+
+namespace inferd::structured {
+namespace {
+
+using json = nlohmann::json;
+
+std::string refusal(const std::string& schema) {
+  try {
+    check_json_schema(json::parse(schema));
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(SchemaSupport, AcceptsWhatTheGrammarEnforces) {
+  for (const char* schema : {
+           R"({})",
+           R"(true)",
+           R"({"type": "object", "properties": {"a": {"type": "string", "maxLength": 5},
+               "b": {"type": ["integer", "null"], "minimum": 0}}, "required": ["a"],
+               "additionalProperties": false, "title": "T", "description": "d"})",
+           R"({"type": "array", "items": {"enum": ["x", 1, null]}, "minItems": 1, "maxItems": 3})",
+           R"({"type": "array", "prefixItems": [{"type": "boolean"}], "items": false})",
+           R"({"anyOf": [{"type": "string", "format": "email"}, {"type": "number"}]})",
+           R"({"$defs": {"p": {"type": "object", "properties": {"x": {"$ref": "#/$defs/p"}}}},
+               "$ref": "#/$defs/p"})",
+           R"({"type": "string", "pattern": "^[a-z]+$"})",
+           R"({"type": "integer", "multipleOf": 5, "exclusiveMaximum": 100})",
+           R"({"type": "string", "const": "k"})",
+           R"({"oneOf": [{"type": "string"}, {"type": "integer"}]})",
+           R"({"oneOf": [
+                {"type": "object", "properties": {"kind": {"const": "a"}}, "required": ["kind"]},
+                {"type": "object", "properties": {"kind": {"enum": ["b"]}}, "required": ["kind"]}]})",
+           R"({"properties": {"a": {}}, "required": ["a"]})",
+           R"({"type": "integer", "format": "int64"})",
+       }) {
+    EXPECT_EQ(refusal(schema), "") << schema;
+  }
+}
+
+TEST(SchemaSupport, NamesWhatWouldNotBeEnforced) {
+  const std::vector<std::pair<const char*, const char*>> cases = {
+      {R"({"not": {"type": "string"}})", "keyword 'not' at /"},
+      {R"({"type": "object", "properties": {"a": {"type": "string", "if": {}}}})",
+       "'if' at /properties/a"},
+      {R"({"type": "array", "uniqueItems": true})", "'uniqueItems'"},
+      {R"({"type": "array", "contains": {"type": "string"}})", "'contains'"},
+      {R"({"type": "number", "multipleOf": 0.5})", "'multipleOf' for type number"},
+      {R"({"type": "string", "format": "credit-card"})", "format 'credit-card'"},
+      {R"({"type": "string", "pattern": "a+", "maxLength": 3})", "'pattern' with minLength"},
+      {R"({"allOf": [{"type": "object"}, {"required": ["a"]}]})", "'allOf' with 2 schemas"},
+      {R"({"type": "object", "anyOf": [{"required": ["a"]}]})", "'type' beside 'anyOf'"},
+      {R"({"enum": [1, 2], "const": 1})", "const and enum together"},
+      {R"({"$ref": "https://example.com/s.json"})", "only references inside the schema"},
+      {R"({"$ref": "#/$defs/missing"})", "points at nothing"},
+      {R"({"oneOf": [{"type": "string"}, {"type": "string", "maxLength": 3}]})",
+       "branches 0 and 1 may both match"},
+      {R"({"oneOf": [{"type": "integer"}, {"type": "number"}]})", "may both match"},
+      {R"({"minLength": 3})", "'minLength' at / does not apply to a schema without 'type'"},
+      {R"({"type": "string", "minimum": 3})", "'minimum' at / does not apply to type \"string\""},
+      {R"({"type": "array", "items": [{"type": "string"}]})", "use 'prefixItems'"},
+      {R"({"type": "strnig"})", "unknown type 'strnig'"},
+      {R"({"type": "integer", "enum": [1, "two"]})", "is not of type 'integer'"},
+      {R"({"type": "object", "properties": {"a": 3}})", "at /properties/a must be an object"},
+      {R"({"type": "object", "nullable": true})", "keyword 'nullable'"},
+  };
+  for (const auto& [schema, expected] : cases) {
+    EXPECT_NE(refusal(schema).find(expected), std::string::npos)
+        << schema << "\n  got: " << refusal(schema) << "\n  expected to contain: " << expected;
+  }
+}
+
+// A byte-level vocabulary: every byte is a token, plus a few merges, BOS and EOS.
+class GrammarTest : public ::testing::Test {
+ protected:
+  std::unique_ptr<tokenizer::Tokenizer> tok_ =
+      tokenizer::Tokenizer::from_vocab(tokenizer::Vocab(tokenizer::make_toy_vocab(
+          {.control = {"<s>", "</s>"},
+           .merges = {{"\"", "a"}, {"{", "\""}, {"t", "r"}, {"tr", "u"}, {"tru", "e"}}})));
+  const int32_t eos_ = tok_->vocab().special().eos;
+  GrammarCompiler compiler_{*tok_, tok_->vocab().size() + 3, 1};  // 3 ids of padding
+
+  int32_t id(std::string_view piece) const { return tok_->vocab().find(piece); }
+  int32_t byte(char c) const {
+    const std::vector<int32_t> ids = tok_->encode(std::string(1, c), false, false);
+    return ids.at(0);
+  }
+
+  // Takes random allowed tokens until the grammar ends (or `max_steps`); returns the text, or
+  // nullopt when it did not end.
+  std::optional<std::string> random_walk(const GrammarSpec& spec, uint32_t seed,
+                                         int max_steps = 400) {
+    GrammarMatcher m(compiler_.compile(spec));
+    std::mt19937 rng(seed);
+    std::vector<float> logits(static_cast<size_t>(compiler_.n_vocab()));
+    std::vector<int32_t> out;
+    for (int step = 0; step < max_steps; ++step) {
+      std::fill(logits.begin(), logits.end(), 0.0f);
+      m.mask(logits);
+      std::vector<int32_t> allowed;
+      for (int32_t t = 0; t < compiler_.n_vocab(); ++t)
+        if (logits[static_cast<size_t>(t)] == 0.0f) allowed.push_back(t);
+      if (allowed.empty()) return std::nullopt;
+      // Prefer ending once allowed after a while, so walks through open-ended grammars finish.
+      int32_t pick = allowed[rng() % allowed.size()];
+      if (step > max_steps / 2 && std::find(allowed.begin(), allowed.end(), eos_) != allowed.end())
+        pick = eos_;
+      EXPECT_TRUE(m.accept(pick));
+      if (m.terminated()) return tok_->decode(out, true);
+      out.push_back(pick);
+    }
+    return std::nullopt;
+  }
+};
+
+TEST_F(GrammarTest, MaskIsExactlyWhatTheMatcherAccepts) {
+  GrammarMatcher m(compiler_.compile({GrammarSpec::Kind::kRegex, "ab+c", {}}));
+  std::vector<float> logits(static_cast<size_t>(compiler_.n_vocab()), 1.0f);
+  m.mask(logits);
+  for (int32_t t = 0; t < compiler_.n_vocab(); ++t) {
+    EXPECT_EQ(std::isinf(logits[static_cast<size_t>(t)]), !m.allows(t)) << t;
+  }
+  EXPECT_TRUE(m.allows(byte('a')));
+  EXPECT_FALSE(m.allows(byte('b')));
+  EXPECT_FALSE(m.allows(eos_));                     // not complete yet
+  EXPECT_FALSE(m.allows(compiler_.n_vocab() - 1));  // padding ids are never allowed
+  EXPECT_FALSE(m.accept(byte('b')));                // refused, and nothing changed:
+  EXPECT_TRUE(m.allows(byte('a')));
+  EXPECT_TRUE(m.accept(byte('a')));
+  EXPECT_TRUE(m.accept(byte('b')));
+  EXPECT_TRUE(m.allows(byte('b')));
+  EXPECT_TRUE(m.allows(byte('c')));
+  EXPECT_TRUE(m.accept(byte('c')));
+  EXPECT_FALSE(m.allows(byte('b')));
+  EXPECT_TRUE(m.allows(eos_));
+  EXPECT_FALSE(m.terminated());
+  EXPECT_TRUE(m.accept(eos_));
+  EXPECT_TRUE(m.terminated());
+}
+
+TEST_F(GrammarTest, SpecialTokensNeverSpellText) {
+  // "<s>" is a control token: a grammar whose text is "<s>" must be spelt with bytes.
+  GrammarMatcher m(compiler_.compile({GrammarSpec::Kind::kChoice, {}, {"<s>"}}));
+  EXPECT_FALSE(m.allows(tok_->vocab().special().bos));
+  EXPECT_TRUE(m.allows(byte('<')));
+}
+
+TEST_F(GrammarTest, RandomWalksEndInTextTheConstraintAccepts) {
+  const std::regex date("[0-9]{4}-[0-9]{2}-[0-9]{2}");
+  for (uint32_t seed = 0; seed < 20; ++seed) {
+    const auto choice =
+        random_walk({GrammarSpec::Kind::kChoice, {}, {"true", "\"a\" b", "tru", "{\"x"}}, seed);
+    ASSERT_TRUE(choice.has_value());
+    EXPECT_TRUE(*choice == "true" || *choice == "\"a\" b" || *choice == "tru" || *choice == "{\"x")
+        << *choice;
+    const auto regex =
+        random_walk({GrammarSpec::Kind::kRegex, "[0-9]{4}-[0-9]{2}-[0-9]{2}", {}}, seed);
+    ASSERT_TRUE(regex.has_value());
+    EXPECT_TRUE(std::regex_match(*regex, date)) << *regex;
+    const auto ebnf = random_walk({GrammarSpec::Kind::kEbnf,
+                                   R"g(root ::= "(" item ("," item)* ")"
+                                       item ::= [a-c]+ | root)g",
+                                   {}},
+                                  seed);
+    ASSERT_TRUE(ebnf.has_value());
+    int depth = 0;
+    for (const char c : *ebnf) {
+      depth += c == '(' ? 1 : c == ')' ? -1 : 0;
+      EXPECT_TRUE(depth >= 0 && (c == '(' || c == ')' || c == ',' || (c >= 'a' && c <= 'c')))
+          << *ebnf;
+    }
+    EXPECT_EQ(depth, 0) << *ebnf;
+  }
+}
+
+TEST_F(GrammarTest, RandomWalksThroughASchemaGiveValidJson) {
+  const std::string schema = R"({"type": "object", "properties": {
+      "name": {"type": "string", "maxLength": 6},
+      "n": {"type": "integer", "minimum": -5, "maximum": 5},
+      "tags": {"type": "array", "items": {"enum": ["a", "b"]}, "minItems": 1, "maxItems": 2},
+      "ok": {"type": "boolean"}}, "required": ["name", "n", "tags"]})";
+  int walks = 0;
+  for (uint32_t seed = 0; seed < 30; ++seed) {
+    const auto text = random_walk({GrammarSpec::Kind::kJsonSchema, schema, {}}, seed, 1200);
+    if (!text) continue;  // a walk can wander in whitespace; those that end must be valid
+    ++walks;
+    const json v = json::parse(*text);  // throws (fails the test) when not JSON
+    ASSERT_TRUE(v.is_object()) << *text;
+    ASSERT_TRUE(v.at("name").is_string()) << *text;
+    const std::string name = v["name"].get<std::string>();  // maxLength counts characters
+    EXPECT_LE(std::count_if(name.begin(), name.end(), [](char c) { return (c & 0xC0) != 0x80; }), 6)
+        << *text;
+    EXPECT_TRUE(v.at("n").is_number_integer() && std::abs(v["n"].get<int>()) <= 5) << *text;
+    EXPECT_TRUE(v.at("tags").is_array() && !v["tags"].empty() && v["tags"].size() <= 2) << *text;
+    for (const auto& [key, unused] : v.items())
+      EXPECT_TRUE(key == "name" || key == "n" || key == "tags" || key == "ok") << *text;
+  }
+  EXPECT_GE(walks, 10);
+}
+
+TEST_F(GrammarTest, BadConstraintsAreErrors) {
+  using Kind = GrammarSpec::Kind;
+  EXPECT_THROW(compiler_.compile({Kind::kJsonSchema, "{not json", {}}), Error);
+  EXPECT_THROW(compiler_.compile({Kind::kJsonSchema, R"({"not": {}})", {}}), Error);
+  EXPECT_THROW(compiler_.compile({Kind::kRegex, "(unclosed", {}}), Error);
+  EXPECT_THROW(compiler_.compile({Kind::kEbnf, "root ::= missing_rule", {}}), Error);
+  EXPECT_THROW(compiler_.compile({Kind::kChoice, {}, {}}), Error);
+}
+
+}  // namespace
+}  // namespace inferd::structured
+
+namespace inferd::engine {
+namespace {
+
+class StructuredEngineTest : public TinyEngineFixture {
+ protected:
+  // The tiny vocabulary spells "▁a", "b", ..., "u": choices drawn from those.
+  std::shared_ptr<const structured::CompiledGrammar> choices(std::vector<std::string> options) {
+    std::unique_ptr<Engine> e = engine(1);
+    structured::GrammarCompiler compiler(e->tokenizer(), e->model_config().n_vocab, 1);
+    return compiler.compile({structured::GrammarSpec::Kind::kChoice, {}, std::move(options)});
+  }
+};
+
+TEST_F(StructuredEngineTest, OutputIsOneOfTheChoicesAndEndsThere) {
+  const std::vector<std::string> options = {"bcd", "fed", "bcdefghij"};
+  const auto grammar = choices(options);
+  for (const bool spec : {false, true}) {
+    EngineConfig c = config(4);
+    if (spec) c.spec.method = SpecMethod::kNgram;
+    std::unique_ptr<Engine> e = engine(c);
+    std::vector<std::shared_ptr<Collect>> outs;
+    for (int i = 0; i < 6; ++i) {
+      Request r;
+      r.prompt = prompt(10 + i);
+      r.max_tokens = 40;
+      r.sampling.temperature = i < 3 ? 0.0f : 1.5f;
+      r.sampling.seed = 7 + i;
+      r.ignore_eos = i == 1;  // ends anyway: nothing may follow a complete choice
+      r.logprobs = 0;
+      r.grammar = grammar;
+      outs.push_back(std::make_shared<Collect>());
+      r.output = outs.back();
+      if (i == 5) r.more_outputs = {std::make_shared<Collect>(), std::make_shared<Collect>()};
+      for (auto& more : r.more_outputs) outs.push_back(std::static_pointer_cast<Collect>(more));
+      e->add_request(std::move(r));
+    }
+    e->run_until_idle();
+    for (const auto& out : outs) {
+      EXPECT_EQ(out->result_.finish_reason, FinishReason::kStop) << out->text_;
+      EXPECT_NE(std::find(options.begin(), options.end(), out->text_), options.end())
+          << "spec " << spec << ": " << out->text_;
+      // The end-of-generation token is reported with the others.
+      ASSERT_EQ(out->tokens_.size(), out->result_.output_tokens.size() + 1);
+      EXPECT_TRUE(e->tokenizer().vocab().is_eog(out->tokens_.back()));
+    }
+    EXPECT_GT(e->grammar_mask_stats().masks, 0);
+  }
+}
+
+TEST_F(StructuredEngineTest, BeamSearchWithAGrammarIsRefused) {
+  std::unique_ptr<Engine> e = engine(4);
+  Request r;
+  r.prompt = prompt(5);
+  r.beam_width = 2;
+  r.grammar = choices({"bcd"});
+  r.output = std::make_shared<Collect>();
+  EXPECT_THROW(e->add_request(std::move(r)), Error);
+}
+
+}  // namespace
+}  // namespace inferd::engine
