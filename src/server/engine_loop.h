@@ -52,6 +52,9 @@ class EngineLoop {
   const size_t max_pending_;
   const double log_interval_s_;
   LogMark last_log_;
+  // When the grammar mask quantiles were last computed (they copy a window: not every step).
+  std::chrono::steady_clock::time_point last_mask_quantiles_;
+  int64_t mask_quantiles_at_ = 0;  // the mask count they were computed at
   std::mutex mutex_;
   std::condition_variable wake_;
   std::deque<engine::Request> queue_;

@@ -123,6 +123,18 @@ std::string ServerMetrics::render() const {
                          labels_, i, spec_accepted_per_pos[i].load());
     }
   }
+  if (const int64_t masks = grammar_masks.load(); masks > 0) {
+    out += fmt::format(
+        "# HELP inferd:grammar_mask_microseconds Time to compute the allowed-token mask of "
+        "constrained decoding, per token (quantiles over the last {} masks).\n"
+        "# TYPE inferd:grammar_mask_microseconds summary\n"
+        "inferd:grammar_mask_microseconds{{{},quantile=\"0.5\"}} {:.2f}\n"
+        "inferd:grammar_mask_microseconds{{{},quantile=\"0.99\"}} {:.2f}\n"
+        "inferd:grammar_mask_microseconds_sum{{{}}} {:.1f}\n"
+        "inferd:grammar_mask_microseconds_count{{{}}} {}\n",
+        engine::MaskStats::kWindow, labels_, grammar_mask_p50_us.load(), labels_,
+        grammar_mask_p99_us.load(), labels_, grammar_mask_sum_us.load(), labels_, masks);
+  }
   std::lock_guard lock(mutex_);
   out += fmt::format(
       "# HELP vllm:prompt_tokens_total Prompt tokens processed.\n"

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/mask_stats.h"
 #include "engine/request.h"
 #include "engine/speculative.h"
 
@@ -47,6 +48,10 @@ class ServerMetrics {
   std::atomic<int64_t> spec_drafts{0}, spec_draft_tokens{0}, spec_accepted{0};
   std::atomic<int64_t> spec_accepted_per_pos[engine::SpecDecodeStats::kMaxPositions] = {};
   int spec_positions = 0;
+  // Grammar masks of constrained decoding since start-up, and the median and p99 of the recent
+  // ones (engine/mask_stats.h), in microseconds.
+  std::atomic<int64_t> grammar_masks{0};
+  std::atomic<double> grammar_mask_sum_us{0}, grammar_mask_p50_us{0}, grammar_mask_p99_us{0};
 
   // A finished request: its stats and the gaps between its streamed tokens (seconds).
   void record_finish(const engine::RequestResult& result, std::span<const double> itls);

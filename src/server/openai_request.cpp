@@ -245,6 +245,7 @@ std::optional<structured::GrammarSpec> parse_output_constraint(const json& body,
                                                                std::string& param) {
   using Kind = structured::GrammarSpec::Kind;
   std::optional<structured::GrammarSpec> found;
+  bool any_whitespace = false;
   auto take = [&](std::string name, structured::GrammarSpec spec) {
     if (found) {
       bad(name, fmt::format("'{}' and '{}' both constrain the output: give one", param, name));
@@ -317,8 +318,11 @@ std::optional<structured::GrammarSpec> parse_output_constraint(const json& body,
       } else if (key == "json_object") {
         if (!value.is_boolean()) bad(name, fmt::format("'{}' must be a boolean", name));
         if (value.get<bool>()) take(name, {Kind::kJsonObject, {}, {}});
-      } else if (key == "disable_any_whitespace" || key == "disable_additional_properties" ||
-                 key == "whitespace_pattern" || key == "structural_tag") {
+      } else if (key == "disable_any_whitespace") {
+        if (!value.is_boolean()) bad(name, fmt::format("'{}' must be a boolean", name));
+        any_whitespace = !value.get<bool>();
+      } else if (key == "disable_additional_properties" || key == "whitespace_pattern" ||
+                 key == "structural_tag") {
         bad(name, fmt::format("'{}' is not supported", name));
       } else {
         bad(name, fmt::format("unknown field '{}'", name));

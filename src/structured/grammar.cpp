@@ -55,6 +55,13 @@ std::string ebnf_literal(const std::string& text) {
   return out + "\"";
 }
 
+// JSON is generated compact by default ({"a": 1, "b": [2, 3]}, as OpenAI's structured outputs
+// return it): where the grammar lets whitespace in, a small model sampled at a high temperature
+// can fill it with tabs and newlines until max_tokens truncates the JSON. With any_whitespace
+// each run is capped (llama.cpp's JSON grammars cap it likewise); runs can still meet where
+// two optional parts of the grammar meet.
+constexpr int kMaxWhitespace = 20;
+
 }  // namespace
 
 struct GrammarCompiler::Impl {
@@ -75,6 +82,7 @@ GrammarCompiler::~GrammarCompiler() = default;
 
 std::shared_ptr<const CompiledGrammar> GrammarCompiler::compile(const GrammarSpec& spec) const {
   using Kind = GrammarSpec::Kind;
+  std::string schema_text;
   if (spec.kind == Kind::kJsonSchema) {
     nlohmann::json schema;
     try {
@@ -82,7 +90,7 @@ std::shared_ptr<const CompiledGrammar> GrammarCompiler::compile(const GrammarSpe
     } catch (const nlohmann::json::exception& e) {
       fail("the JSON schema is not valid JSON: {}", e.what());
     }
-    check_json_schema(schema);
+    schema_text = prepare_json_schema(schema).dump();
   }
   if (spec.kind == Kind::kChoice && spec.choices.empty()) fail("the list of choices is empty");
   if ((spec.kind == Kind::kRegex || spec.kind == Kind::kEbnf) && spec.text.empty())
@@ -90,15 +98,17 @@ std::shared_ptr<const CompiledGrammar> GrammarCompiler::compile(const GrammarSpe
   std::lock_guard lock(impl_->mutex);
   try {
     xgrammar::GrammarCompiler& c = impl_->compiler;
+    const std::optional<int> whitespace =
+        spec.any_whitespace ? std::optional<int>(kMaxWhitespace) : std::nullopt;
     auto compiled = [&]() -> xgrammar::CompiledGrammar {
       switch (spec.kind) {
         case Kind::kJsonObject:
-          // Any JSON object: the built-in grammar allows any JSON value at the top.
-          return c.CompileJSONSchema(R"({"type": "object"})", /*any_whitespace=*/true, std::nullopt,
-                                     std::nullopt, /*strict_mode=*/false);
+          // Any JSON object (the built-in JSON grammar would allow any value at the top).
+          return c.CompileJSONSchema(R"({"type": "object"})", spec.any_whitespace, std::nullopt,
+                                     std::nullopt, /*strict_mode=*/false, whitespace);
         case Kind::kJsonSchema:
-          return c.CompileJSONSchema(spec.text, /*any_whitespace=*/true, std::nullopt, std::nullopt,
-                                     /*strict_mode=*/true);
+          return c.CompileJSONSchema(schema_text, spec.any_whitespace, std::nullopt, std::nullopt,
+                                     /*strict_mode=*/true, whitespace);
         case Kind::kRegex:
           return c.CompileRegex(spec.text);
         case Kind::kChoice: {

@@ -28,6 +28,9 @@ struct GrammarSpec {
   Kind kind = Kind::kJsonObject;
   std::string text;
   std::vector<std::string> choices;
+  // JSON kinds: whitespace between tokens allowed (in runs of at most 20), or compact JSON with
+  // ", " and ": " separators (the default; vLLM's disable_any_whitespace).
+  bool any_whitespace = false;
 };
 
 // A grammar compiled against one vocabulary; shared by every request that uses it.

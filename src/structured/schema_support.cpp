@@ -334,4 +334,63 @@ void check_json_schema(const json& schema) {
   Checker(schema).check(schema, "");
 }
 
+namespace {
+
+// Calendar dates as RFC 3339 and datetime parsers take them: years 0001-9999, the days each
+// month has, February 29 in leap years only (divisible by 4, centuries by 400).
+constexpr const char* kYear = R"((\d{3}[1-9]|\d{2}[1-9]\d|\d[1-9]\d{2}|[1-9]\d{3}))";
+constexpr const char* kMonthDay =
+    R"(((0[13578]|1[02])-(0[1-9]|[12]\d|3[01])|(0[469]|11)-(0[1-9]|[12]\d|30)|02-(0[1-9]|1\d|2[0-8])))";
+constexpr const char* kLeapYear =
+    R"((\d\d(0[48]|[2468][048]|[13579][26])|(0[48]|[2468][048]|[13579][26])00))";
+// Times with a time zone; seconds 00-59 (a leap second's 60 is refused by most parsers).
+constexpr const char* kTime =
+    R"(([01]\d|2[0-3]):[0-5]\d:[0-5]\d(\.\d+)?(Z|[+-]([01]\d|2[0-3]):[0-5]\d))";
+constexpr const char* kOctet = R"((25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d))";
+constexpr const char* kLabel = R"(([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?))";
+
+std::string date_pattern() {
+  return fmt::format("({}-{}|{}-02-29)", kYear, kMonthDay, kLeapYear);
+}
+
+// Where a schema holds subschemas: lists of them, maps of them, single ones.
+const char* const kSchemaLists[] = {"prefixItems", "anyOf", "oneOf", "allOf"};
+const char* const kSchemaMaps[] = {"properties", "patternProperties", "$defs", "definitions"};
+const char* const kSchemaValues[] = {"items", "additionalProperties", "unevaluatedProperties",
+                                     "unevaluatedItems", "propertyNames"};
+
+void tighten_formats(json& s) {
+  if (!s.is_object()) return;
+  if (const auto it = s.find("format"); it != s.end() && it->is_string()) {
+    const std::string format = it->get<std::string>();
+    std::string pattern;
+    if (format == "date") pattern = date_pattern();
+    if (format == "date-time") pattern = date_pattern() + "T" + kTime;
+    if (format == "time") pattern = kTime;
+    if (format == "ipv4") pattern = fmt::format(R"({0}(\.{0}){{3}})", kOctet);
+    if (format == "hostname") pattern = fmt::format(R"({0}(\.{0})*)", kLabel);
+    if (!pattern.empty()) {
+      s.erase("format");
+      s["pattern"] = "^" + pattern + "$";
+    }
+  }
+  for (const char* key : kSchemaLists)
+    if (const auto it = s.find(key); it != s.end() && it->is_array())
+      for (json& sub : *it) tighten_formats(sub);
+  for (const char* key : kSchemaMaps)
+    if (const auto it = s.find(key); it != s.end() && it->is_object())
+      for (auto& [name, sub] : it->items()) tighten_formats(sub);
+  for (const char* key : kSchemaValues)
+    if (const auto it = s.find(key); it != s.end()) tighten_formats(*it);
+}
+
+}  // namespace
+
+json prepare_json_schema(const json& schema) {
+  check_json_schema(schema);
+  json out = schema;
+  tighten_formats(out);
+  return out;
+}
+
 }  // namespace inferd::structured

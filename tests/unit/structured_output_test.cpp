@@ -3,6 +3,8 @@
 // through a grammar (any allowed token, at random) always end in text the constraint accepts;
 // through the engine, constrained output is what was asked for, with drafts and with n > 1,
 // and the end-of-generation token keeps its logprob.
+#include <chrono>
+#include <cstdio>
 #include <random>
 #include <regex>
 
@@ -214,6 +216,74 @@ TEST_F(GrammarTest, RandomWalksThroughASchemaGiveValidJson) {
       EXPECT_TRUE(key == "name" || key == "n" || key == "tags" || key == "ok") << *text;
   }
   EXPECT_GE(walks, 10);
+}
+
+TEST_F(GrammarTest, JsonIsCompactUnlessWhitespaceIsAllowed) {
+  // A model that likes whitespace must still finish its JSON: by default there is none to
+  // choose (", " and ": " separators only); with any_whitespace, runs are capped, though two may
+  // meet where optional parts of the grammar meet.
+  const std::string schema = R"({"type": "object", "properties": {
+      "a": {"type": "boolean"}, "b": {"type": "array", "items": {"type": "integer"}}},
+      "required": ["a", "b"]})";
+  for (const bool any : {false, true}) {
+    size_t longest = 0;
+    int walks = 0;
+    for (uint32_t seed = 0; seed < 30; ++seed) {
+      GrammarSpec spec{GrammarSpec::Kind::kJsonSchema, schema, {}};
+      spec.any_whitespace = any;
+      const auto text = random_walk(spec, seed, 1200);
+      if (!text) continue;
+      ++walks;
+      EXPECT_NO_THROW((void)json::parse(*text)) << *text;
+      size_t run = 0;
+      for (const char c : *text) {
+        run = (c == ' ' || c == '\n' || c == '\t' || c == '\r') ? run + 1 : 0;
+        longest = std::max(longest, run);
+      }
+    }
+    EXPECT_GE(walks, 20);
+    if (any) {
+      EXPECT_GT(longest, 1u);
+      EXPECT_LE(longest, 60u);
+    } else {
+      EXPECT_LE(longest, 1u);
+    }
+  }
+}
+
+// A calendar date that exists, year 1 or later: what date parsers accept.
+bool real_date(const std::string& s) {
+  int y = 0, m = 0, d = 0;
+  if (s.size() != 10 || std::sscanf(s.c_str(), "%4d-%2d-%2d", &y, &m, &d) != 3) return false;
+  const std::chrono::year_month_day date{std::chrono::year(y), std::chrono::month(unsigned(m)),
+                                         std::chrono::day(unsigned(d))};
+  return y >= 1 && date.ok();
+}
+
+TEST_F(GrammarTest, StringFormatsGiveValuesParsersAccept) {
+  const std::regex octets(R"((\d+)\.(\d+)\.(\d+)\.(\d+))");
+  for (uint32_t seed = 0; seed < 40; ++seed) {
+    const auto date = random_walk(
+        {GrammarSpec::Kind::kJsonSchema, R"({"type": "string", "format": "date"})", {}}, seed);
+    ASSERT_TRUE(date.has_value());
+    EXPECT_TRUE(real_date(json::parse(*date).get<std::string>())) << *date;
+    const auto stamp = random_walk(
+        {GrammarSpec::Kind::kJsonSchema, R"({"type": "string", "format": "date-time"})", {}}, seed);
+    ASSERT_TRUE(stamp.has_value());
+    const std::string value = json::parse(*stamp).get<std::string>();
+    EXPECT_TRUE(real_date(value.substr(0, 10)) && value[10] == 'T') << value;
+    EXPECT_LT(std::stoi(value.substr(17, 2)), 60) << value;  // no leap second
+    const auto ip = random_walk(
+        {GrammarSpec::Kind::kJsonSchema, R"({"type": "string", "format": "ipv4"})", {}}, seed);
+    ASSERT_TRUE(ip.has_value());
+    std::smatch m;
+    const std::string address = json::parse(*ip).get<std::string>();
+    ASSERT_TRUE(std::regex_match(address, m, octets)) << address;
+    for (size_t i = 1; i <= 4; ++i) {
+      EXPECT_LE(std::stoi(m[i].str()), 255) << address;
+      EXPECT_TRUE(m[i].length() == 1 || m[i].str()[0] != '0') << address;  // no leading zero
+    }
+  }
 }
 
 TEST_F(GrammarTest, BadConstraintsAreErrors) {
