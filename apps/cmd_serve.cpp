@@ -33,6 +33,7 @@ struct ServeArgs {
   bool no_prefix_cache = false;
   size_t max_body_bytes = 8 << 20;
   std::string api_key;
+  std::string reasoning_format = "auto";
   std::string served_model_name;
   std::string chat_template;
   DType kv_key_type = DType::F16;
@@ -92,6 +93,9 @@ void serve(const ServeArgs& args) {
   const structured::GrammarCompiler grammars(loop.tokenizer(), loop.model_config().n_vocab,
                                              config.threads);
   context.grammars = &grammars;
+  context.reasoning_format = server::parse_reasoning_format(args.reasoning_format);
+  context.template_thinks =
+      chat_template && chat_template->source().find("<think>") != std::string::npos;
   context.render_chat = [&loop, chat_template,
                          path](const nlohmann::ordered_json& messages) -> std::string {
     if (!chat_template) {
@@ -148,6 +152,10 @@ void register_serve(CLI::App& app) {
   cmd->add_option("--max-body-bytes", args->max_body_bytes, "Larger request bodies get HTTP 413")
       ->check(CLI::Range(1024, 1 << 30));
   cmd->add_option("--api-key", args->api_key, "Require 'Authorization: Bearer KEY'");
+  cmd->add_option("--reasoning-format", args->reasoning_format,
+                  "Thinking models' <think> blocks: deepseek (in message.reasoning_content), none "
+                  "(left in content), auto (deepseek when the chat template writes <think>)")
+      ->check(CLI::IsMember({"auto", "deepseek", "none"}));
   cmd->add_option("--served-model-name", args->served_model_name,
                   "Model id in the API (default: the file name without .gguf)");
   cmd->add_option(

@@ -38,6 +38,7 @@ struct Generation {
   std::vector<std::shared_ptr<StreamChannel>> channels;
   std::vector<ChoiceOutput> choices;
   std::vector<bool> done;
+  std::vector<ReasoningSplitter> reasoning;  // per choice, when the answers are split
   std::string error;
   void cancel() {
     for (auto& c : channels) c->cancel();
@@ -85,11 +86,24 @@ struct HttpServer::Impl {
     }
   }
 
-  // Drains what each choice has produced; records finished ones. Returns per choice the new
-  // text and tokens since the last call.
-  void collect(Generation& g, int index, ChannelBatch& batch) {
+  // Drains what a choice has produced; records it if finished. Returns its new text (content)
+  // and reasoning since the last call.
+  ReasoningSplitter::Pieces collect(Generation& g, int index, ChannelBatch& batch) {
     ChoiceOutput& c = g.choices[static_cast<size_t>(index)];
-    c.text += batch.text;
+    ReasoningSplitter::Pieces fresh;
+    if (g.reasoning.empty()) {
+      fresh.content = batch.text;
+    } else {
+      ReasoningSplitter& split = g.reasoning[static_cast<size_t>(index)];
+      fresh = split.push(batch.text);
+      if (batch.result) {
+        ReasoningSplitter::Pieces tail = split.flush();
+        fresh.reasoning += tail.reasoning;
+        fresh.content += tail.content;
+      }
+    }
+    c.text += fresh.content;
+    c.reasoning += fresh.reasoning;
     c.tokens.insert(c.tokens.end(), batch.tokens.begin(), batch.tokens.end());
     if (batch.result && !batch.result->beams.empty()) {  // one beam search: a choice per beam
       const engine::RequestResult& r = *batch.result;
@@ -113,6 +127,7 @@ struct HttpServer::Impl {
       c.completion_tokens = r.stats.completion_tokens;
       if (r.finish_reason == engine::FinishReason::kError) g.error = r.error;
     }
+    return fresh;
   }
 
   // Waits on the choices in turn; returns the batches that arrived.
@@ -148,6 +163,7 @@ struct HttpServer::Impl {
       g.channels.push_back(channel);
       g.choices.emplace_back();
       g.done.push_back(false);
+      if (g.request.split_reasoning) g.reasoning.emplace_back(g.request.reasoning_open);
     }
     return loop.submit(std::move(r));
   }
@@ -231,9 +247,8 @@ struct HttpServer::Impl {
               ChannelBatch& b = batches[i];
               const bool had_result = b.result.has_value();
               const bool beams = had_result && !b.result->beams.empty();
-              const std::string text = b.text;
               const std::vector<TokenInfo> tokens = b.tokens;
-              collect(*g, static_cast<int>(i), b);
+              const ReasoningSplitter::Pieces fresh = collect(*g, static_cast<int>(i), b);
               if (had_result && !g->error.empty()) {
                 send(ApiError(400, g->error).body());
                 continue;
@@ -246,9 +261,11 @@ struct HttpServer::Impl {
                 }
                 continue;
               }
-              if (text.empty() && tokens.empty() && !had_result) continue;
+              if (fresh.content.empty() && fresh.reasoning.empty() && tokens.empty() && !had_result)
+                continue;
               const std::string reason = had_result ? g->choices[i].finish_reason : std::string();
-              if (!send(writer->chunk(static_cast<int>(i), text, tokens, reason)))
+              if (!send(writer->chunk(static_cast<int>(i), fresh.content, tokens, reason,
+                                      fresh.reasoning)))
                 return g->cancel(), false;
             }
             if (std::chrono::steady_clock::now() - quiet > kKeepAliveInterval) {

@@ -342,6 +342,7 @@ std::optional<structured::GrammarSpec> parse_output_constraint(const json& body,
     take("json_schema", {Kind::kJsonSchema, schema_text(*v, "json_schema"), {}});
   if (const json* v = field(body, "grammar"))
     take("grammar", {Kind::kEbnf, text(*v, "grammar"), {}});
+  if (found) found->any_whitespace = any_whitespace;
   return found;
 }
 
@@ -354,6 +355,11 @@ CompletionRequest parse_completion(const json& body, bool chat, const ParseConte
   const int32_t n_vocab = ctx.tokenizer->vocab().size();
   if (chat) {
     out.prompt_text = render_chat_prompt(body, ctx);
+    out.split_reasoning = ctx.reasoning_format == ReasoningFormat::kDeepseek ||
+                          (ctx.reasoning_format == ReasoningFormat::kAuto && ctx.template_thinks);
+    const size_t end = out.prompt_text.find_last_not_of(" \t\r\n");
+    out.reasoning_open = out.split_reasoning && end != std::string::npos && end + 1 >= 7 &&
+                         out.prompt_text.compare(end + 1 - 7, 7, "<think>") == 0;
     out.request.prompt = ctx.tokenizer->encode(out.prompt_text, true, true);
   } else {
     out.request.prompt = parse_prompt(body, ctx, out.prompt_text);

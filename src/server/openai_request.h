@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/request.h"
+#include "server/reasoning.h"
 #include "structured/grammar.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
@@ -40,6 +41,9 @@ struct ParseContext {
   int32_t spec_tokens = 0;  // the server's draft tokens per step (0: no speculative decoding)
   // Compiles response_format / structured_outputs constraints; null: they are refused.
   const structured::GrammarCompiler* grammars = nullptr;
+  // Thinking models: whether chat answers are split into reasoning_content and content.
+  ReasoningFormat reasoning_format = ReasoningFormat::kAuto;
+  bool template_thinks = false;  // the chat template writes <think> (what kAuto looks for)
   // Renders the request's messages (a validated JSON list) with the chat template.
   std::function<std::string(const nlohmann::ordered_json& messages)> render_chat;
 };
@@ -52,6 +56,10 @@ struct CompletionRequest {
   int32_t logprobs = -1;  // alternatives per token; -1: no logprobs
   std::string model;
   std::string prompt_text;  // the prompt as text (chat: the rendered template)
+  // Chat answers of thinking models: <think>...</think> goes to reasoning_content; the rendered
+  // prompt may already have opened the block.
+  bool split_reasoning = false;
+  bool reasoning_open = false;
   engine::Request request;  // prompt ids, sampling, max_tokens, stop, ignore_eos, logprobs
 };
 

@@ -99,6 +99,7 @@ json ResponseWriter::full(const std::vector<ChoiceOutput>& choices) const {
         {"index", i}, {"logprobs", logprobs(c.tokens, 0)}, {"finish_reason", c.finish_reason}};
     if (request_.chat) {
       choice["message"] = {{"role", "assistant"}, {"content", c.text}};
+      if (!c.reasoning.empty()) choice["message"]["reasoning_content"] = c.reasoning;
     } else {
       choice["text"] = c.text;
     }
@@ -110,13 +111,15 @@ json ResponseWriter::full(const std::vector<ChoiceOutput>& choices) const {
 }
 
 json ResponseWriter::chunk(int index, const std::string& text, const std::vector<TokenInfo>& tokens,
-                           const std::string& finish_reason) const {
+                           const std::string& finish_reason, const std::string& reasoning) const {
   json out = envelope(request_.chat ? "chat.completion.chunk" : "text_completion");
   json choice = {{"index", index},
                  {"logprobs", logprobs(tokens, 0)},
                  {"finish_reason", finish_reason.empty() ? json(nullptr) : json(finish_reason)}};
   if (request_.chat) {
-    choice["delta"] = text.empty() ? json::object() : json{{"content", text}};
+    choice["delta"] = json::object();
+    if (!reasoning.empty()) choice["delta"]["reasoning_content"] = reasoning;
+    if (!text.empty()) choice["delta"]["content"] = text;
   } else {
     choice["text"] = text;
   }

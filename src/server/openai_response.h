@@ -13,7 +13,8 @@ namespace inferd::server {
 
 // Everything one choice has produced so far.
 struct ChoiceOutput {
-  std::string text;
+  std::string text;       // chat: the answer (content)
+  std::string reasoning;  // chat with a reasoning split: the thoughts (reasoning_content)
   std::vector<TokenInfo> tokens;
   std::string finish_reason;  // empty while running
   int64_t prompt_tokens = 0, completion_tokens = 0;
@@ -28,9 +29,11 @@ class ResponseWriter {
   // The whole non-streaming response.
   nlohmann::ordered_json full(const std::vector<ChoiceOutput>& choices) const;
   // A stream chunk with new text/tokens of choice `index` (and its finish reason, if any).
+  // `reasoning`: new thoughts of a chat answer (delta.reasoning_content).
   nlohmann::ordered_json chunk(int index, const std::string& text,
                                const std::vector<TokenInfo>& tokens,
-                               const std::string& finish_reason) const;
+                               const std::string& finish_reason,
+                               const std::string& reasoning = {}) const;
   // The first chat chunk of a choice: the assistant role, empty content.
   nlohmann::ordered_json role_chunk(int index) const;
   // The last chunk with stream_options.include_usage: usage, no choices.

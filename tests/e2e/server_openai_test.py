@@ -327,6 +327,42 @@ class ModelWithoutChatTemplate(unittest.TestCase):
                 named.stop()
 
 
+class Reasoning(unittest.TestCase):
+    """A thinking model's template (Qwen3, from llama.cpp's collection) makes the server split
+    answers; the output is forced by a regex, and comes back split, whole and streamed."""
+
+    def test_think_block_goes_to_reasoning_content(self):
+        src = os.environ.get("INFERD_LLAMA_SRC", "")
+        template = os.path.join(src, "models", "templates", "Qwen-Qwen3-0.6B.jinja")
+        if not os.path.isfile(template):
+            self.skipTest("no llama.cpp sources (INFERD_LLAMA_SRC)")
+        thinking = Server(INFERD, MODEL, "-c", "1024", "--max-seqs", "2", "--chat-template", template)
+        try:
+            messages = [{"role": "user", "content": "Hi"}]
+            status, rendered = thinking.post("/apply-template", {"messages": messages})
+            self.assertEqual(status, 200, rendered)
+            self.assertTrue(rendered["prompt"].endswith("<|im_start|>assistant\n"), rendered["prompt"])
+            body = {"messages": messages, "max_tokens": 40,
+                    "structured_outputs": {"regex": "<think>\nThe user greets me\\.\n</think>\n\nHello!"}}
+            status, r = thinking.post("/v1/chat/completions", body)
+            self.assertEqual(status, 200, r)
+            message = r["choices"][0]["message"]
+            self.assertEqual(message["reasoning_content"], "\nThe user greets me.\n")
+            self.assertEqual(message["content"], "Hello!")
+            events = thinking.post_stream("/v1/chat/completions", dict(body, stream=True))
+            deltas = [e["choices"][0]["delta"] for e in events if e.get("choices")]
+            self.assertEqual("".join(d.get("reasoning_content", "") for d in deltas),
+                             "\nThe user greets me.\n")
+            self.assertEqual("".join(d.get("content", "") for d in deltas), "Hello!")
+        finally:
+            thinking.stop()
+        # The SmolLM2 template has no <think>: nothing is split.
+        r = client().chat.completions.create(
+            model="", messages=[{"role": "user", "content": "Hi"}], max_tokens=20,
+            extra_body={"structured_outputs": {"regex": "<think>a</think>b"}})
+        self.assertEqual(r.choices[0].message.content, "<think>a</think>b")
+
+
 class SpeculativeDecoding(unittest.TestCase):
     PROMPT = ("Copy this list exactly: apple, river, stone, cloud, lamp, garden, bridge, violin.\n"
               "Copy: apple, river, stone,")

@@ -267,3 +267,29 @@ TEST_F(OpenAiParse, UnsupportedSchemasAre400sNamingTheKeyword) {
 
 }  // namespace
 }  // namespace inferd::server
+
+namespace inferd::server {
+namespace {
+
+TEST_F(OpenAiParse, ReasoningSplitFollowsTheFormatAndTheTemplate) {
+  const json body = {{"messages", json::array({{{"role", "user"}, {"content", "hi"}}})}};
+  ParseContext c = ctx();
+  EXPECT_FALSE(parse_completion(body, true, c).split_reasoning);  // auto, no <think> template
+  c.template_thinks = true;
+  CompletionRequest r = parse_completion(body, true, c);
+  EXPECT_TRUE(r.split_reasoning);
+  EXPECT_FALSE(r.reasoning_open);
+  // A template that opens the block in the generation prompt (DeepSeek-R1 distills).
+  const auto render = c.render_chat;
+  c.render_chat = [render](const json& m) { return render(m) + "<think>\n"; };
+  EXPECT_TRUE(parse_completion(body, true, c).reasoning_open);
+  c.reasoning_format = ReasoningFormat::kNone;
+  EXPECT_FALSE(parse_completion(body, true, c).split_reasoning);
+  c = ctx();
+  c.reasoning_format = ReasoningFormat::kDeepseek;
+  EXPECT_TRUE(parse_completion(body, true, c).split_reasoning);
+  EXPECT_FALSE(parse_completion({{"prompt", "x"}}, false, c).split_reasoning);  // chat only
+}
+
+}  // namespace
+}  // namespace inferd::server

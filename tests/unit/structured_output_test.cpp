@@ -234,7 +234,7 @@ TEST_F(GrammarTest, JsonIsCompactUnlessWhitespaceIsAllowed) {
       const auto text = random_walk(spec, seed, 1200);
       if (!text) continue;
       ++walks;
-      EXPECT_NO_THROW((void)json::parse(*text)) << *text;
+      EXPECT_TRUE(json::accept(*text)) << *text;
       size_t run = 0;
       for (const char c : *text) {
         run = (c == ' ' || c == '\n' || c == '\t' || c == '\r') ? run + 1 : 0;

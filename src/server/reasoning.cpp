@@ -1,0 +1,98 @@
+#include "server/reasoning.h"
+
+#include "util/error.h"
+
+namespace inferd::server {
+namespace {
+
+constexpr std::string_view kOpen = "<think>";
+constexpr std::string_view kClose = "</think>";
+
+// The length of the longest suffix of `text` that is a proper prefix of `tag`: text that may
+// become the tag once more arrives.
+size_t partial_tag(std::string_view text, std::string_view tag) {
+  for (size_t n = std::min(text.size(), tag.size() - 1); n > 0; --n) {
+    if (text.substr(text.size() - n) == tag.substr(0, n)) return n;
+  }
+  return 0;
+}
+
+}  // namespace
+
+ReasoningFormat parse_reasoning_format(std::string_view name) {
+  if (name == "auto") return ReasoningFormat::kAuto;
+  if (name == "deepseek") return ReasoningFormat::kDeepseek;
+  if (name == "none") return ReasoningFormat::kNone;
+  fail("reasoning format '{}' is not one of auto, deepseek, none", name);
+}
+
+ReasoningSplitter::ReasoningSplitter(bool in_reasoning)
+    : state_(in_reasoning ? State::kInside : State::kBefore) {}
+
+ReasoningSplitter::Pieces ReasoningSplitter::push(std::string_view text) {
+  Pieces out;
+  std::string buffer = held_ + std::string(text);
+  held_.clear();
+  std::string_view rest = buffer;
+  while (!rest.empty()) {
+    if (state_ == State::kAfter) {
+      if (leading_) {  // the answer starts after the blank lines that follow </think>
+        const size_t start = rest.find_first_not_of(" \t\r\n");
+        if (start == std::string_view::npos) break;
+        rest.remove_prefix(start);
+        leading_ = false;
+      }
+      out.content += rest;
+      break;
+    }
+    // Before the block, only leading whitespace may precede <think>; any other text means the
+    // model answered without thinking.
+    const std::string_view tag = state_ == State::kBefore ? kOpen : kClose;
+    if (state_ == State::kBefore) {
+      const size_t start = rest.find_first_not_of(" \t\r\n");
+      if (start == std::string_view::npos) {
+        held_ = std::string(rest);
+        break;
+      }
+      const std::string_view body = rest.substr(start);
+      if (body.substr(0, std::min(body.size(), kOpen.size())) !=
+          kOpen.substr(0, std::min(body.size(), kOpen.size()))) {
+        state_ = State::kAfter;
+        leading_ = false;
+        continue;  // all of it is content
+      }
+      if (body.size() < kOpen.size()) {
+        held_ = std::string(rest);
+        break;
+      }
+      rest = body.substr(kOpen.size());
+      state_ = State::kInside;
+      continue;
+    }
+    const size_t at = rest.find(tag);
+    if (at != std::string_view::npos) {
+      out.reasoning += rest.substr(0, at);
+      rest.remove_prefix(at + tag.size());
+      state_ = State::kAfter;
+      continue;
+    }
+    const size_t keep = partial_tag(rest, tag);
+    out.reasoning += rest.substr(0, rest.size() - keep);
+    held_ = std::string(rest.substr(rest.size() - keep));
+    break;
+  }
+  return out;
+}
+
+ReasoningSplitter::Pieces ReasoningSplitter::flush() {
+  Pieces out;
+  if (state_ == State::kInside) {
+    out.reasoning = std::move(held_);
+  } else if (state_ == State::kBefore) {
+    out.content = std::move(held_);  // whitespace or an unfinished "<thi": the answer itself
+  }
+  held_.clear();
+  return out;
+}
+
+}  // namespace inferd::server
