@@ -1,0 +1,229 @@
+#include "server/tool_calls.h"
+
+#include <optional>
+
+#include <nlohmann/json.hpp>
+
+namespace inferd::server {
+namespace {
+
+using json = nlohmann::ordered_json;
+
+constexpr std::string_view kSpace = " \t\r\n";
+
+std::string_view trim(std::string_view s) {
+  const size_t start = s.find_first_not_of(kSpace);
+  if (start == std::string_view::npos) return {};
+  return s.substr(start, s.find_last_not_of(kSpace) - start + 1);
+}
+
+// Where the JSON object or array starting at s[start] ends (one past its closing bracket), by
+// bracket depth outside strings; npos when it does not close.
+size_t json_end(std::string_view s, size_t start) {
+  int depth = 0;
+  bool in_string = false;
+  for (size_t i = start; i < s.size(); ++i) {
+    const char c = s[i];
+    if (in_string) {
+      if (c == '\\') {
+        ++i;
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '{' || c == '[') {
+      ++depth;
+    } else if (c == '}' || c == ']') {
+      if (--depth == 0) return i + 1;
+    }
+  }
+  return std::string_view::npos;
+}
+
+std::optional<json> parse(std::string_view text) {
+  json v = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (v.is_discarded()) return std::nullopt;
+  return v;
+}
+
+// {"name": "f", "arguments" | "parameters": {...} or a JSON text of an object}.
+std::optional<ToolCall> call_from(const json& v) {
+  if (!v.is_object()) return std::nullopt;
+  const auto name = v.find("name");
+  if (name == v.end() || !name->is_string() || name->get<std::string>().empty())
+    return std::nullopt;
+  ToolCall call{name->get<std::string>(), "{}"};
+  auto args = v.find("arguments");
+  if (args == v.end()) args = v.find("parameters");
+  if (args == v.end()) return call;
+  if (args->is_object()) {
+    call.arguments = args->dump();
+  } else if (args->is_string()) {
+    const std::optional<json> inner = parse(args->get<std::string>());
+    if (!inner || !inner->is_object()) return std::nullopt;
+    call.arguments = inner->dump();
+  } else {
+    return std::nullopt;
+  }
+  return call;
+}
+
+// A list of calls, or one call, as JSON text.
+std::optional<std::vector<ToolCall>> calls_from(std::string_view text) {
+  const std::optional<json> v = parse(trim(text));
+  if (!v) return std::nullopt;
+  std::vector<ToolCall> calls;
+  const json list = v->is_array() ? *v : json::array({*v});
+  for (const json& item : list) {
+    std::optional<ToolCall> call = call_from(item);
+    if (!call) return std::nullopt;
+    calls.push_back(std::move(*call));
+  }
+  if (calls.empty()) return std::nullopt;
+  return calls;
+}
+
+void append_content(std::string& content, std::string_view piece) {
+  piece = trim(piece);
+  if (piece.empty()) return;
+  if (!content.empty()) content += '\n';
+  content += piece;
+}
+
+ParsedAnswer parse_hermes(std::string_view text) {
+  constexpr std::string_view kOpen = "<tool_call>", kClose = "</tool_call>";
+  ParsedAnswer out;
+  size_t at = 0;
+  while (at < text.size()) {
+    const size_t open = text.find(kOpen, at);
+    if (open == std::string_view::npos) break;
+    append_content(out.content, text.substr(at, open - at));
+    const size_t body = open + kOpen.size();
+    const size_t close = text.find(kClose, body);
+    const size_t end = close == std::string_view::npos ? text.size() : close;
+    if (std::optional<std::vector<ToolCall>> calls = calls_from(text.substr(body, end - body))) {
+      out.calls.insert(out.calls.end(), calls->begin(), calls->end());
+    } else {
+      append_content(
+          out.content,
+          text.substr(open, end + (close == std::string_view::npos ? 0 : kClose.size()) - open));
+    }
+    at = close == std::string_view::npos ? text.size() : close + kClose.size();
+  }
+  if (at < text.size()) append_content(out.content, text.substr(at));
+  return out;
+}
+
+ParsedAnswer parse_llama3(std::string_view text) {
+  std::string_view body = trim(text);
+  constexpr std::string_view kPythonTag = "<|python_tag|>";
+  if (body.starts_with(kPythonTag)) body = trim(body.substr(kPythonTag.size()));
+  // One or more call objects, separated by ';' or whitespace.
+  std::vector<ToolCall> calls;
+  size_t at = 0;
+  while (at < body.size()) {
+    if (body[at] != '{') break;
+    const size_t end = json_end(body, at);
+    if (end == std::string_view::npos) break;
+    std::optional<json> v = parse(body.substr(at, end - at));
+    std::optional<ToolCall> call = v ? call_from(*v) : std::nullopt;
+    if (!call) break;
+    calls.push_back(std::move(*call));
+    at = end;
+    while (at < body.size() && (body[at] == ';' || kSpace.find(body[at]) != std::string_view::npos))
+      ++at;
+  }
+  if (calls.empty() || at < body.size()) return {std::string(trim(text)), {}};
+  return {{}, std::move(calls)};
+}
+
+ParsedAnswer parse_mistral(std::string_view text) {
+  constexpr std::string_view kMarker = "[TOOL_CALLS]", kArgs = "[ARGS]";
+  const size_t marker = text.find(kMarker);
+  if (marker == std::string_view::npos) return {std::string(trim(text)), {}};
+  ParsedAnswer out;
+  append_content(out.content, text.substr(0, marker));
+  std::string_view rest = trim(text.substr(marker + kMarker.size()));
+  if (rest.starts_with("[") || rest.starts_with("{")) {  // v3: a JSON list of calls
+    const size_t end = json_end(rest, 0);
+    std::optional<std::vector<ToolCall>> calls =
+        end == std::string_view::npos ? std::nullopt : calls_from(rest.substr(0, end));
+    if (!calls) return {std::string(trim(text)), {}};
+    out.calls = std::move(*calls);
+    append_content(out.content, rest.substr(end));
+    return out;
+  }
+  // v11: [TOOL_CALLS]name[ARGS]{...}, repeated.
+  while (!rest.empty()) {
+    const size_t args = rest.find(kArgs);
+    if (args == std::string_view::npos) return {std::string(trim(text)), {}};
+    const std::string name(trim(rest.substr(0, args)));
+    std::string_view after = trim(rest.substr(args + kArgs.size()));
+    const size_t end = after.starts_with("{") ? json_end(after, 0) : std::string_view::npos;
+    std::optional<json> v =
+        end == std::string_view::npos ? std::nullopt : parse(after.substr(0, end));
+    if (name.empty() || !v || !v->is_object()) return {std::string(trim(text)), {}};
+    out.calls.push_back({name, v->dump()});
+    rest = trim(after.substr(end));
+    if (rest.starts_with(kMarker)) rest = trim(rest.substr(kMarker.size()));
+  }
+  return out;
+}
+
+ParsedAnswer parse_generic(std::string_view text) {
+  std::string_view body = trim(text);
+  // A fenced block (```json ... ```) is what many models wrap JSON in.
+  if (body.starts_with("```")) {
+    const size_t first_line = body.find('\n');
+    const size_t fence = body.rfind("```");
+    if (first_line != std::string_view::npos && fence > first_line)
+      body = trim(body.substr(first_line + 1, fence - first_line - 1));
+  }
+  const std::optional<json> v = parse(body);
+  if (!v || !v->is_object()) return {std::string(trim(text)), {}};
+  ParsedAnswer out;
+  if (const auto list = v->find("tool_calls"); list != v->end() && list->is_array()) {
+    for (const json& item : *list) {
+      std::optional<ToolCall> call = call_from(item);
+      if (!call) return {std::string(trim(text)), {}};
+      out.calls.push_back(std::move(*call));
+    }
+  } else if (const auto one = v->find("tool_call"); one != v->end()) {
+    std::optional<ToolCall> call = call_from(*one);
+    if (!call) return {std::string(trim(text)), {}};
+    out.calls.push_back(std::move(*call));
+  } else {
+    return {std::string(trim(text)), {}};
+  }
+  if (const auto response = v->find("response"); response != v->end() && response->is_string())
+    out.content = response->get<std::string>();
+  return out;
+}
+
+}  // namespace
+
+ToolCallFormat detect_tool_call_format(std::string_view source) {
+  if (source.find("<tool_call>") != std::string_view::npos) return ToolCallFormat::kHermes;
+  if (source.find("[TOOL_CALLS]") != std::string_view::npos) return ToolCallFormat::kMistral;
+  if (source.find("<|python_tag|>") != std::string_view::npos ||
+      source.find("ipython") != std::string_view::npos)
+    return ToolCallFormat::kLlama3;
+  return ToolCallFormat::kGeneric;
+}
+
+ParsedAnswer parse_tool_calls(std::string_view text, ToolCallFormat format) {
+  switch (format) {
+    case ToolCallFormat::kHermes:
+      return parse_hermes(text);
+    case ToolCallFormat::kLlama3:
+      return parse_llama3(text);
+    case ToolCallFormat::kMistral:
+      return parse_mistral(text);
+    case ToolCallFormat::kGeneric:
+      return parse_generic(text);
+  }
+  return {std::string(text), {}};
+}
+
+}  // namespace inferd::server

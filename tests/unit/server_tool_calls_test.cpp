@@ -1,0 +1,112 @@
+// Tool calls in model output, per family format: the calls found (name, arguments as JSON),
+// the content left, malformed calls kept as text; and the format read from the real chat
+// templates of llama.cpp's collection.
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "server/tool_calls.h"
+
+namespace inferd::server {
+namespace {
+
+using json = nlohmann::json;
+
+void expect_calls(const ParsedAnswer& got, const std::vector<std::pair<std::string, json>>& calls,
+                  const std::string& content) {
+  EXPECT_EQ(got.content, content);
+  ASSERT_EQ(got.calls.size(), calls.size()) << got.content;
+  for (size_t i = 0; i < calls.size(); ++i) {
+    EXPECT_EQ(got.calls[i].name, calls[i].first);
+    EXPECT_EQ(json::parse(got.calls[i].arguments), calls[i].second);
+  }
+}
+
+TEST(ToolCalls, HermesTags) {
+  expect_calls(parse_tool_calls("<tool_call>\n{\"name\": \"get_weather\", \"arguments\": "
+                                "{\"city\": \"Paris\"}}\n</tool_call>",
+                                ToolCallFormat::kHermes),
+               {{"get_weather", {{"city", "Paris"}}}}, "");
+  // Two calls around text; arguments given as a JSON string; an unclosed last tag.
+  expect_calls(parse_tool_calls(
+                   "Let me check.\n<tool_call>{\"name\": \"a\", \"arguments\": \"{\\\"x\\\": 1}\"}"
+                   "</tool_call>\n<tool_call>{\"name\": \"b\", \"arguments\": {}}",
+                   ToolCallFormat::kHermes),
+               {{"a", {{"x", 1}}}, {"b", json::object()}}, "Let me check.");
+  // A malformed call stays in the content.
+  expect_calls(
+      parse_tool_calls("<tool_call>{\"name\": \"a\", oops}</tool_call>", ToolCallFormat::kHermes),
+      {}, "<tool_call>{\"name\": \"a\", oops}</tool_call>");
+  expect_calls(parse_tool_calls("Just text.", ToolCallFormat::kHermes), {}, "Just text.");
+}
+
+TEST(ToolCalls, Llama3Json) {
+  expect_calls(parse_tool_calls("{\"name\": \"f\", \"parameters\": {\"q\": \"x\"}}",
+                                ToolCallFormat::kLlama3),
+               {{"f", {{"q", "x"}}}}, "");
+  expect_calls(parse_tool_calls("<|python_tag|>{\"name\": \"f\", \"parameters\": {}}; "
+                                "{\"name\": \"g\", \"parameters\": {\"n\": 2}}",
+                                ToolCallFormat::kLlama3),
+               {{"f", json::object()}, {"g", {{"n", 2}}}}, "");
+  expect_calls(parse_tool_calls("{\"answer\": 42}", ToolCallFormat::kLlama3), {},
+               "{\"answer\": 42}");
+  expect_calls(parse_tool_calls("The answer is {\"name\": \"f\"}", ToolCallFormat::kLlama3), {},
+               "The answer is {\"name\": \"f\"}");
+}
+
+TEST(ToolCalls, MistralBothGenerations) {
+  expect_calls(
+      parse_tool_calls("[TOOL_CALLS][{\"name\": \"f\", \"arguments\": {\"a\": [1, \"]\"]}}, "
+                       "{\"name\": \"g\", \"arguments\": {}}]",
+                       ToolCallFormat::kMistral),
+      {{"f", {{"a", {1, "]"}}}}, {"g", json::object()}}, "");
+  expect_calls(parse_tool_calls("Sure.[TOOL_CALLS]f[ARGS]{\"a\": 1}[TOOL_CALLS]g[ARGS]{}",
+                                ToolCallFormat::kMistral),
+               {{"f", {{"a", 1}}}, {"g", json::object()}}, "Sure.");
+  expect_calls(parse_tool_calls("[TOOL_CALLS]not json", ToolCallFormat::kMistral), {},
+               "[TOOL_CALLS]not json");
+}
+
+TEST(ToolCalls, GenericJson) {
+  expect_calls(parse_tool_calls("```json\n{\"tool_calls\": [{\"name\": \"f\", \"arguments\": "
+                                "{\"x\": true}}]}\n```",
+                                ToolCallFormat::kGeneric),
+               {{"f", {{"x", true}}}}, "");
+  expect_calls(parse_tool_calls("{\"tool_call\": {\"name\": \"f\", \"arguments\": {}}}",
+                                ToolCallFormat::kGeneric),
+               {{"f", json::object()}}, "");
+  expect_calls(parse_tool_calls("{\"response\": \"hello\"}", ToolCallFormat::kGeneric), {},
+               "{\"response\": \"hello\"}");
+}
+
+TEST(ToolCalls, FormatFromRealTemplates) {
+  const char* src = std::getenv("INFERD_LLAMA_SRC");
+  if (src == nullptr) GTEST_SKIP() << "INFERD_LLAMA_SRC not set";
+  const std::filesystem::path dir = std::filesystem::path(src) / "models" / "templates";
+  const std::vector<std::pair<const char*, ToolCallFormat>> cases = {
+      {"Qwen-Qwen2.5-7B-Instruct.jinja", ToolCallFormat::kHermes},
+      {"Qwen-Qwen3-0.6B.jinja", ToolCallFormat::kHermes},
+      {"NousResearch-Hermes-3-Llama-3.1-8B-tool_use.jinja", ToolCallFormat::kHermes},
+      {"meta-llama-Llama-3.1-8B-Instruct.jinja", ToolCallFormat::kLlama3},
+      {"meta-llama-Llama-3.3-70B-Instruct.jinja", ToolCallFormat::kLlama3},
+      {"mistralai-Mistral-Nemo-Instruct-2407.jinja", ToolCallFormat::kMistral},
+      {"google-gemma-2-2b-it.jinja", ToolCallFormat::kGeneric},
+  };
+  for (const auto& [file, format] : cases) {
+    std::ifstream in(dir / file);
+    if (!in) {
+      ADD_FAILURE() << "missing template " << file;
+      continue;
+    }
+    std::stringstream text;
+    text << in.rdbuf();
+    EXPECT_EQ(detect_tool_call_format(text.str()), format) << file;
+  }
+}
+
+}  // namespace
+}  // namespace inferd::server
