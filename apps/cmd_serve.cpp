@@ -96,8 +96,9 @@ void serve(const ServeArgs& args) {
   context.reasoning_format = server::parse_reasoning_format(args.reasoning_format);
   context.template_thinks =
       chat_template && chat_template->source().find("<think>") != std::string::npos;
-  context.render_chat = [&loop, chat_template,
-                         path](const nlohmann::ordered_json& messages) -> std::string {
+  context.render_chat = [&loop, chat_template, path](
+                            const nlohmann::ordered_json& messages,
+                            const nlohmann::ordered_json& tools) -> std::string {
     if (!chat_template) {
       throw server::ApiError(
           400,
@@ -106,8 +107,12 @@ void serve(const ServeArgs& args) {
                       std::filesystem::path(path).filename().string()),
           "messages", "invalid_request_error", "no_chat_template");
     }
-    return render_chat(loop.tokenizer(), *chat_template, messages);
+    tokenizer::ChatInputs inputs;
+    inputs.messages = messages;
+    if (!tools.is_null()) inputs.tools = tools;
+    return tokenizer::render_chat_prompt(*chat_template, loop.tokenizer(), std::move(inputs));
   };
+  if (chat_template) context.tool_format = server::detect_tool_call_format(chat_template->source());
   server::ServerOptions options;
   options.host = args.host;
   options.port = args.port;

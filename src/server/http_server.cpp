@@ -261,6 +261,18 @@ struct HttpServer::Impl {
                 }
                 continue;
               }
+              if (g->request.tools.active() && g->request.chat) {
+                // Calls are known when the answer is: the content is held back until then.
+                if (!fresh.reasoning.empty() &&
+                    !send(writer->chunk(static_cast<int>(i), {}, {}, {}, fresh.reasoning)))
+                  return g->cancel(), false;
+                if (!had_result) continue;
+                for (const json& event :
+                     writer->final_tool_chunks(static_cast<int>(i), g->choices[i])) {
+                  if (!send(event)) return g->cancel(), false;
+                }
+                continue;
+              }
               if (fresh.content.empty() && fresh.reasoning.empty() && tokens.empty() && !had_result)
                 continue;
               const std::string reason = had_result ? g->choices[i].finish_reason : std::string();

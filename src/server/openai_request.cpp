@@ -233,9 +233,11 @@ void check_model(const json& body, const ParseContext& ctx) {
 }
 
 std::string render_chat_prompt(const json& body, const ParseContext& ctx) {
-  const json messages = parse_messages(body);
+  json messages = parse_messages(body);
+  prepare_tool_history(messages);
+  const ToolRequest tools = parse_tools(body);
   try {
-    return ctx.render_chat(messages);
+    return ctx.render_chat(messages, tools.active() ? tools.tools : json());
   } catch (const Error& e) {
     bad("messages", fmt::format("the chat template failed: {}", e.what()));
   }
@@ -412,7 +414,26 @@ CompletionRequest parse_completion(const json& body, bool chat, const ParseConte
     out.include_usage = boolean(*options, "include_usage", false);
   }
   std::string constraint_param;
-  if (const auto spec = parse_output_constraint(body, constraint_param)) {
+  std::optional<structured::GrammarSpec> constraint =
+      parse_output_constraint(body, constraint_param);
+  if (chat) {
+    out.tools = parse_tools(body);
+    out.tool_format = ctx.tool_format;
+    // "required" or a named function: the grammar makes the model write the call.
+    if (out.tools.choice == ToolChoice::kRequired || out.tools.choice == ToolChoice::kNamed) {
+      if (constraint) {
+        bad("tool_choice",
+            fmt::format("tool_choice '{}' and '{}' both constrain the output",
+                        out.tools.choice == ToolChoice::kNamed ? out.tools.name : "required",
+                        constraint_param));
+      }
+      constraint = tool_call_grammar(out.tools, out.tool_format);
+      constraint_param = "tools";
+    }
+  } else if (field(body, "tools") != nullptr) {
+    bad("tools", "tools are for /v1/chat/completions");
+  }
+  if (const auto& spec = constraint) {
     if (ctx.grammars == nullptr)
       bad(constraint_param, "structured output is not available on this server");
     if (out.request.beam_width > 0)

@@ -12,6 +12,8 @@
 
 #include "engine/request.h"
 #include "server/reasoning.h"
+#include "server/tool_calls.h"
+#include "server/tools.h"
 #include "structured/grammar.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
@@ -44,8 +46,13 @@ struct ParseContext {
   // Thinking models: whether chat answers are split into reasoning_content and content.
   ReasoningFormat reasoning_format = ReasoningFormat::kAuto;
   bool template_thinks = false;  // the chat template writes <think> (what kAuto looks for)
-  // Renders the request's messages (a validated JSON list) with the chat template.
-  std::function<std::string(const nlohmann::ordered_json& messages)> render_chat;
+  // Renders the request's messages (a validated JSON list) and tools (a list, or null for none)
+  // with the chat template.
+  std::function<std::string(const nlohmann::ordered_json& messages,
+                            const nlohmann::ordered_json& tools)>
+      render_chat;
+  // How the served model writes tool calls (from its chat template).
+  ToolCallFormat tool_format = ToolCallFormat::kGeneric;
 };
 
 struct CompletionRequest {
@@ -60,6 +67,9 @@ struct CompletionRequest {
   // prompt may already have opened the block.
   bool split_reasoning = false;
   bool reasoning_open = false;
+  // Chat with tools: the answer is parsed for calls in `tool_format` when tools.active().
+  ToolRequest tools;
+  ToolCallFormat tool_format = ToolCallFormat::kGeneric;
   engine::Request request;  // prompt ids, sampling, max_tokens, stop, ignore_eos, logprobs
 };
 

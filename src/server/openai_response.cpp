@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include <fmt/format.h>
+
 #include "util/utf8.h"
 
 namespace inferd::server {
@@ -99,6 +101,14 @@ json ResponseWriter::full(const std::vector<ChoiceOutput>& choices) const {
         {"index", i}, {"logprobs", logprobs(c.tokens, 0)}, {"finish_reason", c.finish_reason}};
     if (request_.chat) {
       choice["message"] = {{"role", "assistant"}, {"content", c.text}};
+      if (request_.tools.active()) {
+        ToolOutcome t = tool_outcome(static_cast<int>(i), c);
+        if (!t.calls.empty()) {
+          choice["message"]["content"] = t.content.empty() ? json(nullptr) : json(t.content);
+          choice["message"]["tool_calls"] = std::move(t.calls);
+          choice["finish_reason"] = t.finish_reason;
+        }
+      }
       if (!c.reasoning.empty()) choice["message"]["reasoning_content"] = c.reasoning;
     } else {
       choice["text"] = c.text;
@@ -124,6 +134,42 @@ json ResponseWriter::chunk(int index, const std::string& text, const std::vector
     choice["text"] = text;
   }
   out["choices"] = json::array({choice});
+  return out;
+}
+
+ResponseWriter::ToolOutcome ResponseWriter::tool_outcome(int index, const ChoiceOutput& c) const {
+  ToolOutcome out;
+  ParsedAnswer parsed = parse_tool_calls(c.text, request_.tool_format);
+  out.content = parsed.calls.empty() ? c.text : parsed.content;
+  out.finish_reason = c.finish_reason;
+  for (size_t k = 0; k < parsed.calls.size(); ++k) {
+    out.calls.push_back(
+        {{"id", fmt::format("call_{}_{}_{}", id_.substr(id_.find('-') + 1), index, k)},
+         {"type", "function"},
+         {"function", {{"name", parsed.calls[k].name}, {"arguments", parsed.calls[k].arguments}}}});
+  }
+  if (!out.calls.empty() && c.finish_reason == "stop") out.finish_reason = "tool_calls";
+  return out;
+}
+
+std::vector<json> ResponseWriter::final_tool_chunks(int index, const ChoiceOutput& c) const {
+  ToolOutcome t = tool_outcome(index, c);
+  std::vector<json> out;
+  auto chunk_with = [&](json delta, json finish) {
+    json e = envelope("chat.completion.chunk");
+    e["choices"] = json::array({{{"index", index},
+                                 {"delta", std::move(delta)},
+                                 {"logprobs", nullptr},
+                                 {"finish_reason", finish}}});
+    return e;
+  };
+  if (!t.content.empty()) out.push_back(chunk_with({{"content", t.content}}, nullptr));
+  for (size_t k = 0; k < t.calls.size(); ++k) {
+    json call = t.calls[k];
+    call["index"] = k;
+    out.push_back(chunk_with({{"tool_calls", json::array({call})}}, nullptr));
+  }
+  out.push_back(chunk_with(json::object(), t.finish_reason));
   return out;
 }
 

@@ -36,6 +36,9 @@ class ResponseWriter {
                                const std::string& reasoning = {}) const;
   // The first chat chunk of a choice: the assistant role, empty content.
   nlohmann::ordered_json role_chunk(int index) const;
+  // A finished chat answer of a request with tools: its content (if any), then a chunk per
+  // tool call (delta.tool_calls with the call's index), then the finish reason.
+  std::vector<nlohmann::ordered_json> final_tool_chunks(int index, const ChoiceOutput& c) const;
   // The last chunk with stream_options.include_usage: usage, no choices.
   nlohmann::ordered_json usage_chunk(const std::vector<ChoiceOutput>& choices) const;
 
@@ -43,6 +46,13 @@ class ResponseWriter {
   nlohmann::ordered_json logprobs(const std::vector<TokenInfo>& tokens, size_t text_offset) const;
   nlohmann::ordered_json usage(const std::vector<ChoiceOutput>& choices) const;
   nlohmann::ordered_json envelope(const char* object) const;
+  // An answer's tool calls in the API's shape and the content left; "tool_calls" as the finish
+  // reason when the model stopped after calling.
+  struct ToolOutcome {
+    nlohmann::ordered_json calls = nlohmann::ordered_json::array();
+    std::string content, finish_reason;
+  };
+  ToolOutcome tool_outcome(int index, const ChoiceOutput& c) const;
 
   const CompletionRequest& request_;
   const tokenizer::Tokenizer& tokenizer_;

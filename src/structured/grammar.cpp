@@ -107,8 +107,20 @@ std::shared_ptr<const CompiledGrammar> GrammarCompiler::compile(const GrammarSpe
           return c.CompileJSONSchema(R"({"type": "object"})", spec.any_whitespace, std::nullopt,
                                      std::nullopt, /*strict_mode=*/false, whitespace);
         case Kind::kJsonSchema:
-          return c.CompileJSONSchema(schema_text, spec.any_whitespace, std::nullopt, std::nullopt,
-                                     /*strict_mode=*/true, whitespace);
+          if (spec.prefix.empty() && spec.suffix.empty()) {
+            return c.CompileJSONSchema(schema_text, spec.any_whitespace, std::nullopt, std::nullopt,
+                                       /*strict_mode=*/true, whitespace);
+          } else {
+            std::vector<xgrammar::Grammar> parts;
+            if (!spec.prefix.empty())
+              parts.push_back(xgrammar::Grammar::FromEBNF("root ::= " + ebnf_literal(spec.prefix)));
+            parts.push_back(xgrammar::Grammar::FromJSONSchema(schema_text, spec.any_whitespace,
+                                                              std::nullopt, std::nullopt,
+                                                              /*strict_mode=*/true, whitespace));
+            if (!spec.suffix.empty())
+              parts.push_back(xgrammar::Grammar::FromEBNF("root ::= " + ebnf_literal(spec.suffix)));
+            return c.CompileGrammar(xgrammar::Grammar::Concat(parts));
+          }
         case Kind::kRegex:
           return c.CompileRegex(spec.text);
         case Kind::kChoice: {

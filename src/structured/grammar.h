@@ -31,6 +31,8 @@ struct GrammarSpec {
   // JSON kinds: whitespace between tokens allowed (in runs of at most 20), or compact JSON with
   // ", " and ": " separators (the default; vLLM's disable_any_whitespace).
   bool any_whitespace = false;
+  // kJsonSchema: literal text before and after the JSON (a tool call's tags).
+  std::string prefix{}, suffix{};
 };
 
 // A grammar compiled against one vocabulary; shared by every request that uses it.

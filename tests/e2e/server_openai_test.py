@@ -363,6 +363,83 @@ class Reasoning(unittest.TestCase):
         self.assertEqual(r.choices[0].message.content, "<think>a</think>b")
 
 
+class Tools(unittest.TestCase):
+    """Function calling with the official client, on Qwen2.5's chat template (Hermes-style
+    <tool_call> tags; from llama.cpp's collection): the grammar forces the call, the server
+    parses it back into tool_calls, whole and streamed, and the tool's result continues the
+    conversation."""
+    weather = {"type": "function", "function": {
+        "name": "get_weather", "description": "Current weather in a city",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 20},
+                                                         "unit": {"enum": ["C", "F"]}},
+                       "required": ["city", "unit"]}}}
+    clock = {"type": "function", "function": {"name": "get_time", "description": "The time now"}}
+
+    @classmethod
+    def setUpClass(cls):
+        src = os.environ.get("INFERD_LLAMA_SRC", "")
+        template = os.path.join(src, "models", "templates", "Qwen-Qwen2.5-7B-Instruct.jinja")
+        if not os.path.isfile(template):
+            raise unittest.SkipTest("no llama.cpp sources (INFERD_LLAMA_SRC)")
+        cls.server = Server(INFERD, MODEL, "-c", "2048", "--max-seqs", "2", "--chat-template", template)
+        cls.client = openai.OpenAI(base_url=cls.server.base + "/v1", api_key="x", max_retries=0, timeout=120)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.server.stop()
+
+    messages = [{"role": "user", "content": "What is the weather in Paris?"}]
+
+    def test_required_and_named_calls_whole_and_streamed(self):
+        r = self.client.chat.completions.create(model="", messages=self.messages, max_tokens=100,
+                                                tools=[self.weather, self.clock], tool_choice="required")
+        self.assertEqual(r.choices[0].finish_reason, "tool_calls")
+        calls = r.choices[0].message.tool_calls
+        self.assertGreaterEqual(len(calls), 1)
+        for call in calls:
+            self.assertIn(call.function.name, ["get_weather", "get_time"])
+            self.assertIsInstance(json.loads(call.function.arguments), dict)
+        named = {"type": "function", "function": {"name": "get_weather"}}
+        stream = self.client.chat.completions.create(model="", messages=self.messages, max_tokens=100,
+                                                     tools=[self.weather, self.clock],
+                                                     tool_choice=named, stream=True)
+        by_index, finish = {}, None
+        for chunk in stream:
+            for choice in chunk.choices:
+                for call in choice.delta.tool_calls or []:
+                    entry = by_index.setdefault(call.index, {"name": "", "arguments": "", "id": None})
+                    entry["id"] = entry["id"] or call.id
+                    entry["name"] += call.function.name or ""
+                    entry["arguments"] += call.function.arguments or ""
+                finish = choice.finish_reason or finish
+        self.assertEqual(finish, "tool_calls")
+        self.assertEqual(list(by_index), [0])
+        self.assertEqual(by_index[0]["name"], "get_weather")
+        args = json.loads(by_index[0]["arguments"])
+        self.assertIn(args["unit"], ["C", "F"])
+        self.assertTrue(by_index[0]["id"])
+
+    def test_tool_result_continues_the_conversation(self):
+        named = {"type": "function", "function": {"name": "get_weather"}}
+        r = self.client.chat.completions.create(model="", messages=self.messages, max_tokens=100,
+                                                tools=[self.weather], tool_choice=named)
+        call = r.choices[0].message.tool_calls[0]
+        history = self.messages + [
+            {"role": "assistant", "content": None,
+             "tool_calls": [{"id": call.id, "type": "function",
+                             "function": {"name": call.function.name, "arguments": call.function.arguments}}]},
+            {"role": "tool", "tool_call_id": call.id, "content": "Sunny, 21 C"}]
+        status, rendered = self.server.post("/apply-template", {"messages": history, "tools": [self.weather]})
+        self.assertEqual(status, 200, rendered)
+        self.assertIn("<tool_response>\nSunny, 21 C\n</tool_response>", rendered["prompt"])
+        self.assertIn('"name": "get_weather"', rendered["prompt"])
+        answer = self.client.chat.completions.create(model="", messages=history, max_tokens=30,
+                                                     tools=[self.weather], temperature=0)
+        self.assertIn(answer.choices[0].finish_reason, ["stop", "length", "tool_calls"])
+        message = answer.choices[0].message
+        self.assertTrue(message.content or message.tool_calls)
+
+
 class SpeculativeDecoding(unittest.TestCase):
     PROMPT = ("Copy this list exactly: apple, river, stone, cloud, lamp, garden, bridge, violin.\n"
               "Copy: apple, river, stone,")

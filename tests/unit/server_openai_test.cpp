@@ -20,9 +20,16 @@ class OpenAiParse : public ::testing::Test {
     c.tokenizer = tok_.get();
     c.context = 64;
     c.model_ids = {"toy"};
-    c.render_chat = [](const std::vector<tokenizer::ChatMessage>& m) {
+    c.render_chat = [](const json& messages, const json& tools) {
       std::string s;
-      for (const auto& msg : m) s += msg.role + ": " + msg.content + "\n";
+      for (const json& msg : messages) {
+        s += msg["role"].get<std::string>() + ": " +
+             (msg.contains("content") && msg["content"].is_string()
+                  ? msg["content"].get<std::string>()
+                  : std::string()) +
+             "\n";
+      }
+      if (!tools.is_null()) s += "tools: " + tools.dump() + "\n";
       return s + "assistant: ";
     };
     return c;
@@ -145,7 +152,7 @@ TEST_F(OpenAiParse, ChatPromptAndModelsWithoutTemplates) {
   EXPECT_EQ(rejected_param({{"messages", "hi"}}, true), "messages");
 
   ParseContext no_template = ctx();
-  no_template.render_chat = [](const json&) -> std::string {
+  no_template.render_chat = [](const json&, const json&) -> std::string {
     throw ApiError(400, "the model has no chat template", "messages", "invalid_request_error",
                    "no_chat_template");
   };
@@ -281,7 +288,7 @@ TEST_F(OpenAiParse, ReasoningSplitFollowsTheFormatAndTheTemplate) {
   EXPECT_FALSE(r.reasoning_open);
   // A template that opens the block in the generation prompt (DeepSeek-R1 distills).
   const auto render = c.render_chat;
-  c.render_chat = [render](const json& m) { return render(m) + "<think>\n"; };
+  c.render_chat = [render](const json& m, const json& t) { return render(m, t) + "<think>\n"; };
   EXPECT_TRUE(parse_completion(body, true, c).reasoning_open);
   c.reasoning_format = ReasoningFormat::kNone;
   EXPECT_FALSE(parse_completion(body, true, c).split_reasoning);
@@ -289,6 +296,56 @@ TEST_F(OpenAiParse, ReasoningSplitFollowsTheFormatAndTheTemplate) {
   c.reasoning_format = ReasoningFormat::kDeepseek;
   EXPECT_TRUE(parse_completion(body, true, c).split_reasoning);
   EXPECT_FALSE(parse_completion({{"prompt", "x"}}, false, c).split_reasoning);  // chat only
+}
+
+}  // namespace
+}  // namespace inferd::server
+
+namespace inferd::server {
+namespace {
+
+TEST_F(OpenAiParse, ToolsReachTheTemplateAndForcedCallsAGrammar) {
+  const structured::GrammarCompiler grammars(*tok_, tok_->vocab().size(), 1);
+  ParseContext c = ctx();
+  c.grammars = &grammars;
+  c.context = 4096;
+  const json tools =
+      json::array({{{"type", "function"},
+                    {"function", {{"name", "f"}, {"parameters", {{"type", "object"}}}}}}});
+  const json messages = json::array({{{"role", "user"}, {"content", "hi"}}});
+  CompletionRequest r = parse_completion({{"messages", messages}, {"tools", tools}}, true, c);
+  EXPECT_NE(r.prompt_text.find("tools: [{\"type\":\"function\""), std::string::npos);
+  EXPECT_TRUE(r.tools.active());
+  EXPECT_EQ(r.request.grammar, nullptr);  // auto: the model chooses
+  r = parse_completion({{"messages", messages}, {"tools", tools}, {"tool_choice", "required"}},
+                       true, c);
+  EXPECT_NE(r.request.grammar, nullptr);
+  r = parse_completion({{"messages", messages}, {"tools", tools}, {"tool_choice", "none"}}, true,
+                       c);
+  EXPECT_EQ(r.prompt_text.find("tools:"), std::string::npos);
+  auto param = [&](const json& body, bool chat) {
+    try {
+      parse_completion(body, chat, c);
+    } catch (const ApiError& e) {
+      return e.param;
+    }
+    return std::string("(accepted)");
+  };
+  EXPECT_EQ(param({{"messages", messages},
+                   {"tools", tools},
+                   {"tool_choice", "required"},
+                   {"response_format", {{"type", "json_object"}}}},
+                  true),
+            "tool_choice");
+  EXPECT_EQ(param({{"prompt", "x"}, {"tools", tools}}, false), "tools");
+  // A function whose parameters the grammar could not enforce: a 400, never a free answer.
+  const json bad_tools = json::array(
+      {{{"type", "function"},
+        {"function",
+         {{"name", "f"}, {"parameters", {{"type", "object"}, {"not", json::object()}}}}}}});
+  EXPECT_EQ(
+      param({{"messages", messages}, {"tools", bad_tools}, {"tool_choice", "required"}}, true),
+      "tools");
 }
 
 }  // namespace

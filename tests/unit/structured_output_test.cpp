@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "grammar_walk.h"
 #include "server/openai_request.h"
 #include "structured/grammar.h"
 #include "structured/schema_support.h"
@@ -106,30 +107,9 @@ class GrammarTest : public ::testing::Test {
     return ids.at(0);
   }
 
-  // Takes random allowed tokens until the grammar ends (or `max_steps`); returns the text, or
-  // nullopt when it did not end.
   std::optional<std::string> random_walk(const GrammarSpec& spec, uint32_t seed,
                                          int max_steps = 400) {
-    GrammarMatcher m(compiler_.compile(spec));
-    std::mt19937 rng(seed);
-    std::vector<float> logits(static_cast<size_t>(compiler_.n_vocab()));
-    std::vector<int32_t> out;
-    for (int step = 0; step < max_steps; ++step) {
-      std::fill(logits.begin(), logits.end(), 0.0f);
-      m.mask(logits);
-      std::vector<int32_t> allowed;
-      for (int32_t t = 0; t < compiler_.n_vocab(); ++t)
-        if (logits[static_cast<size_t>(t)] == 0.0f) allowed.push_back(t);
-      if (allowed.empty()) return std::nullopt;
-      // Prefer ending once allowed after a while, so walks through open-ended grammars finish.
-      int32_t pick = allowed[rng() % allowed.size()];
-      if (step > max_steps / 2 && std::find(allowed.begin(), allowed.end(), eos_) != allowed.end())
-        pick = eos_;
-      EXPECT_TRUE(m.accept(pick));
-      if (m.terminated()) return tok_->decode(out, true);
-      out.push_back(pick);
-    }
-    return std::nullopt;
+    return structured::random_walk(compiler_, *tok_, spec, seed, max_steps);
   }
 };
 

@@ -1,0 +1,158 @@
+#include "server/tools.h"
+
+#include <fmt/format.h>
+
+#include "server/openai_request.h"
+
+namespace inferd::server {
+namespace {
+
+using json = nlohmann::ordered_json;
+
+[[noreturn]] void bad(const std::string& param, const std::string& message) {
+  throw ApiError(400, message, param);
+}
+
+// The JSON object one call of `function` is, in the family's spelling of the arguments key.
+json call_schema(const json& function, const char* arguments_key) {
+  // A function without parameters takes none: its arguments are {}.
+  json parameters = function.contains("parameters") ? function["parameters"]
+                                                    : json{{"type", "object"},
+                                                           {"properties", json::object()},
+                                                           {"additionalProperties", false}};
+  return {{"type", "object"},
+          {"properties",
+           {{"name", {{"const", function["name"]}}}, {arguments_key, std::move(parameters)}}},
+          {"required", {"name", arguments_key}},
+          {"additionalProperties", false}};
+}
+
+}  // namespace
+
+ToolRequest parse_tools(const json& body) {
+  ToolRequest out;
+  const auto tools = body.find("tools");
+  if (tools != body.end() && !tools->is_null()) {
+    if (!tools->is_array()) bad("tools", "'tools' must be a list");
+    for (size_t i = 0; i < tools->size(); ++i) {
+      const json& tool = (*tools)[i];
+      const std::string param = fmt::format("tools[{}]", i);
+      if (!tool.is_object() || tool.value("type", "") != "function" || !tool.contains("function") ||
+          !tool["function"].is_object())
+        bad(param, "each tool must be {\"type\": \"function\", \"function\": {...}}");
+      const json& function = tool["function"];
+      if (!function.contains("name") || !function["name"].is_string() ||
+          function["name"].get<std::string>().empty())
+        bad(param + ".function.name", "each function needs a non-empty string 'name'");
+      if (function.contains("parameters") && !function["parameters"].is_object())
+        bad(param + ".function.parameters", "'parameters' must be a JSON schema object");
+    }
+    out.tools = *tools;
+  }
+  const bool have_tools = !out.tools.empty();
+  out.choice = have_tools ? ToolChoice::kAuto : ToolChoice::kNone;
+  const auto choice = body.find("tool_choice");
+  if (choice != body.end() && !choice->is_null()) {
+    if (choice->is_string()) {
+      const std::string c = choice->get<std::string>();
+      if (c == "none") {
+        out.choice = ToolChoice::kNone;
+      } else if (c == "auto") {
+        out.choice = have_tools ? ToolChoice::kAuto : ToolChoice::kNone;
+      } else if (c == "required") {
+        out.choice = ToolChoice::kRequired;
+      } else {
+        bad("tool_choice", fmt::format("tool_choice '{}' is not none, auto or required", c));
+      }
+    } else if (choice->is_object() && choice->value("type", "") == "function" &&
+               choice->contains("function") && (*choice)["function"].is_object() &&
+               (*choice)["function"].contains("name") &&
+               (*choice)["function"]["name"].is_string()) {
+      out.choice = ToolChoice::kNamed;
+      out.name = (*choice)["function"]["name"].get<std::string>();
+    } else {
+      bad("tool_choice",
+          "tool_choice must be none, auto, required or {\"type\": \"function\", \"function\": "
+          "{\"name\": ...}}");
+    }
+    if ((out.choice == ToolChoice::kRequired || out.choice == ToolChoice::kNamed) && !have_tools)
+      bad("tool_choice", "tool_choice asks for a call but the request has no tools");
+    if (out.choice == ToolChoice::kNamed) {
+      bool found = false;
+      for (const json& tool : out.tools) found |= tool["function"]["name"] == out.name;
+      if (!found) bad("tool_choice", fmt::format("no tool is named '{}'", out.name));
+    }
+  }
+  const auto parallel = body.find("parallel_tool_calls");
+  if (parallel != body.end() && !parallel->is_null()) {
+    if (!parallel->is_boolean())
+      bad("parallel_tool_calls", "'parallel_tool_calls' must be a boolean");
+    out.parallel = parallel->get<bool>();
+  }
+  return out;
+}
+
+structured::GrammarSpec tool_call_grammar(const ToolRequest& tools, ToolCallFormat format) {
+  const char* arguments_key = format == ToolCallFormat::kLlama3 ? "parameters" : "arguments";
+  json options = json::array();
+  for (const json& tool : tools.tools) {
+    if (tools.choice == ToolChoice::kNamed && tool["function"]["name"] != tools.name) continue;
+    options.push_back(call_schema(tool["function"], arguments_key));
+  }
+  const json one = options.size() == 1 ? options[0] : json{{"anyOf", options}};
+  const bool several = tools.parallel && tools.choice != ToolChoice::kNamed;
+  structured::GrammarSpec spec;
+  spec.kind = structured::GrammarSpec::Kind::kJsonSchema;
+  switch (format) {
+    case ToolCallFormat::kHermes:
+      spec.text = one.dump();
+      spec.prefix = "<tool_call>\n";
+      spec.suffix = "\n</tool_call>";
+      break;
+    case ToolCallFormat::kLlama3:
+      spec.text = one.dump();
+      break;
+    case ToolCallFormat::kMistral: {
+      json list = {{"type", "array"}, {"items", one}, {"minItems", 1}};
+      if (!several) list["maxItems"] = 1;
+      spec.text = list.dump();
+      spec.prefix = "[TOOL_CALLS]";
+      break;
+    }
+    case ToolCallFormat::kGeneric: {
+      json list = {{"type", "array"}, {"items", one}, {"minItems", 1}};
+      if (!several) list["maxItems"] = 1;
+      spec.text = json{
+          {"type", "object"},
+          {"properties", {{"tool_calls", list}}},
+          {"required", {"tool_calls"}},
+          {"additionalProperties",
+           false}}.dump();
+      break;
+    }
+  }
+  return spec;
+}
+
+void prepare_tool_history(json& messages) {
+  for (size_t i = 0; i < messages.size(); ++i) {
+    json& m = messages[i];
+    if (!m.is_object() || !m.contains("tool_calls") || !m["tool_calls"].is_array()) continue;
+    json& calls = m["tool_calls"];
+    for (size_t j = 0; j < calls.size(); ++j) {
+      json& call = calls[j];
+      if (!call.is_object() || !call.contains("function") || !call["function"].is_object())
+        continue;
+      json& function = call["function"];
+      if (!function.contains("arguments") || !function["arguments"].is_string()) continue;
+      json parsed = json::parse(function["arguments"].get<std::string>(), nullptr, false);
+      if (parsed.is_discarded()) {
+        bad(fmt::format("messages[{}].tool_calls[{}].function.arguments", i, j),
+            "tool call arguments must be a JSON text");
+      }
+      function["arguments"] = std::move(parsed);
+    }
+  }
+}
+
+}  // namespace inferd::server
