@@ -344,10 +344,12 @@ constexpr const char* kMonthDay =
 constexpr const char* kLeapYear =
     R"((\d\d(0[48]|[2468][048]|[13579][26])|(0[48]|[2468][048]|[13579][26])00))";
 // Times with a time zone; seconds 00-59 (a leap second's 60 is refused by most parsers).
+// Optional parts are written (|x) rather than (x)?: XGrammar 0.2.8 compiles an optional group
+// that holds a repetition as if only its first element were optional.
 constexpr const char* kTime =
-    R"(([01]\d|2[0-3]):[0-5]\d:[0-5]\d(\.\d+)?(Z|[+-]([01]\d|2[0-3]):[0-5]\d))";
+    R"(([01]\d|2[0-3]):[0-5]\d:[0-5]\d(|\.\d+)(Z|[+-]([01]\d|2[0-3]):[0-5]\d))";
 constexpr const char* kOctet = R"((25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d))";
-constexpr const char* kLabel = R"(([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?))";
+constexpr const char* kLabel = R"(([a-z0-9](|[a-z0-9-]{0,61}[a-z0-9])))";
 
 std::string date_pattern() {
   return fmt::format("({}-{}|{}-02-29)", kYear, kMonthDay, kLeapYear);
