@@ -40,6 +40,7 @@ struct ServeArgs {
   DType kv_value_type = DType::F16;
   bool swa_full = false;
   engine::SpeculativeConfig spec;
+  engine::GrammarThread grammar_thread = engine::GrammarThread::kAuto;
 };
 
 server::HttpServer* g_server = nullptr;
@@ -62,6 +63,7 @@ void serve(const ServeArgs& args) {
   config.swa_full = args.swa_full;
   config.prefix_caching = !args.no_prefix_cache;
   config.spec = args.spec;
+  config.grammar_thread = args.grammar_thread;
   const std::string model_id = args.served_model_name.empty()
                                    ? std::filesystem::path(path).stem().string()
                                    : args.served_model_name;
@@ -169,6 +171,7 @@ void register_serve(CLI::App& app) {
   add_kv_type_options(*cmd, args->kv_key_type, args->kv_value_type);
   add_swa_full_option(*cmd, args->swa_full);
   add_spec_options(*cmd, args->spec);
+  add_grammar_thread_option(*cmd, args->grammar_thread);
   cmd->callback([args] { serve(*args); });
 }
 

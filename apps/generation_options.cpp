@@ -54,6 +54,20 @@ void add_swa_full_option(CLI::App& cmd, bool& swa_full) {
                "Sliding-window layers keep every position in the KV cache, not only their window");
 }
 
+void add_grammar_thread_option(CLI::App& cmd, engine::GrammarThread& grammar_thread) {
+  cmd.add_option_function<std::string>(
+         "--grammar-thread",
+         [&grammar_thread](const std::string& mode) {
+           grammar_thread = mode == "on"    ? engine::GrammarThread::kOn
+                            : mode == "off" ? engine::GrammarThread::kOff
+                                            : engine::GrammarThread::kAuto;
+         },
+         "Structured output: compute grammar masks on a thread of their own while the forward "
+         "pass runs (on), or after it on the compute threads (off); auto: on when a CPU is free "
+         "beyond --threads")
+      ->check(CLI::IsMember({"auto", "on", "off"}));
+}
+
 void add_spec_options(CLI::App& cmd, engine::SpeculativeConfig& spec) {
   cmd.add_option_function<std::string>(
          "--spec",
@@ -114,6 +128,7 @@ void GenerationOptions::add_to(CLI::App& cmd) {
   add_swa_full_option(cmd, swa_full);
   add_prefix_cache_option(cmd, no_prefix_cache);
   add_spec_options(cmd, spec);
+  add_grammar_thread_option(cmd, grammar_thread);
   auto* schema = cmd.add_option("-j,--json-schema,--json-schema-file", json_schema,
                                 "Constrain the output to a JSON schema (inline JSON or a file)");
   auto* gbnf = cmd.add_option("--grammar,--grammar-file", grammar,
@@ -177,6 +192,7 @@ engine::EngineConfig GenerationOptions::engine_config() const {
   config.swa_full = swa_full;
   config.prefix_caching = !no_prefix_cache;
   config.spec = spec;
+  config.grammar_thread = grammar_thread;
   return config;
 }
 

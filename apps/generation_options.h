@@ -39,6 +39,7 @@ struct GenerationOptions {
   bool swa_full = false;
   bool no_prefix_cache = false;
   engine::SpeculativeConfig spec;
+  engine::GrammarThread grammar_thread = engine::GrammarThread::kAuto;
   // Structured output (structured/grammar.h): at most one of these.
   std::string json_schema;  // a JSON schema, inline or a file's path
   std::string grammar;      // a GBNF grammar, inline or a file's path
@@ -61,6 +62,9 @@ void add_kv_type_options(CLI::App& cmd, DType& key_type, DType& value_type);
 void add_swa_full_option(CLI::App& cmd, bool& swa_full);
 // --no-prefix-cache: every request computes its whole prompt (kv/prefix_cache.h).
 void add_prefix_cache_option(CLI::App& cmd, bool& no_prefix_cache);
+
+// --grammar-thread auto|on|off (engine::GrammarThread).
+void add_grammar_thread_option(CLI::App& cmd, engine::GrammarThread& grammar_thread);
 
 // --spec off|ngram, --spec-k, --spec-ngram-min/max, --spec-max-rows (engine/speculative.h).
 void add_spec_options(CLI::App& cmd, engine::SpeculativeConfig& spec);

@@ -153,6 +153,12 @@ Engine::Engine(const gguf::GgufFile& file, const EngineConfig& config) : config_
     draft_owners_.reserve(static_cast<size_t>(config.max_seqs));
   }
   scheduled_.reserve(static_cast<size_t>(config.max_seqs));
+  grammar_fills_.reserve(static_cast<size_t>(config.max_seqs));
+  const bool spare_cpu = static_cast<int>(allowed_cpus().size()) > config.threads;
+  if (config.grammar_thread == GrammarThread::kOn ||
+      (config.grammar_thread == GrammarThread::kAuto && spare_cpu)) {
+    mask_prefetcher_ = std::make_unique<MaskPrefetcher>(static_cast<size_t>(config.max_seqs));
+  }
   finished_ids_.reserve(static_cast<size_t>(config.max_seqs));
   beam_steps_.reserve(static_cast<size_t>(config.max_seqs));
   fork_logits_.resize(static_cast<size_t>(model_->config().n_vocab));
@@ -305,7 +311,14 @@ void Engine::step() {
     active.was_scheduled = true;
   }
   const auto started = Clock::now();
-  runner_->run(scheduled_);
+  start_grammar_masks();
+  try {
+    runner_->run(scheduled_);
+  } catch (...) {
+    if (mask_prefetcher_) mask_prefetcher_->wait();  // it holds matchers of this step
+    throw;
+  }
+  finish_grammar_masks();
   if (config_.spec.enabled())
     record_step_time(std::chrono::duration<double>(Clock::now() - started).count());
   for (size_t i = 0; i < scheduled_.size(); ++i) {
@@ -366,6 +379,33 @@ void Engine::run_until_idle() {
   while (!idle()) step();
 }
 
+void Engine::start_grammar_masks() {
+  grammar_fills_.clear();
+  for (const ScheduledSequence& s : scheduled_) {
+    const Sequence& seq = *s.seq;
+    // The sequence samples this step when the step reaches its last real token (as
+    // ModelRunner decides which rows get logits); with drafts, the first row's mask is the one
+    // known before any of them is verified.
+    if (seq.num_computed + s.num_new_tokens < seq.num_tokens() - seq.num_draft) continue;
+    Active& active = *active_.at(seq.request_id);
+    if (active.grammar && !active.done) grammar_fills_.push_back(active.grammar.get());
+  }
+  if (mask_prefetcher_ && !grammar_fills_.empty()) mask_prefetcher_->start(grammar_fills_);
+}
+
+void Engine::finish_grammar_masks() {
+  if (grammar_fills_.empty()) return;
+  if (mask_prefetcher_) {
+    mask_prefetcher_->wait();
+  } else {
+    // Matchers are independent: one per thread at a time. A failed fill is retried (and
+    // reported) by the sampling step's own mask() call.
+    pool_->for_each_dynamic(static_cast<int64_t>(grammar_fills_.size()),
+                            [&](int64_t i) { grammar_fills_[static_cast<size_t>(i)]->try_fill(); });
+  }
+  grammar_fills_.clear();
+}
+
 int32_t Engine::process_output(Active& active, std::span<float> logits) {
   Sequence& seq = active.seq;
   const auto prompt =
@@ -373,17 +413,16 @@ int32_t Engine::process_output(Active& active, std::span<float> logits) {
   const auto output =
       std::span<const int32_t>(seq.tokens).subspan(static_cast<size_t>(seq.num_prompt_tokens));
   if (active.grammar) {
-    const auto started = Clock::now();
     active.grammar->mask(logits);
-    grammar_stats_.record(std::chrono::duration<double>(Clock::now() - started).count());
+    grammar_stats_.record(active.grammar->mask_seconds());
   }
   const int32_t token = active.sampler->sample(logits, prompt, output);
   ++generated_tokens_;
   const auto now = Clock::now();
   if (seq.num_generated() == 0) active.first_token = now;
   active.last_token = now;
-  // The end-of-generation token is reported with its logprob too (OpenAI and vLLM do), but
-  // not added to the output.
+  // The end-of-generation token is reported with its logprob too (OpenAI and vLLM do); it
+  // joins the output only with ignore_eos, below.
   if (seq.request.logprobs >= 0) {
     const size_t n = active.sampler->top_logprobs(logits, active.top);
     seq.request.output->on_token(token, active.sampler->last_logprob(),

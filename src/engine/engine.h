@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "engine/draft_model.h"
+#include "engine/mask_prefetcher.h"
 #include "engine/mask_stats.h"
 #include "engine/model_runner.h"
 #include "engine/request.h"
@@ -24,6 +25,11 @@
 #include "util/thread_pool.h"
 
 namespace inferd::engine {
+
+// Where a step's grammar masks are computed (structured output): on a thread of their own while
+// the forward pass runs (kOn), or after it, spread over the engine's threads (kOff). kAuto: on
+// when the process may use more CPUs than `threads` (the forward pass's threads spin on theirs).
+enum class GrammarThread { kAuto, kOn, kOff };
 
 struct EngineConfig {
   int threads = 2;
@@ -43,6 +49,7 @@ struct EngineConfig {
   bool prefix_caching = true;
   // Speculative decoding (engine/speculative.h); off by default.
   SpeculativeConfig spec;
+  GrammarThread grammar_thread = GrammarThread::kAuto;
 };
 
 class Engine {
@@ -79,6 +86,8 @@ class Engine {
   const SpecDecodeStats& spec_decode_stats() const { return spec_stats_; }
   // Time spent on grammar masks (requests with structured output).
   const MaskStats& grammar_mask_stats() const { return grammar_stats_; }
+  // Whether grammar masks are computed while the forward pass runs (EngineConfig::grammar_thread).
+  bool grammar_masks_overlap() const { return mask_prefetcher_ != nullptr; }
 
  private:
   struct Active;
@@ -112,6 +121,10 @@ class Engine {
   bool emit_token(Active& active, int32_t token);
   void finish(Active& active, FinishReason reason, std::string error = {});
   void reap_cancelled();
+  // The grammar masks of the sequences that sample this step: collected before the forward pass
+  // and filled during it (MaskPrefetcher) or right after it, on every thread.
+  void start_grammar_masks();
+  void finish_grammar_masks();
 
   EngineConfig config_;
   std::unique_ptr<tokenizer::Tokenizer> tokenizer_;
@@ -132,6 +145,8 @@ class Engine {
   std::vector<Active*> draft_owners_;        // [max_seqs] the sequence of each job
   SpecDecodeStats spec_stats_;
   MaskStats grammar_stats_;
+  std::unique_ptr<MaskPrefetcher> mask_prefetcher_;         // null: masks fill after the pass
+  std::vector<structured::GrammarMatcher*> grammar_fills_;  // [max_seqs] this step's masks
   static constexpr int kTimedRows = 32;
   double step_seconds_[kTimedRows + 1] = {};  // decayed mean duration of decode steps by rows
   int step_samples_[kTimedRows + 1] = {};

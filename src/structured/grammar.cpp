@@ -2,6 +2,10 @@
 
 #include <xgrammar/xgrammar.h>
 
+#include <algorithm>
+#include <bit>
+#include <chrono>
+#include <cstddef>
 #include <limits>
 #include <mutex>
 
@@ -84,9 +88,9 @@ std::shared_ptr<const CompiledGrammar> GrammarCompiler::compile(const GrammarSpe
   using Kind = GrammarSpec::Kind;
   std::string schema_text;
   if (spec.kind == Kind::kJsonSchema) {
-    nlohmann::json schema;
+    nlohmann::ordered_json schema;
     try {
-      schema = nlohmann::json::parse(spec.text);
+      schema = nlohmann::ordered_json::parse(spec.text);
     } catch (const nlohmann::json::exception& e) {
       fail("the JSON schema is not valid JSON: {}", e.what());
     }
@@ -170,27 +174,69 @@ GrammarMatcher::GrammarMatcher(std::shared_ptr<const CompiledGrammar> grammar)
 GrammarMatcher::~GrammarMatcher() = default;
 
 void GrammarMatcher::fill() {
-  impl_->matcher.FillNextTokenBitmask(&impl_->tensor);
+  if (filled_) return;
+  const auto started = std::chrono::steady_clock::now();
+  try {
+    impl_->matcher.FillNextTokenBitmask(&impl_->tensor);
+  } catch (const std::exception& e) {
+    fail("the grammar engine failed to compute the next token mask: {}", e.what());
+  }
+  mask_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  filled_ = true;
+}
+
+bool GrammarMatcher::try_fill() noexcept {
+  try {
+    fill();
+    return true;
+  } catch (...) {
+    return false;
+  }
 }
 
 void GrammarMatcher::mask(std::span<float> logits) {
   fill();
+  const auto started = std::chrono::steady_clock::now();
   const auto n =
       static_cast<int32_t>(std::min<size_t>(logits.size(), static_cast<size_t>(n_vocab_)));
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-  for (int32_t word = 0; word * 32 < n; ++word) {
-    const auto bits = static_cast<uint32_t>(bitmask_[static_cast<size_t>(word)]);
-    if (bits == ~0u) continue;  // all 32 allowed: the common case inside free text
-    const int32_t end = std::min(n, word * 32 + 32);
-    for (int32_t t = word * 32; t < end; ++t) {
-      if (((bits >> (t - word * 32)) & 1u) == 0) logits[static_cast<size_t>(t)] = kNegInf;
+  // Restrictive positions (after a key, inside a number, in an e-mail address) allow few of a
+  // large vocabulary's tokens, scattered over most words. A word visits whichever of its sets
+  // is smaller: its forbidden tokens one by one, or its allowed ones, kept aside while all 32
+  // lanes are overwritten with -inf (which the compiler turns into a few vector stores).
+  float* const out = logits.data();
+  const int32_t full_words = n / 32;
+  for (int32_t word = 0; word < full_words; ++word) {
+    const auto allowed = static_cast<uint32_t>(bitmask_[static_cast<size_t>(word)]);
+    if (allowed == ~0u) continue;  // all allowed: the common case inside free text
+    float* const lanes = out + static_cast<ptrdiff_t>(word) * 32;
+    if (std::popcount(allowed) > 8) {
+      for (uint32_t forbidden = ~allowed; forbidden != 0; forbidden &= forbidden - 1)
+        lanes[std::countr_zero(forbidden)] = kNegInf;
+      continue;
     }
+    float kept[32];
+    int count = 0;
+    for (uint32_t rest = allowed; rest != 0; rest &= rest - 1)
+      kept[count++] = lanes[std::countr_zero(rest)];
+    std::fill_n(lanes, 32, kNegInf);
+    count = 0;
+    for (uint32_t rest = allowed; rest != 0; rest &= rest - 1)
+      lanes[std::countr_zero(rest)] = kept[count++];
+  }
+  for (int32_t t = full_words * 32; t < n; ++t) {
+    const auto bits = static_cast<uint32_t>(bitmask_[static_cast<size_t>(t / 32)]);
+    if (((bits >> (t % 32)) & 1u) == 0) out[t] = kNegInf;
   }
   for (size_t t = static_cast<size_t>(n); t < logits.size(); ++t) logits[t] = kNegInf;
+  mask_seconds_ +=
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
 }
 
 bool GrammarMatcher::accept(int32_t token) {
-  return impl_->matcher.AcceptToken(token);
+  if (!impl_->matcher.AcceptToken(token)) return false;
+  filled_ = false;
+  return true;
 }
 
 bool GrammarMatcher::terminated() const {

@@ -68,9 +68,18 @@ class GrammarMatcher {
   GrammarMatcher(const GrammarMatcher&) = delete;
   GrammarMatcher& operator=(const GrammarMatcher&) = delete;
 
-  // Sets the logit of every token the grammar does not allow next to -infinity.
-  // `logits` is [n_vocab].
+  // Computes which tokens the grammar allows next, once per position: later calls before the
+  // next accepted token return at once. May run on another thread than the engine's (the mask
+  // prefetcher), as long as no other call on this matcher runs at the same time. Throws
+  // inferd::Error when the grammar engine fails.
+  void fill();
+  // fill() for a background thread: false, and nothing filled, where fill() would throw.
+  bool try_fill() noexcept;
+  // Sets the logit of every token the grammar does not allow next to -infinity (filling first
+  // where that is not done yet). `logits` is [n_vocab].
   void mask(std::span<float> logits);
+  // What the mask of the current position cost: its fill plus applying it, in seconds.
+  double mask_seconds() const { return mask_seconds_; }
   // Takes a sampled token. False when the grammar does not allow it (nothing changes then).
   bool accept(int32_t token);
   // The grammar is complete and an end-of-generation token was taken.
@@ -79,12 +88,13 @@ class GrammarMatcher {
   bool allows(int32_t token);
 
  private:
-  void fill();
   struct Impl;
   std::unique_ptr<Impl> impl_;
   std::vector<int32_t>
       bitmask_;  // [ceil(n_vocab / 32)]: bit t % 32 of word t / 32 = token t allowed
   int32_t n_vocab_;
+  bool filled_ = false;  // bitmask_ is the current position's
+  double mask_seconds_ = 0;
 };
 
 }  // namespace inferd::structured

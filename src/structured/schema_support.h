@@ -11,11 +11,11 @@ namespace inferd::structured {
 
 // Throws inferd::Error ("unsupported JSON Schema keyword 'not' at /properties/a") for the
 // first keyword or combination that would not be enforced, or that is malformed.
-void check_json_schema(const nlohmann::json& schema);
+void check_json_schema(const nlohmann::ordered_json& schema);
 
 // check_json_schema, then the schema to compile: string formats whose engine patterns accept
 // values that are not valid (year 0000, February 30, a leap second, an IPv4 octet with a
 // leading zero, a hostname label over 63 characters) become stricter patterns of ours.
-nlohmann::json prepare_json_schema(const nlohmann::json& schema);
+nlohmann::ordered_json prepare_json_schema(const nlohmann::ordered_json& schema);
 
 }  // namespace inferd::structured

@@ -17,18 +17,6 @@ inline void cpu_relax() {
   _mm_pause();
 }
 
-// The CPUs this process may run on, in order.
-std::vector<int> allowed_cpus() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  std::vector<int> cpus;
-  if (sched_getaffinity(0, sizeof(set), &set) != 0) return cpus;
-  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
-    if (CPU_ISSET(cpu, &set)) cpus.push_back(cpu);
-  }
-  return cpus;
-}
-
 // Keeps the calling thread on `cpu`. Best effort: a refusal leaves the thread free to move.
 void pin_current_thread(int cpu) {
   cpu_set_t set;
@@ -43,6 +31,17 @@ std::atomic<uint64_t> g_next_pool_id{1};
 thread_local uint64_t t_pinned_as_caller_of = 0;
 
 }  // namespace
+
+std::vector<int> allowed_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  std::vector<int> cpus;
+  if (sched_getaffinity(0, sizeof(set), &set) != 0) return cpus;
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+    if (CPU_ISSET(cpu, &set)) cpus.push_back(cpu);
+  }
+  return cpus;
+}
 
 ThreadPool::ThreadPool(int num_threads, bool pin)
     : num_threads_(num_threads < 1 ? 1 : num_threads),

@@ -12,6 +12,9 @@
 
 namespace inferd {
 
+// The CPUs this process may run on (sched_getaffinity), in order; empty when unknown.
+std::vector<int> allowed_cpus();
+
 class ThreadPool {
  public:
   // `num_threads` counts the caller; 1 means no extra threads. With `pin`, when the threads are

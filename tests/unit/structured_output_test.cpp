@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "engine/mask_prefetcher.h"
 #include "grammar_walk.h"
 #include "server/openai_request.h"
 #include "structured/grammar.h"
@@ -84,6 +85,9 @@ TEST(SchemaSupport, NamesWhatWouldNotBeEnforced) {
       {R"({"type": "integer", "enum": [1, "two"]})", "is not of type 'integer'"},
       {R"({"type": "object", "properties": {"a": 3}})", "at /properties/a must be an object"},
       {R"({"type": "object", "nullable": true})", "keyword 'nullable'"},
+      {R"({"type": "string", "maxLength": -1})", "'maxLength' at / must be a non-negative integer"},
+      {R"({"type": "string", "minLength": 2.5})", "'minLength' at / must be a non-negative"},
+      {R"({"type": "string", "minLength": 4, "maxLength": 3})", "greater than 'maxLength'"},
   };
   for (const auto& [schema, expected] : cases) {
     EXPECT_NE(refusal(schema).find(expected), std::string::npos)
@@ -136,6 +140,110 @@ TEST_F(GrammarTest, MaskIsExactlyWhatTheMatcherAccepts) {
   EXPECT_FALSE(m.terminated());
   EXPECT_TRUE(m.accept(eos_));
   EXPECT_TRUE(m.terminated());
+}
+
+TEST_F(GrammarTest, PrefetchedMasksAreTheOnesTheMatcherWouldFill) {
+  // Matchers walked by a prefetch thread and twins walked alone take the same random tokens;
+  // each prefetched mask must equal its twin's, position after position.
+  const auto grammar = compiler_.compile({GrammarSpec::Kind::kJsonSchema,
+                                          R"({"type": "object", "properties": {
+                                              "a": {"type": "string", "maxLength": 5},
+                                              "n": {"type": "number"}}})",
+                                          {}});
+  constexpr size_t kMatchers = 3;
+  std::vector<std::unique_ptr<GrammarMatcher>> prefetched, alone;
+  std::vector<GrammarMatcher*> jobs;
+  for (size_t i = 0; i < kMatchers; ++i) {
+    prefetched.push_back(std::make_unique<GrammarMatcher>(grammar));
+    alone.push_back(std::make_unique<GrammarMatcher>(grammar));
+    jobs.push_back(prefetched.back().get());
+  }
+  engine::MaskPrefetcher prefetcher(kMatchers);
+  std::mt19937 rng(3);
+  const auto n = static_cast<size_t>(compiler_.n_vocab());
+  std::vector<float> with(n), without(n);
+  for (int step = 0; step < 40 && !jobs.empty(); ++step) {
+    prefetcher.start(jobs);
+    prefetcher.wait();
+    for (size_t i = 0; i < kMatchers; ++i) {
+      if (prefetched[i]->terminated()) continue;
+      std::fill(with.begin(), with.end(), 0.0f);
+      std::fill(without.begin(), without.end(), 0.0f);
+      prefetched[i]->mask(with);
+      alone[i]->mask(without);
+      ASSERT_EQ(with, without) << "matcher " << i << " step " << step;
+      std::vector<int32_t> allowed;
+      for (size_t t = 0; t < n; ++t)
+        if (!std::isinf(with[t])) allowed.push_back(static_cast<int32_t>(t));
+      ASSERT_FALSE(allowed.empty());
+      const int32_t token = allowed[rng() % allowed.size()];
+      ASSERT_TRUE(prefetched[i]->accept(token));
+      ASSERT_TRUE(alone[i]->accept(token));
+    }
+    std::erase_if(jobs, [](GrammarMatcher* m) { return m->terminated(); });
+  }
+}
+
+TEST_F(GrammarTest, NumbersHaveBoundedDigits) {
+  // A walk that takes a digit whenever one is allowed (a model stuck in a digit loop) must
+  // still end: at most 16 digits before the point, 16 after it, 2 in the exponent (so that
+  // every number fits a double).
+  const std::regex number(R"(-?([0-9]+)(\.([0-9]+))?([eE][-+]?([0-9]+))?)");
+  for (const char* items :
+       {R"({"type": "number"})", R"({"type": "integer"})", R"({"type": "integer", "minimum": 5})",
+        R"({"type": "integer", "maximum": -7})",
+        R"({"type": "number", "exclusiveMinimum": 0.5})"}) {
+    const std::string schema =
+        std::string(R"({"type": "array", "minItems": 2, "maxItems": 2, "items": )") + items + "}";
+    GrammarMatcher m(compiler_.compile({GrammarSpec::Kind::kJsonSchema, schema, {}}));
+    std::mt19937 rng(5);
+    std::vector<float> logits(static_cast<size_t>(compiler_.n_vocab()));
+    std::vector<int32_t> out;
+    while (!m.terminated() && out.size() < 200) {
+      std::fill(logits.begin(), logits.end(), 0.0f);
+      m.mask(logits);
+      std::vector<int32_t> allowed, digits;
+      for (int32_t t = 0; t < compiler_.n_vocab(); ++t) {
+        if (std::isinf(logits[static_cast<size_t>(t)])) continue;
+        allowed.push_back(t);
+        const std::string piece = tok_->decode(std::vector<int32_t>{t}, true);
+        if (!piece.empty() && std::all_of(piece.begin(), piece.end(), ::isdigit))
+          digits.push_back(t);
+      }
+      ASSERT_FALSE(allowed.empty()) << schema;
+      // An exponent or a point now and then, so that those digits are bounded too.
+      const std::vector<int32_t>& from = !digits.empty() && rng() % 8 != 0 ? digits : allowed;
+      const int32_t token = from[rng() % from.size()];
+      ASSERT_TRUE(m.accept(token));
+      if (!m.terminated()) out.push_back(token);
+    }
+    ASSERT_TRUE(m.terminated()) << schema << ": " << tok_->decode(out, true);
+    const std::string text = tok_->decode(out, true);
+    const json array = json::parse(text);
+    ASSERT_EQ(array.size(), 2u) << text;
+    for (auto it = std::sregex_iterator(text.begin(), text.end(), number);
+         it != std::sregex_iterator(); ++it) {
+      EXPECT_LE((*it)[1].length(), 16) << text;
+      EXPECT_LE((*it)[3].length(), 16) << text;
+      EXPECT_LE((*it)[5].length(), 2) << text;
+    }
+  }
+}
+
+TEST_F(GrammarTest, AMaskIsFilledOncePerPosition) {
+  GrammarMatcher m(compiler_.compile({GrammarSpec::Kind::kRegex, "ab+c", {}}));
+  m.fill();
+  const double first = m.mask_seconds();
+  EXPECT_GT(first, 0.0);
+  m.fill();  // the same position: nothing to do
+  EXPECT_EQ(m.mask_seconds(), first);
+  EXPECT_TRUE(m.try_fill());
+  EXPECT_EQ(m.mask_seconds(), first);
+  EXPECT_FALSE(m.accept(byte('c')));  // refused: the position and its mask stay
+  EXPECT_TRUE(m.allows(byte('a')));
+  EXPECT_TRUE(m.accept(byte('a')));  // a new position: a new mask
+  EXPECT_FALSE(m.allows(byte('a')));
+  EXPECT_TRUE(m.allows(byte('b')));
 }
 
 TEST_F(GrammarTest, SpecialTokensNeverSpellText) {
@@ -273,6 +381,48 @@ TEST_F(GrammarTest, StringFormatsGiveValuesParsersAccept) {
       EXPECT_LE(std::stoi(m[i].str()), 255) << address;
       EXPECT_TRUE(m[i].length() == 1 || m[i].str()[0] != '0') << address;  // no leading zero
     }
+    // An address mail systems take: a local part of at most 64 characters, '@', a domain of
+    // labels whose last is letters.
+    const auto mail = random_walk(
+        {GrammarSpec::Kind::kJsonSchema, R"({"type": "string", "format": "email"})", {}}, seed);
+    ASSERT_TRUE(mail.has_value());
+    const std::string email = json::parse(*mail).get<std::string>();
+    static const std::regex address_form(
+        R"(([A-Za-z0-9_%+-]+(\.[A-Za-z0-9_%+-]+)?)@([a-z0-9]([a-z0-9-]*[a-z0-9])?\.)+[a-z]{2,})");
+    ASSERT_TRUE(std::regex_match(email, m, address_form)) << email;
+    EXPECT_LE(m[1].length(), 64) << email;
+  }
+}
+
+TEST_F(GrammarTest, PropertiesComeInTheSchemasOrder) {
+  // The schema lists "zeta" before "alpha": so must the output (nlohmann::json would sort).
+  for (uint32_t seed = 0; seed < 5; ++seed) {
+    const auto text = random_walk({GrammarSpec::Kind::kJsonSchema,
+                                   R"({"type": "object", "properties": {
+                                       "zeta": {"type": "boolean"}, "alpha": {"type": "boolean"}},
+                                       "required": ["alpha", "zeta"]})",
+                                   {}},
+                                  seed);
+    ASSERT_TRUE(text.has_value());
+    EXPECT_LT(text->find("zeta"), text->find("alpha")) << *text;
+  }
+}
+
+TEST_F(GrammarTest, LengthLimitedStringsAreWellFormedUtf8) {
+  // The toy vocabulary has a token for every byte: walks can try any byte sequence, overlong
+  // forms (E0 9F ..) and lone continuation bytes included.
+  for (uint32_t seed = 0; seed < 60; ++seed) {
+    const auto text = random_walk({GrammarSpec::Kind::kJsonSchema,
+                                   R"({"type": "string", "minLength": 2, "maxLength": 9})",
+                                   {}},
+                                  seed);
+    ASSERT_TRUE(text.has_value());
+    ASSERT_TRUE(json::accept(*text)) << *text;
+    const std::string value = json::parse(*text).get<std::string>();
+    const auto chars =
+        std::count_if(value.begin(), value.end(), [](char c) { return (c & 0xC0) != 0x80; });
+    EXPECT_GE(chars, 2) << *text;
+    EXPECT_LE(chars, 9) << *text;
   }
 }
 
@@ -323,10 +473,16 @@ class StructuredEngineTest : public TinyEngineFixture {
 TEST_F(StructuredEngineTest, OutputIsOneOfTheChoicesAndEndsThere) {
   const std::vector<std::string> options = {"bcd", "fed", "bcdefghij"};
   const auto grammar = choices(options);
-  for (const bool spec : {false, true}) {
+  std::vector<std::string> texts[2];  // by grammar thread: off, on
+  for (const auto& [spec, thread] : {std::pair{false, GrammarThread::kOff},
+                                     {true, GrammarThread::kOff},
+                                     {false, GrammarThread::kOn},
+                                     {true, GrammarThread::kOn}}) {
     EngineConfig c = config(4);
     if (spec) c.spec.method = SpecMethod::kNgram;
+    c.grammar_thread = thread;
     std::unique_ptr<Engine> e = engine(c);
+    EXPECT_EQ(e->grammar_masks_overlap(), thread == GrammarThread::kOn);
     std::vector<std::shared_ptr<Collect>> outs;
     for (int i = 0; i < 6; ++i) {
       Request r;
@@ -351,9 +507,12 @@ TEST_F(StructuredEngineTest, OutputIsOneOfTheChoicesAndEndsThere) {
       // The end-of-generation token is reported with the others.
       ASSERT_EQ(out->tokens_.size(), out->result_.output_tokens.size() + 1);
       EXPECT_TRUE(e->tokenizer().vocab().is_eog(out->tokens_.back()));
+      if (!spec) texts[thread == GrammarThread::kOn].push_back(out->text_);
     }
     EXPECT_GT(e->grammar_mask_stats().masks, 0);
   }
+  // Masks filled during the forward pass or after it: the same outputs, seed for seed.
+  EXPECT_EQ(texts[0], texts[1]);
 }
 
 TEST_F(StructuredEngineTest, BeamSearchWithAGrammarIsRefused) {
