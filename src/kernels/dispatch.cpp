@@ -100,6 +100,7 @@ const KernelTable& reference_kernels() {
     t.attention = ref::attention_kernels();
     t.silu_mul = ref::silu_mul;
     t.argmax = ref::argmax;
+    t.mask_logits = ref::mask_logits;
     t.read_stream = ref::read_stream;
     t.packed = ref::packed_kernels();
     return t;
@@ -125,6 +126,7 @@ static const KernelTable& avx2_kernels() {
     t.attention = avx2::attention_kernels();
     t.silu_mul = avx2::silu_mul;
     t.argmax = avx2::argmax;
+    t.mask_logits = avx2::mask_logits;
     t.read_stream = avx2::read_stream;
     t.f16.quantize_activation = avx2::quantize_row_f16;
     t.packed = avx2::packed_kernels();
@@ -143,6 +145,7 @@ static const KernelTable& avx512_kernels() {
     t.attention = avx512::attention_kernels();
     t.silu_mul = avx512::silu_mul;
     t.argmax = avx512::argmax;
+    t.mask_logits = avx512::mask_logits;
     t.read_stream = avx512::read_stream;
     t.bf16.quantize_activation = avx512::quantize_row_bf16;
     if (cpu_features().avx512bf16) t.bf16.dot = avx512::dot_bf16_bf16;

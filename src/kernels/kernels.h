@@ -107,6 +107,9 @@ struct KernelTable {
   // The index of the largest of x[0..n), n >= 1; the first one where several are equal (NaN
   // values are not expected: logits).
   int64_t (*argmax)(const float* x, int64_t n) = nullptr;
+  // Constrained decoding: x[i] = -inf for every i < n whose bit in `allowed` is clear (bit i % 32
+  // of word i / 32); other values are left as they are.
+  void (*mask_logits)(const uint32_t* allowed, float* x, int64_t n) = nullptr;
   // Streams [p, p + bytes) through the ISA's widest loads and returns the sum of its 64-bit words
   // (kernels/read_stream.h): the inner loop of the memory-bandwidth probe.
   uint64_t (*read_stream)(const uint8_t* p, size_t bytes) = nullptr;

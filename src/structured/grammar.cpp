@@ -3,14 +3,13 @@
 #include <xgrammar/xgrammar.h>
 
 #include <algorithm>
-#include <bit>
 #include <chrono>
-#include <cstddef>
 #include <limits>
 #include <mutex>
 
 #include <nlohmann/json.hpp>
 
+#include "kernels/kernels.h"
 #include "structured/schema_support.h"
 #include "util/error.h"
 
@@ -200,34 +199,12 @@ void GrammarMatcher::mask(std::span<float> logits) {
   const auto n =
       static_cast<int32_t>(std::min<size_t>(logits.size(), static_cast<size_t>(n_vocab_)));
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-  // Restrictive positions (after a key, inside a number, in an e-mail address) allow few of a
-  // large vocabulary's tokens, scattered over most words. A word visits whichever of its sets
-  // is smaller: its forbidden tokens one by one, or its allowed ones, kept aside while all 32
-  // lanes are overwritten with -inf (which the compiler turns into a few vector stores).
-  float* const out = logits.data();
-  const int32_t full_words = n / 32;
-  for (int32_t word = 0; word < full_words; ++word) {
-    const auto allowed = static_cast<uint32_t>(bitmask_[static_cast<size_t>(word)]);
-    if (allowed == ~0u) continue;  // all allowed: the common case inside free text
-    float* const lanes = out + static_cast<ptrdiff_t>(word) * 32;
-    if (std::popcount(allowed) > 8) {
-      for (uint32_t forbidden = ~allowed; forbidden != 0; forbidden &= forbidden - 1)
-        lanes[std::countr_zero(forbidden)] = kNegInf;
-      continue;
-    }
-    float kept[32];
-    int count = 0;
-    for (uint32_t rest = allowed; rest != 0; rest &= rest - 1)
-      kept[count++] = lanes[std::countr_zero(rest)];
-    std::fill_n(lanes, 32, kNegInf);
-    count = 0;
-    for (uint32_t rest = allowed; rest != 0; rest &= rest - 1)
-      lanes[std::countr_zero(rest)] = kept[count++];
-  }
-  for (int32_t t = full_words * 32; t < n; ++t) {
-    const auto bits = static_cast<uint32_t>(bitmask_[static_cast<size_t>(t / 32)]);
-    if (((bits >> (t % 32)) & 1u) == 0) out[t] = kNegInf;
-  }
+  // Restrictive positions (after a key, inside a number, in an e-mail address) forbid most of a
+  // large vocabulary, scattered over every word of the mask: the ISA's kernel stores -inf into
+  // those lanes a vector at a time.
+  static_assert(sizeof(int32_t) == sizeof(uint32_t));
+  kernels::active_kernels().mask_logits(reinterpret_cast<const uint32_t*>(bitmask_.data()),
+                                        logits.data(), n);
   for (size_t t = static_cast<size_t>(n); t < logits.size(); ++t) logits[t] = kNegInf;
   mask_seconds_ +=
       std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();

@@ -380,6 +380,24 @@ std::string email_pattern() {
       R"([A-Za-z0-9_%+-]{{1,32}}(|\.[A-Za-z0-9_%+-]{{1,31}})@{0}\.(|{0}\.)[a-z]{{2,24}})", kLabel);
 }
 
+// ISO 8601 durations as RFC 3339 appendix A writes them (P1Y2M3DT4H5M6S, PT30M, P2W), each
+// number at most four digits.
+std::string duration_pattern() {
+  const std::string n = R"(\d{1,4})";
+  const std::string date = fmt::format("({0}D|{0}M(|{0}D)|{0}Y(|{0}M(|{0}D)))", n);
+  const std::string time = fmt::format("T({0}S|{0}M(|{0}S)|{0}H(|{0}M(|{0}S)))", n);
+  return fmt::format("P({0}(|{1})|{1}|{2}W)", date, time, n);
+}
+
+// Absolute http(s) URIs: a host name, an optional port, up to four path segments and a query.
+std::string uri_pattern() {
+  // No '%': a percent sign must start an escape of two hex digits.
+  const std::string segment = R"(/[A-Za-z0-9._~!$&'()*+,;=:@-]{1,32})";
+  return fmt::format(
+      R"(https?://{0}(|:[1-9]\d{{0,4}})(|{1}(|{1}(|{1}(|{1}))))(|\?[A-Za-z0-9._~=&-]{{1,64}}))",
+      hostname_pattern(), segment);
+}
+
 // A JSON string of min..max characters (max < 0: no bound). The grammar engine's own
 // length-limited strings count characters with a repetition rule whose token masks it cannot
 // precompute (milliseconds per token with a 262K vocabulary); a pattern becomes an automaton
@@ -411,6 +429,8 @@ void tighten_formats(json& s) {
     if (format == "ipv4") pattern = fmt::format(R"({0}(\.{0}){{3}})", kOctet);
     if (format == "hostname") pattern = hostname_pattern();
     if (format == "email") pattern = email_pattern();
+    if (format == "duration") pattern = duration_pattern();
+    if (format == "uri") pattern = uri_pattern();
     if (!pattern.empty()) {
       s.erase("format");
       s["pattern"] = "^" + pattern + "$";

@@ -13,9 +13,11 @@ namespace inferd::structured {
 // first keyword or combination that would not be enforced, or that is malformed.
 void check_json_schema(const nlohmann::ordered_json& schema);
 
-// check_json_schema, then the schema to compile: string formats whose engine patterns accept
+// check_json_schema, then the schema to compile. String formats whose engine patterns accept
 // values that are not valid (year 0000, February 30, a leap second, an IPv4 octet with a
-// leading zero, a hostname label over 63 characters) become stricter patterns of ours.
+// leading zero, a hostname label over 63 characters) or that never end (an e-mail address, a
+// URI or a duration as long as a looping model makes it) become stricter, bounded patterns of
+// ours; strings with minLength/maxLength become patterns too (their masks are far cheaper).
 nlohmann::ordered_json prepare_json_schema(const nlohmann::ordered_json& schema);
 
 }  // namespace inferd::structured

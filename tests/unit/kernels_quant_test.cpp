@@ -202,6 +202,33 @@ TEST(KernelsIsa, ArgmaxMatchesReference) {
   }
 }
 
+// Constrained decoding's mask: every forbidden lane -inf, every allowed one untouched, at
+// lengths around the word and vector widths and a 262K vocabulary.
+TEST(KernelsIsa, MaskLogitsMatchesReference) {
+  std::mt19937 rng(17);
+  for (const KernelTable* table : available_kernels()) {
+    for (int64_t n : {1, 7, 31, 32, 33, 47, 64, 100, 262144 + 5}) {
+      std::vector<uint32_t> allowed(static_cast<size_t>((n + 31) / 32));
+      for (size_t w = 0; w < allowed.size(); ++w) {
+        // Whole words allowed or forbidden (the kernels' shortcuts) between random ones.
+        allowed[w] = w % 5 == 0 ? ~0u : w % 5 == 1 ? 0u : static_cast<uint32_t>(rng());
+      }
+      const auto x = random_floats(n, 60 + static_cast<uint32_t>(n), 5.0f);
+      auto want = x, got = x;
+      reference_kernels().mask_logits(allowed.data(), want.data(), n);
+      table->mask_logits(allowed.data(), got.data(), n);
+      for (int64_t i = 0; i < n; ++i) {
+        const bool keep = ((allowed[static_cast<size_t>(i / 32)] >> (i % 32)) & 1u) != 0;
+        ASSERT_EQ(want[static_cast<size_t>(i)],
+                  keep ? x[static_cast<size_t>(i)] : -std::numeric_limits<float>::infinity())
+            << "reference, n=" << n << " i=" << i;
+        ASSERT_EQ(got[static_cast<size_t>(i)], want[static_cast<size_t>(i)])
+            << table->isa << " n=" << n << " i=" << i;
+      }
+    }
+  }
+}
+
 TEST(KernelsIsa, SiluMulMatchesReference) {
   for (const KernelTable* table : available_kernels()) {
     for (int64_t n : {1, 7, 8, 29, 1536}) {

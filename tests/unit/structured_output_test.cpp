@@ -391,6 +391,18 @@ TEST_F(GrammarTest, StringFormatsGiveValuesParsersAccept) {
         R"(([A-Za-z0-9_%+-]+(\.[A-Za-z0-9_%+-]+)?)@([a-z0-9]([a-z0-9-]*[a-z0-9])?\.)+[a-z]{2,})");
     ASSERT_TRUE(std::regex_match(email, m, address_form)) << email;
     EXPECT_LE(m[1].length(), 64) << email;
+    const auto period = random_walk(
+        {GrammarSpec::Kind::kJsonSchema, R"({"type": "string", "format": "duration"})", {}}, seed);
+    ASSERT_TRUE(period.has_value());
+    static const std::regex duration(R"(P((\d+Y)?(\d+M)?(\d+D)?(T(\d+H)?(\d+M)?(\d+S)?)?|\d+W))");
+    const std::string span = json::parse(*period).get<std::string>();
+    EXPECT_TRUE(std::regex_match(span, duration) && span != "P" && span.back() != 'T') << span;
+    const auto link = random_walk(
+        {GrammarSpec::Kind::kJsonSchema, R"({"type": "string", "format": "uri"})", {}}, seed);
+    ASSERT_TRUE(link.has_value());
+    static const std::regex uri(
+        R"(https?://[a-z0-9.-]+(:[0-9]+)?(/[A-Za-z0-9._~!$&'()*+,;=:@-]+)*(\?[A-Za-z0-9._~=&-]+)?)");
+    EXPECT_TRUE(std::regex_match(json::parse(*link).get<std::string>(), uri)) << *link;
   }
 }
 

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "tensor/half.h"
 #include "tensor/quant_blocks.h"
@@ -217,6 +218,12 @@ int64_t argmax(const float* x, int64_t n) {
 
 void silu_mul(float* a, const float* b, int64_t n) {
   for (int64_t i = 0; i < n; ++i) a[i] = a[i] / (1.0f + std::exp(-a[i])) * b[i];
+}
+
+void mask_logits(const uint32_t* allowed, float* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    if (((allowed[i / 32] >> (i % 32)) & 1u) == 0) x[i] = -std::numeric_limits<float>::infinity();
+  }
 }
 
 }  // namespace inferd::kernels::ref

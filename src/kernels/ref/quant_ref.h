@@ -28,6 +28,7 @@ void dequantize_row_f32(const void* row, float* out, int64_t n);
 // a[i] = silu(a[i]) * b[i]
 void silu_mul(float* a, const float* b, int64_t n);
 int64_t argmax(const float* x, int64_t n);
+void mask_logits(const uint32_t* allowed, float* x, int64_t n);
 
 // Weight-side quantizers (tests build quantized weights with these).
 void quantize_row_q4_0(const float* x, void* out, int64_t n);

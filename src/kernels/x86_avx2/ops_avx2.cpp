@@ -4,6 +4,7 @@
 #include <immintrin.h>
 
 #include <cmath>
+#include <limits>
 
 #include "kernels/x86_avx2/exp_avx2.h"
 #include "kernels/x86_avx2/reduce_avx2.h"
@@ -38,6 +39,31 @@ int64_t argmax(const float* x, int64_t n) {
   for (; i < n; ++i)
     if (x[i] == best) return i;
   return 0;
+}
+
+void mask_logits(const uint32_t* allowed, float* x, int64_t n) {
+  const __m256 neg_inf = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
+  const __m256i lane_bit = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
+  const int64_t words = n / 32;
+  for (int64_t w = 0; w < words; ++w) {
+    const uint32_t bits = allowed[w];
+    if (bits == ~0u) continue;  // all allowed: nothing to read or write
+    float* const p = x + w * 32;
+    if (bits == 0) {  // all forbidden: stores only
+      for (int k = 0; k < 4; ++k) _mm256_storeu_ps(p + 8 * k, neg_inf);
+      continue;
+    }
+    for (int k = 0; k < 4; ++k) {
+      // Lane j keeps its value where bit 8k + j is set.
+      const __m256i byte = _mm256_set1_epi32(static_cast<int>((bits >> (8 * k)) & 0xFFu));
+      const __m256 keep =
+          _mm256_castsi256_ps(_mm256_cmpeq_epi32(_mm256_and_si256(byte, lane_bit), lane_bit));
+      _mm256_storeu_ps(p + 8 * k, _mm256_blendv_ps(neg_inf, _mm256_loadu_ps(p + 8 * k), keep));
+    }
+  }
+  for (int64_t i = words * 32; i < n; ++i) {
+    if (((allowed[i / 32] >> (i % 32)) & 1u) == 0) x[i] = -std::numeric_limits<float>::infinity();
+  }
 }
 
 void quantize_row_f16(const float* x, void* out, int64_t n) {

@@ -11,6 +11,9 @@ void silu_mul(float* a, const float* b, int64_t n);
 // The first index of the largest value, as the reference: a max pass, then a search for it.
 int64_t argmax(const float* x, int64_t n);
 
+// As the reference: 8 lanes at a time, each word of `allowed` skipped when all its bits are set.
+void mask_logits(const uint32_t* allowed, float* x, int64_t n);
+
 // n floats to fp16 with F16C (round to nearest even, as fp32_to_fp16): F16 activations and the
 // KV cache.
 void quantize_row_f16(const float* x, void* out, int64_t n);

@@ -3,6 +3,8 @@
 
 #include <immintrin.h>
 
+#include <limits>
+
 #include "kernels/x86_avx512/exp_avx512.h"
 #include "kernels/x86_avx512/reduce_avx512.h"
 
@@ -43,6 +45,20 @@ int64_t argmax(const float* x, int64_t n) {
     if (hit != 0) return i + __builtin_ctz(hit);
   }
   return 0;
+}
+
+void mask_logits(const uint32_t* allowed, float* x, int64_t n) {
+  const __m512 neg_inf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+  const int64_t words = (n + 31) / 32;
+  for (int64_t w = 0; w < words; ++w) {
+    uint32_t forbidden = ~allowed[w];
+    const int64_t lanes = n - w * 32;  // < 32 only in the last word
+    if (lanes < 32) forbidden &= (1u << lanes) - 1;
+    if (forbidden == 0) continue;
+    float* const p = x + w * 32;
+    _mm512_mask_storeu_ps(p, static_cast<__mmask16>(forbidden & 0xFFFFu), neg_inf);
+    _mm512_mask_storeu_ps(p + 16, static_cast<__mmask16>(forbidden >> 16), neg_inf);
+  }
 }
 
 }  // namespace inferd::kernels::avx512

@@ -11,4 +11,7 @@ void silu_mul(float* a, const float* b, int64_t n);
 // The first index of the largest value, as the reference: a max pass, then a search for it.
 int64_t argmax(const float* x, int64_t n);
 
+// As the reference: a masked store of -inf into the forbidden lanes, 16 at a time.
+void mask_logits(const uint32_t* allowed, float* x, int64_t n);
+
 }  // namespace inferd::kernels::avx512
