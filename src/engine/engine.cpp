@@ -428,7 +428,8 @@ int32_t Engine::process_output(Active& active, std::span<float> logits) {
     seq.request.output->on_token(token, active.sampler->last_logprob(),
                                  std::span<const sampling::TokenLogprob>(active.top).first(n));
   }
-  if (active.grammar && !active.grammar->accept(token)) {
+  // The grammar advances over the token with the next mask (off this thread where it can).
+  if (active.grammar && !active.grammar->take(token)) {
     finish(active, FinishReason::kError,
            fmt::format("internal error: the sampler chose token {}, which the grammar forbids",
                        token));

@@ -172,7 +172,22 @@ GrammarMatcher::GrammarMatcher(std::shared_ptr<const CompiledGrammar> grammar)
 
 GrammarMatcher::~GrammarMatcher() = default;
 
+void GrammarMatcher::advance_taken() {
+  if (taken_ < 0) return;
+  const int32_t token = taken_;
+  try {
+    if (!impl_->matcher.AcceptToken(token))
+      fail("the grammar engine refused token {}, which its mask allowed", token);
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    fail("the grammar engine failed to take token {}: {}", token, e.what());
+  }
+  taken_ = -1;  // only once taken: a failure is reported again by the engine's own fill
+}
+
 void GrammarMatcher::fill() {
+  advance_taken();
   if (filled_) return;
   const auto started = std::chrono::steady_clock::now();
   try {
@@ -211,12 +226,21 @@ void GrammarMatcher::mask(std::span<float> logits) {
 }
 
 bool GrammarMatcher::accept(int32_t token) {
+  advance_taken();
   if (!impl_->matcher.AcceptToken(token)) return false;
   filled_ = false;
   return true;
 }
 
-bool GrammarMatcher::terminated() const {
+bool GrammarMatcher::take(int32_t token) {
+  if (!allows(token)) return false;
+  taken_ = token;
+  filled_ = false;
+  return true;
+}
+
+bool GrammarMatcher::terminated() {
+  advance_taken();
   return impl_->matcher.IsTerminated();
 }
 

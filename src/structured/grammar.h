@@ -82,8 +82,13 @@ class GrammarMatcher {
   double mask_seconds() const { return mask_seconds_; }
   // Takes a sampled token. False when the grammar does not allow it (nothing changes then).
   bool accept(int32_t token);
+  // accept(), with the grammar engine's advance left to the next fill(): on a prefetch or pool
+  // thread, not on the sampling step's. The token is checked against the current mask first
+  // (which is exactly what the matcher accepts): false, and nothing changes, when it is not
+  // allowed.
+  bool take(int32_t token);
   // The grammar is complete and an end-of-generation token was taken.
-  bool terminated() const;
+  bool terminated();
   // Whether `token` may come next (for tests; fills the mask).
   bool allows(int32_t token);
 
@@ -93,6 +98,8 @@ class GrammarMatcher {
   std::vector<int32_t>
       bitmask_;  // [ceil(n_vocab / 32)]: bit t % 32 of word t / 32 = token t allowed
   int32_t n_vocab_;
+  void advance_taken();
+  int32_t taken_ = -1;   // a token take() left for the next fill(); -1: none
   bool filled_ = false;  // bitmask_ is the current position's
   double mask_seconds_ = 0;
 };

@@ -246,6 +246,19 @@ TEST_F(GrammarTest, AMaskIsFilledOncePerPosition) {
   EXPECT_TRUE(m.allows(byte('b')));
 }
 
+TEST_F(GrammarTest, TakenTokensAdvanceWithTheNextMask) {
+  GrammarMatcher m(compiler_.compile({GrammarSpec::Kind::kRegex, "ab+c", {}}));
+  EXPECT_FALSE(m.take(byte('b')));  // not allowed first: refused, nothing changes
+  EXPECT_TRUE(m.take(byte('a')));
+  EXPECT_TRUE(m.allows(byte('b')));  // the next mask is after "a"
+  EXPECT_FALSE(m.allows(byte('c')));
+  EXPECT_TRUE(m.take(byte('b')));
+  EXPECT_TRUE(m.take(byte('c')));
+  EXPECT_FALSE(m.terminated());
+  EXPECT_TRUE(m.take(eos_));
+  EXPECT_TRUE(m.terminated());  // takes the end-of-generation token first
+}
+
 TEST_F(GrammarTest, SpecialTokensNeverSpellText) {
   // "<s>" is a control token: a grammar whose text is "<s>" must be spelt with bytes.
   GrammarMatcher m(compiler_.compile({GrammarSpec::Kind::kChoice, {}, {"<s>"}}));
