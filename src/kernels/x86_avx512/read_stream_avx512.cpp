@@ -24,8 +24,13 @@ uint64_t read_stream(const uint8_t* p, size_t bytes) {
     s3 = _mm512_add_epi64(s3, _mm512_loadu_si512(q + 192));
   }
   const __m512i s = _mm512_add_epi64(_mm512_add_epi64(s0, s1), _mm512_add_epi64(s2, s3));
-  return static_cast<uint64_t>(_mm512_reduce_add_epi64(s)) +
-         detail::read_stream_tail(p + i, bytes - i);
+  // The lanes are summed as unsigned words, which wrap: GCC 12's _mm512_reduce_add_epi64 adds
+  // them as signed long long, an overflow UBSan reports.
+  alignas(64) uint64_t lanes[8];
+  _mm512_store_si512(lanes, s);
+  uint64_t sum = 0;
+  for (const uint64_t lane : lanes) sum += lane;
+  return sum + detail::read_stream_tail(p + i, bytes - i);
 }
 
 }  // namespace inferd::kernels::avx512
