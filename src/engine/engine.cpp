@@ -414,7 +414,8 @@ int32_t Engine::process_output(Active& active, std::span<float> logits) {
       std::span<const int32_t>(seq.tokens).subspan(static_cast<size_t>(seq.num_prompt_tokens));
   if (active.grammar) {
     active.grammar->mask(logits);
-    grammar_stats_.record(active.grammar->mask_seconds());
+    grammar_stats_.record(active.grammar->fill_seconds());
+    grammar_apply_stats_.record(active.grammar->apply_seconds());
   }
   const int32_t token = active.sampler->sample(logits, prompt, output);
   ++generated_tokens_;

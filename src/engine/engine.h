@@ -84,8 +84,10 @@ class Engine {
     return prefix_cache_ ? prefix_cache_->stats() : kv::PrefixCacheStats{};
   }
   const SpecDecodeStats& spec_decode_stats() const { return spec_stats_; }
-  // Time spent on grammar masks (requests with structured output).
+  // Time spent on grammar masks (requests with structured output): computing each token's mask,
+  // and applying it to the logits.
   const MaskStats& grammar_mask_stats() const { return grammar_stats_; }
+  const MaskStats& grammar_apply_stats() const { return grammar_apply_stats_; }
   // Whether grammar masks are computed while the forward pass runs (EngineConfig::grammar_thread).
   bool grammar_masks_overlap() const { return mask_prefetcher_ != nullptr; }
 
@@ -144,7 +146,7 @@ class Engine {
   std::vector<DraftModel::Job> draft_jobs_;  // [max_seqs] this step's proposals
   std::vector<Active*> draft_owners_;        // [max_seqs] the sequence of each job
   SpecDecodeStats spec_stats_;
-  MaskStats grammar_stats_;
+  MaskStats grammar_stats_, grammar_apply_stats_;
   std::unique_ptr<MaskPrefetcher> mask_prefetcher_;         // null: masks fill after the pass
   std::vector<structured::GrammarMatcher*> grammar_fills_;  // [max_seqs] this step's masks
   static constexpr int kTimedRows = 32;

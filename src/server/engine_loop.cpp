@@ -86,15 +86,19 @@ void EngineLoop::publish_gauges() {
   for (int i = 0; i < engine::SpecDecodeStats::kMaxPositions; ++i)
     metrics_.spec_accepted_per_pos[i].store(spec.accepted_per_position[i]);
   const engine::MaskStats& masks = engine_.grammar_mask_stats();
+  const engine::MaskStats& applies = engine_.grammar_apply_stats();
   metrics_.grammar_masks.store(masks.masks);
-  metrics_.grammar_mask_sum_us.store(masks.total_s * 1e6);
+  metrics_.grammar_mask.sum_us.store(masks.total_s * 1e6);
+  metrics_.grammar_apply.sum_us.store(applies.total_s * 1e6);
   const auto now = std::chrono::steady_clock::now();
   if (masks.masks != mask_quantiles_at_ &&
       (now - last_mask_quantiles_ >= std::chrono::seconds(1) || engine_.idle())) {
     last_mask_quantiles_ = now;
     mask_quantiles_at_ = masks.masks;
-    metrics_.grammar_mask_p50_us.store(masks.quantile_us(0.5));
-    metrics_.grammar_mask_p99_us.store(masks.quantile_us(0.99));
+    metrics_.grammar_mask.p50_us.store(masks.quantile_us(0.5));
+    metrics_.grammar_mask.p99_us.store(masks.quantile_us(0.99));
+    metrics_.grammar_apply.p50_us.store(applies.quantile_us(0.5));
+    metrics_.grammar_apply.p99_us.store(applies.quantile_us(0.99));
   }
 }
 

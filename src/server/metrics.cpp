@@ -124,16 +124,21 @@ std::string ServerMetrics::render() const {
     }
   }
   if (const int64_t masks = grammar_masks.load(); masks > 0) {
-    out += fmt::format(
-        "# HELP inferd:grammar_mask_microseconds Time to compute the allowed-token mask of "
-        "constrained decoding, per token (quantiles over the last {} masks).\n"
-        "# TYPE inferd:grammar_mask_microseconds summary\n"
-        "inferd:grammar_mask_microseconds{{{},quantile=\"0.5\"}} {:.2f}\n"
-        "inferd:grammar_mask_microseconds{{{},quantile=\"0.99\"}} {:.2f}\n"
-        "inferd:grammar_mask_microseconds_sum{{{}}} {:.1f}\n"
-        "inferd:grammar_mask_microseconds_count{{{}}} {}\n",
-        engine::MaskStats::kWindow, labels_, grammar_mask_p50_us.load(), labels_,
-        grammar_mask_p99_us.load(), labels_, grammar_mask_sum_us.load(), labels_, masks);
+    const auto summary = [&](const char* name, const char* what, const MaskTimes& times) {
+      out += fmt::format(
+          "# HELP {0} Time to {1}, per token (quantiles over the last {2} masks).\n"
+          "# TYPE {0} summary\n"
+          "{0}{{{3},quantile=\"0.5\"}} {4:.2f}\n"
+          "{0}{{{3},quantile=\"0.99\"}} {5:.2f}\n"
+          "{0}_sum{{{3}}} {6:.1f}\n"
+          "{0}_count{{{3}}} {7}\n",
+          name, what, engine::MaskStats::kWindow, labels_, times.p50_us.load(), times.p99_us.load(),
+          times.sum_us.load(), masks);
+    };
+    summary("inferd:grammar_mask_microseconds",
+            "compute the allowed-token mask of constrained decoding", grammar_mask);
+    summary("inferd:grammar_apply_microseconds", "apply the allowed-token mask to the logits",
+            grammar_apply);
   }
   std::lock_guard lock(mutex_);
   out += fmt::format(

@@ -48,10 +48,14 @@ class ServerMetrics {
   std::atomic<int64_t> spec_drafts{0}, spec_draft_tokens{0}, spec_accepted{0};
   std::atomic<int64_t> spec_accepted_per_pos[engine::SpecDecodeStats::kMaxPositions] = {};
   int spec_positions = 0;
-  // Grammar masks of constrained decoding since start-up, and the median and p99 of the recent
-  // ones (engine/mask_stats.h), in microseconds.
+  // Grammar masks of constrained decoding since start-up: the time to compute them and to apply
+  // them to the logits, in microseconds, in total and the median and p99 of the recent ones
+  // (engine/mask_stats.h).
+  struct MaskTimes {
+    std::atomic<double> sum_us{0}, p50_us{0}, p99_us{0};
+  };
   std::atomic<int64_t> grammar_masks{0};
-  std::atomic<double> grammar_mask_sum_us{0}, grammar_mask_p50_us{0}, grammar_mask_p99_us{0};
+  MaskTimes grammar_mask, grammar_apply;
 
   // A finished request: its stats and the gaps between its streamed tokens (seconds).
   void record_finish(const engine::RequestResult& result, std::span<const double> itls);

@@ -195,7 +195,7 @@ void GrammarMatcher::fill() {
   } catch (const std::exception& e) {
     fail("the grammar engine failed to compute the next token mask: {}", e.what());
   }
-  mask_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  fill_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   filled_ = true;
 }
 
@@ -221,7 +221,7 @@ void GrammarMatcher::mask(std::span<float> logits) {
   kernels::active_kernels().mask_logits(reinterpret_cast<const uint32_t*>(bitmask_.data()),
                                         logits.data(), n);
   for (size_t t = static_cast<size_t>(n); t < logits.size(); ++t) logits[t] = kNegInf;
-  mask_seconds_ +=
+  apply_seconds_ =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
 }
 

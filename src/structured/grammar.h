@@ -78,8 +78,10 @@ class GrammarMatcher {
   // Sets the logit of every token the grammar does not allow next to -infinity (filling first
   // where that is not done yet). `logits` is [n_vocab].
   void mask(std::span<float> logits);
-  // What the mask of the current position cost: its fill plus applying it, in seconds.
-  double mask_seconds() const { return mask_seconds_; }
+  // What the mask of the current position cost, in seconds: computing it (fill) and applying
+  // it to the logits (mask).
+  double fill_seconds() const { return fill_seconds_; }
+  double apply_seconds() const { return apply_seconds_; }
   // Takes a sampled token. False when the grammar does not allow it (nothing changes then).
   bool accept(int32_t token);
   // accept(), with the grammar engine's advance left to the next fill(): on a prefetch or pool
@@ -101,7 +103,7 @@ class GrammarMatcher {
   void advance_taken();
   int32_t taken_ = -1;   // a token take() left for the next fill(); -1: none
   bool filled_ = false;  // bitmask_ is the current position's
-  double mask_seconds_ = 0;
+  double fill_seconds_ = 0, apply_seconds_ = 0;
 };
 
 }  // namespace inferd::structured

@@ -153,6 +153,12 @@ class StructuredOutput(unittest.TestCase):
                                                response_format=self.response_format(self.schema))
             text = "".join(ch.choices[0].delta.content or "" for ch in chunks if ch.choices)
             self.assertEqual(text, r.choices[0].message.content)
+        # Computing and applying the masks are timed apart, per token.
+        values, _ = server.metrics()
+        for name in ["inferd:grammar_mask_microseconds", "inferd:grammar_apply_microseconds"]:
+            self.assertGreater(values[name + "_count"], 0, name)
+            self.assertGreater(values[name + "_sum"], 0, name)
+            self.assertEqual(values[name + "_count"], values["inferd:grammar_mask_microseconds_count"])
 
     def test_choice_regex_and_json_object(self):
         c = client()

@@ -233,12 +233,12 @@ TEST_F(GrammarTest, NumbersHaveBoundedDigits) {
 TEST_F(GrammarTest, AMaskIsFilledOncePerPosition) {
   GrammarMatcher m(compiler_.compile({GrammarSpec::Kind::kRegex, "ab+c", {}}));
   m.fill();
-  const double first = m.mask_seconds();
+  const double first = m.fill_seconds();
   EXPECT_GT(first, 0.0);
   m.fill();  // the same position: nothing to do
-  EXPECT_EQ(m.mask_seconds(), first);
+  EXPECT_EQ(m.fill_seconds(), first);
   EXPECT_TRUE(m.try_fill());
-  EXPECT_EQ(m.mask_seconds(), first);
+  EXPECT_EQ(m.fill_seconds(), first);
   EXPECT_FALSE(m.accept(byte('c')));  // refused: the position and its mask stay
   EXPECT_TRUE(m.allows(byte('a')));
   EXPECT_TRUE(m.accept(byte('a')));  // a new position: a new mask
@@ -535,6 +535,7 @@ TEST_F(StructuredEngineTest, OutputIsOneOfTheChoicesAndEndsThere) {
       if (!spec) texts[thread == GrammarThread::kOn].push_back(out->text_);
     }
     EXPECT_GT(e->grammar_mask_stats().masks, 0);
+    EXPECT_EQ(e->grammar_apply_stats().masks, e->grammar_mask_stats().masks);
   }
   // Masks filled during the forward pass or after it: the same outputs, seed for seed.
   EXPECT_EQ(texts[0], texts[1]);
