@@ -51,6 +51,8 @@ struct Engine::Active {
   std::unique_ptr<DraftModel::State> draft_state;  // --spec draft: its tokens in the draft cache
   std::vector<int32_t> draft_out;                  // [kMaxPositions] the draft model's proposal
   std::unique_ptr<structured::GrammarMatcher> grammar;  // constrained decoding only
+  // This step's first logits row already has the grammar's mask (finish_grammar_masks).
+  bool mask_applied = false;
 };
 
 // A beam search's beams. Beam slot 0 is the request's own sequence; each slot's sequence is
@@ -154,6 +156,7 @@ Engine::Engine(const gguf::GgufFile& file, const EngineConfig& config) : config_
   }
   scheduled_.reserve(static_cast<size_t>(config.max_seqs));
   grammar_fills_.reserve(static_cast<size_t>(config.max_seqs));
+  grammar_fill_rows_.reserve(static_cast<size_t>(config.max_seqs));
   const bool spare_cpu = static_cast<int>(allowed_cpus().size()) > config.threads;
   if (config.grammar_thread == GrammarThread::kOn ||
       (config.grammar_thread == GrammarThread::kAuto && spare_cpu)) {
@@ -381,29 +384,40 @@ void Engine::run_until_idle() {
 
 void Engine::start_grammar_masks() {
   grammar_fills_.clear();
-  for (const ScheduledSequence& s : scheduled_) {
+  grammar_fill_rows_.clear();
+  for (size_t i = 0; i < scheduled_.size(); ++i) {
+    const ScheduledSequence& s = scheduled_[i];
     const Sequence& seq = *s.seq;
     // The sequence samples this step when the step reaches its last real token (as
     // ModelRunner decides which rows get logits); with drafts, the first row's mask is the one
     // known before any of them is verified.
     if (seq.num_computed + s.num_new_tokens < seq.num_tokens() - seq.num_draft) continue;
     Active& active = *active_.at(seq.request_id);
-    if (active.grammar && !active.done) grammar_fills_.push_back(active.grammar.get());
+    if (active.grammar && !active.done) {
+      grammar_fills_.push_back(active.grammar.get());
+      grammar_fill_rows_.push_back({&active, i});
+    }
   }
   if (mask_prefetcher_ && !grammar_fills_.empty()) mask_prefetcher_->start(grammar_fills_);
 }
 
 void Engine::finish_grammar_masks() {
   if (grammar_fills_.empty()) return;
-  if (mask_prefetcher_) {
-    mask_prefetcher_->wait();
-  } else {
-    // Matchers are independent: one per thread at a time. A failed fill is retried (and
-    // reported) by the sampling step's own mask() call.
-    pool_->for_each_dynamic(static_cast<int64_t>(grammar_fills_.size()),
-                            [&](int64_t i) { grammar_fills_[static_cast<size_t>(i)]->try_fill(); });
-  }
+  if (mask_prefetcher_) mask_prefetcher_->wait();
+  // Each mask is applied to its sequence's first logits row here, on every thread: with a
+  // large vocabulary that is a pass over a row the cache no longer holds (a megabyte for 262K
+  // tokens), too slow to make one after another in the sampling loop. Matchers and rows are
+  // independent, one per thread at a time. A fill that fails leaves its row alone: the sampling
+  // step's own mask() then fills again and reports the error.
+  pool_->for_each_dynamic(static_cast<int64_t>(grammar_fills_.size()), [&](int64_t i) {
+    structured::GrammarMatcher& matcher = *grammar_fills_[static_cast<size_t>(i)];
+    const GrammarFillRow& fill = grammar_fill_rows_[static_cast<size_t>(i)];
+    if (!runner_->wants_logits(fill.scheduled_index) || !matcher.try_fill()) return;
+    matcher.apply(runner_->logits_for(fill.scheduled_index));
+    fill.active->mask_applied = true;
+  });
   grammar_fills_.clear();
+  grammar_fill_rows_.clear();
 }
 
 int32_t Engine::process_output(Active& active, std::span<float> logits) {
@@ -413,7 +427,8 @@ int32_t Engine::process_output(Active& active, std::span<float> logits) {
   const auto output =
       std::span<const int32_t>(seq.tokens).subspan(static_cast<size_t>(seq.num_prompt_tokens));
   if (active.grammar) {
-    active.grammar->mask(logits);
+    if (!active.mask_applied) active.grammar->mask(logits);
+    active.mask_applied = false;  // later rows (drafts) are this step's own
     grammar_stats_.record(active.grammar->fill_seconds());
     grammar_apply_stats_.record(active.grammar->apply_seconds());
   }

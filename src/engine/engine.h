@@ -149,6 +149,11 @@ class Engine {
   MaskStats grammar_stats_, grammar_apply_stats_;
   std::unique_ptr<MaskPrefetcher> mask_prefetcher_;         // null: masks fill after the pass
   std::vector<structured::GrammarMatcher*> grammar_fills_;  // [max_seqs] this step's masks
+  struct GrammarFillRow {
+    Active* active;
+    size_t scheduled_index;  // its logits: runner_->logits_for(scheduled_index)
+  };
+  std::vector<GrammarFillRow> grammar_fill_rows_;  // [max_seqs] beside grammar_fills_
   static constexpr int kTimedRows = 32;
   double step_seconds_[kTimedRows + 1] = {};  // decayed mean duration of decode steps by rows
   int step_samples_[kTimedRows + 1] = {};

@@ -210,6 +210,10 @@ bool GrammarMatcher::try_fill() noexcept {
 
 void GrammarMatcher::mask(std::span<float> logits) {
   fill();
+  apply(logits);
+}
+
+void GrammarMatcher::apply(std::span<float> logits) {
   const auto started = std::chrono::steady_clock::now();
   const auto n =
       static_cast<int32_t>(std::min<size_t>(logits.size(), static_cast<size_t>(n_vocab_)));

@@ -78,6 +78,9 @@ class GrammarMatcher {
   // Sets the logit of every token the grammar does not allow next to -infinity (filling first
   // where that is not done yet). `logits` is [n_vocab].
   void mask(std::span<float> logits);
+  // mask() once fill() is done (the caller's to make sure): only the logits are written, so
+  // several matchers may apply their masks on several threads.
+  void apply(std::span<float> logits);
   // What the mask of the current position cost, in seconds: computing it (fill) and applying
   // it to the logits (mask).
   double fill_seconds() const { return fill_seconds_; }
