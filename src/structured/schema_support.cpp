@@ -403,6 +403,8 @@ std::string uri_pattern() {
 // precompute (milliseconds per token with a 262K vocabulary); a pattern becomes an automaton
 // whose masks it can (tens of microseconds). The engine keeps the quote, the backslash and the
 // control characters out of a pattern's string, so such strings hold no escapes.
+constexpr int64_t kMaxPatternRepeat = 128;
+
 std::string bounded_string_pattern(int64_t min, int64_t max) {
   // One character of the Basic Multilingual Plane, by the length of its UTF-8 form, without
   // surrogates. (One class of all of them, or a negated class, lets the engine take overlong
@@ -443,9 +445,13 @@ void tighten_formats(json& s) {
     // check_json_schema has made sure both are non-negative integers where present.
     const int64_t min = s.value("minLength", int64_t{0});
     const int64_t max = s.contains("maxLength") ? s["maxLength"].get<int64_t>() : -1;
-    s.erase("minLength");
-    s.erase("maxLength");
-    s["pattern"] = bounded_string_pattern(min, max);
+    // XGrammar 0.2.8 fails an internal check compiling a pattern whose repetition counts past
+    // 128: longer strings keep its own (slower) rule.
+    if (std::max(min, max) <= kMaxPatternRepeat) {
+      s.erase("minLength");
+      s.erase("maxLength");
+      s["pattern"] = bounded_string_pattern(min, max);
+    }
   }
   for (const char* key : kSchemaLists)
     if (const auto it = s.find(key); it != s.end() && it->is_array())

@@ -433,6 +433,23 @@ TEST_F(GrammarTest, PropertiesComeInTheSchemasOrder) {
   }
 }
 
+TEST_F(GrammarTest, LongLengthLimitsCompile) {
+  // Past 128 characters the limits stay XGrammar's own rule (its patterns fail to compile
+  // there); either way a walk ends with a value of the right length.
+  for (const char* limits : {R"("maxLength": 128)", R"("maxLength": 129)",
+                             R"("minLength": 3, "maxLength": 500)", R"("minLength": 200)"}) {
+    const std::string schema = std::string(R"({"type": "string", )") + limits + "}";
+    const auto text = random_walk({GrammarSpec::Kind::kJsonSchema, schema, {}}, 1, 1600);
+    ASSERT_TRUE(text.has_value()) << schema;
+    const json limits_json = json::parse(std::string("{") + limits + "}");
+    const std::string value = json::parse(*text).get<std::string>();
+    const auto chars =
+        std::count_if(value.begin(), value.end(), [](char c) { return (c & 0xC0) != 0x80; });
+    EXPECT_GE(chars, limits_json.value("minLength", 0)) << schema;
+    EXPECT_LE(chars, limits_json.value("maxLength", 1 << 30)) << schema;
+  }
+}
+
 TEST_F(GrammarTest, LengthLimitedStringsAreWellFormedUtf8) {
   // The toy vocabulary has a token for every byte: walks can try any byte sequence, overlong
   // forms (E0 9F ..) and lone continuation bytes included.
