@@ -17,7 +17,8 @@ void check_json_schema(const nlohmann::ordered_json& schema);
 // values that are not valid (year 0000, February 30, a leap second, an IPv4 octet with a
 // leading zero, a hostname label over 63 characters) or that never end (an e-mail address, a
 // URI or a duration as long as a looping model makes it) become stricter, bounded patterns of
-// ours; strings with minLength/maxLength become patterns too (their masks are far cheaper).
+// ours; strings with minLength/maxLength up to 128 become patterns too (their masks are far
+// cheaper).
 nlohmann::ordered_json prepare_json_schema(const nlohmann::ordered_json& schema);
 
 }  // namespace inferd::structured
