@@ -413,7 +413,7 @@ void Engine::finish_grammar_masks() {
     structured::GrammarMatcher& matcher = *grammar_fills_[static_cast<size_t>(i)];
     const GrammarFillRow& fill = grammar_fill_rows_[static_cast<size_t>(i)];
     if (!runner_->wants_logits(fill.scheduled_index) || !matcher.try_fill()) return;
-    matcher.apply(runner_->logits_for(fill.scheduled_index));
+    matcher.mask(runner_->logits_for(fill.scheduled_index));  // filled: writes the row only
     fill.active->mask_applied = true;
   });
   grammar_fills_.clear();

@@ -77,10 +77,9 @@ class GrammarMatcher {
   bool try_fill() noexcept;
   // Sets the logit of every token the grammar does not allow next to -infinity (filling first
   // where that is not done yet). `logits` is [n_vocab].
+  // Once fill() is done, only the logits are written: several matchers may mask their rows on
+  // several threads.
   void mask(std::span<float> logits);
-  // mask() once fill() is done (the caller's to make sure): only the logits are written, so
-  // several matchers may apply their masks on several threads.
-  void apply(std::span<float> logits);
   // What the mask of the current position cost, in seconds: computing it (fill) and applying
   // it to the logits (mask).
   double fill_seconds() const { return fill_seconds_; }
@@ -94,10 +93,11 @@ class GrammarMatcher {
   bool take(int32_t token);
   // The grammar is complete and an end-of-generation token was taken.
   bool terminated();
-  // Whether `token` may come next (for tests; fills the mask).
+  // Whether `token` may come next (fills the mask).
   bool allows(int32_t token);
 
  private:
+  void apply(std::span<float> logits);
   struct Impl;
   std::unique_ptr<Impl> impl_;
   std::vector<int32_t>
