@@ -86,8 +86,10 @@ void DraftModel::propose(std::span<Job> jobs) {
   // Round r computes every job's uncomputed tokens (round 0: the catch-up, within the step
   // budget; a job whose catch-up does not fit computes a chunk of it and drafts nothing this
   // time) and appends the argmax.
-  const auto started = std::chrono::steady_clock::now();
-  int rounds = 0;
+  // Only rounds of one token per sequence are timed: the cost model wants a drafted token's
+  // cost, and a catch-up over a new prompt is a prefill.
+  double drafting_seconds = 0;
+  int drafting_rounds = 0;
   for (int64_t r = 0;; ++r) {
     batch_.clear();
     batch_job_.clear();
@@ -109,8 +111,14 @@ void DraftModel::propose(std::span<Job> jobs) {
       batch_job_.push_back(j);
     }
     if (batch_.empty()) break;
+    const auto started = std::chrono::steady_clock::now();
     runner_->run(batch_);
-    ++rounds;
+    if (std::all_of(batch_.begin(), batch_.end(),
+                    [](const ScheduledSequence& s) { return s.num_new_tokens == 1; })) {
+      drafting_seconds +=
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+      ++drafting_rounds;
+    }
     for (size_t i = 0; i < batch_.size(); ++i) {
       Job& job = jobs[batch_job_[i]];
       Sequence& seq = *batch_[i].seq;
@@ -124,9 +132,8 @@ void DraftModel::propose(std::span<Job> jobs) {
     }
   }
   for (Job& job : jobs) job.proposed = std::max<int64_t>(job.proposed, 0);
-  if (rounds > 0) {
-    const double seconds =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count() / rounds;
+  if (drafting_rounds > 0) {
+    const double seconds = drafting_seconds / drafting_rounds;
     step_seconds_ = step_seconds_ == 0 ? seconds : step_seconds_ + 0.1 * (seconds - step_seconds_);
   }
 }

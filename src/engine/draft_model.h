@@ -55,6 +55,7 @@ class DraftModel {
   // Mean seconds of one batched draft step (for the engine's cost model); 0 before the first.
   double step_seconds() const { return step_seconds_; }
   const model::ModelConfig& config() const { return model_->config(); }
+  uint64_t file_bytes() const { return file_.file_size(); }
 
  private:
   gguf::GgufFile file_;

@@ -106,7 +106,8 @@ int64_t resolve_context(const EngineConfig& config, int64_t model_context) {
 
 }  // namespace
 
-Engine::Engine(const gguf::GgufFile& file, const EngineConfig& config) : config_(config) {
+Engine::Engine(const gguf::GgufFile& file, const EngineConfig& config)
+    : config_(config), target_file_bytes_(file.file_size()) {
   tokenizer_ = tokenizer::Tokenizer::from_gguf(file);
   model::ModelOptions options;
   options.max_batch_tokens = config.max_batched_tokens;
@@ -346,7 +347,7 @@ void Engine::step() {
       const int32_t token = process_output(active, runner_->logits_for(i));
       if (active.shadow_draft >= 0) {
         const bool right = token == active.shadow_draft;
-        update_acceptance(active, right ? 1 : 0, !right);
+        update_acceptance(active, 1, right ? 1 : 0);
       }
       active.shadow_draft = -1;
     }
@@ -733,15 +734,18 @@ void Engine::verify_drafts(Active& active, size_t scheduled_index) {
   spec_stats_.num_draft_tokens += drafted;
   spec_stats_.num_accepted_tokens += accepted;
   for (int64_t j = 0; j < accepted; ++j) spec_stats_.accepted_per_position[j] += 1;
-  update_acceptance(active, accepted, accepted < drafted);
+  update_acceptance(active, drafted, accepted);
 }
 
-void Engine::update_acceptance(Active& active, int64_t accepted, bool rejected) {
+void Engine::update_acceptance(Active& active, int64_t drafted, int64_t accepted) {
   // Decayed counts: recent drafts weigh more, so a sequence that leaves a quoted passage
-  // drafts less soon after.
-  constexpr double kDecay = 0.8;
-  active.spec_accepted = active.spec_accepted * kDecay + static_cast<double>(accepted);
-  active.spec_rejected = active.spec_rejected * kDecay + (rejected ? 1.0 : 0.0);
+  // drafts less soon after. The decay is per draft token, so the counts cover about the last
+  // 20 tokens whether a step verified one draft or eight (per step, few drafts a step kept
+  // the estimate near its prior, which kept the drafts few).
+  constexpr double kDecayPerToken = 0.95;
+  const double decay = std::pow(kDecayPerToken, static_cast<double>(std::max<int64_t>(drafted, 1)));
+  active.spec_accepted = active.spec_accepted * decay + static_cast<double>(accepted);
+  active.spec_rejected = active.spec_rejected * decay + (accepted < drafted ? 1.0 : 0.0);
 }
 
 void Engine::record_step_time(double seconds) {
@@ -759,21 +763,42 @@ void Engine::record_step_time(double seconds) {
   step_samples_[r] += 1;
 }
 
+std::optional<Engine::StepCost> Engine::step_cost() const {
+  // A least-squares line through the decayed mean step time of every row count measured
+  // often enough. With a draft model every step carries drafts, so one-row steps are rare:
+  // the line's value at one row stands in for them.
+  double n = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
+  for (int r = 1; r <= kTimedRows; ++r) {
+    if (step_samples_[r] < kEnoughSamples) continue;
+    n += 1;
+    sx += r;
+    sy += step_seconds_[r];
+    sxx += static_cast<double>(r) * r;
+    sxy += r * step_seconds_[r];
+  }
+  const double spread = n * sxx - sx * sx;
+  if (n < 2 || spread <= 0) return std::nullopt;
+  const double slope = (n * sxy - sx * sy) / spread;
+  const double one_row = (sy - slope * sx) / n + slope;
+  if (one_row <= 0) return std::nullopt;
+  return StepCost{one_row, std::max(slope, 0.0)};
+}
+
 double Engine::draft_model_cost() const {
-  if (!draft_ || draft_->step_seconds() == 0 || step_samples_[1] == 0) return 0;
-  return draft_->step_seconds() / step_seconds_[1];
+  if (!draft_ || draft_->step_seconds() == 0) return 0;
+  const std::optional<StepCost> cost = step_cost();
+  // Until the engine has timed its own steps, the draft's size against the target's stands
+  // in for their time (decode reads every weight once per step).
+  const double one_row = cost ? cost->one_row : 0;
+  if (one_row > 0) return draft_->step_seconds() / one_row;
+  return static_cast<double>(draft_->file_bytes()) / static_cast<double>(target_file_bytes_);
 }
 
 double Engine::draft_row_cost() const {
-  constexpr int kEnough = 8;
-  if (!config_.spec.measure_row_cost || step_samples_[1] < kEnough) return config_.spec.row_cost;
-  // The widest step measured often enough gives the slope per extra row.
-  for (int r = kTimedRows; r >= 2; --r) {
-    if (step_samples_[r] < kEnough) continue;
-    const double slope = (step_seconds_[r] - step_seconds_[1]) / (r - 1);
-    return std::clamp(slope / step_seconds_[1], 0.0, 10.0);
-  }
-  return config_.spec.row_cost;
+  if (!config_.spec.measure_row_cost) return config_.spec.row_cost;
+  const std::optional<StepCost> cost = step_cost();
+  if (!cost) return config_.spec.row_cost;
+  return std::clamp(cost->per_row / cost->one_row, 0.0, 10.0);
 }
 
 int64_t Engine::propose_drafts(Active& active, int64_t budget) {
@@ -799,6 +824,12 @@ int64_t Engine::propose_drafts(Active& active, int64_t budget) {
       best = rate;
       k = n;
     }
+  }
+  if (!step_cost() && config_.spec.measure_row_cost && k < active.spec_max) {
+    // The fit needs steps of two widths: once this width is timed often enough, draft one
+    // more, so that a cost guessed too high cannot keep drafting at one width for good.
+    const int64_t rows = static_cast<int64_t>(scheduled_.size()) + std::max(k, 1);
+    if (rows <= kTimedRows && step_samples_[rows] >= kEnoughSamples) k = std::max(k, 1) + 1;
   }
   const int64_t want = std::min<int64_t>({std::max(k, 1), room, budget});
   if (want <= 0) return 0;

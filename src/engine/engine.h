@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "engine/draft_model.h"
@@ -103,14 +104,21 @@ class Engine {
   void verify_drafts(Active& active, size_t scheduled_index);
   // Appends up to `budget` draft tokens to a decoding sequence; returns how many.
   int64_t propose_drafts(Active& active, int64_t budget);
-  // A draft row's cost relative to a one-row decode step: from the measured durations of
-  // decode steps by their row count once there are enough, else the configured guess.
+  // Decode step time as a line in its row count, fitted to the measured steps (null until two
+  // row counts have enough samples).
+  struct StepCost {
+    double one_row;  // seconds of a one-row step
+    double per_row;  // seconds each further row adds
+  };
+  std::optional<StepCost> step_cost() const;
+  // A draft row's cost relative to a one-row decode step: from step_cost() once it is known,
+  // else the configured guess.
   double draft_row_cost() const;
   // The draft model's cost per drafted token relative to a one-row decode step (0 without one).
   double draft_model_cost() const;
   void record_step_time(double seconds);
   // Folds a verification (or a shadow check of one draft) into a sequence's acceptance.
-  void update_acceptance(Active& active, int64_t accepted, bool rejected);
+  void update_acceptance(Active& active, int64_t drafted, int64_t accepted);
   // Beam search: records a beam's candidates; once every live beam has its own, advance_beams
   // forks, drops and extends the beams and finishes the request when the search is settled.
   void observe_beam(Active& active, const Sequence& seq, std::span<const float> logits);
@@ -155,9 +163,11 @@ class Engine {
   };
   std::vector<GrammarFillRow> grammar_fill_rows_;  // [max_seqs] beside grammar_fills_
   static constexpr int kTimedRows = 32;
+  static constexpr int kEnoughSamples = 8;    // a row count's steps timed before step_cost uses it
   double step_seconds_[kTimedRows + 1] = {};  // decayed mean duration of decode steps by rows
   int step_samples_[kTimedRows + 1] = {};
   uint64_t next_id_ = 1;
+  uint64_t target_file_bytes_;  // the model's file size: its cost against the draft's at first
   int64_t peak_kv_bytes_ = 0;
   int64_t computed_tokens_ = 0, generated_tokens_ = 0;
 };

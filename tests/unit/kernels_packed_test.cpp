@@ -339,13 +339,14 @@ TEST(KernelsPacked, MarkedRowsTakeTheBf16RouteAndTheOthersDoNot) {
 }
 
 // A request's greedy output must not depend on what else the server batches with it: with the
-// default kernels of every ISA, an int8-format row gets the same bits alone as in a batch of
-// any size (integer block sums are exact, and the float steps run in one order at every tile
-// size). The bf16 route is therefore chosen per row (model/batch.h), never by batch size.
+// default kernels of every ISA, a row gets the same bits alone as in a batch of any size
+// (integer block sums are exact, and the float steps, F16 weights' included, run in one order
+// at every tile size). The bf16 route is therefore chosen per row (model/batch.h), never by
+// batch size. Speculative decoding relies on it: verifying drafts adds rows to a step.
 TEST(KernelsPacked, DefaultKernelsGiveARowTheSameBitsAtAnyBatchSize) {
   ThreadPool pool(2);
   for (const KernelTable* table : available_kernels()) {
-    for (DType type : kInt8Types) {
+    for (DType type : kPackedTypes) {
       const int64_t rows = 40, cols = cols_for(type, 576), tokens = 40;
       QuantMatrix m = make_matrix(type, rows, cols, 21);
       auto x = random_floats(tokens * cols, 22, 3.0f);

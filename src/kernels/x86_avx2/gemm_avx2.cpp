@@ -382,22 +382,28 @@ void q8_tile(const PackedQ8Block* w, int64_t blocks, int half, const ActQ8Block*
 }
 
 // F16: one converted load gives 8 rows' weights for one input column; each token adds it times
-// that column's value. Few tokens get two accumulators each to shorten the FMA chains.
+// that column's value. Two accumulators per token shorten the FMA chains; their number does
+// not depend on the tile's token count, so a row's sum is added in the same order however many
+// tokens share the step (greedy text must not change when speculation adds rows).
 template <int NT, int H>
 void f16_tile(const PackedF16Block* w, int64_t blocks, int half, const float* x, int64_t x_stride,
               float* y, int64_t y_stride) {
-  constexpr int kAcc = NT * H < 4 ? 2 : 1;
+  constexpr int kAcc = 2;
   __m256 acc[NT][H][kAcc];
   for (int t = 0; t < NT; ++t)
     for (int h = 0; h < H; ++h)
       for (int i = 0; i < kAcc; ++i) acc[t][h][i] = _mm256_setzero_ps();
   for (int64_t b = 0; b < blocks; ++b) {
-    for (int k = 0; k < kPackCols; ++k) {
-      for (int h = 0; h < H; ++h) {
-        const __m256 wk = load_fp16x8(w[b].w[k] + 8 * (half + h));
-        for (int t = 0; t < NT; ++t) {
-          const __m256 xv = _mm256_broadcast_ss(x + t * x_stride + b * kPackCols + k);
-          acc[t][h][k % kAcc] = _mm256_fmadd_ps(wk, xv, acc[t][h][k % kAcc]);
+    // Accumulator i takes columns k + i: a constant index in a short loop keeps acc in
+    // registers (k % kAcc over all 32 columns left it on the stack, a load and store per FMA).
+    for (int k = 0; k < kPackCols; k += kAcc) {
+      for (int i = 0; i < kAcc; ++i) {
+        for (int h = 0; h < H; ++h) {
+          const __m256 wk = load_fp16x8(w[b].w[k + i] + 8 * (half + h));
+          for (int t = 0; t < NT; ++t) {
+            const __m256 xv = _mm256_broadcast_ss(x + t * x_stride + b * kPackCols + k + i);
+            acc[t][h][i] = _mm256_fmadd_ps(wk, xv, acc[t][h][i]);
+          }
         }
       }
     }

@@ -298,11 +298,14 @@ void q8_tile(const PackedQ8Block* w, int64_t blocks, const ActQ8Block* act, int6
     __m512i isum[NT][kAcc];
     for (int t = 0; t < NT; ++t)
       for (int i = 0; i < kAcc; ++i) isum[t][i] = _mm512_setzero_si512();
-    for (int c = 0; c < 8; ++c) {
-      const __m512i raw = _mm512_loadu_si512(w[b].qs[c]);
-      for (int t = 0; t < NT; ++t) {
-        const __m512i q = broadcast_i32(act[b * act_stride + t].qs + 4 * c);
-        isum[t][c % kAcc] = _mm512_dpbusd_epi32(isum[t][c % kAcc], raw, q);
+    for (int c0 = 0; c0 < 8; c0 += kAcc) {  // constant accumulator indices, as in f16_tile
+      for (int i = 0; i < kAcc; ++i) {
+        const int c = c0 + i;
+        const __m512i raw = _mm512_loadu_si512(w[b].qs[c]);
+        for (int t = 0; t < NT; ++t) {
+          const __m512i q = broadcast_i32(act[b * act_stride + t].qs + 4 * c);
+          isum[t][i] = _mm512_dpbusd_epi32(isum[t][i], raw, q);
+        }
       }
     }
     const __m512 d = load_fp16x16(w[b].d);
@@ -319,20 +322,26 @@ void q8_tile(const PackedQ8Block* w, int64_t blocks, const ActQ8Block* act, int6
 
 // Q4_0 and Q4_1 differ only in which activation sum their offset m multiplies.
 // F16: one converted load gives 16 rows' weights for one input column; each token adds it
-// times that column's value. Few tokens get several accumulators to shorten the FMA chains.
+// times that column's value. Two accumulators per token shorten the FMA chains; their number
+// does not depend on the tile's token count, so a row's sum is added in the same order however
+// many tokens share the step (greedy text must not change when speculation adds rows).
 template <int NT>
 void f16_tile(const PackedF16Block* w, int64_t blocks, const float* x, int64_t x_stride, float* y,
               int64_t y_stride) {
-  constexpr int kAcc = NT == 1 ? 4 : NT < 4 ? 2 : 1;
+  constexpr int kAcc = 2;
   __m512 acc[NT][kAcc];
   for (int t = 0; t < NT; ++t)
     for (int i = 0; i < kAcc; ++i) acc[t][i] = _mm512_setzero_ps();
   for (int64_t b = 0; b < blocks; ++b) {
-    for (int k = 0; k < kPackCols; ++k) {
-      const __m512 wk = load_fp16x16(w[b].w[k]);
-      for (int t = 0; t < NT; ++t) {
-        const __m512 xv = _mm512_set1_ps(x[t * x_stride + b * kPackCols + k]);
-        acc[t][k % kAcc] = _mm512_fmadd_ps(wk, xv, acc[t][k % kAcc]);
+    // Accumulator i takes columns k + i: a constant index in a short loop keeps acc in
+    // registers (k % kAcc over all 32 columns left it on the stack, a load and store per FMA).
+    for (int k = 0; k < kPackCols; k += kAcc) {
+      for (int i = 0; i < kAcc; ++i) {
+        const __m512 wk = load_fp16x16(w[b].w[k + i]);
+        for (int t = 0; t < NT; ++t) {
+          const __m512 xv = _mm512_set1_ps(x[t * x_stride + b * kPackCols + k + i]);
+          acc[t][i] = _mm512_fmadd_ps(wk, xv, acc[t][i]);
+        }
       }
     }
   }
