@@ -357,11 +357,15 @@ void Engine::step() {
   // Drafts for the next step, within the rows a step may take before drafting stops paying.
   if (config_.spec.enabled()) {
     const int64_t rows = config_.spec.max_step_rows;
-    int64_t budget = rows > 0 ? rows - static_cast<int64_t>(scheduler_->num_running())
-                              : std::numeric_limits<int64_t>::max();
+    const auto running = static_cast<int64_t>(scheduler_->num_running());
+    int64_t budget = rows > 0 ? rows - running : std::numeric_limits<int64_t>::max();
+    int64_t drafted = 0;
     for (size_t i = 0; i < scheduled_.size() && budget > 0; ++i) {
       Active& active = *active_.at(scheduled_[i].seq->request_id);
-      if (!active.done && active.spec_max > 0) budget -= propose_drafts(active, budget);
+      if (active.done || active.spec_max == 0) continue;
+      const int64_t n = propose_drafts(active, budget, running - 1 + drafted);
+      budget -= n;
+      drafted += n;
     }
     if (!draft_jobs_.empty()) {  // the draft model proposes for all of them in one batch
       draft_->propose(draft_jobs_);
@@ -785,7 +789,7 @@ std::optional<Engine::StepCost> Engine::step_cost() const {
 }
 
 double Engine::draft_model_cost() const {
-  if (!draft_ || draft_->step_seconds() == 0) return 0;
+  if (!draft_ || draft_->step_seconds() == 0 || !config_.spec.measure_row_cost) return 0;
   const std::optional<StepCost> cost = step_cost();
   // Until the engine has timed its own steps, the draft's size against the target's stands
   // in for their time (decode reads every weight once per step).
@@ -801,7 +805,7 @@ double Engine::draft_row_cost() const {
   return std::clamp(cost->per_row / cost->one_row, 0.0, 10.0);
 }
 
-int64_t Engine::propose_drafts(Active& active, int64_t budget) {
+int64_t Engine::propose_drafts(Active& active, int64_t budget, int64_t other_rows) {
   Sequence& seq = active.seq;
   if (seq.num_draft > 0 || seq.num_uncomputed() != 1 || seq.num_generated() == 0) return 0;
   // Drafts past max_tokens or the context would be thrown away.
@@ -809,18 +813,25 @@ int64_t Engine::propose_drafts(Active& active, int64_t budget) {
       std::min(seq.request.max_tokens - seq.num_generated(), config_.context - seq.num_tokens()) -
       1;
   // How many drafts pay: with a per-token acceptance a (estimated from this sequence's own
-  // history, prior 1/2), k drafts yield 1 + a + ... + a^k tokens for 1 + c k the cost of a
-  // step (c: a draft row's cost relative to a decode step, measured). None when no k beats
-  // plain decoding; the proposal is then only checked against the next token (free), so the
-  // estimate follows the text and drafting resumes where it starts to pay.
+  // history, prior 1/2), k drafts yield 1 + a + ... + a^k tokens and add c k to the step
+  // (c: a draft token's cost, its row and the draft model's step, in one-row decode steps,
+  // measured). The step's other rows make `other` tokens in a step of 1 + r other (r: a row's
+  // cost): the k that makes the most tokens per unit of time wins. Alone (other = 0) that is
+  // yield / (1 + c k); in a full batch a draft must beat the batch's own rate, which it seldom
+  // does. None when no k beats plain decoding; an n-gram proposal is then only checked against
+  // the next token (free), so the estimate follows the text and drafting resumes where it
+  // starts to pay.
   const double a = (active.spec_accepted + 1) / (active.spec_accepted + active.spec_rejected + 2);
-  const double c = draft_row_cost() + draft_model_cost();
+  const double r = draft_row_cost();
+  const double c = r + draft_model_cost();
+  const auto other = static_cast<double>(other_rows);
+  const double base = 1 + r * other;
   int32_t k = 0;
-  double best = 1, yield = 1, power = 1;
+  double best = (other + 1) / base, yield = 1, power = 1;
   for (int32_t n = 1; n <= active.spec_max; ++n) {
     power *= a;
     yield += power;
-    if (const double rate = yield / (1 + c * n); rate > best) {
+    if (const double rate = (other + yield) / (base + c * n); rate > best) {
       best = rate;
       k = n;
     }
@@ -831,9 +842,12 @@ int64_t Engine::propose_drafts(Active& active, int64_t budget) {
     const int64_t rows = static_cast<int64_t>(scheduled_.size()) + std::max(k, 1);
     if (rows <= kTimedRows && step_samples_[rows] >= kEnoughSamples) k = std::max(k, 1) + 1;
   }
+  // A draft model has no free check: alone, a sequence drafts at least one token so that its
+  // acceptance stays known; in a batch that does not pay, it drafts nothing.
+  if (k == 0 && draft_ && other_rows > 0) return 0;
   const int64_t want = std::min<int64_t>({std::max(k, 1), room, budget});
   if (want <= 0) return 0;
-  if (draft_) {  // proposed with the others after this pass; no free check without drafting
+  if (draft_) {  // proposed with the others after this pass
     draft_jobs_.push_back({active.draft_state.get(), seq.tokens, want,
                            std::span(active.draft_out).first(static_cast<size_t>(want))});
     draft_owners_.push_back(&active);

@@ -102,8 +102,9 @@ class Engine {
   // A sequence that ran with draft tokens: keeps those the model's sampling agrees with and the
   // token it sampled where they part, and moves num_computed back over the rejected ones.
   void verify_drafts(Active& active, size_t scheduled_index);
-  // Appends up to `budget` draft tokens to a decoding sequence; returns how many.
-  int64_t propose_drafts(Active& active, int64_t budget);
+  // Appends up to `budget` draft tokens to a decoding sequence, as many as pay in a step that
+  // has `other_rows` rows besides this sequence's; returns how many.
+  int64_t propose_drafts(Active& active, int64_t budget, int64_t other_rows);
   // Decode step time as a line in its row count, fitted to the measured steps (null until two
   // row counts have enough samples).
   struct StepCost {

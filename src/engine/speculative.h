@@ -41,7 +41,9 @@ struct SpeculativeConfig {
   // about 0.6: decode there is bound by arithmetic as much as by memory). With a sequence's
   // acceptance it sets how many drafts pay.
   float row_cost = 0.5f;
-  bool measure_row_cost = true;  // false: row_cost always (tests: 0 drafts the most every step)
+  // false: row_cost is a draft token's whole cost, draft model included, never measured (tests:
+  // 0 drafts the most every step)
+  bool measure_row_cost = true;
 
   // kDraftModel: the GGUF file of the draft model (engine/draft_model.h).
   std::string draft_model;
