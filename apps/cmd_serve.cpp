@@ -33,6 +33,7 @@ struct ServeArgs {
   bool no_prefix_cache = false;
   size_t max_body_bytes = 8 << 20;
   std::string api_key;
+  bool no_webui = false;
   std::string reasoning_format = "auto";
   std::string served_model_name;
   std::string chat_template;
@@ -120,6 +121,7 @@ void serve(const ServeArgs& args) {
   options.port = args.port;
   options.api_key = args.api_key;
   options.max_body_bytes = args.max_body_bytes;
+  options.webui = !args.no_webui;
   server::HttpServer http(loop, metrics, std::move(context), options);
   g_server = &http;
   std::signal(SIGINT, on_signal);
@@ -159,6 +161,8 @@ void register_serve(CLI::App& app) {
   cmd->add_option("--max-body-bytes", args->max_body_bytes, "Larger request bodies get HTTP 413")
       ->check(CLI::Range(1024, 1 << 30));
   cmd->add_option("--api-key", args->api_key, "Require 'Authorization: Bearer KEY'");
+  cmd->add_flag("--no-webui", args->no_webui,
+                "Do not serve the chat page at / (the API is served either way)");
   cmd->add_option("--reasoning-format", args->reasoning_format,
                   "Thinking models' <think> blocks: deepseek (in message.reasoning_content), none "
                   "(left in content), auto (deepseek when the chat template writes <think>)")

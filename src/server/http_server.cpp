@@ -9,6 +9,7 @@
 #include <ctime>
 
 #include "server/openai_response.h"
+#include "server/web_assets.h"
 #include "util/error.h"
 
 namespace inferd::server {
@@ -117,6 +118,7 @@ struct HttpServer::Impl {
         choice.prompt_tokens = r.stats.prompt_tokens;
         choice.cached_tokens = r.stats.cached_tokens;
         choice.completion_tokens = found ? std::ssize(r.beams[j].tokens) : 0;
+        choice.stats = r.stats;
       }
     } else if (batch.result) {
       const engine::RequestResult& r = *batch.result;
@@ -125,6 +127,7 @@ struct HttpServer::Impl {
       c.prompt_tokens = r.stats.prompt_tokens;
       c.cached_tokens = r.stats.cached_tokens;
       c.completion_tokens = r.stats.completion_tokens;
+      c.stats = r.stats;
       if (r.finish_reason == engine::FinishReason::kError) g.error = r.error;
     }
     return fresh;
@@ -276,9 +279,12 @@ struct HttpServer::Impl {
               if (fresh.content.empty() && fresh.reasoning.empty() && tokens.empty() && !had_result)
                 continue;
               const std::string reason = had_result ? g->choices[i].finish_reason : std::string();
-              if (!send(writer->chunk(static_cast<int>(i), fresh.content, tokens, reason,
-                                      fresh.reasoning)))
-                return g->cancel(), false;
+              json event = writer->chunk(static_cast<int>(i), fresh.content, tokens, reason,
+                                         fresh.reasoning);
+              // llama-server puts the timings on a stream's last chunk (its web page reads
+              // them there); inferd does so on each choice's finishing chunk.
+              if (had_result) event["timings"] = ResponseWriter::timings(g->choices[i]);
+              if (!send(event)) return g->cancel(), false;
             }
             if (std::chrono::steady_clock::now() - quiet > kKeepAliveInterval) {
               quiet = std::chrono::steady_clock::now();
@@ -356,6 +362,21 @@ struct HttpServer::Impl {
   }
 
   void routes() {
+    if (options.webui) {
+      for (const WebAsset& asset : web_assets()) {
+        server.Get(std::string(asset.path), [&asset](const httplib::Request&,
+                                                     httplib::Response& res) {
+          // Revalidated on each load, so a new binary's page is never mixed with an old one's.
+          res.set_header("Cache-Control", "no-cache");
+          // The page runs only its own files: no inline script, nothing from elsewhere.
+          res.set_header("Content-Security-Policy",
+                         "default-src 'self'; img-src 'self' data:; object-src 'none'; "
+                         "base-uri 'none'; frame-ancestors 'none'");
+          res.set_header("X-Content-Type-Options", "nosniff");
+          res.set_content(asset.body.data(), asset.body.size(), std::string(asset.content_type));
+        });
+      }
+    }
     server.Get("/health", [](const httplib::Request&, httplib::Response& res) {
       send_json(res, 200, {{"status", "ok"}});
     });
@@ -434,7 +455,8 @@ void HttpServer::listen() {
       fail("cannot bind {}:{} (in use, or not an address of this machine)", o.host, o.port);
     impl_->bound_port = o.port;
   }
-  fmt::print(stderr, "[inferd] serving on http://{}:{}\n", o.host, impl_->bound_port);
+  fmt::print(stderr, "[inferd] serving on http://{}:{}{}\n", o.host, impl_->bound_port,
+             o.webui ? " (chat page at /)" : "");
   impl_->server.listen_after_bind();
 }
 

@@ -18,6 +18,9 @@ struct ServerOptions {
   std::string api_key;              // empty: no authentication
   size_t max_body_bytes = 8 << 20;  // larger bodies get 413
   int http_threads = 128;           // connections served at once
+  // GET / serves the chat page (server/web_assets.h). Its files hold no data, so they are
+  // served without the API key; the page asks for the key when the API answers 401.
+  bool webui = true;
 };
 
 class HttpServer {

@@ -117,7 +117,32 @@ json ResponseWriter::full(const std::vector<ChoiceOutput>& choices) const {
   }
   out["choices"] = list;
   out["usage"] = usage(choices);
+  if (!choices.empty()) out["timings"] = timings(choices[0]);
   return out;
+}
+
+json ResponseWriter::timings(const ChoiceOutput& choice) {
+  const engine::RequestStats& s = choice.stats;
+  const int64_t prompt_n = std::max<int64_t>(s.prompt_tokens - s.cached_tokens, 0);
+  const double prompt_ms = s.prefill_s * 1000, predicted_ms = s.decode_s * 1000;
+  const int64_t predicted_n = s.completion_tokens;
+  const auto per_token = [](double ms, int64_t n) {
+    return n > 0 ? ms / static_cast<double>(n) : 0.0;
+  };
+  const auto per_second = [](double ms, int64_t n) {
+    return ms > 0 ? static_cast<double>(n) * 1000 / ms : 0.0;
+  };
+  return {
+      {"prompt_n", prompt_n},
+      {"prompt_ms", prompt_ms},
+      {"prompt_per_token_ms", per_token(prompt_ms, prompt_n)},
+      {"prompt_per_second", per_second(prompt_ms, prompt_n)},
+      {"predicted_n", predicted_n},
+      {"predicted_ms", predicted_ms},
+      {"predicted_per_token_ms", per_token(predicted_ms, std::max<int64_t>(predicted_n - 1, 0))},
+      {"predicted_per_second", per_second(predicted_ms, std::max<int64_t>(predicted_n - 1, 0))},
+      {"ttft_ms", s.ttft_s * 1000},
+      {"cache_n", s.cached_tokens}};
 }
 
 json ResponseWriter::chunk(int index, const std::string& text, const std::vector<TokenInfo>& tokens,
@@ -186,6 +211,7 @@ json ResponseWriter::usage_chunk(const std::vector<ChoiceOutput>& choices) const
   json out = envelope(request_.chat ? "chat.completion.chunk" : "text_completion");
   out["choices"] = json::array();
   out["usage"] = usage(choices);
+  if (!choices.empty()) out["timings"] = timings(choices[0]);
   return out;
 }
 

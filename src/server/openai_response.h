@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/request.h"
 #include "server/openai_request.h"
 #include "server/stream_channel.h"
 
@@ -18,7 +19,8 @@ struct ChoiceOutput {
   std::vector<TokenInfo> tokens;
   std::string finish_reason;  // empty while running
   int64_t prompt_tokens = 0, completion_tokens = 0;
-  int64_t cached_tokens = 0;  // of the prompt tokens, those found in the prefix cache
+  int64_t cached_tokens = 0;   // of the prompt tokens, those found in the prefix cache
+  engine::RequestStats stats;  // set when the choice finishes
 };
 
 class ResponseWriter {
@@ -39,8 +41,15 @@ class ResponseWriter {
   // A finished chat answer of a request with tools: its content (if any), then a chunk per
   // tool call (delta.tool_calls with the call's index), then the finish reason.
   std::vector<nlohmann::ordered_json> final_tool_chunks(int index, const ChoiceOutput& c) const;
-  // The last chunk with stream_options.include_usage: usage, no choices.
+  // The last chunk with stream_options.include_usage: usage and timings, no choices.
   nlohmann::ordered_json usage_chunk(const std::vector<ChoiceOutput>& choices) const;
+  // llama-server's `timings` of a finished choice: prompt_n / prompt_ms (the prompt tokens
+  // computed, not found in the prefix cache, and the time from the first scheduled step to the
+  // first token), predicted_n / predicted_ms (the tokens generated, and the time from the first
+  // to the last), their per-token and per-second rates (predicted_per_second: the tokens after
+  // the first over predicted_ms, the decode rate), and inferd's ttft_ms (arrival to the first
+  // token, queueing included).
+  static nlohmann::ordered_json timings(const ChoiceOutput& choice);
 
  private:
   nlohmann::ordered_json logprobs(const std::vector<TokenInfo>& tokens, size_t text_offset) const;

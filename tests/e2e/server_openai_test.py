@@ -116,8 +116,19 @@ class Chat(unittest.TestCase):
         stream = c.chat.completions.create(model="", messages=self.messages, max_tokens=20,
                                            temperature=0, stream=True,
                                            extra_body={"ignore_eos": True})
-        text = "".join(ch.choices[0].delta.content or "" for ch in stream)
+        chunks = list(stream)
+        text = "".join(ch.choices[0].delta.content or "" for ch in chunks if ch.choices)
         self.assertEqual(text, r.choices[0].message.content)
+        # llama-server's timings (the chat page shows them): on the whole response, and on the
+        # stream's finishing chunk, which is the only one that has them.
+        for timings in (r.model_extra["timings"], chunks[-1].model_extra["timings"]):
+            self.assertEqual(timings["predicted_n"], 20)
+            self.assertEqual(timings["prompt_n"] + timings["cache_n"], 37)
+            self.assertGreater(timings["predicted_ms"], 0)
+            self.assertAlmostEqual(timings["predicted_per_second"],
+                                   19 * 1000 / timings["predicted_ms"], places=3)
+            self.assertGreaterEqual(timings["ttft_ms"], timings["prompt_ms"])
+        self.assertEqual(sum("timings" in (ch.model_extra or {}) for ch in chunks), 1)
 
     def test_chat_logprobs_and_max_completion_tokens(self):
         r = client().chat.completions.create(model="", messages=self.messages, temperature=0,
