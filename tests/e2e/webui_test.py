@@ -149,8 +149,11 @@ class ChatPage(unittest.TestCase):
         wait_for(self.streaming, what="streaming to start")
         wait_for(lambda: not self.streaming(), what="the end of the answer")
         lengths = self.driver.execute_script("return window.seenLengths")
-        self.assertGreaterEqual(len(lengths), 5, f"answer lengths seen while streaming: {lengths}")
-        self.assertEqual(lengths, sorted(lengths))
+        self.assertGreaterEqual(len(set(lengths)), 5, f"answer lengths seen while streaming: {lengths}")
+        # Rendered text can shrink by a few characters when markdown closes (`**` becomes bold),
+        # but it grows over the stream.
+        self.assertGreaterEqual(lengths[-1], 0.9 * max(lengths), lengths)
+        self.assertLess(lengths[0], lengths[-1] / 2, lengths)
         self.assertTrue(self.last_answer().strip())
         stats = self.all(".message.assistant .stats")[-1].text
         self.assertIn("tok/s", stats)
@@ -236,6 +239,36 @@ class ChatPage(unittest.TestCase):
         self.type_and_send("Hi!")
         wait_for(lambda: not self.streaming() and self.last_answer(), what="an answer")
         self.assertEqual(len(self.all("#conversations li")), before + 1)
+
+    def test_7_reasoning_is_folded_above_the_answer(self):
+        # SmolLM2 does not think: the page's fetch of the completion is answered in the page by
+        # a stream of the server's shape with reasoning_content deltas (as a thinking model's
+        # answer comes, tests/e2e/server_openai_test.py), everything else stays real.
+        self.driver.execute_script("""
+            const realFetch = window.fetch;
+            window.fetch = (url, init) => {
+              if (!String(url).endsWith("/v1/chat/completions")) return realFetch(url, init);
+              const deltas = [{role: "assistant", content: ""}, {reasoning_content: "The user "},
+                              {reasoning_content: "greets me."}, {content: "Hello "},
+                              {content: "**there**!"}];
+              const events = deltas.map((d) => ({choices: [{index: 0, delta: d, finish_reason: null}]}));
+              events.push({choices: [], usage: {prompt_tokens: 9, completion_tokens: 6},
+                           timings: {ttft_ms: 12, prompt_ms: 10, predicted_n: 6,
+                                     predicted_ms: 50, predicted_per_second: 100}});
+              const text = events.map((e) => "data: " + JSON.stringify(e) + "\\n\\n").join("")
+                           + "data: [DONE]\\n\\n";
+              return Promise.resolve(new Response(text, {status: 200,
+                  headers: {"Content-Type": "text/event-stream"}}));
+            };""")
+        self.type_and_send("Hi, think first.")
+        wait_for(lambda: not self.streaming() and self.all(".message.assistant details.reasoning"),
+                 what="the reasoning")
+        details = self.all(".message.assistant details.reasoning")[-1]
+        self.assertIsNone(details.get_attribute("open"), "reasoning is folded")
+        self.assertIn("The user greets me.", details.get_attribute("textContent"))
+        self.assertEqual(self.all(".message.assistant .content strong")[-1].text, "there")
+        self.assertNotIn("greets", self.last_answer())
+        self.assertIn("TTFT 12 ms", self.all(".message.assistant .stats")[-1].text)
 
 
 class KeyAndErrors(unittest.TestCase):
