@@ -34,6 +34,7 @@ struct ServeArgs {
   size_t max_body_bytes = 8 << 20;
   std::string api_key;
   bool no_webui = false;
+  std::string cors_origins;
   std::string reasoning_format = "auto";
   std::string served_model_name;
   std::string chat_template;
@@ -122,6 +123,7 @@ void serve(const ServeArgs& args) {
   options.api_key = args.api_key;
   options.max_body_bytes = args.max_body_bytes;
   options.webui = !args.no_webui;
+  options.cors_origins = args.cors_origins;
   server::HttpServer http(loop, metrics, std::move(context), options);
   g_server = &http;
   std::signal(SIGINT, on_signal);
@@ -163,6 +165,9 @@ void register_serve(CLI::App& app) {
   cmd->add_option("--api-key", args->api_key, "Require 'Authorization: Bearer KEY'");
   cmd->add_flag("--no-webui", args->no_webui,
                 "Do not serve the chat page at / (the API is served either way)");
+  cmd->add_option("--cors-origins", args->cors_origins,
+                  "Browser origins allowed to call the API, comma-separated: exact origins, "
+                  "'localhost' (this machine: the default) or '*' (any)");
   cmd->add_option("--reasoning-format", args->reasoning_format,
                   "Thinking models' <think> blocks: deepseek (in message.reasoning_content), none "
                   "(left in content), auto (deepseek when the chat template writes <think>)")

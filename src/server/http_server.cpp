@@ -8,9 +8,11 @@
 #include <chrono>
 #include <ctime>
 
+#include "server/cors.h"
 #include "server/openai_response.h"
 #include "server/web_assets.h"
 #include "util/error.h"
+#include "util/utf8.h"
 
 namespace inferd::server {
 namespace {
@@ -56,12 +58,17 @@ struct HttpServer::Impl {
   ServerMetrics& metrics;
   ParseContext context;
   ServerOptions options;
+  CorsPolicy cors;
   httplib::Server server;
   std::atomic<uint64_t> next_id{1};
   int bound_port = 0;
 
   Impl(EngineLoop& l, ServerMetrics& m, ParseContext c, ServerOptions o)
-      : loop(l), metrics(m), context(std::move(c)), options(std::move(o)) {}
+      : loop(l),
+        metrics(m),
+        context(std::move(c)),
+        options(std::move(o)),
+        cors(options.cors_origins) {}
 
   bool authorized(const httplib::Request& req, httplib::Response& res) {
     if (options.api_key.empty()) return true;
@@ -302,6 +309,33 @@ struct HttpServer::Impl {
         [g](bool) { g->cancel(); });
   }
 
+  // llama-server's POST /tokenize: {"content", "add_special" (false), "parse_special" (true),
+  // "with_pieces" (false)} -> {"tokens": [id, ...]} or, with pieces, [{"id", "piece"}] where a
+  // piece that is not whole UTF-8 is given as its bytes.
+  json tokenize_content(const json& body) const {
+    if (!body["content"].is_string()) throw ApiError(400, "'content' must be a string", "content");
+    const auto flag = [&](const char* name, bool fallback) {
+      if (!body.contains(name)) return fallback;
+      if (!body[name].is_boolean())
+        throw ApiError(400, fmt::format("'{}' must be true or false", name), name);
+      return body[name].get<bool>();
+    };
+    const bool add_special = flag("add_special", false),
+               parse_special = flag("parse_special", true);
+    const std::vector<int32_t> ids =
+        context.tokenizer->encode(body["content"].get<std::string>(), add_special, parse_special);
+    if (!flag("with_pieces", false)) return {{"tokens", ids}};
+    json tokens = json::array();
+    for (const int32_t id : ids) {
+      const std::string& piece = context.tokenizer->token_piece(id);
+      json bytes = json::array();
+      if (!is_valid_utf8(piece))
+        for (const char c : piece) bytes.push_back(static_cast<uint8_t>(c));
+      tokens.push_back({{"id", id}, {"piece", is_valid_utf8(piece) ? json(piece) : bytes}});
+    }
+    return {{"tokens", tokens}};
+  }
+
   void handle_tokenize(const httplib::Request& req, httplib::Response& res) {
     if (!authorized(req, res)) return;
     try {
@@ -309,6 +343,10 @@ struct HttpServer::Impl {
       if (!body.is_object()) throw ApiError(400, "the request body must be a JSON object");
       check_model(body, context);
       std::vector<int32_t> ids;
+      if (body.contains("content")) {  // llama-server's form
+        send_json(res, 200, tokenize_content(body));
+        return;
+      }
       if (body.contains("messages")) {
         json chat = body;
         chat.erase("max_tokens");
@@ -361,7 +399,35 @@ struct HttpServer::Impl {
     }
   }
 
+  // CORS: a browser asks before a cross-origin call (OPTIONS preflight, answered for every
+  // path, no key needed: browsers send none) and reads Access-Control-Allow-Origin on the
+  // answer. Both name the caller's origin only when the policy allows it; otherwise the
+  // browser keeps the answer from the page.
+  void allow_origin(const httplib::Request& req, httplib::Response& res) const {
+    const std::string origin = req.get_header_value("Origin");
+    if (!cors.allows(origin)) return;
+    res.set_header("Access-Control-Allow-Origin", origin);
+    res.set_header("Access-Control-Allow-Credentials", "true");
+    res.set_header("Vary", "Origin");
+  }
+
+  void cors_routes() {
+    server.Options(R"(.*)", [this](const httplib::Request& req, httplib::Response& res) {
+      allow_origin(req, res);
+      if (!res.has_header("Access-Control-Allow-Origin")) return;
+      res.set_header("Access-Control-Allow-Methods", "GET, POST, DELETE, OPTIONS");
+      // The headers asked for (Authorization must be named: a "*" does not cover it).
+      const std::string asked = req.get_header_value("Access-Control-Request-Headers");
+      res.set_header("Access-Control-Allow-Headers", asked.empty() ? "*" : asked);
+      res.set_header("Access-Control-Max-Age", "600");
+    });
+    server.set_post_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+      if (req.method != "OPTIONS") allow_origin(req, res);
+    });
+  }
+
   void routes() {
+    cors_routes();
     if (options.webui) {
       for (const WebAsset& asset : web_assets()) {
         server.Get(std::string(asset.path), [&asset](const httplib::Request&,
@@ -377,13 +443,16 @@ struct HttpServer::Impl {
         });
       }
     }
-    server.Get("/health", [](const httplib::Request&, httplib::Response& res) {
+    const auto health = [](const httplib::Request&, httplib::Response& res) {
       send_json(res, 200, {{"status", "ok"}});
-    });
+    };
+    server.Get("/health", health);
+    server.Get("/v1/health", health);
     server.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
       res.set_content(metrics.render(), "text/plain; version=0.0.4");
     });
-    server.Get("/v1/models", [this](const httplib::Request& req, httplib::Response& res) {
+    // llama-server answers the OpenAI routes with and without /v1; so does inferd.
+    const auto models = [this](const httplib::Request& req, httplib::Response& res) {
       if (!authorized(req, res)) return;
       json data = json::array();
       for (const std::string& id : context.model_ids) {
@@ -394,14 +463,18 @@ struct HttpServer::Impl {
                         {"max_model_len", context.context}});
       }
       send_json(res, 200, {{"object", "list"}, {"data", data}});
-    });
-    server.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
+    };
+    const auto completions = [this](const httplib::Request& req, httplib::Response& res) {
       handle_completion(req, res, false);
-    });
-    server.Post("/v1/chat/completions",
-                [this](const httplib::Request& req, httplib::Response& res) {
-                  handle_completion(req, res, true);
-                });
+    };
+    const auto chat = [this](const httplib::Request& req, httplib::Response& res) {
+      handle_completion(req, res, true);
+    };
+    for (const std::string prefix : {"/v1", ""}) {
+      server.Get(prefix + "/models", models);
+      server.Post(prefix + "/completions", completions);
+      server.Post(prefix + "/chat/completions", chat);
+    }
     server.Post("/tokenize", [this](const httplib::Request& req, httplib::Response& res) {
       handle_tokenize(req, res);
     });

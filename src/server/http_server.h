@@ -21,6 +21,8 @@ struct ServerOptions {
   // GET / serves the chat page (server/web_assets.h). Its files hold no data, so they are
   // served without the API key; the page asks for the key when the API answers 401.
   bool webui = true;
+  // Browser origins allowed to call the API (server/cors.h): comma-separated; empty: localhost.
+  std::string cors_origins;
 };
 
 class HttpServer {

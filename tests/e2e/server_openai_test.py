@@ -6,6 +6,7 @@ import shutil
 import sys
 import tempfile
 import unittest
+import urllib.request
 
 import jsonschema
 import openai
@@ -283,6 +284,50 @@ class Errors(unittest.TestCase):
 
 
 class Endpoints(unittest.TestCase):
+    def test_llama_server_routes_tokenize_form_and_cors(self):
+        auth = {"Authorization": f"Bearer {API_KEY}"}
+        # The OpenAI routes without /v1, as llama-server answers them.
+        status, r = server.post("/chat/completions", {"messages": [{"role": "user", "content": "Hi"}],
+                                                      "max_tokens": 3}, auth)
+        self.assertEqual(status, 200, r)
+        self.assertEqual(r["object"], "chat.completion")
+        status, r = server.post("/completions", {"prompt": "Hi", "max_tokens": 3}, auth)
+        self.assertEqual((status, r["object"]), (200, "text_completion"))
+        self.assertEqual(client().with_options(base_url=server.base).models.list().data[0].id,
+                         client().models.list().data[0].id)
+        # llama-server's /tokenize: content, add_special (off by default), with_pieces.
+        status, plain = server.post("/tokenize", {"content": "Hello world"}, auth)
+        self.assertEqual(status, 200)
+        status, vllm = server.post("/tokenize", {"prompt": "Hello world", "add_special_tokens": False}, auth)
+        self.assertEqual(plain["tokens"], vllm["tokens"])
+        status, pieces = server.post("/tokenize", {"content": "Hello world é", "with_pieces": True}, auth)
+        self.assertEqual("".join(p["piece"] if isinstance(p["piece"], str) else bytes(p["piece"]).decode()
+                                 for p in pieces["tokens"]), "Hello world é")
+        status, bad = server.post("/tokenize", {"content": 5}, auth)
+        self.assertEqual((status, bad["error"]["param"]), (400, "content"))
+        # CORS: a preflight from this machine's pages is allowed, from elsewhere not (no
+        # --cors-origins), and needs no key; the answer itself carries the origin too.
+        def preflight(origin):
+            req = urllib.request.Request(server.base + "/v1/chat/completions", method="OPTIONS", headers={
+                "Origin": origin, "Access-Control-Request-Method": "POST",
+                "Access-Control-Request-Headers": "authorization, content-type"})
+            with urllib.request.urlopen(req, timeout=10) as r:
+                return r.status, r.headers
+        status, headers = preflight("http://localhost:5173")
+        self.assertEqual(status, 200)
+        self.assertEqual(headers["Access-Control-Allow-Origin"], "http://localhost:5173")
+        self.assertIn("POST", headers["Access-Control-Allow-Methods"])
+        self.assertEqual(headers["Access-Control-Allow-Headers"], "authorization, content-type")
+        for origin in ("http://evil.com", "http://localhost.evil.com", "null"):
+            status, headers = preflight(origin)
+            self.assertNotIn("Access-Control-Allow-Origin", headers, origin)
+        req = urllib.request.Request(server.base + "/v1/models", headers={**auth, "Origin": "http://127.0.0.1:3000"})
+        with urllib.request.urlopen(req, timeout=10) as r:
+            self.assertEqual(r.headers["Access-Control-Allow-Origin"], "http://127.0.0.1:3000")
+        req = urllib.request.Request(server.base + "/v1/models", headers={**auth, "Origin": "http://evil.com"})
+        with urllib.request.urlopen(req, timeout=10) as r:
+            self.assertNotIn("Access-Control-Allow-Origin", r.headers)
+
     def test_models_tokenize_detokenize_metrics(self):
         models = client().models.list()
         self.assertEqual(len(models.data), 1)
