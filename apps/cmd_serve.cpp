@@ -34,6 +34,7 @@ struct ServeArgs {
   size_t max_body_bytes = 8 << 20;
   std::string api_key;
   bool no_webui = false;
+  bool strict_model_name = false;
   std::string cors_origins;
   std::string reasoning_format = "auto";
   std::string served_model_name;
@@ -66,9 +67,16 @@ void serve(const ServeArgs& args) {
   config.prefix_caching = !args.no_prefix_cache;
   config.spec = args.spec;
   config.grammar_thread = args.grammar_thread;
-  const std::string model_id = args.served_model_name.empty()
-                                   ? std::filesystem::path(path).stem().string()
-                                   : args.served_model_name;
+  // Names the API answers to: --served-model-name / --alias, comma-separated (the first is
+  // the one reported), else the file's name.
+  std::vector<std::string> model_ids;
+  for (std::string_view rest = args.served_model_name; !rest.empty();) {
+    const size_t comma = rest.find(',');
+    if (comma != 0) model_ids.emplace_back(rest.substr(0, comma));
+    rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
+  }
+  if (model_ids.empty()) model_ids.push_back(std::filesystem::path(path).stem().string());
+  const std::string model_id = model_ids.front();
   server::ServerMetrics metrics(model_id);
   server::EngineLoop loop(file, config, args.max_queue, metrics, args.log_interval);
   // A model without a chat template still serves completions; chat requests are refused with
@@ -91,7 +99,8 @@ void serve(const ServeArgs& args) {
   server::ParseContext context;
   context.tokenizer = &loop.tokenizer();
   context.context = loop.context();
-  context.model_ids = {model_id};
+  context.model_ids = model_ids;
+  context.strict_model_name = args.strict_model_name;
   context.spec_tokens = config.spec.enabled() ? config.spec.num_tokens : 0;
   // Learns the vocabulary once; each request's schema or grammar is compiled on its HTTP thread.
   const structured::GrammarCompiler grammars(loop.tokenizer(), loop.model_config().n_vocab,
@@ -172,8 +181,12 @@ void register_serve(CLI::App& app) {
                   "Thinking models' <think> blocks: deepseek (in message.reasoning_content), none "
                   "(left in content), auto (deepseek when the chat template writes <think>)")
       ->check(CLI::IsMember({"auto", "deepseek", "none"}));
-  cmd->add_option("--served-model-name", args->served_model_name,
-                  "Model id in the API (default: the file name without .gguf)");
+  cmd->add_option("--served-model-name,-a,--alias", args->served_model_name,
+                  "Model id in the API, or several comma-separated (the first is reported; "
+                  "default: the file name without .gguf)");
+  cmd->add_flag("--strict-model-name", args->strict_model_name,
+                "Answer 404 to a request whose 'model' is not a served name (vLLM); by default "
+                "any name is served by the one model, as llama-server does");
   cmd->add_option(
       "--chat-template", args->chat_template,
       "Built-in template name (chatml, llama3, gemma, ...) or a Jinja file; default: the model's");

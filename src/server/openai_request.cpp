@@ -222,7 +222,7 @@ void check_model(const json& body, const ParseContext& ctx) {
   if (v == nullptr) return;
   if (!v->is_string()) bad("model", "'model' must be a string");
   const std::string name = v->get<std::string>();
-  if (name.empty()) return;
+  if (name.empty() || !ctx.strict_model_name) return;
   for (const std::string& id : ctx.model_ids) {
     if (id == name) return;
   }

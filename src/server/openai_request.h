@@ -39,7 +39,10 @@ class ApiError : public std::runtime_error {
 struct ParseContext {
   const tokenizer::Tokenizer* tokenizer = nullptr;
   int64_t context = 0;                 // tokens per sequence (prompt + output)
-  std::vector<std::string> model_ids;  // names a request may use in "model"
+  std::vector<std::string> model_ids;  // the served names; the first is reported
+  // true: a request's "model" must be one of model_ids (vLLM); false: any name is taken to
+  // mean the one model served (llama-server), so clients with a fixed name work unchanged.
+  bool strict_model_name = false;
   int32_t spec_tokens = 0;  // the server's draft tokens per step (0: no speculative decoding)
   // Compiles response_format / structured_outputs constraints; null: they are refused.
   const structured::GrammarCompiler* grammars = nullptr;

@@ -273,8 +273,22 @@ class Errors(unittest.TestCase):
                                    raw=b"{not json")
         self.assertEqual(status, 400)
         self.assertIn("not valid JSON", body["error"]["message"])
-        with self.assertRaises(openai.NotFoundError):
-            client().completions.create(model="no-such-model", prompt="hi", max_tokens=2)
+        # Any model name is the one model served (llama-server); --strict-model-name refuses
+        # the others (vLLM), naming what is served.
+        r = client().completions.create(model="gpt-4o", prompt="hi", max_tokens=2)
+        self.assertEqual(r.usage.completion_tokens, 2)
+        strict = Server(INFERD, MODEL, "-c", "512", "--max-seqs", "1", "--strict-model-name",
+                        "--alias", "smol,smol-alias")
+        try:
+            status, body = strict.post("/v1/completions", {"model": "gpt-4o", "prompt": "hi", "max_tokens": 2})
+            self.assertEqual(status, 404)
+            self.assertIn("'smol'", body["error"]["message"])
+            status, body = strict.post("/v1/completions", {"model": "smol-alias", "prompt": "hi", "max_tokens": 2})
+            self.assertEqual(status, 200, body)
+            with urllib.request.urlopen(strict.base + "/v1/models", timeout=10) as r:
+                self.assertEqual([m["id"] for m in json.loads(r.read())["data"]], ["smol", "smol-alias"])
+        finally:
+            strict.stop()
         with self.assertRaises(openai.AuthenticationError):
             client("wrong-key").completions.create(model="", prompt="hi", max_tokens=2)
         status, body = server.post("/v1/completions", None, {"Authorization": f"Bearer {API_KEY}"},

@@ -132,9 +132,15 @@ TEST_F(OpenAiParse, EachBadFieldIsNamed) {
   EXPECT_EQ(rejected_param(with("prompt", "ok")), "");
 }
 
-TEST_F(OpenAiParse, UnknownModelIs404) {
+TEST_F(OpenAiParse, AnyModelNameUnlessStrictWhereAnUnknownOneIs404) {
+  ParseContext lenient = ctx();
+  EXPECT_EQ(parse_completion({{"prompt", "a"}, {"model", "gpt-9"}}, false, lenient).request.prompt,
+            parse_completion({{"prompt", "a"}}, false, lenient).request.prompt);
+  ParseContext strict = ctx();
+  strict.strict_model_name = true;
+  parse_completion({{"prompt", "a"}, {"model", "toy"}}, false, strict);
   try {
-    parse_completion({{"prompt", "a"}, {"model", "gpt-9"}}, false, ctx());
+    parse_completion({{"prompt", "a"}, {"model", "gpt-9"}}, false, strict);
     FAIL() << "accepted an unknown model";
   } catch (const ApiError& e) {
     EXPECT_EQ(e.status, 404);
