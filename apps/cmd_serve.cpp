@@ -1,6 +1,7 @@
 // `inferd serve`: the OpenAI-compatible HTTP server over one engine (src/server).
 #include <csignal>
 #include <filesystem>
+#include <fstream>
 #include <optional>
 
 #include <fmt/format.h>
@@ -44,7 +45,92 @@ struct ServeArgs {
   bool swa_full = false;
   engine::SpeculativeConfig spec;
   engine::GrammarThread grammar_thread = engine::GrammarThread::kAuto;
+  // Defaults of the requests' sampling fields; OpenAI's unless --temp, --seed, ... say.
+  sampling::SamplingParams sampling = server::openai_sampling_defaults();
+  // llama-server's flags with a meaning here (see add_llama_server_flags).
+  int parallel = 0;       // -np: sequences; splits -c among them as llama-server does
+  int64_t n_predict = 0;  // -n: max_tokens of requests that give none
+  std::string api_key_file;
+  std::string chat_template_file;
+  std::vector<std::string> ignored;  // accepted flags that change nothing here
 };
+
+// llama-server's command line, so that its users can swap the binary: flags with the same
+// meaning map onto inferd's; flags for GPUs, memory locking and other things a CPU engine
+// with its own scheduler does not have are accepted with one warning each, never an error.
+void add_llama_server_flags(CLI::App& cmd, ServeArgs& args) {
+  cmd.add_option("--parallel", args.parallel,
+                 "llama-server's slots: sequences at once, each with --ctx-size / N of context "
+                 "(--max-seqs keeps --ctx-size per sequence)")
+      ->check(CLI::Range(1, 1024));
+  cmd.add_option("-n,--n-predict", args.n_predict,
+                 "max_tokens of requests that give none (default: OpenAI's)")
+      ->check(CLI::Range(int64_t{-1}, int64_t{1} << 30));
+  cmd.add_option("--api-key-file", args.api_key_file, "A file whose first line is the API key");
+  cmd.add_option("--chat-template-file", args.chat_template_file, "A Jinja chat template file");
+  // Accepted, and the same here: Jinja templates are always used, metrics always served.
+  for (const char* name : {"--jinja", "--metrics", "--cont-batching"})
+    cmd.add_flag_callback(
+        name, [] {}, "Accepted for llama-server's command line; always on in inferd");
+  // Named in the warning by its first long name.
+  const auto first_name = [](const std::string& names) { return names.substr(0, names.find(',')); };
+  const auto ignore = [&args, first_name](const std::string& flag) {
+    return [&args, flag = first_name(flag)](const auto&) { args.ignored.push_back(flag); };
+  };
+  for (const char* names : {"--gpu-layers,--n-gpu-layers",
+                            "--ubatch-size",
+                            "--flash-attn",
+                            "--threads-batch",
+                            "--threads-http",
+                            "--timeout",
+                            "--numa",
+                            "--device",
+                            "--split-mode",
+                            "--tensor-split",
+                            "--main-gpu",
+                            "--cache-reuse",
+                            "--keep",
+                            "--poll",
+                            "--prio",
+                            "-C,--cpu-mask",
+                            "--log-file",
+                            "--slot-save-path",
+                            "--cache-ram",
+                            "--sleep-idle-seconds",
+                            "--hf-token",
+                            "--log-verbosity"}) {
+    cmd.add_option_function<std::string>(names, ignore(names),
+                                         "Accepted and ignored (llama-server)");
+  }
+  for (const char* names :
+       {"--mlock", "--no-mmap", "--mmap", "--no-cont-batching", "--no-kv-offload", "-v,--verbose",
+        "--log-disable", "--no-warmup", "--offline", "--kv-unified", "--context-shift",
+        "--no-context-shift", "--slots", "--no-slots", "--no-jinja", "--log-colors", "--no-perf",
+        "--check-tensors"}) {
+    cmd.add_flag_callback(
+        names, [&args, flag = first_name(names)] { args.ignored.push_back(flag); },
+        "Accepted and ignored (llama-server)");
+  }
+}
+
+// Folds llama-server's flags into inferd's settings; warns once per ignored flag.
+void apply_llama_server_flags(ServeArgs& args) {
+  for (const std::string& flag : args.ignored)
+    fmt::print(stderr,
+               "[inferd] warning: {} is accepted for llama-server's command line and "
+               "ignored (nothing it sets exists in inferd's CPU engine)\n",
+               flag);
+  if (args.parallel > 0) {
+    args.max_seqs = args.parallel;
+    if (args.context > 0) args.context = std::max<int64_t>(args.context / args.parallel, 1);
+  }
+  if (!args.api_key_file.empty()) {
+    std::ifstream in(args.api_key_file);
+    if (!in || !std::getline(in, args.api_key) || args.api_key.empty())
+      fail("--api-key-file {}: cannot read a key from its first line", args.api_key_file);
+  }
+  if (!args.chat_template_file.empty()) args.chat_template = args.chat_template_file;
+}
 
 server::HttpServer* g_server = nullptr;
 
@@ -52,7 +138,8 @@ void on_signal(int) {
   if (g_server != nullptr) g_server->stop();
 }
 
-void serve(const ServeArgs& args) {
+void serve(ServeArgs args) {
+  apply_llama_server_flags(args);
   const std::string path = args.model.empty() ? default_model_path() : args.model;
   gguf::GgufFile file = gguf::GgufFile::open(path);
   engine::EngineConfig config;
@@ -101,6 +188,8 @@ void serve(const ServeArgs& args) {
   context.context = loop.context();
   context.model_ids = model_ids;
   context.strict_model_name = args.strict_model_name;
+  context.sampling_defaults = args.sampling;
+  context.default_max_tokens = args.n_predict > 0 ? args.n_predict : 0;
   context.spec_tokens = config.spec.enabled() ? config.spec.num_tokens : 0;
   // Learns the vocabulary once; each request's schema or grammar is compiled on its HTTP thread.
   const structured::GrammarCompiler grammars(loop.tokenizer(), loop.model_config().n_vocab,
@@ -172,7 +261,7 @@ void register_serve(CLI::App& app) {
   cmd->add_option("--max-body-bytes", args->max_body_bytes, "Larger request bodies get HTTP 413")
       ->check(CLI::Range(1024, 1 << 30));
   cmd->add_option("--api-key", args->api_key, "Require 'Authorization: Bearer KEY'");
-  cmd->add_flag("--no-webui", args->no_webui,
+  cmd->add_flag("--no-webui,--no-ui", args->no_webui,
                 "Do not serve the chat page at / (the API is served either way)");
   cmd->add_option("--cors-origins", args->cors_origins,
                   "Browser origins allowed to call the API, comma-separated: exact origins, "
@@ -194,6 +283,8 @@ void register_serve(CLI::App& app) {
   add_swa_full_option(*cmd, args->swa_full);
   add_spec_options(*cmd, args->spec);
   add_grammar_thread_option(*cmd, args->grammar_thread);
+  add_sampling_options(*cmd, args->sampling);
+  add_llama_server_flags(*cmd, *args);
   cmd->callback([args] { serve(*args); });
 }
 

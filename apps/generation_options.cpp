@@ -99,14 +99,8 @@ void add_spec_options(CLI::App& cmd, engine::SpeculativeConfig& spec) {
       ->check(CLI::NonNegativeNumber);
 }
 
-void GenerationOptions::add_to(CLI::App& cmd) {
-  cmd.add_option("-m,--model", model, "GGUF model file (default: the fetched SmolLM2)");
-  cmd.add_option("-n,--max-tokens", max_tokens, "Most tokens to generate")
-      ->check(CLI::PositiveNumber);
-  cmd.add_option("-c,--ctx-size", context, "Context size in tokens (0: the model's, at most 4096)")
-      ->check(CLI::NonNegativeNumber);
-  threads.add_to(cmd);
-  cmd.add_option("--temp", sampling.temperature, "Temperature (0: greedy)");
+void add_sampling_options(CLI::App& cmd, sampling::SamplingParams& sampling) {
+  cmd.add_option("--temp,--temperature", sampling.temperature, "Temperature (0: greedy)");
   cmd.add_option("--top-k", sampling.top_k, "Keep the k most likely tokens (0: off)");
   cmd.add_option("--top-p", sampling.top_p, "Nucleus sampling mass (1: off)");
   cmd.add_option("--min-p", sampling.min_p,
@@ -116,7 +110,18 @@ void GenerationOptions::add_to(CLI::App& cmd) {
                  "Tokens the repetition penalty looks back over");
   cmd.add_option("--presence-penalty", sampling.presence_penalty, "Presence penalty (0: off)");
   cmd.add_option("--frequency-penalty", sampling.frequency_penalty, "Frequency penalty (0: off)");
-  cmd.add_option("-s,--seed", sampling.seed, "Random seed (same seed and settings: same text)");
+  cmd.add_option("-s,--seed", sampling.seed,
+                 "Random seed (same seed and settings: same text; default: a new one each time)");
+}
+
+void GenerationOptions::add_to(CLI::App& cmd) {
+  cmd.add_option("-m,--model", model, "GGUF model file (default: the fetched SmolLM2)");
+  cmd.add_option("-n,--max-tokens", max_tokens, "Most tokens to generate")
+      ->check(CLI::PositiveNumber);
+  cmd.add_option("-c,--ctx-size", context, "Context size in tokens (0: the model's, at most 4096)")
+      ->check(CLI::NonNegativeNumber);
+  threads.add_to(cmd);
+  add_sampling_options(cmd, sampling);
   cmd.add_option("--stop", stop, "Stop string (repeatable); never part of the output");
   cmd.add_flag("--ignore-eos", ignore_eos, "Keep generating past end-of-sequence tokens");
   cmd.add_option(

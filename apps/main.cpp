@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
@@ -15,11 +16,17 @@ namespace {
 // llama.cpp's multi-letter short options that inferd takes too; CLI11 allows one letter after a
 // single dash, so they are renamed to their long forms before parsing.
 std::vector<std::string> with_long_names(int argc, char** argv) {
+  static const std::pair<const char*, const char*> kLongNames[] = {
+      {"-ctk", "--cache-type-k"}, {"-ctv", "--cache-type-v"},      {"-md", "--draft-model"},
+      {"-np", "--parallel"},      {"-ngl", "--n-gpu-layers"},      {"-ub", "--ubatch-size"},
+      {"-fa", "--flash-attn"},    {"-tb", "--threads-batch"},      {"-to", "--timeout"},
+      {"-sm", "--split-mode"},    {"-ts", "--tensor-split"},       {"-mg", "--main-gpu"},
+      {"-lv", "--log-verbosity"}, {"-nocb", "--no-cont-batching"}, {"-nkvo", "--no-kv-offload"},
+      {"-dev", "--device"},       {"-cb", "--cont-batching"}};
   std::vector<std::string> args(argv, argv + argc);
   for (std::string& a : args) {
-    if (a == "-ctk") a = "--cache-type-k";
-    if (a == "-ctv") a = "--cache-type-v";
-    if (a == "-md") a = "--draft-model";
+    for (const auto& [short_name, long_name] : kLongNames)
+      if (a == short_name) a = long_name;
   }
   return args;
 }

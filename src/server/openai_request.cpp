@@ -154,17 +154,19 @@ std::vector<int32_t> parse_prompt(const json& body, const ParseContext& ctx, std
   return ids;
 }
 
-sampling::SamplingParams parse_sampling(const json& body, int32_t n_vocab) {
-  sampling::SamplingParams p;
-  // OpenAI defaults: temperature 1, top_p 1, no top-k or min-p.
-  p.temperature = static_cast<float>(number(body, "temperature", 1.0, 0.0, 2.0));
-  p.top_p = static_cast<float>(number(body, "top_p", 1.0, 0.0, 1.0, true));
-  p.top_k = static_cast<int32_t>(integer(body, "top_k", -1, -1, n_vocab));
-  p.min_p = static_cast<float>(number(body, "min_p", 0.0, 0.0, 1.0));
-  p.presence_penalty = static_cast<float>(number(body, "presence_penalty", 0.0, -2.0, 2.0));
-  p.frequency_penalty = static_cast<float>(number(body, "frequency_penalty", 0.0, -2.0, 2.0));
+sampling::SamplingParams parse_sampling(const json& body, int32_t n_vocab,
+                                        const sampling::SamplingParams& defaults) {
+  sampling::SamplingParams p = defaults;
+  p.temperature = static_cast<float>(number(body, "temperature", p.temperature, 0.0, 2.0));
+  p.top_p = static_cast<float>(number(body, "top_p", p.top_p, 0.0, 1.0, true));
+  p.top_k = static_cast<int32_t>(integer(body, "top_k", p.top_k, -1, n_vocab));
+  p.min_p = static_cast<float>(number(body, "min_p", p.min_p, 0.0, 1.0));
+  p.presence_penalty =
+      static_cast<float>(number(body, "presence_penalty", p.presence_penalty, -2.0, 2.0));
+  p.frequency_penalty =
+      static_cast<float>(number(body, "frequency_penalty", p.frequency_penalty, -2.0, 2.0));
   p.repetition_penalty =
-      static_cast<float>(number(body, "repetition_penalty", 1.0, 0.0, 2.0, true));
+      static_cast<float>(number(body, "repetition_penalty", p.repetition_penalty, 0.0, 2.0, true));
   p.logit_bias = parse_logit_bias(body, n_vocab);
   if (const json* seed = field(body, "seed")) {
     if (!seed->is_number_integer()) bad("seed", "'seed' must be an integer");
@@ -215,6 +217,18 @@ json ApiError::body() const {
             {"type", type},
             {"param", param.empty() ? json(nullptr) : json(param)},
             {"code", code.empty() ? json(nullptr) : json(code)}}}};
+}
+
+sampling::SamplingParams openai_sampling_defaults() {
+  sampling::SamplingParams p;
+  p.temperature = 1.0f;
+  p.top_p = 1.0f;
+  p.top_k = -1;
+  p.min_p = 0.0f;
+  p.repetition_penalty = 1.0f;
+  p.presence_penalty = 0.0f;
+  p.frequency_penalty = 0.0f;
+  return p;
 }
 
 void check_model(const json& body, const ParseContext& ctx) {
@@ -376,8 +390,12 @@ CompletionRequest parse_completion(const json& body, bool chat, const ParseConte
   const char* max_name = field(body, "max_completion_tokens") != nullptr && chat
                              ? "max_completion_tokens"
                              : "max_tokens";
-  // Completions default to 16 tokens (as OpenAI); chat to the rest of the context.
-  const int64_t default_max = chat ? ctx.context - prompt_tokens : 16;
+  // Completions default to 16 tokens (as OpenAI); chat to the rest of the context; the
+  // server's -n to itself, within the context.
+  const int64_t default_max = ctx.default_max_tokens > 0
+                                  ? std::min(ctx.default_max_tokens, ctx.context - prompt_tokens)
+                              : chat ? ctx.context - prompt_tokens
+                                     : 16;
   out.request.max_tokens = integer(body, max_name, default_max, 1, INT32_MAX);
   if (prompt_tokens + out.request.max_tokens > ctx.context) {
     bad(max_name, fmt::format("the prompt ({} tokens) plus {} = {} is {} tokens, more than this "
@@ -385,7 +403,7 @@ CompletionRequest parse_completion(const json& body, bool chat, const ParseConte
                               prompt_tokens, max_name, out.request.max_tokens,
                               prompt_tokens + out.request.max_tokens, ctx.context));
   }
-  out.request.sampling = parse_sampling(body, n_vocab);
+  out.request.sampling = parse_sampling(body, n_vocab, ctx.sampling_defaults);
   out.request.stop = parse_stop(body);
   out.request.ignore_eos = boolean(body, "ignore_eos", false);
   if (const json* salt = field(body, "cache_salt")) {

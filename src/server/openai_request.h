@@ -35,6 +35,9 @@ class ApiError : public std::runtime_error {
   nlohmann::ordered_json body() const;
 };
 
+// temperature 1, top_p 1, no top-k or min-p, no penalties, a new seed each request.
+sampling::SamplingParams openai_sampling_defaults();
+
 // What parsing needs to know about the served model.
 struct ParseContext {
   const tokenizer::Tokenizer* tokenizer = nullptr;
@@ -43,6 +46,12 @@ struct ParseContext {
   // true: a request's "model" must be one of model_ids (vLLM); false: any name is taken to
   // mean the one model served (llama-server), so clients with a fixed name work unchanged.
   bool strict_model_name = false;
+  // What a request gets for the sampling fields it leaves out: OpenAI's defaults unless the
+  // server's command line set others (llama-server's --temp, --top-k, --seed, ...).
+  sampling::SamplingParams sampling_defaults = openai_sampling_defaults();
+  // max_tokens when a request gives none (llama-server's -n); 0: OpenAI's (16 for completions,
+  // the rest of the context for chat).
+  int64_t default_max_tokens = 0;
   int32_t spec_tokens = 0;  // the server's draft tokens per step (0: no speculative decoding)
   // Compiles response_format / structured_outputs constraints; null: they are refused.
   const structured::GrammarCompiler* grammars = nullptr;

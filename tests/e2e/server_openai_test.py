@@ -6,6 +6,7 @@ import shutil
 import sys
 import tempfile
 import unittest
+import urllib.error
 import urllib.request
 
 import jsonschema
@@ -341,6 +342,33 @@ class Endpoints(unittest.TestCase):
         req = urllib.request.Request(server.base + "/v1/models", headers={**auth, "Origin": "http://evil.com"})
         with urllib.request.urlopen(req, timeout=10) as r:
             self.assertNotIn("Access-Control-Allow-Origin", r.headers)
+
+    def test_llama_server_command_line(self):
+        # llama-server's flags: -np splits -c, -n and --temp are request defaults, --alias
+        # names the model, GPU and memory flags are accepted with a warning, --no-ui.
+        llama = Server(INFERD, MODEL, "-np", "2", "-c", "1024", "-ngl", "99", "--mlock", "--jinja",
+                       "--metrics", "-n", "5", "--temp", "0", "--alias", "tinyllama-2", "--no-ui",
+                       "-fa", "on", "-ub", "512", "--cont-batching")
+        try:
+            with urllib.request.urlopen(llama.base + "/v1/models", timeout=10) as r:
+                model = json.loads(r.read())["data"][0]
+            self.assertEqual((model["id"], model["max_model_len"]), ("tinyllama-2", 512))
+            texts = []
+            for _ in range(2):
+                status, r = llama.post("/completions", {"prompt": "Once upon a time"})
+                self.assertEqual((status, r["usage"]["completion_tokens"]), (200, 5), r)
+                texts.append(r["choices"][0]["text"])
+            self.assertEqual(texts[0], texts[1], "--temp 0 is the default: greedy")
+            status, r = llama.post("/completions", {"prompt": "Once upon a time", "max_tokens": 7})
+            self.assertEqual(r["usage"]["completion_tokens"], 7)
+            with self.assertRaises(urllib.error.HTTPError):
+                urllib.request.urlopen(llama.base + "/", timeout=10)
+        finally:
+            llama.stop()
+        log = "".join(llama.log)
+        for flag in ("--gpu-layers", "--mlock", "--flash-attn", "--ubatch-size"):
+            self.assertIn(f"warning: {flag} is accepted", log)
+        self.assertNotIn("--jinja is accepted", log)
 
     def test_models_tokenize_detokenize_metrics(self):
         models = client().models.list()
