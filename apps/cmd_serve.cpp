@@ -247,7 +247,7 @@ void register_serve(CLI::App& app) {
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--max-seqs", args->max_seqs, "Sequences decoded together at most")
       ->check(CLI::Range(1, 1024));
-  cmd->add_option("--max-batched-tokens", args->max_batched_tokens,
+  cmd->add_option("--max-batched-tokens,-b,--batch-size", args->max_batched_tokens,
                   "Tokens one step may process (the prefill chunk budget; default 256)")
       ->check(CLI::Range(1, 65536));
   cmd->add_option("--log-interval", args->log_interval,

@@ -35,6 +35,7 @@ struct Engine::Active {
   std::unique_ptr<sampling::Sampler> sampler;
   std::unique_ptr<tokenizer::IncrementalDetokenizer> detokenizer;
   std::unique_ptr<StopMatcher> stop;
+  std::string stop_word;                    // the stop string that ended the output, if one did
   std::vector<sampling::TokenLogprob> top;  // [request.logprobs], sized at admission
   bool stop_hit = false;
   Clock::time_point arrival, first_scheduled, first_token, last_token;
@@ -478,6 +479,7 @@ bool Engine::emit_token(Active& active, int32_t token) {
   StopMatcher::Result r = active.stop->push(text);
   if (!r.emit.empty()) active.seq.request.output->on_text(r.emit);
   active.stop_hit = r.stopped;
+  if (r.stopped) active.stop_word = r.word;
   return r.stopped;
 }
 
@@ -526,6 +528,7 @@ void Engine::finish(Active& active, FinishReason reason, std::string error) {
   }
   result.finish_reason = reason;
   result.error = std::move(error);
+  result.stop_word = active.stop_word;
   if (active.beams) {
     if (!result.beams.empty()) result.output_tokens = result.beams.front().tokens;
   } else {

@@ -46,7 +46,8 @@ struct BeamResult {
 
 struct RequestResult {
   FinishReason finish_reason = FinishReason::kStop;
-  std::string error;  // set when finish_reason is kError
+  std::string error;      // set when finish_reason is kError
+  std::string stop_word;  // the stop string that ended the output (finish_reason kStop), if any
   RequestStats stats;
   std::vector<int32_t> output_tokens;  // a beam search: the best beam's
   std::vector<BeamResult> beams;       // a beam search: its best hypotheses, best first

@@ -20,10 +20,17 @@ StopMatcher::Result StopMatcher::push(std::string_view text) {
   if (stopped_) return result;
   pending_.append(text);
   size_t first = std::string::npos;
-  for (const std::string& stop : stops_) first = std::min(first, pending_.find(stop));
+  const std::string* word = nullptr;
+  for (const std::string& stop : stops_) {
+    if (const size_t at = pending_.find(stop); at < first) {
+      first = at;
+      word = &stop;
+    }
+  }
   if (first != std::string::npos) {
     emit_.assign(pending_, 0, first);
     result.emit = emit_;
+    result.word = *word;
     result.stopped = stopped_ = true;
     pending_.clear();
     return result;

@@ -16,6 +16,7 @@ class StopMatcher {
   struct Result {
     std::string_view emit;  // safe to send now; valid until the next call
     bool stopped = false;   // a stop string was found; `emit` is the text before it
+    std::string_view word;  // when stopped: the stop string found (the earliest in the text)
   };
   // Adds a piece of text (whole UTF-8 characters). When several stop strings occur, the one
   // that starts earliest wins; the text before it is emitted and the rest is dropped.

@@ -7,8 +7,10 @@
 #include <atomic>
 #include <chrono>
 #include <ctime>
+#include <functional>
 
 #include "server/cors.h"
+#include "server/llama_native.h"
 #include "server/openai_response.h"
 #include "server/web_assets.h"
 #include "util/error.h"
@@ -135,6 +137,7 @@ struct HttpServer::Impl {
       c.cached_tokens = r.stats.cached_tokens;
       c.completion_tokens = r.stats.completion_tokens;
       c.stats = r.stats;
+      c.stop_word = r.stop_word;
       if (r.finish_reason == engine::FinishReason::kError) g.error = r.error;
     }
     return fresh;
@@ -198,17 +201,86 @@ struct HttpServer::Impl {
     if (g->request.stream) {
       stream(res, g, writer);
     } else {
-      respond_whole(res, g, writer);
+      respond_whole(res, g, [writer, g] { return writer->full(g->choices); });
     }
   }
 
+  // llama-server's POST /completion and /completions (server/llama_native.h).
+  void handle_native_completion(const httplib::Request& req, httplib::Response& res) {
+    if (!authorized(req, res)) return;
+    auto g = std::make_shared<Generation>();
+    NativeOptions options;
+    bool zero_predict = false;
+    try {
+      const json body = parse_body(req);
+      g->request = parse_completion(native_to_openai(body, context), false, context);
+      options.model = context.model_ids.front();
+      options.return_tokens = body.value("return_tokens", false) == true;
+      options.n_probs = g->request.logprobs;
+      zero_predict = body.contains("n_predict") && body["n_predict"] == 0;
+    } catch (const ApiError& e) {
+      fail_with(res, e);
+      return;
+    } catch (const json::exception& e) {
+      fail_with(res, ApiError(400, fmt::format("a field has the wrong type: {}", e.what())));
+      return;
+    }
+    if (!start(*g)) {
+      fail_with(res, ApiError(429, "the server's queue is full; retry later", "",
+                              "rate_limit_exceeded", "queue_full"));
+      return;
+    }
+    const auto final_object = [this, g, options, zero_predict](bool with_content) {
+      ChoiceOutput c = g->choices[0];
+      if (zero_predict) {  // the engine sampled one token; n_predict 0 asked for none
+        c.text.clear();
+        c.tokens.clear();
+        c.completion_tokens = 0;
+      }
+      return native_final(c, g->request, options, *context.tokenizer, with_content);
+    };
+    if (!g->request.stream) {
+      respond_whole(res, g, [g, final_object] {
+        return g->error.empty() ? final_object(true) : ApiError(400, g->error).body();
+      });
+      return;
+    }
+    res.set_header("Cache-Control", "no-cache");
+    res.set_chunked_content_provider(
+        "text/event-stream",
+        [this, g, options, final_object, zero_predict](size_t, httplib::DataSink& sink) {
+          auto send = [&](const json& event) {
+            const std::string line =
+                "data: " + event.dump(-1, ' ', false, json::error_handler_t::replace) + "\n\n";
+            return sink.is_writable() && sink.write(line.data(), line.size());
+          };
+          while (!g->all_done()) {
+            ChannelBatch batch = poll(*g)[0];
+            const std::vector<TokenInfo> tokens = batch.tokens;
+            const bool finished = batch.result.has_value();
+            const ReasoningSplitter::Pieces fresh = collect(*g, 0, batch);
+            if (finished && !g->error.empty()) {
+              send(ApiError(400, g->error).body());
+              break;
+            }
+            if (!zero_predict && (!fresh.content.empty() || !tokens.empty()) &&
+                !send(native_chunk(fresh.content, tokens, options, *context.tokenizer)))
+              return g->cancel(), false;
+            if (finished && !send(final_object(false))) return g->cancel(), false;
+          }
+          sink.done();
+          return true;
+        },
+        [g](bool) { g->cancel(); });
+  }
+
   void respond_whole(httplib::Response& res, std::shared_ptr<Generation> g,
-                     std::shared_ptr<ResponseWriter> writer) {
+                     std::function<json()> make_body) {
     // Chunked, so a client that goes away while its request is queued or running is noticed
     // (a failed keep-alive write) and its sequences cancelled.
     res.set_chunked_content_provider(
         "application/json",
-        [this, g, writer, quiet = std::chrono::steady_clock::now()](
+        [this, g, make_body, quiet = std::chrono::steady_clock::now()](
             size_t, httplib::DataSink& sink) mutable {
           while (!g->all_done()) {
             auto batches = poll(*g);
@@ -222,8 +294,7 @@ struct HttpServer::Impl {
               }
             }
           }
-          const json body =
-              g->error.empty() ? writer->full(g->choices) : ApiError(400, g->error).body();
+          const json body = g->error.empty() ? make_body() : ApiError(400, g->error).body();
           const std::string text = body.dump(-1, ' ', false, json::error_handler_t::replace);
           sink.write(text.data(), text.size());
           sink.done();
@@ -472,9 +543,15 @@ struct HttpServer::Impl {
     };
     for (const std::string prefix : {"/v1", ""}) {
       server.Get(prefix + "/models", models);
-      server.Post(prefix + "/completions", completions);
       server.Post(prefix + "/chat/completions", chat);
     }
+    // /completions without /v1 is llama-server's own completion API, as there.
+    server.Post("/v1/completions", completions);
+    const auto native = [this](const httplib::Request& req, httplib::Response& res) {
+      handle_native_completion(req, res);
+    };
+    server.Post("/completion", native);
+    server.Post("/completions", native);
     server.Post("/tokenize", [this](const httplib::Request& req, httplib::Response& res) {
       handle_tokenize(req, res);
     });

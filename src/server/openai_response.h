@@ -21,6 +21,7 @@ struct ChoiceOutput {
   int64_t prompt_tokens = 0, completion_tokens = 0;
   int64_t cached_tokens = 0;   // of the prompt tokens, those found in the prefix cache
   engine::RequestStats stats;  // set when the choice finishes
+  std::string stop_word;       // the stop string that ended it, if one did
 };
 
 class ResponseWriter {

@@ -306,7 +306,7 @@ class Endpoints(unittest.TestCase):
                                                       "max_tokens": 3}, auth)
         self.assertEqual(status, 200, r)
         self.assertEqual(r["object"], "chat.completion")
-        status, r = server.post("/completions", {"prompt": "Hi", "max_tokens": 3}, auth)
+        status, r = server.post("/v1/completions", {"prompt": "Hi", "max_tokens": 3}, auth)
         self.assertEqual((status, r["object"]), (200, "text_completion"))
         self.assertEqual(client().with_options(base_url=server.base).models.list().data[0].id,
                          client().models.list().data[0].id)
@@ -343,6 +343,48 @@ class Endpoints(unittest.TestCase):
         with urllib.request.urlopen(req, timeout=10) as r:
             self.assertNotIn("Access-Control-Allow-Origin", r.headers)
 
+    def test_llama_server_native_completion(self):
+        # POST /completion (and /completions without /v1): llama-server's request and answer.
+        auth = {"Authorization": f"Bearer {API_KEY}"}
+        status, r = server.post("/completion", {"prompt": "The capital of France is", "n_predict": 6,
+                                                "temperature": 0, "return_tokens": True, "n_probs": 2}, auth)
+        self.assertEqual(status, 200, r)
+        whole = server.post("/v1/completions", {"prompt": "The capital of France is", "max_tokens": 6,
+                                                "temperature": 0}, auth)[1]
+        self.assertEqual(r["content"], whole["choices"][0]["text"])
+        self.assertEqual((r["stop"], r["stop_type"], r["tokens_predicted"]), (True, "limit", 6))
+        self.assertEqual(len(r["tokens"]), 6)
+        self.assertEqual(r["timings"]["predicted_n"], 6)
+        self.assertEqual(r["generation_settings"]["n_predict"], 6)
+        probs = r["completion_probabilities"]
+        self.assertEqual([p["id"] for p in probs], r["tokens"])
+        self.assertTrue(all(len(p["top_logprobs"]) == 2 for p in probs))
+        # A stop word ends it and is named; the stream's chunks carry their token ids and its
+        # last object the totals.
+        body = {"prompt": "The capital of France is", "n_predict": 20, "temperature": 0,
+                "stop": [" Paris"], "stream": True}
+        req = urllib.request.Request(server.base + "/completions", data=json.dumps(body).encode(),
+                                     method="POST", headers={**auth, "Content-Type": "application/json"})
+        events = []
+        with urllib.request.urlopen(req, timeout=60) as resp:
+            for raw in resp:
+                line = raw.decode().strip()
+                if line.startswith("data: "):
+                    events.append(json.loads(line[6:]))
+        self.assertTrue(events[-1]["stop"])
+        self.assertEqual((events[-1]["stop_type"], events[-1]["stopping_word"]), ("word", " Paris"))
+        self.assertTrue(all(not e["stop"] and e["tokens"] for e in events[:-1]))
+        # Prompts as token ids; n_predict 0 computes the prompt only.
+        ids = server.post("/tokenize", {"content": "Hello"}, auth)[1]["tokens"]
+        status, r = server.post("/completion", {"prompt": ids, "n_predict": 0}, auth)
+        self.assertEqual((status, r["content"], r["tokens_predicted"], r["tokens_evaluated"]),
+                         (200, "", 0, len(ids)))
+        # A llama.cpp sampler inferd lacks is refused, not ignored.
+        status, r = server.post("/completion", {"prompt": "Hi", "mirostat": 2}, auth)
+        self.assertEqual((status, r["error"]["param"]), (400, "mirostat"))
+        status, r = server.post("/completion", {"prompt": "Hi", "mirostat": 0, "n_predict": 2}, auth)
+        self.assertEqual(status, 200)
+
     def test_llama_server_command_line(self):
         # llama-server's flags: -np splits -c, -n and --temp are request defaults, --alias
         # names the model, GPU and memory flags are accepted with a warning, --no-ui.
@@ -355,11 +397,13 @@ class Endpoints(unittest.TestCase):
             self.assertEqual((model["id"], model["max_model_len"]), ("tinyllama-2", 512))
             texts = []
             for _ in range(2):
-                status, r = llama.post("/completions", {"prompt": "Once upon a time"})
+                status, r = llama.post("/v1/completions", {"prompt": "Once upon a time"})
                 self.assertEqual((status, r["usage"]["completion_tokens"]), (200, 5), r)
                 texts.append(r["choices"][0]["text"])
             self.assertEqual(texts[0], texts[1], "--temp 0 is the default: greedy")
-            status, r = llama.post("/completions", {"prompt": "Once upon a time", "max_tokens": 7})
+            status, r = llama.post("/completion", {"prompt": "Once upon a time"})
+            self.assertEqual(r["tokens_predicted"], 5)  # -n for llama-server's API too
+            status, r = llama.post("/v1/completions", {"prompt": "Once upon a time", "max_tokens": 7})
             self.assertEqual(r["usage"]["completion_tokens"], 7)
             with self.assertRaises(urllib.error.HTTPError):
                 urllib.request.urlopen(llama.base + "/", timeout=10)

@@ -81,3 +81,22 @@ TEST(StopMatcher, NothingAfterAStop) {
 
 }  // namespace
 }  // namespace inferd::engine
+
+namespace inferd::engine {
+namespace {
+
+// llama-server's stopping_word: the stop string found, the earliest in the text when several
+// are, even one that is listed after another which matches later.
+TEST(StopMatcher, NamesTheStopStringFound) {
+  StopMatcher m({"zzz", "b", "</s>"});
+  const StopMatcher::Result first = m.push("a <");
+  EXPECT_EQ(first.emit, "a ");  // "<" is held back: it may begin "</s>"
+  EXPECT_TRUE(first.word.empty());
+  const StopMatcher::Result r = m.push("/s> b zzz");
+  EXPECT_TRUE(r.stopped);
+  EXPECT_EQ(r.word, "</s>");
+  EXPECT_EQ(r.emit, "");
+}
+
+}  // namespace
+}  // namespace inferd::engine

@@ -1,0 +1,210 @@
+#include "server/llama_native.h"
+
+#include <cmath>
+#include <limits>
+
+#include <fmt/format.h>
+
+#include "util/utf8.h"
+
+namespace inferd::server {
+namespace {
+
+using json = nlohmann::ordered_json;
+
+[[noreturn]] void bad(const std::string& param, const std::string& message) {
+  throw ApiError(400, message, param);
+}
+
+// Fields copied as they are: the OpenAI body has the same name and meaning.
+constexpr const char* kSameFields[] = {"prompt",
+                                       "stream",
+                                       "temperature",
+                                       "top_k",
+                                       "top_p",
+                                       "min_p",
+                                       "seed",
+                                       "stop",
+                                       "presence_penalty",
+                                       "frequency_penalty",
+                                       "ignore_eos",
+                                       "json_schema",
+                                       "grammar",
+                                       "model"};
+
+// llama.cpp samplers inferd does not have, with the value that turns each off: a request that
+// sets one otherwise would be sampled differently than it asked, so it is refused.
+struct NeutralValue {
+  const char* name;
+  double off;
+};
+constexpr NeutralValue kUnsupportedSamplers[] = {
+    {"mirostat", 0},       {"typical_p", 1},    {"dynatemp_range", 0}, {"xtc_probability", 0},
+    {"dry_multiplier", 0}, {"top_n_sigma", -1}, {"n_keep", 0},         {"tfs_z", 1}};
+
+// llama.cpp's logit_bias: [[token id or text, bias or false], ...] (false bans the token; a
+// text biases each of its tokens), or an object of id -> bias. Returned in OpenAI's form.
+json convert_logit_bias(const json& value, const ParseContext& ctx) {
+  if (value.is_object()) return value;
+  if (!value.is_array())
+    bad("logit_bias", "'logit_bias' must be a list of [token, bias] pairs or an object");
+  json out = json::object();
+  for (const json& pair : value) {
+    if (!pair.is_array() || pair.size() != 2)
+      bad("logit_bias", "each 'logit_bias' entry must be a [token, bias] pair");
+    double bias = 0;
+    if (pair[1].is_boolean()) {
+      if (pair[1].get<bool>())
+        bad("logit_bias", "a 'logit_bias' of true means nothing; use false to ban a token");
+      bias = -100;  // the lowest OpenAI allows: the token is never drawn
+    } else if (pair[1].is_number()) {
+      bias = pair[1].get<double>();
+    } else {
+      bad("logit_bias", "a 'logit_bias' bias must be a number or false");
+    }
+    std::vector<int32_t> ids;
+    if (pair[0].is_number_integer()) {
+      ids.push_back(static_cast<int32_t>(pair[0].get<int64_t>()));
+    } else if (pair[0].is_string()) {
+      ids = ctx.tokenizer->encode(pair[0].get<std::string>(), false, false);
+    } else {
+      bad("logit_bias", "a 'logit_bias' token must be a token id or a text");
+    }
+    for (const int32_t id : ids) out[std::to_string(id)] = bias;
+  }
+  return out;
+}
+
+json probabilities(const std::vector<TokenInfo>& tokens, const tokenizer::Tokenizer& tok) {
+  const auto bytes_of = [](const std::string& piece) {
+    json b = json::array();
+    for (const char c : piece) b.push_back(static_cast<uint8_t>(c));
+    return b;
+  };
+  const auto text_of = [](const std::string& piece) {
+    return is_valid_utf8(piece) ? piece : std::string();
+  };
+  json out = json::array();
+  for (const TokenInfo& t : tokens) {
+    const std::string& piece = tok.token_piece(t.token);
+    json top = json::array();
+    for (const sampling::TokenLogprob& alt : t.top) {
+      const std::string& p = tok.token_piece(alt.token);
+      top.push_back({{"id", alt.token},
+                     {"token", text_of(p)},
+                     {"logprob", alt.logprob},
+                     {"bytes", bytes_of(p)}});
+    }
+    out.push_back({{"id", t.token},
+                   {"token", text_of(piece)},
+                   {"logprob", t.logprob},
+                   {"bytes", bytes_of(piece)},
+                   {"top_logprobs", top}});
+  }
+  return out;
+}
+
+std::string stop_type(const ChoiceOutput& c) {
+  if (c.finish_reason == "length") return "limit";
+  if (c.finish_reason == "stop") return c.stop_word.empty() ? "eos" : "word";
+  return "none";
+}
+
+}  // namespace
+
+json native_to_openai(const json& body, const ParseContext& ctx) {
+  if (!body.is_object()) throw ApiError(400, "the request body must be a JSON object");
+  if (!body.contains("prompt")) bad("prompt", "'prompt' is required");
+  for (const NeutralValue& s : kUnsupportedSamplers) {
+    if (!body.contains(s.name)) continue;
+    const json& v = body[s.name];
+    if (!v.is_number() || v.get<double>() != s.off)
+      bad(s.name, fmt::format("'{}' is a llama.cpp sampler inferd does not have (only {} is "
+                              "accepted, which turns it off)",
+                              s.name, s.off));
+  }
+  if (body.value("post_sampling_probs", false) == true)
+    bad("post_sampling_probs",
+        "'post_sampling_probs' is not supported: inferd reports the model's probabilities");
+  json out = json::object();
+  for (const char* name : kSameFields)
+    if (body.contains(name)) out[name] = body[name];
+  if (body.contains("repeat_penalty")) out["repetition_penalty"] = body["repeat_penalty"];
+  if (body.contains("logit_bias")) out["logit_bias"] = convert_logit_bias(body["logit_bias"], ctx);
+  // n_predict: absent or negative means "until the end" (the context or the server's -n).
+  const int64_t room = ctx.default_max_tokens > 0 ? ctx.default_max_tokens : ctx.context;
+  int64_t n_predict = room;
+  if (body.contains("n_predict")) {
+    if (!body["n_predict"].is_number_integer()) bad("n_predict", "'n_predict' must be an integer");
+    if (body["n_predict"].get<int64_t>() >= 0)
+      n_predict = std::min(room, body["n_predict"].get<int64_t>());
+  }
+  // A zero n_predict computes the prompt and generates nothing; the engine always samples
+  // one token, so it is asked for one and the text is dropped by the caller.
+  out["max_tokens"] = std::max<int64_t>(n_predict, 1);
+  // Token ids always come back (streamed chunks carry them); alternatives when n_probs asks.
+  const int64_t n_probs = body.contains("n_probs") && body["n_probs"].is_number_integer()
+                              ? body["n_probs"].get<int64_t>()
+                              : 0;
+  if (body.contains("n_probs") && !body["n_probs"].is_number_integer())
+    bad("n_probs", "'n_probs' must be an integer");
+  out["logprobs"] = std::clamp<int64_t>(n_probs, 0, 20);
+  return out;
+}
+
+json native_chunk(const std::string& content, const std::vector<TokenInfo>& tokens,
+                  const NativeOptions& options, const tokenizer::Tokenizer& tok) {
+  json ids = json::array();
+  for (const TokenInfo& t : tokens) ids.push_back(t.token);
+  json out = {{"index", 0},    {"content", content}, {"tokens", ids},
+              {"stop", false}, {"id_slot", 0},       {"model", options.model}};
+  if (options.n_probs > 0) out["completion_probabilities"] = probabilities(tokens, tok);
+  return out;
+}
+
+json native_final(const ChoiceOutput& c, const CompletionRequest& request,
+                  const NativeOptions& options, const tokenizer::Tokenizer& tok,
+                  bool with_content) {
+  json ids = json::array();
+  if (options.return_tokens && with_content)
+    for (const TokenInfo& t : c.tokens) ids.push_back(t.token);
+  const sampling::SamplingParams& s = request.request.sampling;
+  json stops = json::array();
+  for (const std::string& stop : request.request.stop) stops.push_back(stop);
+  const json settings = {
+      {"n_predict", request.request.max_tokens},
+      {"seed", s.seed == sampling::SamplingParams::kRandomSeed ? json(4294967295u) : json(s.seed)},
+      {"temperature", s.temperature},
+      {"top_k", s.top_k},
+      {"top_p", s.top_p},
+      {"min_p", s.min_p},
+      {"repeat_penalty", s.repetition_penalty},
+      {"repeat_last_n", s.repeat_last_n},
+      {"presence_penalty", s.presence_penalty},
+      {"frequency_penalty", s.frequency_penalty},
+      {"ignore_eos", request.request.ignore_eos},
+      {"stop", stops},
+      {"n_probs", options.n_probs},
+      {"stream", request.stream}};
+  json out = {{"index", 0},
+              {"content", with_content ? c.text : std::string()},
+              {"tokens", ids},
+              {"id_slot", 0},
+              {"stop", true},
+              {"model", options.model},
+              {"tokens_predicted", c.completion_tokens},
+              {"tokens_evaluated", c.prompt_tokens},
+              {"generation_settings", settings},
+              {"prompt", request.prompt_text},
+              {"has_new_line", c.text.find('\n') != std::string::npos},
+              {"truncated", false},
+              {"stop_type", stop_type(c)},
+              {"stopping_word", c.stop_word},
+              {"tokens_cached", c.prompt_tokens + c.completion_tokens},
+              {"timings", ResponseWriter::timings(c)}};
+  if (options.n_probs > 0 && with_content)
+    out["completion_probabilities"] = probabilities(c.tokens, tok);
+  return out;
+}
+
+}  // namespace inferd::server
