@@ -222,6 +222,9 @@ void serve(ServeArgs args) {
   options.max_body_bytes = args.max_body_bytes;
   options.webui = !args.no_webui;
   options.cors_origins = args.cors_origins;
+  options.model_path = std::filesystem::absolute(path).string();
+  options.total_slots = config.max_seqs;
+  if (chat_template) options.chat_template = chat_template->source();
   server::HttpServer http(loop, metrics, std::move(context), options);
   g_server = &http;
   std::signal(SIGINT, on_signal);

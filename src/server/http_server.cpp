@@ -545,6 +545,30 @@ struct HttpServer::Impl {
       server.Get(prefix + "/models", models);
       server.Post(prefix + "/chat/completions", chat);
     }
+    // llama-server's GET /props: what its web page and clients read about the server.
+    server.Get("/props", [this](const httplib::Request& req, httplib::Response& res) {
+      if (!authorized(req, res)) return;
+      const sampling::SamplingParams& p = context.sampling_defaults;
+      const json params = {
+          {"seed",
+           p.seed == sampling::SamplingParams::kRandomSeed ? json(4294967295u) : json(p.seed)},
+          {"temperature", p.temperature},
+          {"top_k", p.top_k},
+          {"top_p", p.top_p},
+          {"min_p", p.min_p},
+          {"repeat_penalty", p.repetition_penalty},
+          {"presence_penalty", p.presence_penalty},
+          {"frequency_penalty", p.frequency_penalty},
+          {"n_predict", context.default_max_tokens > 0 ? context.default_max_tokens : -1}};
+      send_json(res, 200,
+                {{"default_generation_settings", {{"n_ctx", context.context}, {"params", params}}},
+                 {"total_slots", options.total_slots},
+                 {"model_path", options.model_path},
+                 {"model_alias", context.model_ids.front()},
+                 {"chat_template", options.chat_template},
+                 {"modalities", {{"vision", false}, {"audio", false}}},
+                 {"build_info", "inferd"}});
+    });
     // /completions without /v1 is llama-server's own completion API, as there.
     server.Post("/v1/completions", completions);
     const auto native = [this](const httplib::Request& req, httplib::Response& res) {

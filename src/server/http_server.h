@@ -23,6 +23,10 @@ struct ServerOptions {
   bool webui = true;
   // Browser origins allowed to call the API (server/cors.h): comma-separated; empty: localhost.
   std::string cors_origins;
+  // For llama-server's GET /props.
+  std::string model_path;
+  int total_slots = 1;        // sequences served at once
+  std::string chat_template;  // the template's source, empty without one
 };
 
 class HttpServer {

@@ -395,6 +395,11 @@ class Endpoints(unittest.TestCase):
             with urllib.request.urlopen(llama.base + "/v1/models", timeout=10) as r:
                 model = json.loads(r.read())["data"][0]
             self.assertEqual((model["id"], model["max_model_len"]), ("tinyllama-2", 512))
+            with urllib.request.urlopen(llama.base + "/props", timeout=10) as r:
+                props = json.loads(r.read())
+            self.assertEqual((props["total_slots"], props["default_generation_settings"]["n_ctx"]), (2, 512))
+            self.assertEqual(props["default_generation_settings"]["params"]["temperature"], 0)
+            self.assertTrue(props["model_path"].endswith(".gguf"))
             texts = []
             for _ in range(2):
                 status, r = llama.post("/v1/completions", {"prompt": "Once upon a time"})
