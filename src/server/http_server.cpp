@@ -548,18 +548,9 @@ struct HttpServer::Impl {
     // llama-server's GET /props: what its web page and clients read about the server.
     server.Get("/props", [this](const httplib::Request& req, httplib::Response& res) {
       if (!authorized(req, res)) return;
-      const sampling::SamplingParams& p = context.sampling_defaults;
-      const json params = {
-          {"seed",
-           p.seed == sampling::SamplingParams::kRandomSeed ? json(4294967295u) : json(p.seed)},
-          {"temperature", p.temperature},
-          {"top_k", p.top_k},
-          {"top_p", p.top_p},
-          {"min_p", p.min_p},
-          {"repeat_penalty", p.repetition_penalty},
-          {"presence_penalty", p.presence_penalty},
-          {"frequency_penalty", p.frequency_penalty},
-          {"n_predict", context.default_max_tokens > 0 ? context.default_max_tokens : -1}};
+      const json params = native_sampling_settings(
+          context.sampling_defaults,
+          context.default_max_tokens > 0 ? context.default_max_tokens : -1);
       send_json(res, 200,
                 {{"default_generation_settings", {{"n_ctx", context.context}, {"params", params}}},
                  {"total_slots", options.total_slots},

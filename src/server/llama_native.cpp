@@ -152,6 +152,20 @@ json native_to_openai(const json& body, const ParseContext& ctx) {
   return out;
 }
 
+json native_sampling_settings(const sampling::SamplingParams& s, int64_t n_predict) {
+  return {
+      {"n_predict", n_predict},
+      {"seed", s.seed == sampling::SamplingParams::kRandomSeed ? json(4294967295u) : json(s.seed)},
+      {"temperature", s.temperature},
+      {"top_k", s.top_k},
+      {"top_p", s.top_p},
+      {"min_p", s.min_p},
+      {"repeat_penalty", s.repetition_penalty},
+      {"repeat_last_n", s.repeat_last_n},
+      {"presence_penalty", s.presence_penalty},
+      {"frequency_penalty", s.frequency_penalty}};
+}
+
 json native_chunk(const std::string& content, const std::vector<TokenInfo>& tokens,
                   const NativeOptions& options, const tokenizer::Tokenizer& tok) {
   json ids = json::array();
@@ -168,24 +182,13 @@ json native_final(const ChoiceOutput& c, const CompletionRequest& request,
   json ids = json::array();
   if (options.return_tokens && with_content)
     for (const TokenInfo& t : c.tokens) ids.push_back(t.token);
-  const sampling::SamplingParams& s = request.request.sampling;
   json stops = json::array();
   for (const std::string& stop : request.request.stop) stops.push_back(stop);
-  const json settings = {
-      {"n_predict", request.request.max_tokens},
-      {"seed", s.seed == sampling::SamplingParams::kRandomSeed ? json(4294967295u) : json(s.seed)},
-      {"temperature", s.temperature},
-      {"top_k", s.top_k},
-      {"top_p", s.top_p},
-      {"min_p", s.min_p},
-      {"repeat_penalty", s.repetition_penalty},
-      {"repeat_last_n", s.repeat_last_n},
-      {"presence_penalty", s.presence_penalty},
-      {"frequency_penalty", s.frequency_penalty},
-      {"ignore_eos", request.request.ignore_eos},
-      {"stop", stops},
-      {"n_probs", options.n_probs},
-      {"stream", request.stream}};
+  json settings = native_sampling_settings(request.request.sampling, request.request.max_tokens);
+  settings["ignore_eos"] = request.request.ignore_eos;
+  settings["stop"] = stops;
+  settings["n_probs"] = options.n_probs;
+  settings["stream"] = request.stream;
   json out = {{"index", 0},
               {"content", with_content ? c.text : std::string()},
               {"tokens", ids},

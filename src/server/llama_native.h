@@ -32,6 +32,10 @@ struct NativeOptions {
   bool post_sampling_probs = false;  // probabilities ("prob") instead of log-probabilities
 };
 
+// Sampling settings as llama-server names them (its generation_settings and /props params);
+// a seed drawn per request shows as 4294967295, llama.cpp's "random".
+nlohmann::ordered_json native_sampling_settings(const sampling::SamplingParams& sampling,
+                                                int64_t n_predict);
 // A streamed piece: {"index", "content", "tokens", "stop": false, "id_slot"} (+ probabilities).
 nlohmann::ordered_json native_chunk(const std::string& content,
                                     const std::vector<TokenInfo>& tokens,
