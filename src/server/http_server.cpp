@@ -213,7 +213,8 @@ struct HttpServer::Impl {
     bool zero_predict = false;
     try {
       const json body = parse_body(req);
-      g->request = parse_completion(native_to_openai(body, context), false, context);
+      g->request = parse_completion(native_to_openai(body, context), false,
+                                    native_parse_context(body, context));
       options.model = context.model_ids.front();
       options.return_tokens = body.value("return_tokens", false) == true;
       options.n_probs = g->request.logprobs;
@@ -248,10 +249,12 @@ struct HttpServer::Impl {
     res.set_header("Cache-Control", "no-cache");
     res.set_chunked_content_provider(
         "text/event-stream",
-        [this, g, options, final_object, zero_predict](size_t, httplib::DataSink& sink) {
+        [this, g, options, final_object, zero_predict, quiet = std::chrono::steady_clock::now()](
+            size_t, httplib::DataSink& sink) mutable {
           auto send = [&](const json& event) {
             const std::string line =
                 "data: " + event.dump(-1, ' ', false, json::error_handler_t::replace) + "\n\n";
+            quiet = std::chrono::steady_clock::now();
             return sink.is_writable() && sink.write(line.data(), line.size());
           };
           while (!g->all_done()) {
@@ -267,6 +270,12 @@ struct HttpServer::Impl {
                 !send(native_chunk(fresh.content, tokens, options, *context.tokenizer)))
               return g->cancel(), false;
             if (finished && !send(final_object(false))) return g->cancel(), false;
+            // A client that left while its request waits is noticed at the next write.
+            if (std::chrono::steady_clock::now() - quiet > kKeepAliveInterval) {
+              quiet = std::chrono::steady_clock::now();
+              if (!sink.is_writable() || !sink.write(": keep-alive\n\n", 14))
+                return g->cancel(), false;
+            }
           }
           sink.done();
           return true;

@@ -131,17 +131,12 @@ json native_to_openai(const json& body, const ParseContext& ctx) {
     if (body.contains(name)) out[name] = body[name];
   if (body.contains("repeat_penalty")) out["repetition_penalty"] = body["repeat_penalty"];
   if (body.contains("logit_bias")) out["logit_bias"] = convert_logit_bias(body["logit_bias"], ctx);
-  // n_predict: absent or negative means "until the end" (the context or the server's -n).
-  const int64_t room = ctx.default_max_tokens > 0 ? ctx.default_max_tokens : ctx.context;
-  int64_t n_predict = room;
-  if (body.contains("n_predict")) {
-    if (!body["n_predict"].is_number_integer()) bad("n_predict", "'n_predict' must be an integer");
-    if (body["n_predict"].get<int64_t>() >= 0)
-      n_predict = std::min(room, body["n_predict"].get<int64_t>());
-  }
-  // A zero n_predict computes the prompt and generates nothing; the engine always samples
-  // one token, so it is asked for one and the text is dropped by the caller.
-  out["max_tokens"] = std::max<int64_t>(n_predict, 1);
+  // n_predict: absent or negative means "until the end" (the server's -n, else the context).
+  // It is left to parse_completion as the default of max_tokens (native_parse_context), which
+  // also keeps it within what the context has left after the prompt, as llama-server stops at
+  // the context's end rather than refusing.
+  if (body.contains("n_predict") && !body["n_predict"].is_number_integer())
+    bad("n_predict", "'n_predict' must be an integer");
   // Token ids always come back (streamed chunks carry them); alternatives when n_probs asks.
   const int64_t n_probs = body.contains("n_probs") && body["n_probs"].is_number_integer()
                               ? body["n_probs"].get<int64_t>()
@@ -149,6 +144,19 @@ json native_to_openai(const json& body, const ParseContext& ctx) {
   if (body.contains("n_probs") && !body["n_probs"].is_number_integer())
     bad("n_probs", "'n_probs' must be an integer");
   out["logprobs"] = std::clamp<int64_t>(n_probs, 0, 20);
+  return out;
+}
+
+ParseContext native_parse_context(const nlohmann::ordered_json& body, const ParseContext& ctx) {
+  ParseContext out = ctx;
+  const int64_t until_end = ctx.default_max_tokens > 0 ? ctx.default_max_tokens : ctx.context;
+  int64_t n_predict = until_end;
+  if (body.contains("n_predict") && body["n_predict"].is_number_integer() &&
+      body["n_predict"].get<int64_t>() >= 0)
+    n_predict = std::min(until_end, body["n_predict"].get<int64_t>());
+  // A zero n_predict computes the prompt and generates nothing; the engine always samples one
+  // token, so it is asked for one and the caller drops it.
+  out.default_max_tokens = std::max<int64_t>(n_predict, 1);
   return out;
 }
 

@@ -24,6 +24,10 @@ namespace inferd::server {
 nlohmann::ordered_json native_to_openai(const nlohmann::ordered_json& body,
                                         const ParseContext& ctx);
 
+// The parse context for a native request: its n_predict (or, without one, the server's -n or
+// the whole context) becomes the default max_tokens, kept within the context after the prompt.
+ParseContext native_parse_context(const nlohmann::ordered_json& body, const ParseContext& ctx);
+
 // What a native response needs besides the choice.
 struct NativeOptions {
   std::string model;

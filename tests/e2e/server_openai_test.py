@@ -288,6 +288,14 @@ class Errors(unittest.TestCase):
             self.assertEqual(status, 200, body)
             with urllib.request.urlopen(strict.base + "/v1/models", timeout=10) as r:
                 self.assertEqual([m["id"] for m in json.loads(r.read())["data"]], ["smol", "smol-alias"])
+            # llama-server's API stops at the context's end rather than refusing a long
+            # n_predict (the OpenAI API refuses, naming max_tokens).
+            status, body = strict.post("/completion", {"prompt": "Count: 1, 2, 3,", "n_predict": 5000,
+                                                       "ignore_eos": True})
+            self.assertEqual(status, 200, body)
+            self.assertEqual(body["tokens_predicted"] + body["tokens_evaluated"], 512)
+            status, body = strict.post("/v1/completions", {"prompt": "Hi", "max_tokens": 5000})
+            self.assertEqual((status, body["error"]["param"]), (400, "max_tokens"))
         finally:
             strict.stop()
         with self.assertRaises(openai.AuthenticationError):
