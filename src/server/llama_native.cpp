@@ -143,7 +143,9 @@ json native_to_openai(const json& body, const ParseContext& ctx) {
                               : 0;
   if (body.contains("n_probs") && !body["n_probs"].is_number_integer())
     bad("n_probs", "'n_probs' must be an integer");
-  out["logprobs"] = std::clamp<int64_t>(n_probs, 0, 20);
+  if (n_probs > kMaxTopLogprobs)
+    bad("n_probs", fmt::format("'n_probs' may be at most {}", kMaxTopLogprobs));
+  out["logprobs"] = std::max<int64_t>(n_probs, 0);
   return out;
 }
 

@@ -12,7 +12,6 @@ namespace {
 using json = nlohmann::ordered_json;
 
 constexpr int kMaxN = 16;
-constexpr int kMaxTopLogprobs = 20;
 constexpr size_t kMaxStops = 16;
 
 [[noreturn]] void bad(const std::string& param, const std::string& message) {

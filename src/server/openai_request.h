@@ -38,6 +38,9 @@ class ApiError : public std::runtime_error {
 // temperature 1, top_p 1, no top-k or min-p, no penalties, a new seed each request.
 sampling::SamplingParams openai_sampling_defaults();
 
+// The most alternatives a request may ask for per token (logprobs, top_logprobs, n_probs).
+constexpr int kMaxTopLogprobs = 20;
+
 // What parsing needs to know about the served model.
 struct ParseContext {
   const tokenizer::Tokenizer* tokenizer = nullptr;

@@ -392,6 +392,8 @@ class Endpoints(unittest.TestCase):
         self.assertEqual((status, r["error"]["param"]), (400, "mirostat"))
         status, r = server.post("/completion", {"prompt": "Hi", "mirostat": 0, "n_predict": 2}, auth)
         self.assertEqual(status, 200)
+        status, r = server.post("/completion", {"prompt": "Hi", "n_probs": 21}, auth)
+        self.assertEqual((status, r["error"]["param"]), (400, "n_probs"))
 
     def test_llama_server_command_line(self):
         # llama-server's flags: -np splits -c, -n and --temp are request defaults, --alias
