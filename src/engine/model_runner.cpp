@@ -22,6 +22,7 @@ ModelRunner::ModelRunner(model::Model& model, kv::KvCache& cache, ThreadPool& po
   logit_count_.resize(seqs);
   const size_t n_logits = max_rows * static_cast<size_t>(n_vocab_);
   logits_memory_ = HugePageBuffer(n_logits * sizeof(float));
+  logits_memory_.prefault();
   logits_ = {reinterpret_cast<float*>(logits_memory_.data()), n_logits};
 }
 

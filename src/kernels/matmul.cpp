@@ -200,7 +200,10 @@ void ActivationScratch::reserve(int64_t max_tokens, int64_t max_cols) {
       std::max(static_cast<size_t>(max_tokens * max_cols) * sizeof(float),
                static_cast<size_t>(padded * max_cols / kPackCols) * sizeof(ActQ8Block) + 64 +
                    static_cast<size_t>(padded * max_cols) * sizeof(uint16_t));
-  if (buffer_.size() < need) buffer_ = HugePageBuffer(need);
+  if (buffer_.size() < need) {
+    buffer_ = HugePageBuffer(need);
+    buffer_.prefault();  // used by every forward pass: fault it in now, not in the first one
+  }
 }
 
 void matmul_many(std::span<const MatmulTarget> targets, const float* x, int64_t n_tokens,

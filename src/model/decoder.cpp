@@ -252,6 +252,7 @@ class Decoder final : public Model {
     ws_.last = floats(T * c.n_embd);
     ws_.slots = ws_.memory.allocate_array<int64_t>(kv::kMaxKvGroups * T);
     ws_.scratch.reserve(max_tokens_, std::max<int64_t>({c.n_embd, c.n_ff, int64_t(q_dim)}));
+    ws_.memory.prefault();  // every forward pass uses it: fault it in now, not in the first one
   }
 
   void attention_block(int l, const Batch& batch, kv::KvCache& cache, ThreadPool& pool) {

@@ -43,6 +43,19 @@ HugePageBuffer& HugePageBuffer::operator=(HugePageBuffer&& other) noexcept {
   return *this;
 }
 
+void HugePageBuffer::prefault() {
+  // A write per 4 KiB page faults it in (a 2 MiB huge page on the first write to its range);
+  // the pages are zero already, so writing zero changes nothing.
+  constexpr size_t kPage = 4096;
+  for (size_t offset = 0; offset < size_; offset += kPage)
+    reinterpret_cast<volatile uint8_t*>(data_)[offset] = 0;
+}
+
+void HugePageArena::prefault() {
+  for (HugePageBuffer& b : chunks_) b.prefault();
+  for (HugePageBuffer& b : large_) b.prefault();
+}
+
 void HugePageBuffer::release() {
   if (data_ != nullptr) munmap(data_, size_);
   data_ = nullptr;

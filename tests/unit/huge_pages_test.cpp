@@ -6,6 +6,8 @@
 #include <vector>
 
 #include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "util/error.h"
 #include "util/huge_pages.h"
@@ -22,6 +24,31 @@ TEST(HugePageBuffer, ZeroedAlignedAndRoundedToHugePages) {
       std::all_of(buffer.data(), buffer.data() + buffer.size(), [](uint8_t b) { return b == 0; }));
   std::fill(buffer.data(), buffer.data() + buffer.size(), uint8_t{0xAB});
   EXPECT_EQ(buffer.data()[buffer.size() - 1], 0xAB);
+}
+
+// Pages of the buffer the kernel has in memory now (mincore), of all its pages.
+std::pair<size_t, size_t> resident_pages(const HugePageBuffer& buffer) {
+  const auto page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  std::vector<unsigned char> in_core((buffer.size() + page - 1) / page);
+  EXPECT_EQ(mincore(buffer.data(), buffer.size(), in_core.data()), 0);
+  return {static_cast<size_t>(std::count_if(in_core.begin(), in_core.end(),
+                                            [](unsigned char c) { return (c & 1) != 0; })),
+          in_core.size()};
+}
+
+TEST(HugePageBuffer, PrefaultBringsEveryPageInAndKeepsItZero) {
+  HugePageBuffer lazy(4 * HugePageBuffer::kHugePage);
+  EXPECT_EQ(resident_pages(lazy).first, 0u);  // nothing touched: nothing in memory yet
+  HugePageBuffer buffer(4 * HugePageBuffer::kHugePage);
+  buffer.prefault();
+  const auto [resident, total] = resident_pages(buffer);
+  EXPECT_EQ(resident, total);
+  EXPECT_TRUE(
+      std::all_of(buffer.data(), buffer.data() + buffer.size(), [](uint8_t b) { return b == 0; }));
+  HugePageArena arena;
+  const std::span<float> piece = arena.allocate_array<float>(1000);
+  arena.prefault();
+  EXPECT_TRUE(std::all_of(piece.begin(), piece.end(), [](float f) { return f == 0.0f; }));
 }
 
 TEST(HugePageBuffer, MovesOwnership) {
