@@ -1,4 +1,5 @@
 // `inferd serve`: the OpenAI-compatible HTTP server over one engine (src/server).
+#include <cctype>
 #include <csignal>
 #include <filesystem>
 #include <fstream>
@@ -126,8 +127,20 @@ void apply_llama_server_flags(ServeArgs& args) {
   }
   if (!args.api_key_file.empty()) {
     std::ifstream in(args.api_key_file);
-    if (!in || !std::getline(in, args.api_key) || args.api_key.empty())
+    std::string line;
+    if (in) std::getline(in, line);
+    // A key never ends in white space; a file written on Windows ends its line with \r.
+    while (!line.empty() && std::isspace(static_cast<unsigned char>(line.back()))) line.pop_back();
+    if (line.empty())
       fail("--api-key-file {}: cannot read a key from its first line", args.api_key_file);
+    args.api_key = line;
+  }
+  // The sampling flags become every request's defaults: a bad one is an error now, naming it,
+  // rather than in every request that leaves the field out.
+  try {
+    args.sampling.validate();
+  } catch (const Error& e) {
+    fail("sampling flags (--temp, --top-k, ...): {}", e.what());
   }
   if (!args.chat_template_file.empty()) args.chat_template = args.chat_template_file;
 }

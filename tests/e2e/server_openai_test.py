@@ -3,6 +3,7 @@ streaming and not, n, stop, seeds, logprobs, tokenize/detokenize, metrics, error
 import json
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import unittest
@@ -428,6 +429,26 @@ class Endpoints(unittest.TestCase):
         for flag in ("--gpu-layers", "--mlock", "--flash-attn", "--ubatch-size"):
             self.assertIn(f"warning: {flag} is accepted", log)
         self.assertNotIn("--jinja is accepted", log)
+        # --api-key-file: the first line, without its line end (\r\n from Windows included).
+        with tempfile.NamedTemporaryFile("w", suffix=".key", delete=False) as f:
+            f.write("file-key\r\nsecond line\n")
+        keyed = Server(INFERD, MODEL, "-c", "256", "--max-seqs", "1", "--api-key-file", f.name)
+        try:
+            for headers, code in (({"Authorization": "Bearer file-key"}, 200), ({}, 401)):
+                req = urllib.request.Request(keyed.base + "/v1/models", headers=headers)
+                try:
+                    with urllib.request.urlopen(req, timeout=10) as r:
+                        self.assertEqual(r.status, code)
+                except urllib.error.HTTPError as e:
+                    self.assertEqual(e.code, code)
+        finally:
+            keyed.stop()
+            os.unlink(f.name)
+        # A bad sampling flag stops the server at start, naming it.
+        bad = subprocess.run([INFERD, "serve", "-m", MODEL, "--top-p", "0"], capture_output=True,
+                             text=True, timeout=120)
+        self.assertNotEqual(bad.returncode, 0)
+        self.assertIn("top_p", bad.stderr)
 
     def test_models_tokenize_detokenize_metrics(self):
         models = client().models.list()
