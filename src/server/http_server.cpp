@@ -33,6 +33,28 @@ void send_json(httplib::Response& res, int status, const json& body) {
   res.set_content(body.dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
 }
 
+// Writes a stream's server-sent events and, after a second of silence, a keep-alive comment,
+// so a client that left is noticed at the next write. false: the client is gone.
+class SseWriter {
+ public:
+  explicit SseWriter(httplib::DataSink& sink) : sink_(sink) {}
+  bool send(const json& event) {
+    const std::string line =
+        "data: " + event.dump(-1, ' ', false, json::error_handler_t::replace) + "\n\n";
+    quiet_since_ = std::chrono::steady_clock::now();
+    return sink_.is_writable() && sink_.write(line.data(), line.size());
+  }
+  bool keep_alive() {
+    if (std::chrono::steady_clock::now() - quiet_since_ <= kKeepAliveInterval) return true;
+    quiet_since_ = std::chrono::steady_clock::now();
+    return sink_.is_writable() && sink_.write(": keep-alive\n\n", 14);
+  }
+
+ private:
+  httplib::DataSink& sink_;
+  std::chrono::steady_clock::time_point quiet_since_ = std::chrono::steady_clock::now();
+};
+
 std::string finish_name(const engine::RequestResult& r) {
   return std::string(engine::finish_reason_name(r.finish_reason));
 }
@@ -249,14 +271,9 @@ struct HttpServer::Impl {
     res.set_header("Cache-Control", "no-cache");
     res.set_chunked_content_provider(
         "text/event-stream",
-        [this, g, options, final_object, zero_predict, quiet = std::chrono::steady_clock::now()](
-            size_t, httplib::DataSink& sink) mutable {
-          auto send = [&](const json& event) {
-            const std::string line =
-                "data: " + event.dump(-1, ' ', false, json::error_handler_t::replace) + "\n\n";
-            quiet = std::chrono::steady_clock::now();
-            return sink.is_writable() && sink.write(line.data(), line.size());
-          };
+        [this, g, options, final_object, zero_predict](size_t, httplib::DataSink& sink) {
+          SseWriter out(sink);
+          const auto send = [&out](const json& event) { return out.send(event); };
           while (!g->all_done()) {
             ChannelBatch batch = poll(*g)[0];
             const std::vector<TokenInfo> tokens = batch.tokens;
@@ -270,12 +287,7 @@ struct HttpServer::Impl {
                 !send(native_chunk(fresh.content, tokens, options, *context.tokenizer)))
               return g->cancel(), false;
             if (finished && !send(final_object(false))) return g->cancel(), false;
-            // A client that left while its request waits is noticed at the next write.
-            if (std::chrono::steady_clock::now() - quiet > kKeepAliveInterval) {
-              quiet = std::chrono::steady_clock::now();
-              if (!sink.is_writable() || !sink.write(": keep-alive\n\n", 14))
-                return g->cancel(), false;
-            }
+            if (!out.keep_alive()) return g->cancel(), false;
           }
           sink.done();
           return true;
@@ -317,14 +329,10 @@ struct HttpServer::Impl {
     res.set_header("Cache-Control", "no-cache");
     res.set_chunked_content_provider(
         "text/event-stream",
-        [this, g, writer, started = false, quiet = std::chrono::steady_clock::now()](
-            size_t, httplib::DataSink& sink) mutable {
-          auto send = [&](const json& event) {
-            const std::string line =
-                "data: " + event.dump(-1, ' ', false, json::error_handler_t::replace) + "\n\n";
-            quiet = std::chrono::steady_clock::now();
-            return sink.is_writable() && sink.write(line.data(), line.size());
-          };
+        [this, g, writer, started = false](size_t, httplib::DataSink& sink) mutable {
+          // One writer per call: httplib calls this provider once, and it loops to the end.
+          SseWriter out(sink);
+          const auto send = [&out](const json& event) { return out.send(event); };
           if (!started && g->request.chat) {
             for (int i = 0; i < g->request.n; ++i) {
               if (!send(writer->role_chunk(i))) return g->cancel(), false;
@@ -373,11 +381,7 @@ struct HttpServer::Impl {
               if (had_result) event["timings"] = ResponseWriter::timings(g->choices[i]);
               if (!send(event)) return g->cancel(), false;
             }
-            if (std::chrono::steady_clock::now() - quiet > kKeepAliveInterval) {
-              quiet = std::chrono::steady_clock::now();
-              if (!sink.is_writable() || !sink.write(": keep-alive\n\n", 14))
-                return g->cancel(), false;
-            }
+            if (!out.keep_alive()) return g->cancel(), false;
           }
           if (g->request.include_usage && !send(writer->usage_chunk(g->choices)))
             return g->cancel(), false;
@@ -408,10 +412,8 @@ struct HttpServer::Impl {
     json tokens = json::array();
     for (const int32_t id : ids) {
       const std::string& piece = context.tokenizer->token_piece(id);
-      json bytes = json::array();
-      if (!is_valid_utf8(piece))
-        for (const char c : piece) bytes.push_back(static_cast<uint8_t>(c));
-      tokens.push_back({{"id", id}, {"piece", is_valid_utf8(piece) ? json(piece) : bytes}});
+      tokens.push_back(
+          {{"id", id}, {"piece", is_valid_utf8(piece) ? json(piece) : bytes_of(piece)}});
     }
     return {{"tokens", tokens}};
   }

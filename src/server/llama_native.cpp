@@ -76,11 +76,6 @@ json convert_logit_bias(const json& value, const ParseContext& ctx) {
 }
 
 json probabilities(const std::vector<TokenInfo>& tokens, const tokenizer::Tokenizer& tok) {
-  const auto bytes_of = [](const std::string& piece) {
-    json b = json::array();
-    for (const char c : piece) b.push_back(static_cast<uint8_t>(c));
-    return b;
-  };
   const auto text_of = [](const std::string& piece) {
     return is_valid_utf8(piece) ? piece : std::string();
   };

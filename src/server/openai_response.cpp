@@ -25,13 +25,13 @@ std::string printable(std::string_view piece) {
   return out;
 }
 
-json bytes_of(const std::string& piece) {
+}  // namespace
+
+json bytes_of(std::string_view piece) {
   json out = json::array();
   for (unsigned char c : piece) out.push_back(int(c));
   return out;
 }
-
-}  // namespace
 
 ResponseWriter::ResponseWriter(const CompletionRequest& request,
                                const tokenizer::Tokenizer& tokenizer, std::string id,

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -23,6 +24,10 @@ struct ChoiceOutput {
   engine::RequestStats stats;  // set when the choice finishes
   std::string stop_word;       // the stop string that ended it, if one did
 };
+
+// A token's bytes as a list of numbers (OpenAI's logprobs "bytes"; llama-server's pieces that
+// are not whole UTF-8).
+nlohmann::ordered_json bytes_of(std::string_view piece);
 
 class ResponseWriter {
  public:
