@@ -75,17 +75,20 @@ using GroupGemmBf16Fn = void (*)(const uint8_t* group, int64_t n_groups, int64_t
                                  const uint16_t* x, int64_t x_stride, int64_t n_tokens, float* y,
                                  int64_t y_stride);
 struct PackedKernels {
-  QuantizeActFn quantize_act = nullptr;
+  QuantizeActFn quantize_act = nullptr;  // one scale per 32 values (Q8_0-like)
   GroupGemmFn q4_0 = nullptr;
   GroupGemmFn q4_1 = nullptr;
   GroupGemmFn q8_0 = nullptr;
   GroupGemmF32Fn f16 = nullptr;
   // Q4_K super-blocks (PackedQ4KBlock): `blocks` counts super-blocks; the activations are the
-  // same 32-wide blocks, 8 per super-block.
+  // same 32-wide blocks, 8 per super-block, from quantize_act_k.
   GroupGemmFn q4_k = nullptr;
   GroupGemmFn q5_k = nullptr;    // PackedQ5KBlock, as q4_k
   GroupGemmFn q6_k = nullptr;    // PackedQ6KBlock, as q4_k
   GroupGemmFn iq4_xs = nullptr;  // PackedIQ4XSBlock, as q4_k
+  // One scale per 256 values (Q8_K), for the layouts of uses_q8k_activations; n a multiple of
+  // 256. The 8 blocks of each 256 values share d.
+  QuantizeActFn quantize_act_k = nullptr;
   // Whether the rows a matmul's caller marks for it (model/batch.h) take the bf16 route; the
   // reference table has the route's kernels but leaves it off (tests turn it on in a copy).
   bool bf16_route = false;

@@ -1,6 +1,7 @@
 #include "kernels/matmul.h"
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 
 #include "util/error.h"
@@ -14,6 +15,8 @@ constexpr int64_t kSerialQuantizeTokens = 4;
 // Tokens per call for the padded last group of a matrix (its tile lives on the stack), so that
 // its token offsets fall on the bf16 route's activation tiles.
 constexpr int64_t kMaxTokensPerPartialTile = kBf16TileTokens;
+// The most weights one matmul_many call takes (q/k/v, gate/up: 3 at most today).
+constexpr size_t kMaxTargets = 8;
 
 void check_scratch(const ActivationScratch& scratch, size_t need, int64_t n_tokens, int64_t cols) {
   if (need > scratch.size()) {
@@ -100,10 +103,20 @@ void run_packed_groups(const PackedWeights& p, int64_t lo, int64_t hi, const Pac
   }
 }
 
+bool takes_q8k_activations(const MatmulTarget& t) {
+  return uses_q8k_activations(t.w->packed->format());
+}
+
+// The targets' int8 layouts all take one activation rounding: Q8_K's (uses_q8k_activations) or
+// the 32-wide one (matmul_many splits a mix).
 void matmul_packed(std::span<const MatmulTarget> targets, const float* x, int64_t n_tokens,
                    int64_t bf16_from, ActivationScratch& scratch, ThreadPool& pool,
                    const KernelTable& table) {
   const int64_t cols = targets[0].w->cols, blocks = cols / kPackCols;
+  const QuantizeActFn quantize_act =
+      std::any_of(targets.begin(), targets.end(), takes_q8k_activations)
+          ? table.packed.quantize_act_k
+          : table.packed.quantize_act;
   const bool needs_int8 = std::any_of(targets.begin(), targets.end(), [](const MatmulTarget& t) {
     return t.w->packed->format() != PackedFormat::F16;
   });
@@ -139,9 +152,8 @@ void matmul_packed(std::span<const MatmulTarget> targets, const float* x, int64_
   check_scratch(scratch, int8_bytes + bf16_bytes, n_tokens, cols);
   if (int8_bytes > 0) {
     auto* act = reinterpret_cast<ActQ8Block*>(scratch.data());  // [blocks, act_stride]
-    for_each_row(0, split, [&](int64_t t) {
-      table.packed.quantize_act(x + t * cols, act + t, cols, in.act_stride);
-    });
+    for_each_row(0, split,
+                 [&](int64_t t) { quantize_act(x + t * cols, act + t, cols, in.act_stride); });
     in.act = act;
   }
   if (bf16_bytes > 0) {
@@ -214,7 +226,21 @@ void matmul_many(std::span<const MatmulTarget> targets, const float* x, int64_t 
     return t.w->packed != nullptr && t.w->cols == targets[0].w->cols;
   });
   if (all_packed) {
-    matmul_packed(targets, x, n_tokens, bf16_from, scratch, pool, table);
+    const auto k_targets = std::count_if(targets.begin(), targets.end(), takes_q8k_activations);
+    if (k_targets == 0 || k_targets == static_cast<std::ptrdiff_t>(targets.size())) {
+      matmul_packed(targets, x, n_tokens, bf16_from, scratch, pool, table);
+      return;
+    }
+    // Layouts with both activation roundings (a 256-wide k-quant beside a 32-wide fallback
+    // type): one call per rounding, the input converted once for each.
+    std::array<MatmulTarget, kMaxTargets> part;
+    if (targets.size() > part.size()) fail("matmul_many: more than {} targets", part.size());
+    for (const bool k_kind : {false, true}) {
+      size_t n = 0;
+      for (const MatmulTarget& t : targets)
+        if (takes_q8k_activations(t) == k_kind) part[n++] = t;
+      matmul_packed({part.data(), n}, x, n_tokens, bf16_from, scratch, pool, table);
+    }
     return;
   }
   for (const MatmulTarget& t : targets) matmul_rows(*t.w, x, n_tokens, t.y, scratch, pool, table);

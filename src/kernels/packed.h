@@ -51,8 +51,11 @@ struct PackedQ8Block {
 static_assert(sizeof(PackedQ8Block) == 544);  // not a multiple of 64: kernels load unaligned
 
 // One activation block: x ~= d * q, plus the sum of q scaled two ways to fold a weight offset m.
-// d is rounded to an fp16 value (q is computed with the unrounded d), as in llama.cpp's Q8_0
-// and Q8_1 activations, so both engines round alike. Q4_1 weights use `s`, rounded to fp16
+// For the 32-wide layouts d is rounded to an fp16 value (q is computed with the unrounded d), as
+// in llama.cpp's Q8_0 and Q8_1 activations, so both engines round alike. For the 256-wide
+// layouts (uses_q8k_activations) the 8 blocks of a super-block share one float d, possibly
+// negative, and their q are those of llama.cpp's Q8_K activations (kernels/ref/quant_k_ref.h):
+// the k-quant formats are defined against that rounding. Q4_1 weights use `s`, rounded to fp16
 // like Q8_1's; Q4_0 weights (m = -8 d) use the exact `d_sum`, which keeps their integer
 // offset exact as llama.cpp's Q4_0 x Q8_0 kernel does.
 struct ActQ8Block {
@@ -135,6 +138,13 @@ static_assert(sizeof(PackedIQ4XSBlock) == 2208);
 // Which layout a packed matrix has: Q4_0 and Q4_1 share PackedQ4Block; Q8_0 also holds Q5_0
 // and IQ4_NL weights, whose values are small integers times an fp16 d (exactly).
 enum class PackedFormat { Q4_0, Q4_1, Q8_0, F16, Q4_K, Q5_K, Q6_K, IQ4_XS };
+
+// The 256-wide layouts take activations rounded as Q8_K (one scale per 256 values, the
+// PackedKernels' quantize_act_k); the others one scale per 32 (quantize_act).
+constexpr bool uses_q8k_activations(PackedFormat format) {
+  return format == PackedFormat::Q4_K || format == PackedFormat::Q5_K ||
+         format == PackedFormat::Q6_K || format == PackedFormat::IQ4_XS;
+}
 
 // A whole weight matrix in packed form: groups of 16 rows (the last padded with zero rows),
 // each group `blocks_per_row` packed blocks in column order.

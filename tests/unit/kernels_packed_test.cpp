@@ -3,6 +3,7 @@
 // reference on odd shapes (rows not a multiple of 16, token counts around the tile sizes).
 #include <cmath>
 #include <random>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -10,6 +11,7 @@
 
 #include "kernels/matmul.h"
 #include "kernels/packed.h"
+#include "kernels/ref/quant_k_ref.h"
 #include "kernels/ref/quant_ref.h"
 #include "random_data.h"
 #include "tensor/half.h"
@@ -67,6 +69,19 @@ int64_t cols_for(DType type, int64_t cols) {
   return (cols + unit - 1) / unit * unit;
 }
 
+void expect_same_blocks(const std::vector<ActQ8Block>& got, const std::vector<ActQ8Block>& want,
+                        std::string_view isa) {
+  for (size_t b = 0; b < got.size(); ++b) {
+    const ActQ8Block &g = got[b], &w = want[b];
+    ASSERT_EQ(g.d, w.d) << isa << " block " << b;
+    ASSERT_EQ(g.s, w.s) << isa << " block " << b;
+    ASSERT_EQ(g.d_sum, w.d_sum) << isa << " block " << b;
+    ASSERT_EQ(g.half_sum[0], w.half_sum[0]) << isa << " block " << b;
+    ASSERT_EQ(g.half_sum[1], w.half_sum[1]) << isa << " block " << b;
+    for (int j = 0; j < kPackCols; ++j) ASSERT_EQ(g.qs[j], w.qs[j]) << isa << " block " << b;
+  }
+}
+
 TEST(KernelsPacked, ActivationQuantizersAgreeExactly) {
   for (const KernelTable* table : available_kernels()) {
     for (int64_t blocks : {1, 3, 18, 48}) {
@@ -76,15 +91,41 @@ TEST(KernelsPacked, ActivationQuantizersAgreeExactly) {
       std::vector<ActQ8Block> got(static_cast<size_t>(blocks)), want(got.size());
       table->packed.quantize_act(x.data(), got.data(), n, 1);
       reference_kernels().packed.quantize_act(x.data(), want.data(), n, 1);
-      for (int64_t b = 0; b < blocks; ++b) {
-        const ActQ8Block &g = got[static_cast<size_t>(b)], &w = want[static_cast<size_t>(b)];
-        ASSERT_EQ(g.d, w.d) << table->isa << " block " << b;
-        ASSERT_EQ(g.s, w.s) << table->isa << " block " << b;
-        ASSERT_EQ(g.d_sum, w.d_sum) << table->isa << " block " << b;
-        ASSERT_EQ(g.half_sum[0], w.half_sum[0]) << table->isa << " block " << b;
-        ASSERT_EQ(g.half_sum[1], w.half_sum[1]) << table->isa << " block " << b;
-        for (int j = 0; j < kPackCols; ++j) ASSERT_EQ(g.qs[j], w.qs[j]) << table->isa;
+      expect_same_blocks(got, want, table->isa);
+    }
+  }
+}
+
+// The Q8_K rounding of the 256-wide layouts: every ISA gives the reference's bits, and the
+// reference gives llama.cpp's Q8_K blocks (quantize_row_q8_k, the definition) spread over 8
+// blocks sharing d. The first super-block is all zero (with more than one); in the last the
+// largest magnitude occurs at both signs, the negative one first (the first one's sign makes d's).
+TEST(KernelsPacked, Q8KActivationQuantizersAgreeExactly) {
+  for (const KernelTable* table : available_kernels()) {
+    for (int64_t supers : {1, 2, 5}) {
+      const int64_t n = supers * kPackSuperCols, stride = 3;
+      auto x = random_floats(n, 60 + static_cast<uint32_t>(supers), 4.0f);
+      for (int j = 0; j < kPackSuperCols && supers > 1; ++j) x[static_cast<size_t>(j)] = 0;
+      x[static_cast<size_t>(n - 200)] = -1000.0f;
+      x[static_cast<size_t>(n - 100)] = 1000.0f;
+      std::vector<ActQ8Block> got(static_cast<size_t>(n / kPackCols * stride)), want(got.size());
+      table->packed.quantize_act_k(x.data(), got.data(), n, stride);
+      reference_kernels().packed.quantize_act_k(x.data(), want.data(), n, stride);
+      expect_same_blocks(got, want, table->isa);
+      for (int64_t sb = 0; sb < supers; ++sb) {
+        BlockQ8_K q8k;
+        ref::quantize_row_q8_k(&x[static_cast<size_t>(sb * kPackSuperCols)], &q8k, kPackSuperCols);
+        for (int j = 0; j < kSubBlocks; ++j) {
+          const ActQ8Block& a = want[static_cast<size_t>((sb * kSubBlocks + j) * stride)];
+          ASSERT_EQ(a.d, q8k.d);
+          ASSERT_EQ(a.half_sum[0], q8k.bsums[2 * j]);
+          ASSERT_EQ(a.half_sum[1], q8k.bsums[2 * j + 1]);
+          for (int c = 0; c < kPackCols; ++c) ASSERT_EQ(a.qs[c], q8k.qs[j * kPackCols + c]);
+        }
       }
+      // In the last super-block -1000 comes before 1000: d's sign maps the first to -127, so d > 0.
+      const ActQ8Block& last = want[static_cast<size_t>((n / kPackCols - 1) * stride)];
+      EXPECT_FLOAT_EQ(last.d, 1000.0f / 127.0f);
     }
   }
 }
@@ -99,8 +140,9 @@ TEST(KernelsPacked, ReferenceMatchesDequantizedMath) {
     auto x = random_floats(tokens * cols, 8, 2.0f);
     std::vector<ActQ8Block> act(static_cast<size_t>(tokens * blocks));
     for (int64_t t = 0; t < tokens; ++t)
-      reference_kernels().packed.quantize_act(&x[static_cast<size_t>(t * cols)],
-                                              &act[static_cast<size_t>(t * blocks)], cols, 1);
+      (dtype_info(type).block_size == 256 ? reference_kernels().packed.quantize_act_k
+                                          : reference_kernels().packed.quantize_act)(
+          &x[static_cast<size_t>(t * cols)], &act[static_cast<size_t>(t * blocks)], cols, 1);
     std::vector<float> y(static_cast<size_t>(tokens * rows));
     ThreadPool pool(1);
     ActivationScratch scratch;
@@ -129,11 +171,11 @@ TEST(KernelsPacked, ReferenceMatchesDequantizedMath) {
   }
 }
 
-// The packed path against the per-row kernels of the GGUF formats. The activations differ
-// (fp16 scale there, float here; one scale per 256 values for the k-quants' Q8_K), so a
-// value may round to the neighbouring int8 (about 0.02 each here): the two results differ by
-// about 0.01 |w_row| for unit inputs. A layout error would be off by the size of the dot
-// product itself (~|w_row|).
+// The packed path against the per-row kernels of the GGUF formats. For the 32-wide formats the
+// activations differ (fp16 scale there, float here), so a value may round to the neighbouring
+// int8 (about 0.02 each here): the two results differ by about 0.01 |w_row| for unit inputs. A
+// layout error would be off by the size of the dot product itself (~|w_row|). The 256-wide
+// formats take the same Q8_K activations on both paths, so they agree to float rounding.
 TEST(KernelsPacked, AgreesWithPerRowKernels) {
   for (DType type : kPackedTypes) {
     const int64_t rows = 40, cols = cols_for(type, 576), tokens = 5;
@@ -152,7 +194,7 @@ TEST(KernelsPacked, AgreesWithPerRowKernels) {
       dequantize(m.w, r, wrow.data());
       double norm = 0;
       for (float v : wrow) norm += double(v) * v;
-      const double tolerance = 0.05 * std::sqrt(norm);
+      const double tolerance = (dtype_info(type).block_size == 256 ? 1e-5 : 0.05) * std::sqrt(norm);
       for (int64_t t = 0; t < tokens; ++t) {
         const auto i = static_cast<size_t>(t * rows + r);
         EXPECT_NEAR(y[i], y_rows[i], tolerance) << dtype_name(type) << " row " << r;
@@ -387,6 +429,31 @@ TEST(KernelsPacked, MatmulManyEqualsSeparateCalls) {
   matmul(b.w, x.data(), tokens, yb1.data(), scratch, pool);
   EXPECT_EQ(ya, ya1);
   EXPECT_EQ(yb, yb1);
+}
+
+// A call mixing a 256-wide layout (Q8_K activations) with 32-wide ones is split by rounding:
+// each output equals its own call's, on every ISA.
+TEST(KernelsPacked, MatmulManyMixingActivationRoundingsEqualsSeparateCalls) {
+  ThreadPool pool(2);
+  const int64_t cols = 512, tokens = 5;
+  QuantMatrix a = make_matrix(DType::Q4_K, 32, cols, 1), b = make_matrix(DType::Q8_0, 17, cols, 2);
+  QuantMatrix c = make_matrix(DType::Q6_K, 16, cols, 3);
+  auto x = random_floats(tokens * cols, 4);
+  ActivationScratch scratch;
+  scratch.reserve(tokens, cols);
+  for (const KernelTable* table : available_kernels()) {
+    std::vector<float> ya(static_cast<size_t>(tokens * 32)), yb(static_cast<size_t>(tokens * 17));
+    std::vector<float> yc(static_cast<size_t>(tokens * 16));
+    std::vector<float> ya1(ya.size()), yb1(yb.size()), yc1(yc.size());
+    const MatmulTarget targets[] = {{&a.w, ya.data()}, {&b.w, yb.data()}, {&c.w, yc.data()}};
+    matmul_many(targets, x.data(), tokens, scratch, pool, *table);
+    matmul(a.w, x.data(), tokens, ya1.data(), scratch, pool, *table);
+    matmul(b.w, x.data(), tokens, yb1.data(), scratch, pool, *table);
+    matmul(c.w, x.data(), tokens, yc1.data(), scratch, pool, *table);
+    EXPECT_EQ(ya, ya1) << table->isa;
+    EXPECT_EQ(yb, yb1) << table->isa;
+    EXPECT_EQ(yc, yc1) << table->isa;
+  }
 }
 
 TEST(KernelsPacked, RejectsShapesItCannotPack) {

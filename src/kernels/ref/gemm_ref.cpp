@@ -1,7 +1,9 @@
 #include "kernels/ref/gemm_ref.h"
 
 #include <cmath>
+#include <cstring>
 
+#include "kernels/ref/quant_k_ref.h"
 #include "kernels/ref/quant_ref.h"
 #include "tensor/half.h"
 #include "tensor/quant_blocks.h"
@@ -33,6 +35,24 @@ void quantize_act_q8(const float* x, ActQ8Block* out, int64_t n, int64_t out_str
     block.d = round_to_fp16(d);
     block.s = round_to_fp16(d * static_cast<float>(sum));
     block.d_sum = block.d * static_cast<float>(sum);
+  }
+}
+
+// Q8_K rounding (quantize_row_q8_k, the definition) spread over the 8 blocks of each 256 values.
+void quantize_act_q8k(const float* x, ActQ8Block* out, int64_t n, int64_t out_stride) {
+  for (int64_t sb = 0; sb < n / kPackSuperCols; ++sb) {
+    BlockQ8_K q8k;
+    quantize_row_q8_k(x + sb * kPackSuperCols, &q8k, kPackSuperCols);
+    for (int j = 0; j < kSubBlocks; ++j) {
+      ActQ8Block& block = out[(sb * kSubBlocks + j) * out_stride];
+      std::memcpy(block.qs, q8k.qs + j * kPackCols, kPackCols);
+      block.half_sum[0] = q8k.bsums[2 * j];
+      block.half_sum[1] = q8k.bsums[2 * j + 1];
+      const auto sum = static_cast<float>(block.sum());
+      block.d = q8k.d;
+      block.s = round_to_fp16(q8k.d * sum);
+      block.d_sum = q8k.d * sum;
+    }
   }
 }
 
@@ -260,6 +280,7 @@ PackedKernels packed_kernels() {
   k.bf16_act = quantize_row_bf16;
   k.q4_bf16 = gemm_bf16_group<PackedQ4Block, q4_weight>;
   k.q8_0_bf16 = gemm_bf16_group<PackedQ8Block, q8_weight>;
+  k.quantize_act_k = quantize_act_q8k;
   k.q4_k = gemm_q4k_group;
   k.q5_k = gemm_q5k_group;
   k.q6_k = gemm_q6k_group;

@@ -499,6 +499,24 @@ struct F16Tile {
   }
 };
 
+// Fills an activation block from its 32 values q (8 per vector, in column order, each within
+// int8), the scale the kernels multiply by (`d`) and the one q was computed with (`exact_d`).
+inline void write_act_block(ActQ8Block& block, const __m256i (&q)[4], float d, float exact_d) {
+  const int32_t sum0 = hsum_i32(_mm256_add_epi32(q[0], q[1]));  // columns 0..15
+  const int32_t sum1 = hsum_i32(_mm256_add_epi32(q[2], q[3]));  // columns 16..31
+  // The packs interleave 128-bit lanes; the permute restores column order.
+  __m256i packed =
+      _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
+  packed = _mm256_permutevar8x32_epi32(packed, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(block.qs), packed);
+  const auto sum = static_cast<float>(sum0 + sum1);
+  block.d = d;
+  block.s = round_to_fp16(exact_d * sum);
+  block.d_sum = d * sum;
+  block.half_sum[0] = static_cast<int16_t>(sum0);
+  block.half_sum[1] = static_cast<int16_t>(sum1);
+}
+
 void quantize_act_q8(const float* x, ActQ8Block* out, int64_t n, int64_t out_stride) {
   const __m256 sign = _mm256_set1_ps(-0.0f);
   constexpr int kNearest = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
@@ -516,19 +534,51 @@ void quantize_act_q8(const float* x, ActQ8Block* out, int64_t n, int64_t out_str
     __m256i q[4];
     for (int j = 0; j < 4; ++j)
       q[j] = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(v[j], inv), kNearest));
-    const int32_t sum0 = hsum_i32(_mm256_add_epi32(q[0], q[1]));  // columns 0..15
-    const int32_t sum1 = hsum_i32(_mm256_add_epi32(q[2], q[3]));  // columns 16..31
-    // The packs interleave 128-bit lanes; the permute restores column order.
-    __m256i packed =
-        _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
-    packed = _mm256_permutevar8x32_epi32(packed, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(block.qs), packed);
-    const auto sum = static_cast<float>(sum0 + sum1);
-    block.d = round_to_fp16(d);
-    block.s = round_to_fp16(d * sum);
-    block.d_sum = block.d * sum;
-    block.half_sum[0] = static_cast<int16_t>(sum0);
-    block.half_sum[1] = static_cast<int16_t>(sum1);
+    write_act_block(block, q, round_to_fp16(d), d);
+  }
+}
+
+// Q8_K rounding (kernels/ref/quant_k_ref.h) spread over the 8 blocks of each 256 values.
+void quantize_act_q8k(const float* x, ActQ8Block* out, int64_t n, int64_t out_stride) {
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  constexpr int kNearest = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+  constexpr int kVectors = kPackSuperCols / 8;
+  for (int64_t sb = 0; sb < n / kPackSuperCols; ++sb) {
+    const float* xs = x + sb * kPackSuperCols;
+    ActQ8Block* blocks = out + sb * kSubBlocks * out_stride;
+    __m256 amax_v = _mm256_setzero_ps();
+    for (int i = 0; i < kVectors; ++i)
+      amax_v = _mm256_max_ps(amax_v, _mm256_andnot_ps(sign, _mm256_loadu_ps(xs + 8 * i)));
+    const float amax = hmax_ps(amax_v);
+    if (amax == 0) {
+      for (int j = 0; j < kSubBlocks; ++j)
+        std::memset(&blocks[j * out_stride], 0, sizeof(ActQ8Block));
+      continue;
+    }
+    float max = amax;  // the first value of largest magnitude, with its sign
+    const __m256 amax_b = _mm256_set1_ps(amax);
+    for (int i = 0; i < kVectors; ++i) {
+      const int hit = _mm256_movemask_ps(
+          _mm256_cmp_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(xs + 8 * i)), amax_b, _CMP_EQ_OQ));
+      if (hit != 0) {
+        max = xs[8 * i + __builtin_ctz(static_cast<unsigned>(hit))];
+        break;
+      }
+    }
+    const float iscale = -127.0f / max, d = 1.0f / iscale;
+    const __m256 scale = _mm256_set1_ps(iscale);
+    const __m256i top = _mm256_set1_epi32(127);
+    for (int j = 0; j < kSubBlocks; ++j) {
+      ActQ8Block& block = blocks[j * out_stride];
+      const float* xb = xs + j * kPackCols;
+      __m256i q[4];
+      for (int k = 0; k < 4; ++k) {
+        q[k] = _mm256_min_epi32(_mm256_cvtps_epi32(_mm256_round_ps(
+                                    _mm256_mul_ps(_mm256_loadu_ps(xb + 8 * k), scale), kNearest)),
+                                top);
+      }
+      write_act_block(block, q, d, d);
+    }
   }
 }
 
@@ -539,6 +589,7 @@ PackedKernels packed_kernels() {
       quantize_act_q8, run_group_tiles<PackedQ4Block, Q4Tiles<&ActQ8Block::d_sum>::Tile>,
       run_group_tiles<PackedQ4Block, Q4Tiles<&ActQ8Block::s>::Tile>,
       run_group_tiles<PackedQ8Block, Q8Tile>, run_group_tiles<PackedF16Block, F16Tile, float>};
+  k.quantize_act_k = quantize_act_q8k;
   k.q4_k = run_group_tiles<PackedQ4KBlock, Q4KTile>;
   k.q5_k = run_group_tiles<PackedQ5KBlock, Q5KTile>;
   k.q6_k = run_group_tiles<PackedQ6KBlock, Q6KTile>;
