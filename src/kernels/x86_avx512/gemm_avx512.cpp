@@ -56,12 +56,14 @@ inline void prefetch_next_group(const Block* block, int64_t blocks) {
   for (size_t line = 0; line < sizeof(Block); line += 64) _mm_prefetch(next + line, _MM_HINT_T0);
 }
 
-// One token (decode) reads each group once, straight from memory, and the hardware prefetcher
-// alone leaves the loads waiting: on the AMD EPYC with AVX-512, a Q6_K 2048 x 2048 matrix read
-// 8 GB/s a thread from memory against 42 from cache (its blocks interleave several streams), and
-// decode of the 1B-shaped Q6_K model ran at half llama.cpp's speed. A one-token tile asks for
-// the bytes kPrefetchBytes ahead of those it is about to use (2048 and 3072 measured alike;
-// 1024 and 6144 slower).
+// One token (decode) reads each group once, straight from memory. In the k-quant layouts a
+// sub-block's bytes lie in several arrays of the block (nibbles, high bits, scales), and the
+// hardware prefetcher alone left the loads waiting: on the AMD EPYC with AVX-512, a Q6_K
+// 2048 x 2048 matrix read 8 GB/s a thread from memory against 42 from cache, and decode of the
+// 1B-shaped Q6_K model ran at half llama.cpp's speed. Their one-token tiles ask for the bytes
+// kPrefetchBytes ahead of those they are about to use (2048 and 3072 measured alike; 1024 and
+// 6144 slower). The Q4 and Q8 blocks are read front to back, which the hardware prefetcher
+// follows better alone (1B-shaped Q8_0 decode: 18-22 tok/s without, 16-18 with).
 constexpr int kPrefetchBytes = 2048;
 template <int NT>
 inline void prefetch_ahead(const void* p, size_t bytes) {
@@ -90,7 +92,6 @@ void q4_tile(const PackedQ4Block* w, int64_t blocks, const ActQ8Block* act, int6
   for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
   for (int64_t b = 0; b < blocks; ++b) {
     if constexpr (NT > 1) prefetch_next_group(w + b, blocks);
-    prefetch_ahead<NT>(w + b, sizeof(w[b]));
     __m512i isum[NT][kAcc];
     for (int t = 0; t < NT; ++t)
       for (int i = 0; i < kAcc; ++i) isum[t][i] = _mm512_setzero_si512();
@@ -134,8 +135,12 @@ void q4k_tile(const PackedQ4KBlock* w, int64_t blocks, const ActQ8Block* act, in
   for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
   for (int64_t b = 0; b < blocks; ++b) {
     if constexpr (NT > 1) prefetch_next_group(w + b, blocks);
-    const __m512 d = load_fp16x16(w[b].d);
     const __m512 dmin = load_fp16x16(w[b].dmin);
+    // The super-block's sub-blocks share each token's activation scale (Q8_K): their scaled
+    // sums gather without it, and it multiplies once at the end (the mins fold through d x sum,
+    // which holds it already).
+    __m512 block_sum[NT];
+    for (int t = 0; t < NT; ++t) block_sum[t] = _mm512_setzero_ps();
     for (int j = 0; j < kSubBlocks; ++j) {
       prefetch_sub_block<NT>(w + b, j);
       const ActQ8Block* a = act + (b * kSubBlocks + j) * act_stride;
@@ -152,16 +157,19 @@ void q4k_tile(const PackedQ4KBlock* w, int64_t blocks, const ActQ8Block* act, in
           isum[t][kAcc - 1] = _mm512_dpbusd_epi32(isum[t][kAcc - 1], hi, broadcast_i32(q + 4));
         }
       }
-      const __m512 scale = _mm512_mul_ps(d, load_u8x16(w[b].scales[j]));
+      const __m512 scale = load_u8x16(w[b].scales[j]);
       const __m512 min = _mm512_mul_ps(dmin, load_u8x16(w[b].mins[j]));
       for (int t = 0; t < NT; ++t) {
         __m512i s = isum[t][0];
         if constexpr (kAcc == 2) s = _mm512_add_epi32(s, isum[t][1]);
-        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s),
-                                 _mm512_mul_ps(scale, _mm512_set1_ps(a[t].d)), acc[t]);
+        block_sum[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), scale, block_sum[t]);
         acc[t] = _mm512_fnmadd_ps(min, _mm512_set1_ps(a[t].d_sum), acc[t]);
       }
     }
+    const __m512 d = load_fp16x16(w[b].d);
+    const ActQ8Block* a = act + b * kSubBlocks * act_stride;
+    for (int t = 0; t < NT; ++t)
+      acc[t] = _mm512_fmadd_ps(block_sum[t], _mm512_mul_ps(d, _mm512_set1_ps(a[t].d)), acc[t]);
   }
   for (int t = 0; t < NT; ++t) _mm512_storeu_ps(y + t * y_stride, acc[t]);
 }
@@ -183,13 +191,16 @@ void q6k_tile(const PackedQ6KBlock* w, int64_t blocks, const ActQ8Block* act, in
   for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
   for (int64_t b = 0; b < blocks; ++b) {
     if constexpr (NT > 1) prefetch_next_group(w + b, blocks);
-    const __m512 d = load_fp16x16(w[b].d);
+    // The super-block's 16 sub-blocks share each token's activation scale (Q8_K), so their
+    // scaled sums gather without it and it multiplies once at the end.
+    __m512 block_sum[NT];
+    for (int t = 0; t < NT; ++t) block_sum[t] = _mm512_setzero_ps();
     for (int j = 0; j < kSubBlocks; ++j) {
       prefetch_sub_block<NT>(w + b, j);
       const ActQ8Block* a = act + (b * kSubBlocks + j) * act_stride;
-      __m512i isum[NT][2];
-      for (int t = 0; t < NT; ++t) isum[t][0] = isum[t][1] = _mm512_setzero_si512();
-      for (int p = 0; p < 2; ++p) {
+      for (int p = 0; p < 2; ++p) {  // columns 16p .. 16p + 15 of the sub-block
+        __m512i isum[NT];
+        for (int t = 0; t < NT; ++t) isum[t] = _mm512_setzero_si512();
         const __m512i high = _mm512_loadu_si512(w[b].qh[j][p]);
         for (int e = 0; e < 2; ++e) {
           const int c = 2 * p + e;
@@ -202,21 +213,21 @@ void q6k_tile(const PackedQ6KBlock* w, int64_t blocks, const ActQ8Block* act, in
                               _mm512_and_si512(_mm512_slli_epi16(top, 2), top_bits));
           for (int t = 0; t < NT; ++t) {
             const int8_t* q = a[t].qs + 8 * c;
-            isum[t][p] = _mm512_dpbusd_epi32(isum[t][p], lo, broadcast_i32(q));
-            isum[t][p] = _mm512_dpbusd_epi32(isum[t][p], hi, broadcast_i32(q + 4));
+            isum[t] = _mm512_dpbusd_epi32(isum[t], lo, broadcast_i32(q));
+            isum[t] = _mm512_dpbusd_epi32(isum[t], hi, broadcast_i32(q + 4));
           }
         }
-      }
-      const __m512 scale0 = _mm512_mul_ps(d, load_i8x16(w[b].scales[2 * j]));
-      const __m512 scale1 = _mm512_mul_ps(d, load_i8x16(w[b].scales[2 * j + 1]));
-      for (int t = 0; t < NT; ++t) {
-        const __m512i s0 = _mm512_sub_epi32(isum[t][0], _mm512_set1_epi32(32 * a[t].half_sum[0]));
-        const __m512i s1 = _mm512_sub_epi32(isum[t][1], _mm512_set1_epi32(32 * a[t].half_sum[1]));
-        const __m512 ad = _mm512_set1_ps(a[t].d);
-        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s0), _mm512_mul_ps(scale0, ad), acc[t]);
-        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s1), _mm512_mul_ps(scale1, ad), acc[t]);
+        const __m512 scale = load_i8x16(w[b].scales[2 * j + p]);
+        for (int t = 0; t < NT; ++t) {
+          const __m512i s = _mm512_sub_epi32(isum[t], _mm512_set1_epi32(32 * a[t].half_sum[p]));
+          block_sum[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), scale, block_sum[t]);
+        }
       }
     }
+    const __m512 d = load_fp16x16(w[b].d);
+    const ActQ8Block* a = act + b * kSubBlocks * act_stride;
+    for (int t = 0; t < NT; ++t)
+      acc[t] = _mm512_fmadd_ps(block_sum[t], _mm512_mul_ps(d, _mm512_set1_ps(a[t].d)), acc[t]);
   }
   for (int t = 0; t < NT; ++t) _mm512_storeu_ps(y + t * y_stride, acc[t]);
 }
@@ -233,8 +244,12 @@ void q5k_tile(const PackedQ5KBlock* w, int64_t blocks, const ActQ8Block* act, in
   for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
   for (int64_t b = 0; b < blocks; ++b) {
     if constexpr (NT > 1) prefetch_next_group(w + b, blocks);
-    const __m512 d = load_fp16x16(w[b].d);
     const __m512 dmin = load_fp16x16(w[b].dmin);
+    // The super-block's sub-blocks share each token's activation scale (Q8_K): their scaled
+    // sums gather without it, and it multiplies once at the end (the mins fold through d x sum,
+    // which holds it already).
+    __m512 block_sum[NT];
+    for (int t = 0; t < NT; ++t) block_sum[t] = _mm512_setzero_ps();
     for (int j = 0; j < kSubBlocks; ++j) {
       prefetch_sub_block<NT>(w + b, j);
       const ActQ8Block* a = act + (b * kSubBlocks + j) * act_stride;
@@ -255,16 +270,19 @@ void q5k_tile(const PackedQ5KBlock* w, int64_t blocks, const ActQ8Block* act, in
           isum[t][kAcc - 1] = _mm512_dpbusd_epi32(isum[t][kAcc - 1], hi, broadcast_i32(q + 4));
         }
       }
-      const __m512 scale = _mm512_mul_ps(d, load_u8x16(w[b].scales[j]));
+      const __m512 scale = load_u8x16(w[b].scales[j]);
       const __m512 min = _mm512_mul_ps(dmin, load_u8x16(w[b].mins[j]));
       for (int t = 0; t < NT; ++t) {
         __m512i s = isum[t][0];
         if constexpr (kAcc == 2) s = _mm512_add_epi32(s, isum[t][1]);
-        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s),
-                                 _mm512_mul_ps(scale, _mm512_set1_ps(a[t].d)), acc[t]);
+        block_sum[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), scale, block_sum[t]);
         acc[t] = _mm512_fnmadd_ps(min, _mm512_set1_ps(a[t].d_sum), acc[t]);
       }
     }
+    const __m512 d = load_fp16x16(w[b].d);
+    const ActQ8Block* a = act + b * kSubBlocks * act_stride;
+    for (int t = 0; t < NT; ++t)
+      acc[t] = _mm512_fmadd_ps(block_sum[t], _mm512_mul_ps(d, _mm512_set1_ps(a[t].d)), acc[t]);
   }
   for (int t = 0; t < NT; ++t) _mm512_storeu_ps(y + t * y_stride, acc[t]);
 }
@@ -283,7 +301,10 @@ void iq4xs_tile(const PackedIQ4XSBlock* w, int64_t blocks, const ActQ8Block* act
   for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
   for (int64_t b = 0; b < blocks; ++b) {
     if constexpr (NT > 1) prefetch_next_group(w + b, blocks);
-    const __m512 d = load_fp16x16(w[b].d);
+    // The super-block's sub-blocks share each token's activation scale (Q8_K): their scaled
+    // sums gather without it, and it multiplies once at the end.
+    __m512 block_sum[NT];
+    for (int t = 0; t < NT; ++t) block_sum[t] = _mm512_setzero_ps();
     for (int j = 0; j < kSubBlocks; ++j) {
       prefetch_sub_block<NT>(w + b, j);
       const ActQ8Block* a = act + (b * kSubBlocks + j) * act_stride;
@@ -300,13 +321,16 @@ void iq4xs_tile(const PackedIQ4XSBlock* w, int64_t blocks, const ActQ8Block* act
           isum[t] = _mm512_dpbusd_epi32(isum[t], hi, broadcast_i32(q + 4));
         }
       }
-      const __m512 scale = _mm512_mul_ps(d, load_i8x16(w[b].scales[j]));
+      const __m512 scale = load_i8x16(w[b].scales[j]);
       for (int t = 0; t < NT; ++t) {
         const __m512i s = _mm512_sub_epi32(isum[t], _mm512_set1_epi32(128 * a[t].sum()));
-        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s),
-                                 _mm512_mul_ps(scale, _mm512_set1_ps(a[t].d)), acc[t]);
+        block_sum[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), scale, block_sum[t]);
       }
     }
+    const __m512 d = load_fp16x16(w[b].d);
+    const ActQ8Block* a = act + b * kSubBlocks * act_stride;
+    for (int t = 0; t < NT; ++t)
+      acc[t] = _mm512_fmadd_ps(block_sum[t], _mm512_mul_ps(d, _mm512_set1_ps(a[t].d)), acc[t]);
   }
   for (int t = 0; t < NT; ++t) _mm512_storeu_ps(y + t * y_stride, acc[t]);
 }
@@ -321,7 +345,6 @@ void q8_tile(const PackedQ8Block* w, int64_t blocks, const ActQ8Block* act, int6
   for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
   for (int64_t b = 0; b < blocks; ++b) {
     if constexpr (NT > 1) prefetch_next_group(w + b, blocks);
-    prefetch_ahead<NT>(w + b, sizeof(w[b]));
     __m512i isum[NT][kAcc];
     for (int t = 0; t < NT; ++t)
       for (int i = 0; i < kAcc; ++i) isum[t][i] = _mm512_setzero_si512();
