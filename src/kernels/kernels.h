@@ -89,6 +89,8 @@ struct PackedKernels {
   // One scale per 256 values (Q8_K), for the layouts of uses_q8k_activations; n a multiple of
   // 256. The 8 blocks of each 256 values share d.
   QuantizeActFn quantize_act_k = nullptr;
+  // PackedQ5_1Block: Q4_1's arithmetic (the offset m times the activation's s) on 5-bit q.
+  GroupGemmFn q5_1 = nullptr;
   // Whether the rows a matmul's caller marks for it (model/batch.h) take the bf16 route; the
   // reference table has the route's kernels but leaves it off (tests turn it on in a copy).
   bool bf16_route = false;

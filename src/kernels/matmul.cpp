@@ -59,6 +59,7 @@ void call_group_kernel(const PackedWeights& p, int64_t g, int64_t n_groups, cons
                                : format == PackedFormat::Q5_K   ? table.packed.q5_k
                                : format == PackedFormat::Q6_K   ? table.packed.q6_k
                                : format == PackedFormat::IQ4_XS ? table.packed.iq4_xs
+                               : format == PackedFormat::Q5_1   ? table.packed.q5_1
                                                                 : table.packed.q8_0;
     kernel(p.group(g), blocks, in.act + t0, in.act_stride, count, y, y_stride);
   }
@@ -222,10 +223,27 @@ void matmul_many(std::span<const MatmulTarget> targets, const float* x, int64_t 
                  ActivationScratch& scratch, ThreadPool& pool, const KernelTable& table,
                  int64_t bf16_from) {
   if (targets.empty() || n_tokens == 0) return;
-  const bool all_packed = std::all_of(targets.begin(), targets.end(), [&](const MatmulTarget& t) {
+  const auto packed = [&](const MatmulTarget& t) {
     return t.w->packed != nullptr && t.w->cols == targets[0].w->cols;
-  });
-  if (all_packed) {
+  };
+  const auto n_packed = std::count_if(targets.begin(), targets.end(), packed);
+  if (n_packed > 0 && n_packed < static_cast<std::ptrdiff_t>(targets.size())) {
+    // Some weights without a packed layout (a type that has none): those go row by row, the
+    // others still together through the packed path.
+    std::array<MatmulTarget, kMaxTargets> part;
+    if (targets.size() > part.size()) fail("matmul_many: more than {} targets", part.size());
+    size_t n = 0;
+    for (const MatmulTarget& t : targets) {
+      if (packed(t)) {
+        part[n++] = t;
+      } else {
+        matmul_rows(*t.w, x, n_tokens, t.y, scratch, pool, table);
+      }
+    }
+    matmul_many({part.data(), n}, x, n_tokens, scratch, pool, table, bf16_from);
+    return;
+  }
+  if (n_packed > 0) {
     const auto k_targets = std::count_if(targets.begin(), targets.end(), takes_q8k_activations);
     if (k_targets == 0 || k_targets == static_cast<std::ptrdiff_t>(targets.size())) {
       matmul_packed(targets, x, n_tokens, bf16_from, scratch, pool, table);

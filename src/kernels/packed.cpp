@@ -163,6 +163,27 @@ void pack_q5k_block(const uint8_t* const rows[kPackRows], int64_t b, PackedQ5KBl
   }
 }
 
+// Q5_1: d and m as they are; nibbles as Q4_1's, the fifth bit of value i is bit i of qh.
+void pack_q5_1_block(const uint8_t* const rows[kPackRows], int64_t b, PackedQ5_1Block& out) {
+  std::memset(&out, 0, sizeof(out));  // padding rows: zero d, m and values
+  for (int r = 0; r < kPackRows; ++r) {
+    if (rows[r] == nullptr) continue;
+    const auto& blk = reinterpret_cast<const BlockQ5_1*>(rows[r])[b];
+    out.d[r] = blk.d;
+    out.m[r] = blk.m;
+    interleave_nibbles(out.qs, r, [&](int col) { return q4_value(blk.qs, col); });
+    uint32_t qh;
+    std::memcpy(&qh, blk.qh, sizeof(qh));
+    const auto fifth = [&](int i) { return static_cast<int>((qh >> i) & 1u); };
+    for (int c = 0; c < 4; ++c) {
+      for (int k = 0; k < 4; ++k) {
+        out.qh[r * 4 + k] |= static_cast<uint8_t>((fifth(8 * c + k) << (2 * c)) |
+                                                  (fifth(8 * c + 4 + k) << (2 * c + 1)));
+      }
+    }
+  }
+}
+
 // IQ4_XS: sub-block j's 6-bit scale is the low nibble of scales_l[j / 2] (high nibble for odd
 // j) and bits 2j, 2j + 1 of scales_h, offset by 32; its nibbles are 16 bytes as in IQ4_NL.
 void pack_iq4xs_block(const uint8_t* const rows[kPackRows], int64_t b, PackedIQ4XSBlock& out) {
@@ -226,6 +247,7 @@ bool PackedWeights::supports(DType type, int64_t cols) {
     case DType::Q4_1:
     case DType::Q8_0:
     case DType::Q5_0:
+    case DType::Q5_1:
     case DType::IQ4_NL:
     case DType::F16:
       return cols % kPackCols == 0;
@@ -272,6 +294,9 @@ std::shared_ptr<const PackedWeights> PackedWeights::pack(DType type, const uint8
     case DType::IQ4_XS:
       packed->format_ = PackedFormat::IQ4_XS;
       break;
+    case DType::Q5_1:
+      packed->format_ = PackedFormat::Q5_1;
+      break;
     default:  // Q8_0, Q5_0, IQ4_NL
       packed->format_ = PackedFormat::Q8_0;
   }
@@ -317,6 +342,9 @@ std::shared_ptr<const PackedWeights> PackedWeights::pack(DType type, const uint8
           break;
         case PackedFormat::F16:
           pack_f16_block(group_rows, b, reinterpret_cast<PackedF16Block*>(out)[b]);
+          break;
+        case PackedFormat::Q5_1:
+          pack_q5_1_block(group_rows, b, reinterpret_cast<PackedQ5_1Block*>(out)[b]);
           break;
         default:
           pack_q4_block(type, group_rows, b, reinterpret_cast<PackedQ4Block*>(out)[b]);

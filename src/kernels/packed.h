@@ -135,9 +135,21 @@ struct PackedIQ4XSBlock {
 };
 static_assert(sizeof(PackedIQ4XSBlock) == 2208);
 
+// 16 rows x 32 columns of Q5_1 weights: w = d * q + m, q in [0, 31]. The low four bits of q
+// as PackedQ4Block's qs; the fifth bits in qh, a byte at each position of a qs[c] byte: its bit
+// 2c belongs to the value in that byte's low nibble, bit 2c + 1 to the one in its high nibble
+// (PackedQ5KBlock's qh for one sub-block). As dense as the GGUF blocks (6 bits a weight).
+struct PackedQ5_1Block {
+  uint16_t d[kPackRows];  // fp16
+  uint16_t m[kPackRows];  // fp16
+  uint8_t qs[4][64];
+  uint8_t qh[64];
+};
+static_assert(sizeof(PackedQ5_1Block) == 384);
+
 // Which layout a packed matrix has: Q4_0 and Q4_1 share PackedQ4Block; Q8_0 also holds Q5_0
 // and IQ4_NL weights, whose values are small integers times an fp16 d (exactly).
-enum class PackedFormat { Q4_0, Q4_1, Q8_0, F16, Q4_K, Q5_K, Q6_K, IQ4_XS };
+enum class PackedFormat { Q4_0, Q4_1, Q8_0, F16, Q4_K, Q5_K, Q6_K, IQ4_XS, Q5_1 };
 
 // The 256-wide layouts take activations rounded as Q8_K (one scale per 256 values, the
 // PackedKernels' quantize_act_k); the others one scale per 32 (quantize_act).
@@ -168,6 +180,8 @@ class PackedWeights {
         return sizeof(PackedQ6KBlock);
       case PackedFormat::IQ4_XS:
         return sizeof(PackedIQ4XSBlock);
+      case PackedFormat::Q5_1:
+        return sizeof(PackedQ5_1Block);
       default:
         return sizeof(PackedQ4Block);
     }
@@ -197,8 +211,8 @@ class PackedWeights {
            format_ == PackedFormat::Q8_0;
   }
 
-  // Repacks rows x cols weights stored as GGUF rows of `type` (Q4_0, Q4_1, Q8_0, Q5_0, IQ4_NL,
-  // Q4_K, Q5_K, Q6_K, IQ4_XS or F16), into
+  // Repacks rows x cols weights stored as GGUF rows of `type` (Q4_0, Q4_1, Q8_0, Q5_0, Q5_1,
+  // IQ4_NL, Q4_K, Q5_K, Q6_K, IQ4_XS or F16), into
   // memory from `arena` when given (a model's matrices share one, in huge pages), which the
   // packed matrix keeps alive.
   static std::shared_ptr<const PackedWeights> pack(DType type, const uint8_t* data, int64_t rows,

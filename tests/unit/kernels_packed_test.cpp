@@ -40,8 +40,8 @@ QuantMatrix make_matrix(DType type, int64_t rows, int64_t cols, uint32_t seed) {
     if (type == DType::Q4_1) ref::quantize_row_q4_1(x.data(), out, cols);
     if (type == DType::Q8_0) ref::quantize_row_q8_0(x.data(), out, cols);
     if (type == DType::F16) ref::quantize_row_f16(x.data(), out, cols);
-    if (type == DType::Q5_0 || type == DType::IQ4_NL || type == DType::Q4_K ||
-        type == DType::Q5_K || type == DType::Q6_K ||
+    if (type == DType::Q5_0 || type == DType::Q5_1 || type == DType::IQ4_NL ||
+        type == DType::Q4_K || type == DType::Q5_K || type == DType::Q6_K ||
         type == DType::IQ4_XS) {  // no weight quantizer here: random blocks of the format
       const auto blocks = testing::random_blocks(type, cols, seed + static_cast<uint32_t>(r));
       std::copy(blocks.begin(), blocks.end(), out);
@@ -57,11 +57,12 @@ void dequantize(const WeightMatrix& w, int64_t r, float* out) {
   k->dequantize(w.row(r), out, w.cols);
 }
 
-const DType kPackedTypes[] = {DType::Q4_0,   DType::Q4_1, DType::Q8_0, DType::F16,  DType::Q5_0,
-                              DType::IQ4_NL, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_XS};
+const DType kPackedTypes[] = {DType::Q4_0, DType::Q4_1, DType::Q8_0,   DType::F16,
+                              DType::Q5_0, DType::Q5_1, DType::IQ4_NL, DType::Q4_K,
+                              DType::Q5_K, DType::Q6_K, DType::IQ4_XS};
 // The formats whose integer kernels all ISAs share (the bf16 route aside).
-const DType kInt8Types[] = {DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::Q5_0,  DType::IQ4_NL,
-                            DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_XS};
+const DType kInt8Types[] = {DType::Q4_0,   DType::Q4_1, DType::Q8_0, DType::Q5_0, DType::Q5_1,
+                            DType::IQ4_NL, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_XS};
 
 // A width the type packs: k-quants pack 256 columns at a time, so `cols` is rounded up.
 int64_t cols_for(DType type, int64_t cols) {
@@ -131,8 +132,8 @@ TEST(KernelsPacked, Q8KActivationQuantizersAgreeExactly) {
 }
 
 // The reference group kernel equals, up to float rounding, the double-precision dot product of
-// the dequantized GGUF rows and the dequantized activations: this pins the layout. Q4_1's
-// offset m multiplies the fp16-rounded sum s (as with llama.cpp's Q8_1), not d * sum(q).
+// the dequantized GGUF rows and the dequantized activations: this pins the layout. The offset m
+// of Q4_1 and Q5_1 multiplies the fp16-rounded sum s (as with llama.cpp's Q8_1), not d * sum(q).
 TEST(KernelsPacked, ReferenceMatchesDequantizedMath) {
   for (DType type : kPackedTypes) {
     const int64_t rows = 21, cols = cols_for(type, 96), tokens = 3, blocks = cols / kPackCols;
@@ -159,10 +160,12 @@ TEST(KernelsPacked, ReferenceMatchesDequantizedMath) {
                                                   : double(a.d) * a.qs[c % kPackCols];
           want += double(wrow[static_cast<size_t>(c)]) * input;
         }
-        for (int64_t b = 0; b < blocks && type == DType::Q4_1; ++b) {
+        for (int64_t b = 0; b < blocks && (type == DType::Q4_1 || type == DType::Q5_1); ++b) {
           const ActQ8Block& a = act[static_cast<size_t>(t * blocks + b)];
-          const auto* w = reinterpret_cast<const BlockQ4_1*>(m.w.row(r)) + b;
-          want += double(fp16_to_fp32(w->m)) * (double(a.s) - double(a.d_sum));
+          const uint16_t offset = type == DType::Q4_1
+                                      ? reinterpret_cast<const BlockQ4_1*>(m.w.row(r))[b].m
+                                      : reinterpret_cast<const BlockQ5_1*>(m.w.row(r))[b].m;
+          want += double(fp16_to_fp32(offset)) * (double(a.s) - double(a.d_sum));
         }
         EXPECT_NEAR(y[static_cast<size_t>(t * rows + r)], want, 1e-4 * (1 + std::fabs(want)))
             << dtype_name(type) << " row " << r << " token " << t;
@@ -454,6 +457,33 @@ TEST(KernelsPacked, MatmulManyMixingActivationRoundingsEqualsSeparateCalls) {
     EXPECT_EQ(yb, yb1) << table->isa;
     EXPECT_EQ(yc, yc1) << table->isa;
   }
+}
+
+// A weight type without a packed layout (Q3_K) beside packed ones: it goes row by row, the
+// others still through the packed path; every output equals its own call's.
+TEST(KernelsPacked, MatmulManyWithAnUnpackedTypeEqualsSeparateCalls) {
+  ThreadPool pool(2);
+  const int64_t cols = 256, tokens = 3, rows = 20;
+  QuantMatrix a = make_matrix(DType::Q5_1, 32, cols, 1);
+  const auto row_bytes = static_cast<size_t>(*inferd::row_bytes(DType::Q3_K, cols));
+  std::vector<uint8_t> bytes;
+  for (int64_t r = 0; r < rows; ++r) {
+    const auto row = testing::random_blocks(DType::Q3_K, cols, 50 + static_cast<uint32_t>(r));
+    bytes.insert(bytes.end(), row.begin(), row.end());
+  }
+  const WeightMatrix q3k{DType::Q3_K, rows, cols, row_bytes, bytes.data(), nullptr};
+  ASSERT_FALSE(PackedWeights::supports(DType::Q3_K, cols));
+  auto x = random_floats(tokens * cols, 9);
+  ActivationScratch scratch;
+  scratch.reserve(tokens, cols);
+  std::vector<float> ya(static_cast<size_t>(tokens * 32)), yb(static_cast<size_t>(tokens * rows));
+  std::vector<float> ya1(ya.size()), yb1(yb.size());
+  const MatmulTarget targets[] = {{&q3k, yb.data()}, {&a.w, ya.data()}};
+  matmul_many(targets, x.data(), tokens, scratch, pool);
+  matmul(a.w, x.data(), tokens, ya1.data(), scratch, pool);
+  matmul(q3k, x.data(), tokens, yb1.data(), scratch, pool);
+  EXPECT_EQ(ya, ya1);
+  EXPECT_EQ(yb, yb1);
 }
 
 TEST(KernelsPacked, RejectsShapesItCannotPack) {

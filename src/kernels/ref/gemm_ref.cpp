@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 
 #include "kernels/ref/quant_k_ref.h"
 #include "kernels/ref/quant_ref.h"
@@ -56,11 +57,23 @@ void quantize_act_q8k(const float* x, ActQ8Block* out, int64_t n, int64_t out_st
   }
 }
 
-// `offset_sum` picks the activation sum that the weights' offset m multiplies.
-template <float ActQ8Block::*offset_sum>
+// The values of the low and high nibble of a byte of qs[c] (columns 8c + k and 8c + 4 + k),
+// with their fifth bits (bits 2c and 2c + 1 of `high`) where the layout has them.
+struct NibblePair {
+  int first, second;
+};
+NibblePair nibble_pair(uint8_t byte, uint8_t high, int c) {
+  return {(byte & 0x0F) | ((high >> (2 * c)) & 1) << 4, (byte >> 4) | ((high >> (2 * c + 1)) & 1)
+                                                                          << 4};
+}
+
+// PackedQ4Block (Q4_0, Q4_1) or PackedQ5_1Block, w = d * q + m; `offset_sum` picks the
+// activation sum that the weights' offset m multiplies.
+template <float ActQ8Block::*offset_sum, typename Block = PackedQ4Block>
 void gemm_q4_group(const uint8_t* group, int64_t blocks, const ActQ8Block* act, int64_t act_stride,
                    int64_t n_tokens, float* y, int64_t y_stride) {
-  const auto* w = reinterpret_cast<const PackedQ4Block*>(group);
+  constexpr bool kFiveBits = std::is_same_v<Block, PackedQ5_1Block>;
+  const auto* w = reinterpret_cast<const Block*>(group);
   for (int64_t t = 0; t < n_tokens; ++t) {
     for (int r = 0; r < kPackRows; ++r) {
       float acc = 0;
@@ -69,8 +82,10 @@ void gemm_q4_group(const uint8_t* group, int64_t blocks, const ActQ8Block* act, 
         int32_t isum = 0;
         for (int c = 0; c < 4; ++c) {
           for (int k = 0; k < 4; ++k) {
-            const uint8_t byte = w[b].qs[c][r * 4 + k];
-            isum += (byte & 0x0F) * a.qs[8 * c + k] + (byte >> 4) * a.qs[8 * c + 4 + k];
+            uint8_t high = 0;
+            if constexpr (kFiveBits) high = w[b].qh[r * 4 + k];
+            const auto [first, second] = nibble_pair(w[b].qs[c][r * 4 + k], high, c);
+            isum += first * a.qs[8 * c + k] + second * a.qs[8 * c + 4 + k];
           }
         }
         acc += static_cast<float>(isum) * (fp16_to_fp32(w[b].d[r]) * a.d);
@@ -125,10 +140,8 @@ void gemm_q5k_group(const uint8_t* group, int64_t blocks, const ActQ8Block* act,
           int32_t isum = 0;
           for (int c = 0; c < 4; ++c) {
             for (int k = 0; k < 4; ++k) {
-              const uint8_t byte = w[b].qs[j][c][r * 4 + k];
-              const uint8_t high = w[b].qh[j][r * 4 + k];
-              const int first = (byte & 0x0F) | ((high >> (2 * c)) & 1) << 4;
-              const int second = (byte >> 4) | ((high >> (2 * c + 1)) & 1) << 4;
+              const auto [first, second] =
+                  nibble_pair(w[b].qs[j][c][r * 4 + k], w[b].qh[j][r * 4 + k], c);
               isum += first * a.qs[8 * c + k] + second * a.qs[8 * c + 4 + k];
             }
           }
@@ -281,6 +294,7 @@ PackedKernels packed_kernels() {
   k.q4_bf16 = gemm_bf16_group<PackedQ4Block, q4_weight>;
   k.q8_0_bf16 = gemm_bf16_group<PackedQ8Block, q8_weight>;
   k.quantize_act_k = quantize_act_q8k;
+  k.q5_1 = gemm_q4_group<&ActQ8Block::s, PackedQ5_1Block>;
   k.q4_k = gemm_q4k_group;
   k.q5_k = gemm_q5k_group;
   k.q6_k = gemm_q6k_group;

@@ -6,6 +6,7 @@
 #include <immintrin.h>
 
 #include <cstring>
+#include <type_traits>
 
 #include "kernels/tile_driver.h"
 #include "tensor/quant_blocks.h"
@@ -57,35 +58,53 @@ inline __m256 load_fp16x8(const uint16_t* p) {
   return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
 }
 
+// Adds the fifth bit of each 4-bit value: bits 2c and 2c + 1 of the `high` byte at the nibble
+// byte's position belong to its low and high nibble's values (PackedQ5KBlock, PackedQ5_1Block).
+inline void add_fifth_bits(__m256i high, int c, __m256i& lo, __m256i& hi) {
+  const __m256i bit4 = _mm256_set1_epi8(0x10);
+  const __m256i bits = _mm256_srl_epi16(high, _mm_cvtsi32_si128(2 * c));
+  lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_slli_epi16(bits, 4), bit4));
+  hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_slli_epi16(bits, 3), bit4));
+}
+
 // A tile covers NT tokens and H halves of a packed group (8 rows each, from `half`): with 16
 // registers, H = 2 (all 16 rows in one pass over the weights, which decode needs to stream
 // them from memory evenly) fits only one token; larger tiles take the halves in turn.
-// Products of a nibble (<= 15) and an int8 (|q| <= 127) sum to at most 3810 per maddubs lane,
-// so the 8 maddubs of a block accumulate in int16 without saturating.
-template <int NT, int H, float ActQ8Block::*offset_sum>
-void q4_tile(const PackedQ4Block* w, int64_t blocks, int half, const ActQ8Block* act,
-             int64_t act_stride, float* y, int64_t y_stride) {
+// PackedQ4Block (Q4_0, Q4_1) or PackedQ5_1Block, w = d * q + m. Products of a nibble (<= 15) and
+// an int8 (|q| <= 127) sum to at most 3810 per maddubs lane, so the 8 maddubs of a Q4 block
+// accumulate in int16 without saturating; with 5-bit q a lane reaches 7874, so the pair of each
+// c is widened at once.
+template <int NT, int H, float ActQ8Block::*offset_sum, typename Block>
+void q4_tile(const Block* w, int64_t blocks, int half, const ActQ8Block* act, int64_t act_stride,
+             float* y, int64_t y_stride) {
+  constexpr bool kFiveBits = std::is_same_v<Block, PackedQ5_1Block>;
   const __m256i low_nibble = _mm256_set1_epi8(0x0F);
   const __m256i ones = _mm256_set1_epi16(1);
   __m256 acc[NT][H];
   for (int t = 0; t < NT; ++t)
     for (int h = 0; h < H; ++h) acc[t][h] = _mm256_setzero_ps();
   for (int64_t b = 0; b < blocks; ++b) {
-    prefetch_ahead<H>(half, w + b, sizeof(PackedQ4Block));
-    __m256i sum16[NT][H];
+    prefetch_ahead<H>(half, w + b, sizeof(Block));
+    __m256i sums[NT][H];  // int16 pairs (Q4) or int32 per row (Q5_1)
     for (int t = 0; t < NT; ++t)
-      for (int h = 0; h < H; ++h) sum16[t][h] = _mm256_setzero_si256();
+      for (int h = 0; h < H; ++h) sums[t][h] = _mm256_setzero_si256();
     for (int c = 0; c < 4; ++c) {
       for (int h = 0; h < H; ++h) {
         const __m256i raw =
             _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[b].qs[c] + 32 * (half + h)));
-        const __m256i lo = _mm256_and_si256(raw, low_nibble);
-        const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low_nibble);
+        __m256i lo = _mm256_and_si256(raw, low_nibble);
+        __m256i hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low_nibble);
+        if constexpr (kFiveBits) {
+          add_fifth_bits(
+              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[b].qh + 32 * (half + h))), c,
+              lo, hi);
+        }
         for (int t = 0; t < NT; ++t) {
           const int8_t* q = act[b * act_stride + t].qs + 8 * c;
-          sum16[t][h] = _mm256_add_epi16(sum16[t][h], _mm256_maddubs_epi16(lo, broadcast_i32(q)));
-          sum16[t][h] =
-              _mm256_add_epi16(sum16[t][h], _mm256_maddubs_epi16(hi, broadcast_i32(q + 4)));
+          const __m256i pair = _mm256_add_epi16(_mm256_maddubs_epi16(lo, broadcast_i32(q)),
+                                                _mm256_maddubs_epi16(hi, broadcast_i32(q + 4)));
+          sums[t][h] = kFiveBits ? _mm256_add_epi32(sums[t][h], _mm256_madd_epi16(pair, ones))
+                                 : _mm256_add_epi16(sums[t][h], pair);
         }
       }
     }
@@ -94,7 +113,8 @@ void q4_tile(const PackedQ4Block* w, int64_t blocks, int half, const ActQ8Block*
       const __m256 m = load_fp16x8(w[b].m + 8 * (half + h));
       for (int t = 0; t < NT; ++t) {
         const ActQ8Block& a = act[b * act_stride + t];
-        const __m256 isum = _mm256_cvtepi32_ps(_mm256_madd_epi16(sum16[t][h], ones));
+        const __m256 isum =
+            _mm256_cvtepi32_ps(kFiveBits ? sums[t][h] : _mm256_madd_epi16(sums[t][h], ones));
         acc[t][h] = _mm256_fmadd_ps(isum, _mm256_mul_ps(d, _mm256_set1_ps(a.d)), acc[t][h]);
         acc[t][h] = _mm256_fmadd_ps(m, _mm256_set1_ps(a.*offset_sum), acc[t][h]);
       }
@@ -165,7 +185,6 @@ template <int NT, int H>
 void q5k_tile(const PackedQ5KBlock* w, int64_t blocks, int half, const ActQ8Block* act,
               int64_t act_stride, float* y, int64_t y_stride) {
   const __m256i low_nibble = _mm256_set1_epi8(0x0F);
-  const __m256i bit4 = _mm256_set1_epi8(0x10);
   const __m256i ones = _mm256_set1_epi16(1);
   __m256 acc[NT][H];
   for (int t = 0; t < NT; ++t)
@@ -183,13 +202,9 @@ void q5k_tile(const PackedQ5KBlock* w, int64_t blocks, int half, const ActQ8Bloc
         for (int c = 0; c < 4; ++c) {
           const __m256i raw =
               _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[b].qs[j][c] + 32 * (half + h)));
-          // Bits 2c and 2c + 1 down to bits 0 and 1 of each byte, then up to bit 4.
-          const __m256i bits = _mm256_srl_epi16(high, _mm_cvtsi32_si128(2 * c));
-          const __m256i lo = _mm256_or_si256(_mm256_and_si256(raw, low_nibble),
-                                             _mm256_and_si256(_mm256_slli_epi16(bits, 4), bit4));
-          const __m256i hi =
-              _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(raw, 4), low_nibble),
-                              _mm256_and_si256(_mm256_slli_epi16(bits, 3), bit4));
+          __m256i lo = _mm256_and_si256(raw, low_nibble);
+          __m256i hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low_nibble);
+          add_fifth_bits(high, c, lo, hi);
           for (int t = 0; t < NT; ++t) {
             const int8_t* q = a[t].qs + 8 * c;
             const __m256i pair = _mm256_add_epi16(_mm256_maddubs_epi16(lo, broadcast_i32(q)),
@@ -438,12 +453,12 @@ void split_tile(const Block* w, int64_t blocks, const Act* act, int64_t act_stri
 }
 
 // Q4_0 and Q4_1 differ only in which activation sum their offset m multiplies.
-template <float ActQ8Block::*offset_sum>
+template <float ActQ8Block::*offset_sum, typename Block = PackedQ4Block>
 struct Q4Tiles {
   template <int NT>
   struct Tile {
-    static void run(const PackedQ4Block* w, int64_t blocks, const ActQ8Block* act,
-                    int64_t act_stride, float* y, int64_t y_stride) {
+    static void run(const Block* w, int64_t blocks, const ActQ8Block* act, int64_t act_stride,
+                    float* y, int64_t y_stride) {
       split_tile<NT>(w, blocks, act, act_stride, y, y_stride,
                      []<int N, int H>(auto... args) { q4_tile<N, H, offset_sum>(args...); });
     }
@@ -590,6 +605,7 @@ PackedKernels packed_kernels() {
       run_group_tiles<PackedQ4Block, Q4Tiles<&ActQ8Block::s>::Tile>,
       run_group_tiles<PackedQ8Block, Q8Tile>, run_group_tiles<PackedF16Block, F16Tile, float>};
   k.quantize_act_k = quantize_act_q8k;
+  k.q5_1 = run_group_tiles<PackedQ5_1Block, Q4Tiles<&ActQ8Block::s, PackedQ5_1Block>::Tile>;
   k.q4_k = run_group_tiles<PackedQ4KBlock, Q4KTile>;
   k.q5_k = run_group_tiles<PackedQ5KBlock, Q5KTile>;
   k.q6_k = run_group_tiles<PackedQ6KBlock, Q6KTile>;

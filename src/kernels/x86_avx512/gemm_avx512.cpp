@@ -8,6 +8,7 @@
 #include <immintrin.h>
 
 #include <cstring>
+#include <type_traits>
 
 // GCC 12's AVX-512 conversion intrinsics start from _mm512_undefined_ps(), which its own
 // -Wmaybe-uninitialized then reports at every call site; the value is never read.
@@ -80,12 +81,23 @@ inline void prefetch_sub_block(const Block* block, int j) {
                      sizeof(Block) / kSubBlocks);
 }
 
-// NT tokens x 16 rows. Few tokens (decode) use two integer accumulators per token so the
-// chain of dependent VNNI instructions per block is half as long; many tokens already have
-// NT independent chains and need the registers.
-template <int NT, float ActQ8Block::*offset_sum>
-void q4_tile(const PackedQ4Block* w, int64_t blocks, const ActQ8Block* act, int64_t act_stride,
-             float* y, int64_t y_stride) {
+// Adds the fifth bit of each 4-bit value: bits 2c and 2c + 1 of the `high` byte at the nibble
+// byte's position belong to its low and high nibble's values (PackedQ5KBlock, PackedQ5_1Block).
+inline void add_fifth_bits(__m512i high, int c, __m512i& lo, __m512i& hi) {
+  const __m512i bit4 = _mm512_set1_epi8(0x10);
+  const __m512i bits = _mm512_srl_epi16(high, _mm_cvtsi32_si128(2 * c));
+  lo = _mm512_or_si512(lo, _mm512_and_si512(_mm512_slli_epi16(bits, 4), bit4));
+  hi = _mm512_or_si512(hi, _mm512_and_si512(_mm512_slli_epi16(bits, 3), bit4));
+}
+
+// NT tokens x 16 rows of PackedQ4Block (Q4_0, Q4_1) or PackedQ5_1Block, w = d * q + m. Few
+// tokens (decode) use two integer accumulators per token so the chain of dependent VNNI
+// instructions per block is half as long; many tokens already have NT independent chains and
+// need the registers.
+template <int NT, float ActQ8Block::*offset_sum, typename Block>
+void q4_tile(const Block* w, int64_t blocks, const ActQ8Block* act, int64_t act_stride, float* y,
+             int64_t y_stride) {
+  constexpr bool kFiveBits = std::is_same_v<Block, PackedQ5_1Block>;
   constexpr int kAcc = NT < 4 ? 2 : 1;
   const __m512i low_nibble = _mm512_set1_epi8(0x0F);
   __m512 acc[NT];
@@ -97,8 +109,9 @@ void q4_tile(const PackedQ4Block* w, int64_t blocks, const ActQ8Block* act, int6
       for (int i = 0; i < kAcc; ++i) isum[t][i] = _mm512_setzero_si512();
     for (int c = 0; c < 4; ++c) {
       const __m512i raw = _mm512_loadu_si512(w[b].qs[c]);
-      const __m512i lo = _mm512_and_si512(raw, low_nibble);
-      const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), low_nibble);
+      __m512i lo = _mm512_and_si512(raw, low_nibble);
+      __m512i hi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), low_nibble);
+      if constexpr (kFiveBits) add_fifth_bits(_mm512_loadu_si512(w[b].qh), c, lo, hi);
       for (int t = 0; t < NT; ++t) {
         const int8_t* q = act[b * act_stride + t].qs + 8 * c;
         isum[t][0] = _mm512_dpbusd_epi32(isum[t][0], lo, broadcast_i32(q));
@@ -239,7 +252,6 @@ void q5k_tile(const PackedQ5KBlock* w, int64_t blocks, const ActQ8Block* act, in
               float* y, int64_t y_stride) {
   constexpr int kAcc = NT < 4 ? 2 : 1;
   const __m512i low_nibble = _mm512_set1_epi8(0x0F);
-  const __m512i bit4 = _mm512_set1_epi8(0x10);
   __m512 acc[NT];
   for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
   for (int64_t b = 0; b < blocks; ++b) {
@@ -259,11 +271,9 @@ void q5k_tile(const PackedQ5KBlock* w, int64_t blocks, const ActQ8Block* act, in
         for (int i = 0; i < kAcc; ++i) isum[t][i] = _mm512_setzero_si512();
       for (int c = 0; c < 4; ++c) {
         const __m512i raw = _mm512_loadu_si512(w[b].qs[j][c]);
-        const __m512i bits = _mm512_srl_epi16(high, _mm_cvtsi32_si128(2 * c));
-        const __m512i lo = _mm512_or_si512(_mm512_and_si512(raw, low_nibble),
-                                           _mm512_and_si512(_mm512_slli_epi16(bits, 4), bit4));
-        const __m512i hi = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(raw, 4), low_nibble),
-                                           _mm512_and_si512(_mm512_slli_epi16(bits, 3), bit4));
+        __m512i lo = _mm512_and_si512(raw, low_nibble);
+        __m512i hi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), low_nibble);
+        add_fifth_bits(high, c, lo, hi);
         for (int t = 0; t < NT; ++t) {
           const int8_t* q = a[t].qs + 8 * c;
           isum[t][0] = _mm512_dpbusd_epi32(isum[t][0], lo, broadcast_i32(q));
@@ -410,12 +420,12 @@ struct F16Tile {
   }
 };
 
-template <float ActQ8Block::*offset_sum>
+template <float ActQ8Block::*offset_sum, typename Block = PackedQ4Block>
 struct Q4Tiles {
   template <int NT>
   struct Tile {
-    static void run(const PackedQ4Block* w, int64_t blocks, const ActQ8Block* act,
-                    int64_t act_stride, float* y, int64_t y_stride) {
+    static void run(const Block* w, int64_t blocks, const ActQ8Block* act, int64_t act_stride,
+                    float* y, int64_t y_stride) {
       q4_tile<NT, offset_sum>(w, blocks, act, act_stride, y, y_stride);
     }
   };
@@ -534,6 +544,7 @@ PackedKernels packed_kernels() {
       run_group_tiles<PackedQ4Block, Q4Tiles<&ActQ8Block::s>::Tile>,
       run_group_tiles<PackedQ8Block, Q8Tile>, run_group_tiles<PackedF16Block, F16Tile, float>};
   k.quantize_act_k = quantize_act_q8k;
+  k.q5_1 = run_group_tiles<PackedQ5_1Block, Q4Tiles<&ActQ8Block::s, PackedQ5_1Block>::Tile>;
   k.q4_k = run_group_tiles<PackedQ4KBlock, Q4KTile>;
   k.q5_k = run_group_tiles<PackedQ5KBlock, Q5KTile>;
   k.q6_k = run_group_tiles<PackedQ6KBlock, Q6KTile>;
