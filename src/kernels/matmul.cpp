@@ -104,6 +104,17 @@ void run_packed_groups(const PackedWeights& p, int64_t lo, int64_t hi, const Pac
   }
 }
 
+// The targets for which `keep` holds, in their order, copied into `out`.
+template <typename Keep>
+std::span<const MatmulTarget> select(std::span<const MatmulTarget> targets,
+                                     std::array<MatmulTarget, kMaxTargets>& out, Keep keep) {
+  if (targets.size() > out.size()) fail("matmul_many: more than {} targets", out.size());
+  size_t n = 0;
+  for (const MatmulTarget& t : targets)
+    if (keep(t)) out[n++] = t;
+  return {out.data(), n};
+}
+
 bool takes_q8k_activations(const MatmulTarget& t) {
   return uses_q8k_activations(t.w->packed->format());
 }
@@ -227,20 +238,13 @@ void matmul_many(std::span<const MatmulTarget> targets, const float* x, int64_t 
     return t.w->packed != nullptr && t.w->cols == targets[0].w->cols;
   };
   const auto n_packed = std::count_if(targets.begin(), targets.end(), packed);
+  std::array<MatmulTarget, kMaxTargets> part;  // a subset of the targets, on the stack
   if (n_packed > 0 && n_packed < static_cast<std::ptrdiff_t>(targets.size())) {
     // Some weights without a packed layout (a type that has none): those go row by row, the
     // others still together through the packed path.
-    std::array<MatmulTarget, kMaxTargets> part;
-    if (targets.size() > part.size()) fail("matmul_many: more than {} targets", part.size());
-    size_t n = 0;
-    for (const MatmulTarget& t : targets) {
-      if (packed(t)) {
-        part[n++] = t;
-      } else {
-        matmul_rows(*t.w, x, n_tokens, t.y, scratch, pool, table);
-      }
-    }
-    matmul_many({part.data(), n}, x, n_tokens, scratch, pool, table, bf16_from);
+    for (const MatmulTarget& t : targets)
+      if (!packed(t)) matmul_rows(*t.w, x, n_tokens, t.y, scratch, pool, table);
+    matmul_many(select(targets, part, packed), x, n_tokens, scratch, pool, table, bf16_from);
     return;
   }
   if (n_packed > 0) {
@@ -251,13 +255,11 @@ void matmul_many(std::span<const MatmulTarget> targets, const float* x, int64_t 
     }
     // Layouts with both activation roundings (a 256-wide k-quant beside a 32-wide fallback
     // type): one call per rounding, the input converted once for each.
-    std::array<MatmulTarget, kMaxTargets> part;
-    if (targets.size() > part.size()) fail("matmul_many: more than {} targets", part.size());
     for (const bool k_kind : {false, true}) {
-      size_t n = 0;
-      for (const MatmulTarget& t : targets)
-        if (takes_q8k_activations(t) == k_kind) part[n++] = t;
-      matmul_packed({part.data(), n}, x, n_tokens, bf16_from, scratch, pool, table);
+      const auto same_kind = [&](const MatmulTarget& t) {
+        return takes_q8k_activations(t) == k_kind;
+      };
+      matmul_packed(select(targets, part, same_kind), x, n_tokens, bf16_from, scratch, pool, table);
     }
     return;
   }
