@@ -81,7 +81,8 @@ struct PackedKernels {
   GroupGemmFn q8_0 = nullptr;
   GroupGemmF32Fn f16 = nullptr;
   // Q4_K super-blocks (PackedQ4KBlock): `blocks` counts super-blocks; the activations are the
-  // same 32-wide blocks, 8 per super-block, from quantize_act_k.
+  // same 32-wide blocks, 8 per super-block, from quantize_act_k: the SIMD tiles apply the first
+  // block's d to the whole super-block (the reference reads each block's).
   GroupGemmFn q4_k = nullptr;
   GroupGemmFn q5_k = nullptr;    // PackedQ5KBlock, as q4_k
   GroupGemmFn q6_k = nullptr;    // PackedQ6KBlock, as q4_k

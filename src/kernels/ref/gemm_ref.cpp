@@ -63,8 +63,8 @@ struct NibblePair {
   int first, second;
 };
 NibblePair nibble_pair(uint8_t byte, uint8_t high, int c) {
-  return {(byte & 0x0F) | ((high >> (2 * c)) & 1) << 4, (byte >> 4) | ((high >> (2 * c + 1)) & 1)
-                                                                          << 4};
+  const int low_fifth = (high >> (2 * c)) & 1, high_fifth = (high >> (2 * c + 1)) & 1;
+  return {(byte & 0x0F) | low_fifth << 4, (byte >> 4) | high_fifth << 4};
 }
 
 // PackedQ4Block (Q4_0, Q4_1) or PackedQ5_1Block, w = d * q + m; `offset_sum` picks the
