@@ -15,6 +15,10 @@ constexpr int64_t kSerialQuantizeTokens = 4;
 // Tokens per call for the padded last group of a matrix (its tile lives on the stack), so that
 // its token offsets fall on the bf16 route's activation tiles.
 constexpr int64_t kMaxTokensPerPartialTile = kBf16TileTokens;
+// A packed matmul hands its groups to the threads in chunks (see matmul_packed): about this many
+// a thread, and none smaller than this many weight bytes times tokens.
+constexpr int64_t kChunksPerThread = 16;
+constexpr int64_t kMinChunkBytes = 256 << 10;
 // The most weights one matmul_many call takes (q/k/v, gate/up: 3 at most today).
 constexpr size_t kMaxTargets = 8;
 
@@ -179,7 +183,7 @@ void matmul_packed(std::span<const MatmulTarget> targets, const float* x, int64_
   }
   int64_t total_groups = 0;
   for (const MatmulTarget& target : targets) total_groups += target.w->packed->groups();
-  pool.parallel_for(total_groups, 1, [&](int64_t begin, int64_t end) {
+  const auto run_groups = [&](int64_t begin, int64_t end) {
     int64_t first = 0;  // index of the targets' first group in the combined range
     for (const MatmulTarget& target : targets) {
       const PackedWeights& p = *target.w->packed;
@@ -187,7 +191,21 @@ void matmul_packed(std::span<const MatmulTarget> targets, const float* x, int64_
       if (lo < hi) run_packed_groups(p, lo - first, hi - first, in, n_tokens, target.y, table);
       first += p.groups();
     }
-  });
+  };
+  // Chunks of groups handed to whichever thread is free: on a shared or virtual machine one
+  // thread often loses its CPU for a while, and with a fixed split the other then waits for it
+  // at the end of every matrix. A chunk is at least kMinChunkBytes of weights times tokens
+  // (smaller ones would make the shared counter, and the restart of each memory stream, cost
+  // more than they save), and each thread gets about kChunksPerThread of them.
+  int64_t group_bytes = 0;  // the most weight bytes one group of the targets holds
+  for (const MatmulTarget& target : targets) {
+    const PackedWeights& p = *target.w->packed;
+    group_bytes = std::max<int64_t>(group_bytes, p.blocks_per_row() * p.block_bytes());
+  }
+  const int64_t min_chunk =
+      (kMinChunkBytes + group_bytes * n_tokens - 1) / (group_bytes * n_tokens);
+  const int64_t chunk = std::max(min_chunk, total_groups / (pool.num_threads() * kChunksPerThread));
+  pool.parallel_for_chunks(total_groups, chunk, run_groups);
 }
 
 void matmul_rows(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y,

@@ -56,6 +56,25 @@ class ThreadPool {
     });
   }
 
+  // Splits [0, count) into chunks of `chunk` (the last may be shorter) handed out in order to
+  // whichever thread is free: fn(begin, end) per chunk. For work of even cost on threads that
+  // may not get even time (a shared or virtual machine): a thread that loses its CPU for a
+  // while leaves its chunks to the others instead of making them wait at the end.
+  template <typename Fn>
+  void parallel_for_chunks(int64_t count, int64_t chunk, Fn&& fn) {
+    if (num_threads_ == 1 || count <= chunk) {
+      if (count > 0) fn(int64_t{0}, count);
+      return;
+    }
+    std::atomic<int64_t> next{0};
+    run([&](int, int) {
+      for (int64_t b = next.fetch_add(chunk, std::memory_order_relaxed); b < count;
+           b = next.fetch_add(chunk, std::memory_order_relaxed)) {
+        fn(b, std::min(count, b + chunk));
+      }
+    });
+  }
+
   // Hands the indices [0, count) out one at a time to whichever thread is free, for items of
   // uneven cost (attention tiles over contexts of different lengths): the threads finish
   // within one item of each other. The counter lives on the caller's stack.

@@ -1,5 +1,6 @@
-// ThreadPool: every index covered exactly once, many back-to-back regions, one thread; pinning
-// each thread to its own CPU when there are as many threads as allowed CPUs, and not otherwise.
+// ThreadPool: every index covered exactly once (fixed, dynamic and chunked splits), many
+// back-to-back regions, one thread; pinning each thread to its own CPU when there are as many
+// threads as allowed CPUs, and not otherwise.
 #include <pthread.h>
 #include <sched.h>
 
@@ -35,6 +36,25 @@ TEST(ThreadPool, DynamicForCoversEveryIndexOnce) {
       std::vector<std::atomic<int>> hits(static_cast<size_t>(count));
       pool.for_each_dynamic(count, [&](int64_t i) { hits[static_cast<size_t>(i)]++; });
       for (auto& h : hits) ASSERT_EQ(h.load(), 1) << threads << " threads, count " << count;
+    }
+  }
+}
+
+TEST(ThreadPool, ChunkedForCoversEveryIndexOnceInWholeChunks) {
+  for (int threads : {1, 2, 3}) {
+    ThreadPool pool(threads);
+    for (int64_t count : {0, 1, 7, 64, 1000}) {
+      for (int64_t chunk : {1, 3, 16, 2000}) {
+        std::vector<std::atomic<int>> hits(static_cast<size_t>(count));
+        pool.parallel_for_chunks(count, chunk, [&](int64_t begin, int64_t end) {
+          EXPECT_EQ(begin % chunk, 0);
+          EXPECT_TRUE(end - begin == chunk || end == count) << begin << ".." << end;
+          for (int64_t i = begin; i < end; ++i) hits[static_cast<size_t>(i)]++;
+        });
+        for (auto& h : hits) {
+          ASSERT_EQ(h.load(), 1) << threads << " threads, count " << count << ", chunk " << chunk;
+        }
+      }
     }
   }
 }
