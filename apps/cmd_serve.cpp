@@ -54,6 +54,16 @@ struct ServeArgs {
   std::string api_key_file;
   std::string chat_template_file;
   std::vector<std::string> ignored;  // accepted flags that change nothing here
+  // Embeddings (server/embeddings.h): the routes answer with --embedding or --reranking.
+  bool embedding = false;
+  bool reranking = false;
+  std::string pooling;  // empty: the file's <arch>.pooling_type, else last
+  bool no_metrics = false;
+  // Variables every chat template render gets (llama-server's --chat-template-kwargs, and
+  // enable_thinking from --reasoning on|off); a request cannot override them yet.
+  std::string chat_template_kwargs;
+  std::string reasoning = "auto";
+  bool slots = false;
 };
 
 // llama-server's command line, so that its users can swap the binary: flags with the same
@@ -69,10 +79,21 @@ void add_llama_server_flags(CLI::App& cmd, ServeArgs& args) {
       ->check(CLI::Range(int64_t{-1}, int64_t{1} << 30));
   cmd.add_option("--api-key-file", args.api_key_file, "A file whose first line is the API key");
   cmd.add_option("--chat-template-file", args.chat_template_file, "A Jinja chat template file");
-  // Accepted, and the same here: Jinja templates are always used, metrics always served.
+  cmd.add_option("--chat-template-kwargs", args.chat_template_kwargs,
+                 "Extra chat template variables for every request, a JSON object "
+                 "('{\"enable_thinking\": false}')");
+  cmd.add_option("--reasoning", args.reasoning,
+                 "Thinking in chat answers: on or off sets the template's enable_thinking; auto "
+                 "leaves the template's default")
+      ->check(CLI::IsMember({"on", "off", "auto"}));
+  // Accepted, and the same here: Jinja templates are always used, metrics served unless
+  // --no-metrics (llama-server's are off without --metrics; vLLM's always on).
   for (const char* name : {"--jinja", "--metrics", "--cont-batching"})
     cmd.add_flag_callback(
         name, [] {}, "Accepted for llama-server's command line; always on in inferd");
+  cmd.add_flag("--no-metrics", args.no_metrics, "GET /metrics answers 501 (on by default)");
+  cmd.add_flag("--slots,!--no-slots", args.slots,
+               "Serve llama-server's GET /slots (off by default, as there)");
   // Named in the warning by its first long name.
   const auto first_name = [](const std::string& names) { return names.substr(0, names.find(',')); };
   const auto ignore = [&args, first_name](const std::string& flag) {
@@ -99,6 +120,9 @@ void add_llama_server_flags(CLI::App& cmd, ServeArgs& args) {
                             "--cache-ram",
                             "--sleep-idle-seconds",
                             "--hf-token",
+                            "--tags",
+                            "--media-path",
+                            "--tools",
                             "--log-verbosity"}) {
     cmd.add_option_function<std::string>(names, ignore(names),
                                          "Accepted and ignored (llama-server)");
@@ -106,12 +130,24 @@ void add_llama_server_flags(CLI::App& cmd, ServeArgs& args) {
   for (const char* names :
        {"--mlock", "--no-mmap", "--mmap", "--no-cont-batching", "--no-kv-offload", "-v,--verbose",
         "--log-disable", "--no-warmup", "--offline", "--kv-unified", "--context-shift",
-        "--no-context-shift", "--slots", "--no-slots", "--no-jinja", "--log-colors", "--no-perf",
-        "--check-tensors"}) {
+        "--no-context-shift", "--no-jinja", "--ui-mcp-proxy", "--backend-sampling", "--log-colors",
+        "--no-perf", "--check-tensors"}) {
     cmd.add_flag_callback(
         names, [&args, flag = first_name(names)] { args.ignored.push_back(flag); },
         "Accepted and ignored (llama-server)");
   }
+}
+
+// The extra variables of every chat template render: --chat-template-kwargs, then --reasoning.
+nlohmann::ordered_json chat_template_variables(const ServeArgs& args) {
+  nlohmann::ordered_json vars = nlohmann::ordered_json::object();
+  if (!args.chat_template_kwargs.empty()) {
+    vars = nlohmann::ordered_json::parse(args.chat_template_kwargs, nullptr, false);
+    if (!vars.is_object())
+      fail("--chat-template-kwargs '{}' is not a JSON object", args.chat_template_kwargs);
+  }
+  if (args.reasoning != "auto") vars["enable_thinking"] = args.reasoning == "on";
+  return vars;
 }
 
 // Folds llama-server's flags into inferd's settings; warns once per ignored flag.
@@ -143,6 +179,29 @@ void apply_llama_server_flags(ServeArgs& args) {
     fail("sampling flags (--temp, --top-k, ...): {}", e.what());
   }
   if (!args.chat_template_file.empty()) args.chat_template = args.chat_template_file;
+}
+
+// What the embedding routes serve. Pooling comes from --pooling, else from the file (embedding
+// models name theirs), else `last`: llama.cpp would pool a decoder without the key per token
+// ("none"), which the OpenAI route refuses, while a causal model's last token is the one that
+// has read the whole input.
+server::EmbeddingOptions embedding_options(const ServeArgs& args, const gguf::GgufFile& file) {
+  server::EmbeddingOptions o;
+  o.embeddings = args.embedding || args.reranking;
+  if (args.reranking) {
+    server::set_pooling(o, "rank");
+  } else if (!args.pooling.empty()) {
+    server::set_pooling(o, args.pooling);
+  } else if (const auto type = file.get_int(file.architecture() + ".pooling_type")) {
+    if (!server::set_pooling_from_file(o, *type))
+      fail("{}: {}.pooling_type {} is not a pooling llama.cpp knows: pass --pooling", file.name(),
+           file.architecture(), *type);
+  }
+  if (o.rank) {
+    o.embeddings = true;  // --pooling rank serves the rerank routes, as --reranking does
+    o.rerank_template = file.get_string("tokenizer.chat_template.rerank").value_or("");
+  }
+  return o;
 }
 
 server::HttpServer* g_server = nullptr;
@@ -211,7 +270,8 @@ void serve(ServeArgs args) {
   context.reasoning_format = server::parse_reasoning_format(args.reasoning_format);
   context.template_thinks =
       chat_template && chat_template->source().find("<think>") != std::string::npos;
-  context.render_chat = [&loop, chat_template, path](
+  const nlohmann::ordered_json template_variables = chat_template_variables(args);
+  context.render_chat = [&loop, chat_template, path, template_variables](
                             const nlohmann::ordered_json& messages,
                             const nlohmann::ordered_json& tools) -> std::string {
     if (!chat_template) {
@@ -224,6 +284,7 @@ void serve(ServeArgs args) {
     }
     tokenizer::ChatInputs inputs;
     inputs.messages = messages;
+    inputs.extra = template_variables;
     if (!tools.is_null()) inputs.tools = tools;
     return tokenizer::render_chat_prompt(*chat_template, loop.tokenizer(), std::move(inputs));
   };
@@ -237,6 +298,9 @@ void serve(ServeArgs args) {
   options.cors_origins = args.cors_origins;
   options.model_path = std::filesystem::absolute(path).string();
   options.total_slots = config.max_seqs;
+  options.embeddings = embedding_options(args, file);
+  options.metrics = !args.no_metrics;
+  options.slots = args.slots;
   if (chat_template) options.chat_template = chat_template->source();
   server::HttpServer http(loop, metrics, std::move(context), options);
   g_server = &http;
@@ -255,7 +319,8 @@ void register_serve(CLI::App& app) {
   auto* cmd = app.add_subcommand("serve", "Serve the model over an OpenAI-compatible HTTP API");
   auto args = std::make_shared<ServeArgs>();
   cmd->add_option("-m,--model", args->model, "GGUF model file (default: the fetched SmolLM2)");
-  cmd->add_option("--host", args->host, "Address to listen on");
+  cmd->add_option("--host", args->host,
+                  "Address to listen on; several: comma-separated (127.0.0.1,::1)");
   cmd->add_option("--port", args->port, "Port (0: any free port)")->check(CLI::Range(0, 65535));
   args->threads.add_to(*cmd);
   cmd->add_option("-c,--ctx-size", args->context,
@@ -300,6 +365,16 @@ void register_serve(CLI::App& app) {
   add_spec_options(*cmd, args->spec);
   add_grammar_thread_option(*cmd, args->grammar_thread);
   add_sampling_options(*cmd, args->sampling);
+  cmd->add_flag("--embedding,--embeddings", args->embedding,
+                "Serve embeddings: POST /v1/embeddings, /embeddings, /embedding (the prompt's "
+                "final hidden states, pooled by --pooling)");
+  cmd->add_option("--pooling", args->pooling,
+                  "Embeddings' pooling: none (a vector per token), mean, cls (first token), last, "
+                  "rank (reranking); default: the file's, else last")
+      ->check(CLI::IsMember({"none", "mean", "cls", "last", "rank"}));
+  cmd->add_flag("--reranking,--rerank", args->reranking,
+                "Serve POST /rerank (and /reranking, /v1/rerank): pairs scored from the last "
+                "token, as llama-server's --reranking");
   add_llama_server_flags(*cmd, *args);
   cmd->callback([args] { serve(*args); });
 }

@@ -54,6 +54,11 @@ struct Engine::Active {
   std::unique_ptr<structured::GrammarMatcher> grammar;  // constrained decoding only
   // This step's first logits row already has the grammar's mask (finish_grammar_masks).
   bool mask_applied = false;
+  // An embedding request: its answer, sized at admission ([1, n_embd] pooled, [prompt, n_embd]
+  // per token), and the first position not folded in yet (a preempted prompt is computed again:
+  // its positions before this one are skipped, so a mean never counts one twice).
+  std::vector<float> embedding;
+  int64_t embed_next = 0;
 };
 
 // A beam search's beams. Beam slot 0 is the request's own sequence; each slot's sequence is
@@ -203,8 +208,17 @@ Engine::~Engine() = default;
 uint64_t Engine::add_request(Request request) {
   const int64_t prompt = static_cast<int64_t>(request.prompt.size());
   if (prompt == 0) fail("the prompt is empty");
+  if (request.embed) {
+    // Nothing is generated: the prompt alone must fit, and nothing of the output path applies.
+    if (prompt > config_.context)
+      fail("input of {} tokens is too large for the context of {}", prompt, config_.context);
+    if (request.beam_width > 0 || request.grammar || request.logprobs >= 0 ||
+        !request.more_outputs.empty())
+      fail("an embedding request has no beams, grammar, logprobs or further choices");
+    request.max_tokens = 1;  // the sizes made at admission stay within the context
+  }
   if (request.max_tokens < 1) fail("max_tokens must be at least 1, got {}", request.max_tokens);
-  if (prompt + request.max_tokens > config_.context) {
+  if (!request.embed && prompt + request.max_tokens > config_.context) {
     fail("prompt of {} tokens plus max_tokens {} is {} tokens, more than the context of {}", prompt,
          request.max_tokens, prompt + request.max_tokens, config_.context);
   }
@@ -282,7 +296,12 @@ std::unique_ptr<Engine::Active> Engine::make_active(Request request) {
   if (request.grammar)
     active->grammar = std::make_unique<structured::GrammarMatcher>(request.grammar);
   active->stop = std::make_unique<StopMatcher>(request.stop, tokenizer_->max_piece_bytes() * 3 + 4);
-  if (config_.spec.enabled() && request.beam_width == 0)
+  if (request.embed) {
+    const auto n_embd = static_cast<size_t>(model_->config().n_embd);
+    const size_t rows = *request.embed == Pooling::kNone ? static_cast<size_t>(prompt) : 1;
+    active->embedding.assign(rows * n_embd, 0.0f);
+  }
+  if (config_.spec.enabled() && request.beam_width == 0 && !request.embed)
     active->spec_max = request.spec_tokens < 0 ? config_.spec.num_tokens : request.spec_tokens;
   if (draft_ && active->spec_max > 0) {
     active->draft_state = std::make_unique<DraftModel::State>();
@@ -328,6 +347,7 @@ void Engine::step() {
     record_step_time(std::chrono::duration<double>(Clock::now() - started).count());
   for (size_t i = 0; i < scheduled_.size(); ++i) {
     Sequence& seq = *scheduled_[i].seq;
+    const int64_t first_position = seq.num_computed;
     seq.num_computed += scheduled_[i].num_new_tokens;
     computed_tokens_ += scheduled_[i].num_new_tokens;
     // Draft tokens are not indexed: a rejected one's K/V is overwritten later. Accepted ones
@@ -336,6 +356,10 @@ void Engine::step() {
       prefix_cache_->index_computed(seq.tokens,
                                     std::min(seq.num_computed, seq.num_tokens() - seq.num_draft),
                                     seq.prefix, seq.block_tables);
+    }
+    if (seq.request.embed) {
+      take_hidden_states(*active_.at(seq.request_id), i, first_position);
+      continue;
     }
     if (!runner_->wants_logits(i)) continue;
     Active& active = *active_.at(seq.request_id);
@@ -424,6 +448,41 @@ void Engine::finish_grammar_masks() {
   });
   grammar_fills_.clear();
   grammar_fill_rows_.clear();
+}
+
+void Engine::take_hidden_states(Active& active, size_t scheduled_index, int64_t first_position) {
+  Sequence& seq = active.seq;
+  const auto n_embd = static_cast<size_t>(model_->config().n_embd);
+  const std::span<const float> rows = runner_->hidden_for(scheduled_index);  // [n, n_embd]
+  const Pooling pooling = *seq.request.embed;
+  const int64_t last = seq.num_prompt_tokens - 1;
+  for (size_t r = 0; r < rows.size() / n_embd; ++r) {
+    const int64_t pos = first_position + static_cast<int64_t>(r);
+    if (pos < active.embed_next) continue;  // folded in before a preemption
+    active.embed_next = pos + 1;
+    const std::span<const float> row = rows.subspan(r * n_embd, n_embd);
+    switch (pooling) {
+      case Pooling::kNone:
+        std::copy(row.begin(), row.end(),
+                  active.embedding.data() + static_cast<size_t>(pos) * n_embd);
+        break;
+      case Pooling::kMean:
+        for (size_t j = 0; j < n_embd; ++j) active.embedding[j] += row[j];
+        break;
+      case Pooling::kCls:
+        if (pos == 0) std::copy(row.begin(), row.end(), active.embedding.begin());
+        break;
+      case Pooling::kLast:
+        if (pos == last) std::copy(row.begin(), row.end(), active.embedding.begin());
+        break;
+    }
+  }
+  if (seq.num_computed < seq.num_prompt_tokens) return;
+  if (pooling == Pooling::kMean) {
+    const float scale = 1.0f / static_cast<float>(seq.num_prompt_tokens);
+    for (float& v : active.embedding) v *= scale;
+  }
+  finish(active, FinishReason::kStop);
 }
 
 int32_t Engine::process_output(Active& active, std::span<float> logits) {
@@ -526,6 +585,7 @@ void Engine::finish(Active& active, FinishReason reason, std::string error) {
     if (!r.stopped) tail += active.stop->finish();
     if (!tail.empty()) seq.request.output->on_text(tail);
   }
+  if (seq.request.embed && complete) result.embedding = std::move(active.embedding);
   result.finish_reason = reason;
   result.error = std::move(error);
   result.stop_word = active.stop_word;

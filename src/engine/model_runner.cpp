@@ -8,7 +8,11 @@ namespace inferd::engine {
 
 ModelRunner::ModelRunner(model::Model& model, kv::KvCache& cache, ThreadPool& pool,
                          int64_t max_batch_tokens, int max_seqs, int max_draft)
-    : model_(model), cache_(cache), pool_(pool), n_vocab_(model.config().n_vocab) {
+    : model_(model),
+      cache_(cache),
+      pool_(pool),
+      n_vocab_(model.config().n_vocab),
+      n_embd_(model.config().n_embd) {
   const auto tokens = static_cast<size_t>(max_batch_tokens);
   const auto seqs = static_cast<size_t>(max_seqs);
   tokens_.resize(tokens);
@@ -20,6 +24,11 @@ ModelRunner::ModelRunner(model::Model& model, kv::KvCache& cache, ThreadPool& po
   logit_rows_.resize(max_rows);
   logit_index_.resize(seqs);
   logit_count_.resize(seqs);
+  // Hidden states for every token a step may hold, so embedding requests never allocate.
+  hidden_rows_.resize(tokens);
+  hidden_index_.resize(seqs);
+  hidden_count_.resize(seqs);
+  hidden_.resize(tokens * static_cast<size_t>(n_embd_));
   const size_t n_logits = max_rows * static_cast<size_t>(n_vocab_);
   logits_memory_ = HugePageBuffer(n_logits * sizeof(float));
   logits_memory_.prefault();
@@ -29,7 +38,7 @@ ModelRunner::ModelRunner(model::Model& model, kv::KvCache& cache, ThreadPool& po
 void ModelRunner::run(std::span<const ScheduledSequence> scheduled) {
   if (scheduled.size() > logit_index_.size())
     fail("model runner: {} sequences in one step", scheduled.size());
-  size_t t = 0, entries = 0, rows = 0;
+  size_t t = 0, entries = 0, rows = 0, hidden = 0;
   // Appends positions [begin, end) of sequence i as one batch entry; logits where the entry
   // reaches the end of the known tokens (the next one is sampled), and for each draft token.
   const auto add = [&](size_t i, int64_t begin, int64_t end) {
@@ -40,6 +49,18 @@ void ModelRunner::run(std::span<const ScheduledSequence> scheduled) {
     sequences_[entries++] = {static_cast<int64_t>(t), static_cast<int64_t>(t) + (end - begin),
                              &seq.block_tables};
     const int64_t first_logit = seq.num_tokens() - 1 - seq.num_draft;
+    if (seq.request.embed) {
+      // A prompt alone: one entry per step, so its rows are consecutive and in position order.
+      if (hidden_count_[i] > 0) fail("model runner: an embedding request split in one step");
+      hidden_index_[i] = static_cast<int32_t>(hidden);
+      hidden_count_[i] = static_cast<int32_t>(end - begin);
+      for (int64_t pos = begin; pos < end; ++pos, ++t) {
+        tokens_[t] = seq.tokens[static_cast<size_t>(pos)];
+        positions_[t] = static_cast<int32_t>(pos);
+        hidden_rows_[hidden++] = static_cast<int32_t>(t);
+      }
+      return;
+    }
     for (int64_t pos = begin; pos < end; ++pos, ++t) {
       tokens_[t] = seq.tokens[static_cast<size_t>(pos)];
       positions_[t] = static_cast<int32_t>(pos);
@@ -63,6 +84,7 @@ void ModelRunner::run(std::span<const ScheduledSequence> scheduled) {
     const int64_t begin = scheduled[i].seq->num_computed;
     const int64_t end = begin + scheduled[i].num_new_tokens;
     logit_count_[i] = 0;
+    hidden_count_[i] = 0;
     add(i, prompt_end(i, begin, end), end);
   }
   const size_t bf16_rows_begin = t;
@@ -75,8 +97,16 @@ void ModelRunner::run(std::span<const ScheduledSequence> scheduled) {
                      {positions_.data(), t},
                      {sequences_.data(), entries},
                      {logit_rows_.data(), rows},
-                     static_cast<int64_t>(bf16_rows_begin)};
+                     static_cast<int64_t>(bf16_rows_begin),
+                     {hidden_rows_.data(), hidden},
+                     hidden_.data()};
   model_.forward(batch, cache_, logits_.data(), pool_);
+}
+
+std::span<const float> ModelRunner::hidden_for(size_t i) const {
+  const auto n = static_cast<size_t>(n_embd_);
+  return {hidden_.data() + static_cast<size_t>(hidden_index_[i]) * n,
+          static_cast<size_t>(hidden_count_[i]) * n};
 }
 
 std::span<float> ModelRunner::logits_for(size_t i, int32_t row) {

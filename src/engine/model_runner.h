@@ -28,6 +28,10 @@ class ModelRunner {
   bool wants_logits(size_t i) const { return logit_count_[i] > 0; }
   int32_t num_logit_rows(size_t i) const { return logit_count_[i]; }
   std::span<float> logits_for(size_t i, int32_t row = 0);
+  // Embedding requests (Request::embed) get no logits: each position the step computes gets its
+  // final hidden state instead. [positions computed this step, n_embd], in position order from
+  // the sequence's num_computed before the step.
+  std::span<const float> hidden_for(size_t i) const;
 
  private:
   model::Model& model_;
@@ -40,6 +44,11 @@ class ModelRunner {
   std::vector<int32_t> logit_rows_;              // [max_logit_rows]
   std::vector<int32_t> logit_index_;             // per scheduled sequence: its first row
   std::vector<int32_t> logit_count_;             // per scheduled sequence: its rows (0: none)
+  int n_embd_;
+  std::vector<int32_t> hidden_rows_;   // [max_batch_tokens] batch rows of embedding requests
+  std::vector<int32_t> hidden_index_;  // per scheduled sequence: its first hidden row
+  std::vector<int32_t> hidden_count_;  // per scheduled sequence: its hidden rows (0: none)
+  std::vector<float> hidden_;          // [max_batch_tokens, n_embd]
   // [max_logit_rows, n_vocab], in huge pages: the rows the output matmul stores together lie
   // n_vocab floats apart (192 KiB for a 49K vocabulary), so in 4 KiB pages each is a page of its
   // own.

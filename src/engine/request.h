@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -19,6 +20,15 @@ class CompiledGrammar;
 namespace inferd::engine {
 
 enum class FinishReason { kStop, kLength, kCancelled, kError };
+
+// How an embedding request folds the final hidden states of its prompt tokens (after the output
+// norm, before the vocabulary projection) into its answer.
+enum class Pooling {
+  kNone,  // no folding: one vector per prompt token
+  kMean,  // the mean over the prompt's tokens
+  kCls,   // the first token's
+  kLast,  // the last token's: in a causal model the only one that has seen the whole input
+};
 std::string_view finish_reason_name(FinishReason reason);  // "stop", "length", ...
 
 struct RequestStats {
@@ -51,6 +61,9 @@ struct RequestResult {
   RequestStats stats;
   std::vector<int32_t> output_tokens;  // a beam search: the best beam's
   std::vector<BeamResult> beams;       // a beam search: its best hypotheses, best first
+  // An embedding request: [1, n_embd] pooled, or [prompt tokens, n_embd] with Pooling::kNone;
+  // as the model computed them (normalizing is the caller's choice).
+  std::vector<float> embedding;
 };
 
 // Receives a request's output on the engine thread. Implementations must be quick and must
@@ -91,6 +104,10 @@ struct Request {
   // Constrained decoding (structured/grammar.h): each token is sampled among those the grammar
   // allows next, and the output ends when it is complete. Null: unconstrained.
   std::shared_ptr<const structured::CompiledGrammar> grammar;
+  // An embedding request when set: nothing is sampled; the prompt is computed and the result's
+  // `embedding` holds its hidden states pooled this way (max_tokens, sampling and stops do not
+  // apply).
+  std::optional<Pooling> embed;
   std::shared_ptr<OutputChannel> output;
   // n > 1 choices of this prompt: choice i (1..) streams into more_outputs[i - 1]. They fork
   // from the first choice when its prompt is computed (sharing its blocks), each with its own

@@ -101,7 +101,8 @@ void Scheduler::schedule(std::vector<ScheduledSequence>& out) {
     Sequence& seq = *waiting_.front();
     if (running_slots() + seq.slots > config_.max_seqs) break;
     int64_t cached = 0;
-    if (prefix_cache_ != nullptr && seq.num_computed == 0) {
+    const bool lookup = prefix_cache_ != nullptr && !seq.needs_every_position();
+    if (lookup && seq.num_computed == 0) {
       cached = prefix_cache_->match(seq.tokens, seq.prefix, seq.block_tables);
       seq.num_computed = cached;
       if (shares_a_running_prefill(seq, cached)) {  // wait for those blocks rather than redo them
@@ -118,7 +119,7 @@ void Scheduler::schedule(std::vector<ScheduledSequence>& out) {
     }
     if (seq.num_cached_tokens < 0) {  // first admission: what the request found cached
       seq.num_cached_tokens = cached;
-      if (prefix_cache_ != nullptr) prefix_cache_->count(seq.num_tokens(), cached);
+      if (lookup) prefix_cache_->count(seq.num_tokens(), cached);
     }
     waiting_.pop_front();
     seq.status = SequenceStatus::kRunning;

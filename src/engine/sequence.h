@@ -37,6 +37,11 @@ struct Sequence {
   int64_t num_tokens() const { return static_cast<int64_t>(tokens.size()); }
   int64_t num_generated() const { return num_tokens() - num_prompt_tokens; }
   int64_t num_uncomputed() const { return num_tokens() - num_computed; }
+  // An embedding pooled over more than its last token needs the hidden state of every prompt
+  // position, so its prompt is computed whole, never started from cached blocks.
+  bool needs_every_position() const {
+    return request.embed.has_value() && *request.embed != Pooling::kLast;
+  }
   // Forgets unverified drafts (and any K/V computed for them: they are past num_computed).
   void drop_drafts() {
     tokens.resize(tokens.size() - static_cast<size_t>(num_draft));

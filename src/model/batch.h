@@ -32,6 +32,10 @@ struct Batch {
   // Rows [bf16_rows_begin, n_tokens) are tokens of long prompts (kBf16PromptTokens); the rows
   // before it take the int8 kernels.
   int64_t bf16_rows_begin = std::numeric_limits<int64_t>::max();
+  // Batch token indices whose final hidden state (the output norm's result, the input of the
+  // vocabulary projection) is wanted (embeddings), and where it goes: [hidden_rows.size(), n_embd].
+  std::span<const int32_t> hidden_rows{};
+  float* hidden = nullptr;
 
   int64_t num_tokens() const { return static_cast<int64_t>(tokens.size()); }
 };

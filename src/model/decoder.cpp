@@ -190,6 +190,7 @@ class Decoder final : public Model {
       attention_block(l, batch, cache, pool);
       feed_forward_block(l, T, batch.bf16_rows_begin, pool);
     }
+    if (!batch.hidden_rows.empty()) compute_hidden(batch, pool);
     compute_logits(batch, logits, pool);
   }
 
@@ -405,19 +406,36 @@ class Decoder final : public Model {
     }
   }
 
+  // The final hidden states of the rows asked for (embeddings): the last layer's residual add
+  // and the output norm, as the logit rows get them, written to the caller's buffer.
+  void compute_hidden(const Batch& batch, ThreadPool& pool) {
+    const ModelConfig& c = config_;
+    if (batch.hidden == nullptr) fail("batch asks for hidden states without a buffer for them");
+    const auto R = static_cast<int64_t>(batch.hidden_rows.size());
+    for (const int32_t t : batch.hidden_rows)
+      if (t < 0 || t >= batch.num_tokens()) fail("hidden-state row {} is not a batch token", t);
+    per_token(pool, R, [&](int64_t r) {
+      final_hidden(batch.hidden_rows[static_cast<size_t>(r)], batch.hidden + r * c.n_embd);
+    });
+  }
+
+  // out[n_embd] = the output norm of token t's residual stream after the last layer: the last
+  // layer's residual add happens here, into `out`, so a token asked for twice is not added to
+  // twice.
+  void final_hidden(int64_t t, float* out) const {
+    const int64_t n = config_.n_embd;
+    std::copy_n(&ws_.x[t * n], n, out);
+    kernels::add_inplace(out, &ws_.proj[t * n], n);
+    kernels::rms_norm(out, output_norm_, out, n, config_.rms_eps);
+  }
+
   void compute_logits(const Batch& batch, float* logits, ThreadPool& pool) {
     const ModelConfig& c = config_;
     DecoderWorkspace& ws = ws_;
     const auto R = static_cast<int64_t>(batch.logit_rows.size());
-    for (int64_t r = 0; r < R; ++r) {
-      const int64_t t = batch.logit_rows[static_cast<size_t>(r)];
-      // The last layer's residual add, for the rows that need it (into ws.last, so a row
-      // listed twice is not added twice).
-      float* row = &ws.last[r * c.n_embd];
-      std::copy_n(&ws.x[t * c.n_embd], c.n_embd, row);
-      kernels::add_inplace(row, &ws.proj[t * c.n_embd], c.n_embd);
-      kernels::rms_norm(row, output_norm_, row, c.n_embd, c.rms_eps);
-    }
+    if (R == 0) return;  // a step of embedding requests only
+    for (int64_t r = 0; r < R; ++r)
+      final_hidden(batch.logit_rows[static_cast<size_t>(r)], &ws.last[r * c.n_embd]);
     kernels::matmul(output_, ws.last.data(), R, logits, ws.scratch, pool);  // [R, n_vocab]
     if (spec_.final_softcap > 0) {
       const float cap = spec_.final_softcap;

@@ -161,7 +161,12 @@ void EngineLoop::run() {
     arrived.clear();
     publish_gauges();
     try {
-      if (!engine_.idle()) engine_.step();
+      if (!engine_.idle()) {
+        engine_.step();
+        metrics_.steps.fetch_add(1, std::memory_order_relaxed);
+        metrics_.step_sequences.fetch_add(static_cast<int64_t>(engine_.num_running()),
+                                          std::memory_order_relaxed);
+      }
     } catch (const std::exception& e) {
       // Requests are validated before they are queued, so this is a bug; keep serving the
       // others rather than taking the process down.

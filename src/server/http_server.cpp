@@ -8,8 +8,13 @@
 #include <chrono>
 #include <ctime>
 #include <functional>
+#include <memory>
+#include <thread>
+#include <vector>
 
+#include "server/anthropic_api.h"
 #include "server/cors.h"
+#include "server/infill.h"
 #include "server/llama_native.h"
 #include "server/openai_response.h"
 #include "server/web_assets.h"
@@ -85,6 +90,11 @@ struct HttpServer::Impl {
   CorsPolicy cors;
   httplib::Server server;
   std::atomic<uint64_t> next_id{1};
+  const int64_t started_unix = static_cast<int64_t>(std::time(nullptr));
+  // One server per listening address (--host takes a comma-separated list): the first is
+  // `server`, the others are made by HttpServer's constructor.
+  std::vector<std::unique_ptr<httplib::Server>> more_servers;
+  std::vector<std::string> hosts;
   int bound_port = 0;
 
   Impl(EngineLoop& l, ServerMetrics& m, ParseContext c, ServerOptions o)
@@ -94,14 +104,18 @@ struct HttpServer::Impl {
         options(std::move(o)),
         cors(options.cors_origins) {}
 
+  // The key as OpenAI's clients send it (Authorization: Bearer) or as Anthropic's do
+  // (x-api-key), on any route, as llama-server takes both.
   bool authorized(const httplib::Request& req, httplib::Response& res) {
     if (options.api_key.empty()) return true;
     if (req.get_header_value("Authorization") == "Bearer " + options.api_key) return true;
+    if (req.has_header("x-api-key") && req.get_header_value("x-api-key") == options.api_key)
+      return true;
     metrics.record_rejected(401);
-    send_json(res, 401,
-              ApiError(401, "Incorrect or missing API key (Authorization: Bearer ...)", "",
-                       "authentication_error", "invalid_api_key")
-                  .body());
+    const ApiError e(401, "Incorrect or missing API key (Authorization: Bearer ... or x-api-key)",
+                     "", "authentication_error", "invalid_api_key");
+    // Anthropic's routes answer in Anthropic's error shape, which its SDKs read.
+    send_json(res, 401, req.path.starts_with("/v1/messages") ? anthropic_error_body(e) : e.body());
     return false;
   }
 
@@ -110,11 +124,29 @@ struct HttpServer::Impl {
     send_json(res, e.status, e.body());
   }
 
+  // Runs parse(); a bad request (ApiError, or a JSON value of the wrong type) is answered and
+  // false returned.
+  template <typename Parse>
+  bool parsed(httplib::Response& res, Parse parse) {
+    try {
+      parse();
+      return true;
+    } catch (const ApiError& e) {
+      fail_with(res, e);
+    } catch (const json::exception& e) {
+      fail_with(res, ApiError(400, fmt::format("a field has the wrong type: {}", e.what())));
+    }
+    return false;
+  }
+
   static json parse_body(const httplib::Request& req) {
     try {
       return json::parse(req.body);
     } catch (const json::parse_error& e) {
       throw ApiError(400, fmt::format("the body is not valid JSON: {}", e.what()));
+    } catch (const json::exception& e) {  // a number beyond a double's range (1e400)
+      throw ApiError(400,
+                     fmt::format("the body holds a value JSON cannot represent: {}", e.what()));
     }
   }
 
@@ -227,14 +259,16 @@ struct HttpServer::Impl {
     }
   }
 
-  // llama-server's POST /completion and /completions (server/llama_native.h).
-  void handle_native_completion(const httplib::Request& req, httplib::Response& res) {
+  // llama-server's POST /completion and /completions (server/llama_native.h), and /infill
+  // (server/infill.h), which is one with a prompt made of the code around the cursor.
+  void handle_native_completion(const httplib::Request& req, httplib::Response& res,
+                                bool infill = false) {
     if (!authorized(req, res)) return;
     auto g = std::make_shared<Generation>();
     NativeOptions options;
     bool zero_predict = false;
     try {
-      const json body = parse_body(req);
+      const json body = infill ? infill_to_native(parse_body(req), context) : parse_body(req);
       g->request = parse_completion(native_to_openai(body, context), false,
                                     native_parse_context(body, context));
       options.model = context.model_ids.front();
@@ -460,6 +494,103 @@ struct HttpServer::Impl {
     }
   }
 
+  // Embedding and rerank requests: one engine request per prompt, all queued at once so the
+  // engine computes them in the same steps, answered by `answer` (results in prompt order)
+  // once every one is done. Chunked like respond_whole, so a client that leaves cancels them.
+  void run_embedding_jobs(httplib::Response& res, std::vector<std::vector<int32_t>> prompts,
+                          engine::Pooling pooling,
+                          std::function<json(std::vector<engine::RequestResult>&)> answer) {
+    struct Jobs {
+      std::vector<std::shared_ptr<StreamChannel>> channels;
+      std::vector<engine::RequestResult> results;
+      void cancel() {
+        for (auto& c : channels) c->cancel();
+      }
+    };
+    auto jobs = std::make_shared<Jobs>();
+    for (std::vector<int32_t>& prompt : prompts) {
+      auto channel = std::make_shared<StreamChannel>(&metrics);
+      engine::Request r;
+      r.prompt = std::move(prompt);
+      r.embed = pooling;
+      r.output = channel;
+      if (!loop.submit(std::move(r))) {
+        jobs->cancel();
+        fail_with(res, ApiError(429, "the server's queue is full; retry later", "",
+                                "rate_limit_exceeded", "queue_full"));
+        return;
+      }
+      jobs->channels.push_back(std::move(channel));
+    }
+    res.set_chunked_content_provider(
+        "application/json",
+        [jobs, answer, quiet = std::chrono::steady_clock::now()](size_t,
+                                                                 httplib::DataSink& sink) mutable {
+          std::string error;
+          for (const auto& channel : jobs->channels) {
+            std::optional<engine::RequestResult> result;
+            while (!result) {
+              result = channel->wait(kPollInterval).result;
+              if (result || std::chrono::steady_clock::now() - quiet <= kKeepAliveInterval)
+                continue;
+              quiet = std::chrono::steady_clock::now();
+              if (!sink.is_writable() || !sink.write(" ", 1)) return jobs->cancel(), false;
+            }
+            if (result->finish_reason == engine::FinishReason::kError && error.empty())
+              error = result->error;
+            jobs->results.push_back(std::move(*result));
+          }
+          const json body = error.empty() ? answer(jobs->results) : ApiError(400, error).body();
+          const std::string text = body.dump(-1, ' ', false, json::error_handler_t::replace);
+          sink.write(text.data(), text.size());
+          sink.done();
+          return true;
+        },
+        [jobs](bool) { jobs->cancel(); });
+  }
+
+  // llama-server's POST /embedding, /embeddings (its own answer) and /v1/embeddings (OpenAI's).
+  void handle_embeddings(const httplib::Request& req, httplib::Response& res, bool oai) {
+    if (!authorized(req, res)) return;
+    auto request = std::make_shared<EmbeddingRequest>();
+    if (!parsed(res, [&] {
+          *request = parse_embedding_request(parse_body(req), oai, options.embeddings, context);
+        }))
+      return;
+    const EmbeddingOptions& o = options.embeddings;
+    const bool per_token = o.pooling == engine::Pooling::kNone && !o.rank;
+    run_embedding_jobs(res, request->inputs, o.pooling,
+                       [this, request, per_token](std::vector<engine::RequestResult>& results) {
+                         std::vector<EmbeddingOutput> outputs;
+                         for (engine::RequestResult& r : results)
+                           outputs.push_back({std::move(r.embedding), r.stats.prompt_tokens});
+                         return embeddings_response(*request, std::move(outputs), per_token,
+                                                    loop.model_config().n_embd,
+                                                    context.model_ids.front());
+                       });
+  }
+
+  // llama-server's POST /rerank and its aliases: a score per (query, document) pair.
+  void handle_rerank(const httplib::Request& req, httplib::Response& res) {
+    if (!authorized(req, res)) return;
+    auto request = std::make_shared<RerankRequest>();
+    if (!parsed(res, [&] {
+          *request = parse_rerank_request(parse_body(req), options.embeddings, context);
+        }))
+      return;
+    run_embedding_jobs(res, request->inputs, engine::Pooling::kLast,
+                       [this, request](std::vector<engine::RequestResult>& results) {
+                         std::vector<double> scores;
+                         std::vector<int64_t> tokens;
+                         for (const engine::RequestResult& r : results) {
+                           scores.push_back(rerank_score(r.embedding));
+                           tokens.push_back(r.stats.prompt_tokens);
+                         }
+                         return rerank_response(*request, scores, tokens,
+                                                context.model_ids.front());
+                       });
+  }
+
   void handle_detokenize(const httplib::Request& req, httplib::Response& res) {
     if (!authorized(req, res)) return;
     try {
@@ -475,9 +606,89 @@ struct HttpServer::Impl {
                          "tokens");
         ids.push_back(static_cast<int32_t>(t.get<int64_t>()));
       }
-      send_json(res, 200, {{"prompt", context.tokenizer->decode(ids, false)}});
+      // "prompt" as vLLM answers, "content" as llama-server does.
+      const std::string text = context.tokenizer->decode(ids, false);
+      send_json(res, 200, {{"prompt", text}, {"content", text}});
     } catch (const ApiError& e) {
       fail_with(res, e);
+    }
+  }
+
+  void fail_anthropic(httplib::Response& res, const ApiError& e) {
+    metrics.record_rejected(e.status);
+    send_json(res, e.status, anthropic_error_body(e));
+  }
+
+  // Anthropic's POST /v1/messages (server/anthropic_api.h): the request becomes an OpenAI chat
+  // request and is generated as /v1/chat/completions generates it; the answer goes back as a
+  // message or as Anthropic's typed events.
+  void handle_anthropic_messages(const httplib::Request& req, httplib::Response& res) {
+    if (!authorized(req, res)) return;
+    auto g = std::make_shared<Generation>();
+    try {
+      g->request = parse_completion(anthropic_to_openai(parse_body(req)), true, context);
+    } catch (const ApiError& e) {
+      fail_anthropic(res, e);
+      return;
+    } catch (const json::exception& e) {
+      fail_anthropic(res, ApiError(400, fmt::format("a field has the wrong type: {}", e.what())));
+      return;
+    }
+    if (!start(*g)) {
+      fail_anthropic(res, ApiError(429, "the server's queue is full; retry later"));
+      return;
+    }
+    const std::string id = fmt::format("msg_{}", next_id++);
+    if (!g->request.stream) {
+      respond_whole(res, g, [g, id] { return anthropic_message(g->request, g->choices[0], id); });
+      return;
+    }
+    auto writer = std::make_shared<AnthropicStreamWriter>(g->request, id);
+    res.set_header("Cache-Control", "no-cache");
+    res.set_chunked_content_provider(
+        "text/event-stream",
+        [this, g, writer](size_t, httplib::DataSink& sink) {
+          // SseWriter writes data-only events; Anthropic's carry an event line each, and its
+          // keep-alive is a ping event.
+          auto quiet_since = std::chrono::steady_clock::now();
+          const auto send = [&](const json& event) {
+            const std::string text = anthropic_sse(event);
+            quiet_since = std::chrono::steady_clock::now();
+            return sink.is_writable() && sink.write(text.data(), text.size());
+          };
+          const auto send_all = [&](const std::vector<json>& events) {
+            return std::all_of(events.begin(), events.end(), send);
+          };
+          if (!send(writer->start())) return g->cancel(), false;
+          while (!g->all_done()) {
+            ChannelBatch batch = poll(*g)[0];
+            const bool finished = batch.result.has_value();
+            const ReasoningSplitter::Pieces fresh = collect(*g, 0, batch);
+            if (finished && !g->error.empty()) {
+              send(anthropic_error_body(ApiError(500, g->error)));
+              break;
+            }
+            if (!send_all(writer->delta(fresh.reasoning, fresh.content))) return g->cancel(), false;
+            if (finished && !send_all(writer->finish(g->choices[0]))) return g->cancel(), false;
+            if (std::chrono::steady_clock::now() - quiet_since > kKeepAliveInterval &&
+                !send(AnthropicStreamWriter::ping()))
+              return g->cancel(), false;
+          }
+          sink.done();
+          return true;
+        },
+        [g](bool) { g->cancel(); });
+  }
+
+  // Anthropic's POST /v1/messages/count_tokens: {"input_tokens": N}.
+  void handle_anthropic_count_tokens(const httplib::Request& req, httplib::Response& res) {
+    if (!authorized(req, res)) return;
+    try {
+      send_json(res, 200, anthropic_count_tokens(parse_body(req), context));
+    } catch (const ApiError& e) {
+      fail_anthropic(res, e);
+    } catch (const json::exception& e) {
+      fail_anthropic(res, ApiError(400, fmt::format("a field has the wrong type: {}", e.what())));
     }
   }
 
@@ -493,7 +704,9 @@ struct HttpServer::Impl {
     res.set_header("Vary", "Origin");
   }
 
-  void cors_routes() {
+  // `server` is one listening socket's server; there is one per --host address, each with every
+  // route (httplib serves one socket a server).
+  void cors_routes(httplib::Server& server) {
     server.Options(R"(.*)", [this](const httplib::Request& req, httplib::Response& res) {
       allow_origin(req, res);
       if (!res.has_header("Access-Control-Allow-Origin")) return;
@@ -508,8 +721,8 @@ struct HttpServer::Impl {
     });
   }
 
-  void routes() {
-    cors_routes();
+  void routes(httplib::Server& server) {
+    cors_routes(server);
     if (options.webui) {
       for (const WebAsset& asset : web_assets()) {
         server.Get(std::string(asset.path), [&asset](const httplib::Request&,
@@ -531,7 +744,37 @@ struct HttpServer::Impl {
     server.Get("/health", health);
     server.Get("/v1/health", health);
     server.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+      if (!options.metrics) {  // as llama-server answers when its metrics are off
+        send_json(res, 501,
+                  ApiError(501, "this server has its metrics off (--no-metrics)", "",
+                           "not_supported_error")
+                      .body());
+        return;
+      }
+      res.set_header("Process-Start-Time-Unix", std::to_string(started_unix));
       res.set_content(metrics.render(), "text/plain; version=0.0.4");
+    });
+    // llama-server's GET /slots: one entry per sequence the engine runs at once. The engine
+    // schedules sequences, not slots, so the running ones are shown in the first entries.
+    server.Get("/slots", [this](const httplib::Request& req, httplib::Response& res) {
+      if (!authorized(req, res)) return;
+      if (!options.slots) {
+        send_json(res, 501,
+                  ApiError(501, "this server's /slots is off (start it with --slots)", "",
+                           "not_supported_error")
+                      .body());
+        return;
+      }
+      const int64_t running = metrics.running.load();
+      json slots = json::array();
+      for (int i = 0; i < options.total_slots; ++i) {
+        json slot = {{"id", i}, {"n_ctx", context.context}, {"is_processing", i < running}};
+        if (i >= running)
+          slot["next_token"] =
+              json::array({{{"has_next_token", false}, {"n_remain", -1}, {"n_decoded", 0}}});
+        slots.push_back(std::move(slot));
+      }
+      send_json(res, 200, slots);
     });
     // llama-server answers the OpenAI routes with and without /v1; so does inferd.
     const auto models = [this](const httplib::Request& req, httplib::Response& res) {
@@ -578,6 +821,9 @@ struct HttpServer::Impl {
     };
     server.Post("/completion", native);
     server.Post("/completions", native);
+    server.Post("/infill", [this](const httplib::Request& req, httplib::Response& res) {
+      handle_native_completion(req, res, true);
+    });
     server.Post("/tokenize", [this](const httplib::Request& req, httplib::Response& res) {
       handle_tokenize(req, res);
     });
@@ -587,6 +833,27 @@ struct HttpServer::Impl {
     server.Post("/apply-template", [this](const httplib::Request& req, httplib::Response& res) {
       handle_apply_template(req, res);
     });
+    // llama-server's embedding routes: its own answer without /v1, OpenAI's with it.
+    for (const char* path : {"/embedding", "/embeddings"}) {
+      server.Post(path, [this](const httplib::Request& req, httplib::Response& res) {
+        handle_embeddings(req, res, false);
+      });
+    }
+    server.Post("/v1/embeddings", [this](const httplib::Request& req, httplib::Response& res) {
+      handle_embeddings(req, res, true);
+    });
+    for (const char* path : {"/rerank", "/reranking", "/v1/rerank", "/v1/reranking"}) {
+      server.Post(path, [this](const httplib::Request& req, httplib::Response& res) {
+        handle_rerank(req, res);
+      });
+    }
+    server.Post("/v1/messages", [this](const httplib::Request& req, httplib::Response& res) {
+      handle_anthropic_messages(req, res);
+    });
+    server.Post("/v1/messages/count_tokens",
+                [this](const httplib::Request& req, httplib::Response& res) {
+                  handle_anthropic_count_tokens(req, res);
+                });
     // Errors httplib makes itself (404 route, 413 body) get an OpenAI error object too.
     server.set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
       if (!res.body.empty()) return;
@@ -613,31 +880,61 @@ struct HttpServer::Impl {
 HttpServer::HttpServer(EngineLoop& loop, ServerMetrics& metrics, ParseContext context,
                        ServerOptions options)
     : impl_(std::make_unique<Impl>(loop, metrics, std::move(context), std::move(options))) {
-  impl_->server.set_payload_max_length(impl_->options.max_body_bytes);
-  const int threads = impl_->options.http_threads;
-  impl_->server.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
-  impl_->routes();
+  Impl& impl = *impl_;
+  for (size_t begin = 0; begin <= impl.options.host.size();) {
+    size_t end = impl.options.host.find(',', begin);
+    if (end == std::string::npos) end = impl.options.host.size();
+    std::string host = impl.options.host.substr(begin, end - begin);
+    host.erase(0, host.find_first_not_of(" \t"));
+    host.erase(host.find_last_not_of(" \t") + 1);
+    if (!host.empty()) impl.hosts.push_back(host);
+    begin = end + 1;
+  }
+  if (impl.hosts.empty()) fail("--host '{}' names no address", impl.options.host);
+  for (size_t i = 1; i < impl.hosts.size(); ++i)
+    impl.more_servers.push_back(std::make_unique<httplib::Server>());
+  const int threads = impl.options.http_threads;
+  const auto configure = [&](httplib::Server& server) {
+    server.set_payload_max_length(impl.options.max_body_bytes);
+    server.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+    impl.routes(server);
+  };
+  configure(impl.server);
+  for (auto& server : impl.more_servers) configure(*server);
 }
 
 HttpServer::~HttpServer() = default;
 
 void HttpServer::listen() {
-  const ServerOptions& o = impl_->options;
-  if (o.port == 0) {
-    impl_->bound_port = impl_->server.bind_to_any_port(o.host);
-    if (impl_->bound_port < 0) fail("cannot bind {}:{}", o.host, o.port);
-  } else {
-    if (!impl_->server.bind_to_port(o.host, o.port))
-      fail("cannot bind {}:{} (in use, or not an address of this machine)", o.host, o.port);
-    impl_->bound_port = o.port;
+  Impl& impl = *impl_;
+  const ServerOptions& o = impl.options;
+  // Every address on the same port: with port 0 the first one's.
+  int port = o.port;
+  for (size_t i = 0; i < impl.hosts.size(); ++i) {
+    httplib::Server& server = i == 0 ? impl.server : *impl.more_servers[i - 1];
+    const std::string& host = impl.hosts[i];
+    if (port == 0) {
+      port = server.bind_to_any_port(host);
+      if (port < 0) fail("cannot bind {}:0", host);
+    } else if (!server.bind_to_port(host, port)) {
+      fail("cannot bind {}:{} (in use, or not an address of this machine)", host, port);
+    }
+    fmt::print(stderr, "[inferd] serving on http://{}:{}{}\n",
+               host.find(':') != std::string::npos ? "[" + host + "]" : host, port,
+               o.webui ? " (chat page at /)" : "");
   }
-  fmt::print(stderr, "[inferd] serving on http://{}:{}{}\n", o.host, impl_->bound_port,
-             o.webui ? " (chat page at /)" : "");
-  impl_->server.listen_after_bind();
+  impl.bound_port = port;
+  std::vector<std::thread> others;
+  for (auto& server : impl.more_servers)
+    others.emplace_back([&server] { server->listen_after_bind(); });
+  impl.server.listen_after_bind();
+  for (auto& server : impl.more_servers) server->stop();
+  for (std::thread& t : others) t.join();
 }
 
 void HttpServer::stop() {
   impl_->server.stop();
+  for (auto& server : impl_->more_servers) server->stop();
 }
 
 int HttpServer::port() const {

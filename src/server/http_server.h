@@ -6,6 +6,7 @@
 #include <memory>
 #include <string>
 
+#include "server/embeddings.h"
 #include "server/engine_loop.h"
 #include "server/metrics.h"
 #include "server/openai_request.h"
@@ -13,7 +14,7 @@
 namespace inferd::server {
 
 struct ServerOptions {
-  std::string host = "127.0.0.1";
+  std::string host = "127.0.0.1";  // or several, comma-separated, all on `port`
   int port = 8080;
   std::string api_key;              // empty: no authentication
   size_t max_body_bytes = 8 << 20;  // larger bodies get 413
@@ -26,7 +27,11 @@ struct ServerOptions {
   // For llama-server's GET /props.
   std::string model_path;
   int total_slots = 1;        // sequences served at once
+  bool metrics = true;        // GET /metrics (--no-metrics: 501, as llama-server without --metrics)
+  bool slots = false;         // GET /slots (--slots; off by default, as in llama-server)
   std::string chat_template;  // the template's source, empty without one
+  // --embedding, --pooling, --reranking: the embedding and rerank routes (server/embeddings.h).
+  EmbeddingOptions embeddings;
 };
 
 class HttpServer {

@@ -68,6 +68,12 @@ void ServerMetrics::record_finish(const engine::RequestResult& result,
   const engine::RequestStats& s = result.stats;
   std::lock_guard lock(mutex_);
   prompt_tokens_ += static_cast<uint64_t>(s.prompt_tokens);
+  prompt_cached_ += static_cast<uint64_t>(s.cached_tokens);
+  prompt_computed_ +=
+      static_cast<uint64_t>(std::max<int64_t>(s.prompt_tokens - s.cached_tokens, 0));
+  prefill_seconds_ += s.prefill_s;
+  decode_seconds_ += s.decode_s;
+  longest_sequence_ = std::max(longest_sequence_, s.prompt_tokens + s.completion_tokens);
   generation_tokens_ += static_cast<uint64_t>(s.completion_tokens);
   ++finished_[std::string(engine::finish_reason_name(result.finish_reason))];
   e2e_.observe(s.e2e_s);
@@ -164,6 +170,7 @@ std::string ServerMetrics::render() const {
     out += fmt::format("inferd:requests_rejected_total{{{},status=\"{}\"}} {}\n", labels_, status,
                        count);
   }
+  render_llama_names(out);
   ttft_.render(out, "vllm:time_to_first_token_seconds", "Time to first token.", labels_);
   itl_.render(out, "vllm:inter_token_latency_seconds", "Gaps between streamed tokens.", labels_);
   e2e_.render(out, "vllm:e2e_request_latency_seconds", "Arrival to finish.", labels_);
@@ -172,6 +179,43 @@ std::string ServerMetrics::render() const {
                   labels_);
   decode_.render(out, "vllm:request_decode_time_seconds", "First to last token.", labels_);
   return out;
+}
+
+// llama-server's metrics, without labels as it writes them. Its rates are tokens over the
+// seconds spent on them, summed over requests; the first generated token comes with the prompt
+// and is not timed as decode (RequestStats).
+void ServerMetrics::render_llama_names(std::string& out) const {
+  const auto metric = [&](const char* kind, const char* name, const char* help, auto value) {
+    out += fmt::format("# HELP llamacpp:{0} {1}\n# TYPE llamacpp:{0} {2}\nllamacpp:{0} {3}\n", name,
+                       help, kind, value);
+  };
+  const auto rate = [](double tokens, double seconds) {
+    return seconds > 0 ? tokens / seconds : 0.0;
+  };
+  metric("counter", "prompt_tokens_total", "Prompt tokens computed (not from the prefix cache).",
+         prompt_computed_);
+  metric("counter", "prompt_tokens_cached_total", "Prompt tokens found in the prefix cache.",
+         prompt_cached_);
+  metric("counter", "prompt_seconds_total", "Seconds spent on prompts.", prefill_seconds_);
+  metric("counter", "tokens_predicted_total", "Tokens generated.", generation_tokens_);
+  metric("counter", "tokens_predicted_seconds_total", "Seconds spent generating.", decode_seconds_);
+  metric("counter", "n_decode_total", "Engine steps (forward passes).", steps.load());
+  metric("counter", "n_tokens_max", "Most tokens one finished sequence held.", longest_sequence_);
+  metric("counter", "spec_decode_num_draft_tokens_total", "Draft tokens proposed.",
+         spec_draft_tokens.load());
+  metric("counter", "spec_decode_num_accepted_tokens_total", "Draft tokens accepted.",
+         spec_accepted.load());
+  metric("counter", "spec_decode_num_drafts_total",
+         "Verification steps of a sequence with draft tokens.", spec_drafts.load());
+  metric("gauge", "prompt_tokens_seconds", "Prompt tokens a second, over all requests.",
+         rate(double(prompt_computed_), prefill_seconds_));
+  metric("gauge", "predicted_tokens_seconds", "Generated tokens a second, over all requests.",
+         rate(double(generation_tokens_), decode_seconds_));
+  metric("gauge", "requests_processing", "Requests in the running batch.", running.load());
+  metric("gauge", "requests_deferred", "Requests waiting to be scheduled.", waiting.load());
+  const int64_t n_steps = steps.load();
+  metric("gauge", "n_busy_slots_per_decode", "Running sequences per engine step, on average.",
+         n_steps > 0 ? double(step_sequences.load()) / double(n_steps) : 0.0);
 }
 
 }  // namespace inferd::server

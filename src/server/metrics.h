@@ -1,6 +1,7 @@
-// Serving metrics in Prometheus text format, named as vLLM names them (vllm:...) so existing
-// dashboards work. Latencies are recorded when a request finishes (not in the decode loop);
-// gauges are atomics the engine loop stores after each step.
+// Serving metrics in Prometheus text format, named as vLLM names them (vllm:...) and as
+// llama-server names them (llamacpp:..., unlabelled as there), so existing dashboards work.
+// Latencies are recorded when a request finishes (not in the decode loop); gauges are atomics the
+// engine loop stores after each step.
 #pragma once
 
 #include <atomic>
@@ -57,6 +58,10 @@ class ServerMetrics {
   std::atomic<int64_t> grammar_masks{0};
   MaskTimes grammar_mask, grammar_apply;
 
+  // Engine steps that ran a forward pass since start-up, and the running sequences summed over
+  // them (llama-server's n_decode_total and n_busy_slots_per_decode).
+  std::atomic<int64_t> steps{0}, step_sequences{0};
+
   // A finished request: its stats and the gaps between its streamed tokens (seconds).
   void record_finish(const engine::RequestResult& result, std::span<const double> itls);
   // Requests refused before reaching the engine, by HTTP status.
@@ -65,10 +70,17 @@ class ServerMetrics {
   std::string render() const;
 
  private:
+  void render_llama_names(std::string& out) const;  // the caller holds mutex_
+
   std::string labels_;  // model_name="..."
   mutable std::mutex mutex_;
   Histogram ttft_, itl_, e2e_, queue_, prefill_, decode_;
   uint64_t prompt_tokens_ = 0, generation_tokens_ = 0;
+  // For llama-server's llamacpp:* names: prompt tokens computed (not from the prefix cache) and
+  // found in it, the prefill and decode seconds summed over requests, and the longest sequence.
+  uint64_t prompt_computed_ = 0, prompt_cached_ = 0;
+  double prefill_seconds_ = 0, decode_seconds_ = 0;
+  int64_t longest_sequence_ = 0;
   std::map<std::string, uint64_t> finished_;  // by finish reason
   std::map<int, uint64_t> rejected_;          // by HTTP status
 };

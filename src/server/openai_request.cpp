@@ -104,6 +104,15 @@ void normalize_content(json& message, size_t index) {
   if (!content->is_array()) bad(param, "content must be a string, null or a list of text parts");
   std::string text;
   for (const json& part : *content) {
+    const std::string type = part.is_object() ? part.value("type", "") : "";
+    // Named for what it is, with llama-server's words and status for a model without a
+    // projector: its clients (and its test suite) look for them.
+    if (type == "image_url" || type == "input_audio") {
+      throw ApiError(500,
+                     fmt::format("{} input is not supported: the served model reads text only",
+                                 type == "image_url" ? "image" : "audio"),
+                     param, "server_error");
+    }
     if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") ||
         !part["text"].is_string()) {
       bad(param, "only parts of type 'text' with a string 'text' are supported");
@@ -211,11 +220,12 @@ void parse_beam_search(const json& body, CompletionRequest& out) {
 }  // namespace
 
 json ApiError::body() const {
-  return {{"error",
-           {{"message", what()},
-            {"type", type},
-            {"param", param.empty() ? json(nullptr) : json(param)},
-            {"code", code.empty() ? json(nullptr) : json(code)}}}};
+  json error = {{"message", what()},
+                {"type", type},
+                {"param", param.empty() ? json(nullptr) : json(param)},
+                {"code", code.empty() ? json(nullptr) : json(code)}};
+  error.update(details);
+  return {{"error", error}};
 }
 
 sampling::SamplingParams openai_sampling_defaults() {
@@ -383,8 +393,13 @@ CompletionRequest parse_completion(const json& body, bool chat, const ParseConte
   const char* prompt_param = chat ? "messages" : "prompt";
   if (prompt_tokens == 0) bad(prompt_param, "the prompt is empty");
   if (prompt_tokens >= ctx.context) {
-    bad(prompt_param, fmt::format("the prompt is {} tokens; this model's context is {}",
-                                  prompt_tokens, ctx.context));
+    // OpenAI's code, llama-server's type and fields, so either kind of client can tell it apart.
+    ApiError e(400,
+               fmt::format("the prompt is {} tokens; this model's context is {}", prompt_tokens,
+                           ctx.context),
+               prompt_param, "exceed_context_size_error", "context_length_exceeded");
+    e.details = {{"n_prompt_tokens", prompt_tokens}, {"n_ctx", ctx.context}};
+    throw e;
   }
   const char* max_name = field(body, "max_completion_tokens") != nullptr && chat
                              ? "max_completion_tokens"

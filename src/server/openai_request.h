@@ -31,7 +31,8 @@ class ApiError : public std::runtime_error {
         code(std::move(code)) {}
   int status;
   std::string param, type, code;
-  // {"error": {"message", "type", "param", "code"}}
+  nlohmann::ordered_json details = nlohmann::ordered_json::object();  // more fields of "error"
+  // {"error": {"message", "type", "param", "code", details...}}
   nlohmann::ordered_json body() const;
 };
 

@@ -11,6 +11,10 @@ namespace {
 
 using json = nlohmann::ordered_json;
 
+// The responses' system_fingerprint: which server and version answered ("b" first, as
+// llama-server's build names and the clients that check them expect).
+constexpr const char* kSystemFingerprint = "b0.1.0-inferd";
+
 // Token text for logprobs: its bytes as valid UTF-8 for JSON; a token that holds part of a
 // character shows U+FFFD for those bytes (chat also gives the raw "bytes").
 std::string printable(std::string_view piece) {
@@ -39,7 +43,12 @@ ResponseWriter::ResponseWriter(const CompletionRequest& request,
     : request_(request), tokenizer_(tokenizer), id_(std::move(id)), created_(created) {}
 
 json ResponseWriter::envelope(const char* object) const {
-  return {{"id", id_}, {"object", object}, {"created", created_}, {"model", request_.model}};
+  // system_fingerprint names the build, as OpenAI's does (llama-server's start with "b").
+  return {{"id", id_},
+          {"object", object},
+          {"created", created_},
+          {"model", request_.model},
+          {"system_fingerprint", kSystemFingerprint}};
 }
 
 json ResponseWriter::logprobs(const std::vector<TokenInfo>& tokens, size_t text_offset) const {

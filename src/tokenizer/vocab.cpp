@@ -164,10 +164,15 @@ void Vocab::promote_control_texts() {
       types_[id] = TokenType::kControl;
   };
   for (std::string_view text : kControlTexts) promote(text);
+  // A FIM role without its GGUF key goes to the first of its texts the vocabulary has (as the
+  // reference does), which /infill then uses; every one of the texts becomes a control token.
   for (const FimTexts& fim : kFimTexts) {
     if (special_.*fim.field != kNoToken) continue;
     for (std::string_view text : fim.texts) {
-      if (!text.empty()) promote(text);
+      if (text.empty()) continue;
+      promote(text);
+      if (const int32_t id = find(text); id != kNoToken && special_.*fim.field == kNoToken)
+        special_.*fim.field = id;
     }
   }
 }

@@ -395,6 +395,11 @@ class Endpoints(unittest.TestCase):
         self.assertEqual(status, 200)
         status, r = server.post("/completion", {"prompt": "Hi", "n_probs": 21}, auth)
         self.assertEqual((status, r["error"]["param"]), (400, "n_probs"))
+        # /infill needs FIM tokens, which SmolLM2's vocabulary does not have: 501, naming them
+        # (the prompt layout is tested in tests/unit/server_infill_test.cpp).
+        status, r = server.post("/infill", {"input_prefix": "def f():", "input_suffix": ""}, auth)
+        self.assertEqual(status, 501, r)
+        self.assertIn("fill-in-the-middle token for: prefix", r["error"]["message"])
 
     def test_llama_server_command_line(self):
         # llama-server's flags: -np splits -c, -n and --temp are request defaults, --alias
@@ -423,8 +428,27 @@ class Endpoints(unittest.TestCase):
             self.assertEqual(r["usage"]["completion_tokens"], 7)
             with self.assertRaises(urllib.error.HTTPError):
                 urllib.request.urlopen(llama.base + "/", timeout=10)
+            # /slots is off without --slots (501), as in llama-server.
+            with self.assertRaises(urllib.error.HTTPError) as off:
+                urllib.request.urlopen(llama.base + "/slots", timeout=10)
+            self.assertEqual(off.exception.code, 501)
         finally:
             llama.stop()
+        # Two addresses (--host takes a list, llama-server's form), /slots on, /metrics off.
+        two = Server(INFERD, MODEL, "-np", "2", "-c", "512", "--slots", "--no-metrics",
+                     "--host", "127.0.0.1,127.0.0.2")  # Linux routes all of 127/8 to loopback
+        try:
+            with urllib.request.urlopen(two.base + "/slots", timeout=10) as r:
+                slots = json.loads(r.read())
+            self.assertEqual([(s["id"], s["n_ctx"], s["is_processing"]) for s in slots],
+                             [(0, 256, False), (1, 256, False)])
+            with self.assertRaises(urllib.error.HTTPError) as off:
+                urllib.request.urlopen(two.base + "/metrics", timeout=10)
+            self.assertEqual(off.exception.code, 501)
+            with urllib.request.urlopen(f"http://127.0.0.2:{two.port}/health", timeout=10) as r:
+                self.assertEqual(r.status, 200)
+        finally:
+            two.stop()
         log = "".join(llama.log)
         for flag in ("--gpu-layers", "--mlock", "--flash-attn", "--ubatch-size"):
             self.assertIn(f"warning: {flag} is accepted", log)

@@ -206,6 +206,40 @@ TEST(ServerMetrics, RendersVllmNamesAndCumulativeBuckets) {
             std::string::npos);
 }
 
+TEST(ServerMetrics, RendersLlamaServerNamesUnlabelled) {
+  ServerMetrics m("toy");
+  m.waiting = 3;
+  m.steps = 4;
+  m.step_sequences = 6;
+  engine::RequestResult r;
+  r.stats.prompt_tokens = 10;
+  r.stats.cached_tokens = 4;
+  r.stats.completion_tokens = 5;
+  r.stats.prefill_s = 0.5;
+  r.stats.decode_s = 2.0;
+  m.record_finish(r, {});
+  r.stats.prompt_tokens = 20;
+  r.stats.cached_tokens = 0;
+  m.record_finish(r, {});
+  const std::string text = m.render();
+  const auto has = [&](const std::string& line) {
+    return text.find("\n" + line + "\n") != std::string::npos;
+  };
+  // Computed prompt tokens apart from those found in the prefix cache.
+  EXPECT_TRUE(has("llamacpp:prompt_tokens_total 26")) << text;
+  EXPECT_TRUE(has("llamacpp:prompt_tokens_cached_total 4"));
+  EXPECT_TRUE(has("llamacpp:tokens_predicted_total 10"));
+  EXPECT_TRUE(has("llamacpp:prompt_seconds_total 1"));
+  EXPECT_TRUE(has("llamacpp:prompt_tokens_seconds 26"));      // 26 tokens in 1 s
+  EXPECT_TRUE(has("llamacpp:predicted_tokens_seconds 2.5"));  // 10 tokens in 4 s
+  EXPECT_TRUE(has("llamacpp:n_decode_total 4"));
+  EXPECT_TRUE(has("llamacpp:n_busy_slots_per_decode 1.5"));
+  EXPECT_TRUE(has("llamacpp:n_tokens_max 25"));
+  EXPECT_TRUE(has("llamacpp:requests_deferred 3"));
+  EXPECT_TRUE(has("# TYPE llamacpp:n_decode_total counter"));
+  EXPECT_TRUE(has("# TYPE llamacpp:requests_processing gauge"));
+}
+
 }  // namespace
 }  // namespace inferd::server
 
