@@ -59,6 +59,10 @@ struct ServeArgs {
   bool reranking = false;
   std::string pooling;  // empty: the file's <arch>.pooling_type, else last
   bool no_metrics = false;
+  // llama-server's --kv-unified: the -np sequences share one KV pool of --ctx-size tokens, each
+  // able to grow to all of it, instead of each getting ctx-size / np.
+  bool kv_unified = false;
+  int64_t kv_pool_tokens = 0;  // 0: enough for every sequence's whole context
   // Variables every chat template render gets (llama-server's --chat-template-kwargs, and
   // enable_thinking from --reasoning on|off); a request cannot override them yet.
   std::string chat_template_kwargs;
@@ -92,6 +96,9 @@ void add_llama_server_flags(CLI::App& cmd, ServeArgs& args) {
     cmd.add_flag_callback(
         name, [] {}, "Accepted for llama-server's command line; always on in inferd");
   cmd.add_flag("--no-metrics", args.no_metrics, "GET /metrics answers 501 (on by default)");
+  cmd.add_flag("--kv-unified", args.kv_unified,
+               "With --parallel: one KV pool of --ctx-size tokens shared by the sequences, each "
+               "able to use all of it (a full pool preempts the newest)");
   cmd.add_flag("--slots,!--no-slots", args.slots,
                "Serve llama-server's GET /slots (off by default, as there)");
   // Named in the warning by its first long name.
@@ -129,9 +136,9 @@ void add_llama_server_flags(CLI::App& cmd, ServeArgs& args) {
   }
   for (const char* names :
        {"--mlock", "--no-mmap", "--mmap", "--no-cont-batching", "--no-kv-offload", "-v,--verbose",
-        "--log-disable", "--no-warmup", "--offline", "--kv-unified", "--context-shift",
-        "--no-context-shift", "--no-jinja", "--ui-mcp-proxy", "--backend-sampling", "--log-colors",
-        "--no-perf", "--check-tensors"}) {
+        "--log-disable", "--no-warmup", "--offline", "--context-shift", "--no-context-shift",
+        "--no-jinja", "--ui-mcp-proxy", "--backend-sampling", "--log-colors", "--no-perf",
+        "--check-tensors"}) {
     cmd.add_flag_callback(
         names, [&args, flag = first_name(names)] { args.ignored.push_back(flag); },
         "Accepted and ignored (llama-server)");
@@ -159,7 +166,11 @@ void apply_llama_server_flags(ServeArgs& args) {
                flag);
   if (args.parallel > 0) {
     args.max_seqs = args.parallel;
-    if (args.context > 0) args.context = std::max<int64_t>(args.context / args.parallel, 1);
+    if (args.kv_unified) {
+      args.kv_pool_tokens = args.context;
+    } else if (args.context > 0) {
+      args.context = std::max<int64_t>(args.context / args.parallel, 1);
+    }
   }
   if (!args.api_key_file.empty()) {
     std::ifstream in(args.api_key_file);
@@ -200,6 +211,14 @@ server::EmbeddingOptions embedding_options(const ServeArgs& args, const gguf::Gg
   if (o.rank) {
     o.embeddings = true;  // --pooling rank serves the rerank routes, as --reranking does
     o.rerank_template = file.get_string("tokenizer.chat_template.rerank").value_or("");
+    // Reranker models score with a classification head (cls.*, cls_out.* tensors), which such
+    // files would have and the decoder refuses at load; a model that loads here has none, so
+    // its scores are not relevance. Said once, at start-up, rather than served silently.
+    fmt::print(stderr,
+               "[inferd] warning: --reranking on {}: this model has no classification head, so "
+               "a score is the first component of the last token's hidden state (what "
+               "llama-server reads there), not a trained relevance score\n",
+               file.name());
   }
   return o;
 }
@@ -219,6 +238,9 @@ void serve(ServeArgs args) {
   config.pin_threads = args.threads.pin();
   config.context = args.context;
   config.max_seqs = args.max_seqs;
+  if (args.kv_pool_tokens > 0)
+    config.kv_blocks =
+        static_cast<int32_t>((args.kv_pool_tokens + config.block_size - 1) / config.block_size);
   config.max_batched_tokens = args.max_batched_tokens;
   config.kv_key_type = args.kv_key_type;
   config.kv_value_type = args.kv_value_type;

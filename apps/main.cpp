@@ -17,13 +17,13 @@ namespace {
 // single dash, so they are renamed to their long forms before parsing.
 std::vector<std::string> with_long_names(int argc, char** argv) {
   static const std::pair<const char*, const char*> kLongNames[] = {
-      {"-ctk", "--cache-type-k"},   {"-ctv", "--cache-type-v"},      {"-md", "--draft-model"},
-      {"-np", "--parallel"},        {"-ngl", "--n-gpu-layers"},      {"-ub", "--ubatch-size"},
-      {"-fa", "--flash-attn"},      {"-tb", "--threads-batch"},      {"-to", "--timeout"},
-      {"-sm", "--split-mode"},      {"-ts", "--tensor-split"},       {"-mg", "--main-gpu"},
-      {"-lv", "--log-verbosity"},   {"-nocb", "--no-cont-batching"}, {"-nkvo", "--no-kv-offload"},
-      {"-dev", "--device"},         {"-cb", "--cont-batching"},      {"-rea", "--reasoning"},
-      {"-bs", "--backend-sampling"}};
+      {"-ctk", "--cache-type-k"},    {"-ctv", "--cache-type-v"},      {"-md", "--draft-model"},
+      {"-np", "--parallel"},         {"-ngl", "--n-gpu-layers"},      {"-ub", "--ubatch-size"},
+      {"-fa", "--flash-attn"},       {"-tb", "--threads-batch"},      {"-to", "--timeout"},
+      {"-sm", "--split-mode"},       {"-ts", "--tensor-split"},       {"-mg", "--main-gpu"},
+      {"-lv", "--log-verbosity"},    {"-nocb", "--no-cont-batching"}, {"-nkvo", "--no-kv-offload"},
+      {"-dev", "--device"},          {"-cb", "--cont-batching"},      {"-rea", "--reasoning"},
+      {"-bs", "--backend-sampling"}, {"-kvu", "--kv-unified"}};
   std::vector<std::string> args(argv, argv + argc);
   for (std::string& a : args) {
     for (const auto& [short_name, long_name] : kLongNames)

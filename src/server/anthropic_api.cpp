@@ -350,8 +350,8 @@ json anthropic_to_openai(const json& body) {
     if (const json* v = field(body, name)) out[name] = *v;
   }
   // Accepted and checked, but they change nothing here: metadata is for Anthropic's abuse
-  // tracking, and whether thoughts are split out is the server's --reasoning-format (a budget
-  // is not enforced).
+  // tracking, and thinking follows the server's --reasoning and --reasoning-format (a request
+  // cannot turn it on or off, and a budget is not enforced).
   if (const json* metadata = field(body, "metadata"); metadata && !metadata->is_object())
     bad("metadata", "must be an object");
   if (const json* thinking = field(body, "thinking")) {

@@ -265,37 +265,62 @@ struct HttpServer::Impl {
                                 bool infill = false) {
     if (!authorized(req, res)) return;
     auto g = std::make_shared<Generation>();
+    std::vector<std::shared_ptr<Generation>> more;  // the other prompts of a list of prompts
     NativeOptions options;
     bool zero_predict = false;
-    try {
-      const json body = infill ? infill_to_native(parse_body(req), context) : parse_body(req);
-      g->request = parse_completion(native_to_openai(body, context), false,
-                                    native_parse_context(body, context));
-      options.model = context.model_ids.front();
-      options.return_tokens = body.value("return_tokens", false) == true;
-      options.n_probs = g->request.logprobs;
-      zero_predict = body.contains("n_predict") && body["n_predict"] == 0;
-    } catch (const ApiError& e) {
-      fail_with(res, e);
+    if (!parsed(res, [&] {
+          json body = infill ? infill_to_native(parse_body(req), context) : parse_body(req);
+          if (!body.is_object()) throw ApiError(400, "the request body must be a JSON object");
+          if (!body.contains("prompt")) throw ApiError(400, "'prompt' is required", "prompt");
+          std::vector<json> prompts = native_prompts(body["prompt"], context);
+          if (prompts.size() > 1 && body.value("stream", false) == true)
+            throw ApiError(400, "a list of prompts is answered whole: set 'stream' false",
+                           "stream");
+          for (size_t i = 0; i < prompts.size(); ++i) {
+            body["prompt"] = std::move(prompts[i]);
+            auto& target = i == 0 ? g : more.emplace_back(std::make_shared<Generation>());
+            target->request = parse_completion(native_to_openai(body, context), false,
+                                               native_parse_context(body, context));
+          }
+          options.model = context.model_ids.front();
+          options.return_tokens = body.value("return_tokens", false) == true;
+          options.n_probs = g->request.logprobs;
+          zero_predict = body.contains("n_predict") && body["n_predict"] == 0;
+        }))
       return;
-    } catch (const json::exception& e) {
-      fail_with(res, ApiError(400, fmt::format("a field has the wrong type: {}", e.what())));
-      return;
-    }
-    if (!start(*g)) {
+    bool started = start(*g);
+    for (auto& other : more) started = started && start(*other);
+    if (!started) {
+      g->cancel();
+      for (auto& other : more) other->cancel();
       fail_with(res, ApiError(429, "the server's queue is full; retry later", "",
                               "rate_limit_exceeded", "queue_full"));
       return;
     }
-    const auto final_object = [this, g, options, zero_predict](bool with_content) {
-      ChoiceOutput c = g->choices[0];
+    const auto final_of = [this, options, zero_predict](const Generation& gen, bool with_content) {
+      ChoiceOutput c = gen.choices[0];
       if (zero_predict) {  // the engine sampled one token; n_predict 0 asked for none
         c.text.clear();
         c.tokens.clear();
         c.completion_tokens = 0;
       }
-      return native_final(c, g->request, options, *context.tokenizer, with_content);
+      return native_final(c, gen.request, options, *context.tokenizer, with_content);
     };
+    const auto final_object = [g, final_of](bool with_content) {
+      return final_of(*g, with_content);
+    };
+    if (!more.empty()) {  // a list of prompts: a list of answers, in the prompts' order
+      more.insert(more.begin(), g);
+      respond_whole(res, more, [more, final_of] {
+        json answers = json::array();
+        for (size_t i = 0; i < more.size(); ++i) {
+          answers.push_back(final_of(*more[i], true));
+          answers.back()["index"] = i;
+        }
+        return answers;
+      });
+      return;
+    }
     if (!g->request.stream) {
       respond_whole(res, g, [g, final_object] {
         return g->error.empty() ? final_object(true) : ApiError(400, g->error).body();
@@ -331,31 +356,46 @@ struct HttpServer::Impl {
 
   void respond_whole(httplib::Response& res, std::shared_ptr<Generation> g,
                      std::function<json()> make_body) {
-    // Chunked, so a client that goes away while its request is queued or running is noticed
-    // (a failed keep-alive write) and its sequences cancelled.
+    respond_whole(res, std::vector{std::move(g)}, std::move(make_body));
+  }
+
+  // The body make_body() builds once every generation is done (the first error instead, if
+  // one failed). Chunked, so a client that goes away while its request is queued or running is
+  // noticed (a failed keep-alive write) and its sequences cancelled.
+  void respond_whole(httplib::Response& res, std::vector<std::shared_ptr<Generation>> gens,
+                     std::function<json()> make_body) {
+    const auto cancel_all = [gens] {
+      for (const auto& g : gens) g->cancel();
+    };
     res.set_chunked_content_provider(
         "application/json",
-        [this, g, make_body, quiet = std::chrono::steady_clock::now()](
+        [this, gens, make_body, cancel_all, quiet = std::chrono::steady_clock::now()](
             size_t, httplib::DataSink& sink) mutable {
-          while (!g->all_done()) {
-            auto batches = poll(*g);
-            for (size_t i = 0; i < batches.size(); ++i)
-              collect(*g, static_cast<int>(i), batches[i]);
-            if (std::chrono::steady_clock::now() - quiet > kKeepAliveInterval) {
-              quiet = std::chrono::steady_clock::now();
-              if (!sink.is_writable() || !sink.write(" ", 1)) {
-                g->cancel();
-                return false;
+          for (const auto& g : gens) {
+            while (!g->all_done()) {
+              auto batches = poll(*g);
+              for (size_t i = 0; i < batches.size(); ++i)
+                collect(*g, static_cast<int>(i), batches[i]);
+              if (std::chrono::steady_clock::now() - quiet > kKeepAliveInterval) {
+                quiet = std::chrono::steady_clock::now();
+                if (!sink.is_writable() || !sink.write(" ", 1)) {
+                  cancel_all();
+                  return false;
+                }
               }
             }
           }
-          const json body = g->error.empty() ? make_body() : ApiError(400, g->error).body();
+          json body;
+          for (const auto& g : gens) {
+            if (!g->error.empty() && body.is_null()) body = ApiError(400, g->error).body();
+          }
+          if (body.is_null()) body = make_body();
           const std::string text = body.dump(-1, ' ', false, json::error_handler_t::replace);
           sink.write(text.data(), text.size());
           sink.done();
           return true;
         },
-        [g](bool) { g->cancel(); });
+        [cancel_all](bool) { cancel_all(); });
   }
 
   void stream(httplib::Response& res, std::shared_ptr<Generation> g,

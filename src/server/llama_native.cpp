@@ -1,7 +1,9 @@
 #include "server/llama_native.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 
 #include <fmt/format.h>
 
@@ -105,7 +107,46 @@ std::string stop_type(const ChoiceOutput& c) {
   return "none";
 }
 
+// One prompt in any of its single forms (native_prompts); nullopt when `p` is a list of prompts.
+std::optional<json> single_prompt(const json& p, const ParseContext& ctx) {
+  if (p.is_string()) return p;
+  if (p.is_object()) {
+    if (p.contains("multimodal_data"))
+      bad("prompt", "this server has no vision or audio model: 'multimodal_data' cannot be used");
+    if (!p.contains("prompt_string") || !p["prompt_string"].is_string())
+      bad("prompt", "a prompt object needs a string 'prompt_string'");
+    return p["prompt_string"];
+  }
+  if (!p.is_array()) bad("prompt", "'prompt' must be a text, token ids, or a list of prompts");
+  const bool has_id = std::any_of(p.begin(), p.end(), [](const json& e) { return e.is_number(); });
+  const bool flat =
+      std::all_of(p.begin(), p.end(), [](const json& e) { return e.is_number() || e.is_string(); });
+  if (!has_id || !flat) return std::nullopt;  // texts, lists, objects: several prompts
+  json ids = json::array();
+  for (const json& e : p) {
+    if (e.is_string()) {
+      for (const int32_t id : ctx.tokenizer->encode(e.get<std::string>(), false, false))
+        ids.push_back(id);
+    } else {
+      ids.push_back(e);  // checked against the vocabulary by parse_completion
+    }
+  }
+  return ids;
+}
+
 }  // namespace
+
+std::vector<json> native_prompts(const json& prompt, const ParseContext& ctx) {
+  if (std::optional<json> one = single_prompt(prompt, ctx)) return {*one};
+  if (prompt.empty()) bad("prompt", "'prompt' is an empty list");
+  std::vector<json> prompts;
+  for (const json& p : prompt) {
+    std::optional<json> one = single_prompt(p, ctx);
+    if (!one) bad("prompt", "a prompt in a list of prompts cannot itself be a list of prompts");
+    prompts.push_back(std::move(*one));
+  }
+  return prompts;
+}
 
 json native_to_openai(const json& body, const ParseContext& ctx) {
   if (!body.is_object()) throw ApiError(400, "the request body must be a JSON object");

@@ -24,6 +24,14 @@ namespace inferd::server {
 nlohmann::ordered_json native_to_openai(const nlohmann::ordered_json& body,
                                         const ParseContext& ctx);
 
+// llama-server's prompt forms, as the prompts they hold: a text; token ids; a sequence mixing
+// ids and texts (the texts tokenized without special tokens, joined in order); an object
+// {"prompt_string": text} (with "multimodal_data": 400, no vision here); or a list of any of
+// those for several prompts (a list of texts included). One prompt: a list of one. Each comes
+// back as a text or a list of token ids, the forms the OpenAI body takes.
+std::vector<nlohmann::ordered_json> native_prompts(const nlohmann::ordered_json& prompt,
+                                                   const ParseContext& ctx);
+
 // The parse context for a native request: its n_predict (or, without one, the server's -n or
 // the whole context) becomes the default max_tokens, kept within the context after the prompt.
 ParseContext native_parse_context(const nlohmann::ordered_json& body, const ParseContext& ctx);

@@ -395,6 +395,13 @@ class Endpoints(unittest.TestCase):
         self.assertEqual(status, 200)
         status, r = server.post("/completion", {"prompt": "Hi", "n_probs": 21}, auth)
         self.assertEqual((status, r["error"]["param"]), (400, "n_probs"))
+        # A list of prompts (ids, text): a list of answers in order; greedy, so the same text.
+        status, tok = server.post("/tokenize", {"content": "The capital of France is"}, auth)
+        status, r = server.post("/completion", {"prompt": [tok["tokens"], "The capital of France is"],
+                                                "n_predict": 4, "temperature": 0}, auth)
+        self.assertEqual(status, 200, r)
+        self.assertEqual([a["index"] for a in r], [0, 1])
+        self.assertEqual(r[0]["content"], r[1]["content"])
         # /infill needs FIM tokens, which SmolLM2's vocabulary does not have: 501, naming them
         # (the prompt layout is tested in tests/unit/server_infill_test.cpp).
         status, r = server.post("/infill", {"input_prefix": "def f():", "input_suffix": ""}, auth)

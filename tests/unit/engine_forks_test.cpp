@@ -237,7 +237,6 @@ class TinyEngineTest : public TinyEngineFixture {
     e.run_until_idle();
     return out->result_;
   }
-
 };
 
 TEST_F(TinyEngineTest, MatchesABruteForceSearch) {

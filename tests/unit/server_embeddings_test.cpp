@@ -9,6 +9,7 @@
 #include "server/embeddings.h"
 #include "tiny_engine.h"
 #include "tokenizer/toy_vocab.h"
+#include "toy_server_context.h"
 #include "util/error.h"
 
 namespace inferd::engine {
@@ -164,15 +165,8 @@ using json = nlohmann::ordered_json;
 class ServerEmbedParse : public ::testing::Test {
  protected:
   // Byte tokens: ids 0 and 1 are <s> and </s>, byte b is id 2 + b; no BOS is added.
-  std::unique_ptr<tokenizer::Tokenizer> tok_ = tokenizer::Tokenizer::from_vocab(tokenizer::Vocab(
-      tokenizer::make_toy_vocab({.control = {"<s>", "</s>"}, .add_bos = false, .add_eos = false})));
-  ParseContext ctx() const {
-    ParseContext c;
-    c.tokenizer = tok_.get();
-    c.context = 32;
-    c.model_ids = {"toy"};
-    return c;
-  }
+  ToyServerContext toy_{{.control = {"<s>", "</s>"}, .add_bos = false, .add_eos = false}};
+  ParseContext ctx() const { return toy_.context(32); }
   EmbeddingOptions options(engine::Pooling pooling = engine::Pooling::kLast) const {
     EmbeddingOptions o;
     o.embeddings = true;

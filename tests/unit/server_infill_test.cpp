@@ -3,7 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "server/infill.h"
-#include "tokenizer/toy_vocab.h"
+#include "toy_server_context.h"
 
 namespace inferd::server {
 namespace {
@@ -18,17 +18,10 @@ constexpr int32_t byte_id(char c) {
 
 class Infill : public ::testing::Test {
  protected:
-  std::unique_ptr<tokenizer::Tokenizer> tok_ = tokenizer::Tokenizer::from_vocab(tokenizer::Vocab(
-      tokenizer::make_toy_vocab({.control = {"<s>", "</s>", "<fim_prefix>", "<fim_suffix>",
-                                             "<fim_middle>", "<|file_sep|>", "<|fim_repo|>"},
-                                 .add_bos = false})));
-  ParseContext ctx(int64_t context = 256) const {
-    ParseContext c;
-    c.tokenizer = tok_.get();
-    c.context = context;
-    c.model_ids = {"toy"};
-    return c;
-  }
+  ToyServerContext toy_{{.control = {"<s>", "</s>", "<fim_prefix>", "<fim_suffix>", "<fim_middle>",
+                                     "<|file_sep|>", "<|fim_repo|>"},
+                         .add_bos = false}};
+  ParseContext ctx(int64_t context = 256) const { return toy_.context(context); }
   std::vector<int32_t> ids(const std::string& text) const {
     std::vector<int32_t> out;
     for (char c : text) out.push_back(byte_id(c));
@@ -75,7 +68,10 @@ TEST_F(Infill, ProjectFilesComeFirstInTheRepositoryForm) {
 }
 
 TEST_F(Infill, ALongPromptLosesTheFilesThenTheFarEndsOfPrefixAndSuffix) {
-  const std::string prefix = "z" + std::string(40, 'a'), suffix = std::string(40, 'b') + "y";
+  // "z" + 40 a's and 40 b's + "y" (built in place: GCC 12 warns about operator+ here).
+  std::string prefix(41, 'a'), suffix(41, 'b');
+  prefix.front() = 'z';
+  suffix.back() = 'y';
   // 3/4 of 64 = 48 tokens; less the 3 FIM tokens, 45: the file goes, the suffix keeps a
   // quarter (11, from its start) and the prefix the rest (34, from its end).
   const std::vector<int32_t> prompt =
@@ -118,10 +114,8 @@ TEST_F(Infill, BadFieldsAre400sNamingThem) {
 }
 
 TEST_F(Infill, AModelWithoutFimTokensIsNotSupported) {
-  const auto plain = tokenizer::Tokenizer::from_vocab(
-      tokenizer::Vocab(tokenizer::make_toy_vocab({.control = {"<s>", "</s>"}})));
-  ParseContext c = ctx();
-  c.tokenizer = plain.get();
+  const ToyServerContext plain;
+  const ParseContext c = plain.context(256);
   try {
     infill_to_native({{"input_prefix", "p"}, {"input_suffix", "s"}}, c);
     FAIL() << "accepted";

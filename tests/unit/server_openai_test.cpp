@@ -4,7 +4,7 @@
 
 #include "server/metrics.h"
 #include "server/openai_request.h"
-#include "tokenizer/toy_vocab.h"
+#include "toy_server_context.h"
 
 namespace inferd::server {
 namespace {
@@ -13,13 +13,9 @@ using json = nlohmann::ordered_json;
 
 class OpenAiParse : public ::testing::Test {
  protected:
-  std::unique_ptr<tokenizer::Tokenizer> tok_ = tokenizer::Tokenizer::from_vocab(
-      tokenizer::Vocab(tokenizer::make_toy_vocab({.control = {"<s>", "</s>"}})));
+  ToyServerContext toy_;
   ParseContext ctx() const {
-    ParseContext c;
-    c.tokenizer = tok_.get();
-    c.context = 64;
-    c.model_ids = {"toy"};
+    ParseContext c = toy_.context(64);
     c.render_chat = [](const json& messages, const json& tools) {
       std::string s;
       for (const json& msg : messages) {
@@ -45,6 +41,21 @@ class OpenAiParse : public ::testing::Test {
     return "";
   }
 };
+
+TEST_F(OpenAiParse, APromptBeyondTheContextSaysSoForBothKindsOfClient) {
+  try {
+    parse_completion({{"prompt", std::string(100, 'a')}}, false, ctx());
+    FAIL() << "accepted";
+  } catch (const ApiError& e) {
+    const json error = e.body()["error"];
+    EXPECT_EQ(e.status, 400);
+    EXPECT_EQ(error["code"], "context_length_exceeded");    // OpenAI's
+    EXPECT_EQ(error["type"], "exceed_context_size_error");  // llama-server's, with its fields
+    EXPECT_EQ(error["n_prompt_tokens"], 100);
+    EXPECT_EQ(error["n_ctx"], 64);
+    EXPECT_EQ(error["param"], "prompt");
+  }
+}
 
 TEST_F(OpenAiParse, DefaultsFollowOpenAi) {
   const CompletionRequest r = parse_completion({{"prompt", "abc"}}, false, ctx());
@@ -290,7 +301,7 @@ TEST_F(OpenAiParse, OutputConstraintsFromEachApiSpelling) {
 }
 
 TEST_F(OpenAiParse, UnsupportedSchemasAre400sNamingTheKeyword) {
-  const structured::GrammarCompiler grammars(*tok_, tok_->vocab().size(), 1);
+  const structured::GrammarCompiler grammars(toy_.tokenizer(), toy_.tokenizer().vocab().size(), 1);
   ParseContext c = ctx();
   c.grammars = &grammars;
   const json ok = {{"prompt", "x"},
@@ -345,7 +356,7 @@ namespace inferd::server {
 namespace {
 
 TEST_F(OpenAiParse, ToolsReachTheTemplateAndForcedCallsAGrammar) {
-  const structured::GrammarCompiler grammars(*tok_, tok_->vocab().size(), 1);
+  const structured::GrammarCompiler grammars(toy_.tokenizer(), toy_.tokenizer().vocab().size(), 1);
   ParseContext c = ctx();
   c.grammars = &grammars;
   c.context = 4096;
