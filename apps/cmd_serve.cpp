@@ -48,6 +48,9 @@ struct ServeArgs {
   engine::GrammarThread grammar_thread = engine::GrammarThread::kAuto;
   // Defaults of the requests' sampling fields; OpenAI's unless --temp, --seed, ... say.
   sampling::SamplingParams sampling = server::openai_sampling_defaults();
+  // The defaults of llama-server's own API (/completion, /infill): llama.cpp's, with the sampling
+  // flags that were given (native_sampling_from).
+  sampling::SamplingParams native_sampling = server::llama_sampling_defaults();
   // llama-server's flags with a meaning here (see add_llama_server_flags).
   int parallel = 0;       // -np: sequences; splits -c among them as llama-server does
   int64_t n_predict = 0;  // -n: max_tokens of requests that give none
@@ -59,6 +62,7 @@ struct ServeArgs {
   bool reranking = false;
   std::string pooling;  // empty: the file's <arch>.pooling_type, else last
   bool no_metrics = false;
+  bool verbose = false;
   // llama-server's --kv-unified: the -np sequences share one KV pool of --ctx-size tokens, each
   // able to grow to all of it, instead of each getting ctx-size / np.
   bool kv_unified = false;
@@ -96,6 +100,9 @@ void add_llama_server_flags(CLI::App& cmd, ServeArgs& args) {
     cmd.add_flag_callback(
         name, [] {}, "Accepted for llama-server's command line; always on in inferd");
   cmd.add_flag("--no-metrics", args.no_metrics, "GET /metrics answers 501 (on by default)");
+  cmd.add_flag("-v,--verbose", args.verbose,
+               "Chat answers carry \"__verbose\" with the rendered prompt (a request's "
+               "\"verbose\" sets it for itself)");
   cmd.add_flag("--kv-unified", args.kv_unified,
                "With --parallel: one KV pool of --ctx-size tokens shared by the sequences, each "
                "able to use all of it (a full pool preempts the newest)");
@@ -135,14 +142,31 @@ void add_llama_server_flags(CLI::App& cmd, ServeArgs& args) {
                                          "Accepted and ignored (llama-server)");
   }
   for (const char* names :
-       {"--mlock", "--no-mmap", "--mmap", "--no-cont-batching", "--no-kv-offload", "-v,--verbose",
-        "--log-disable", "--no-warmup", "--offline", "--context-shift", "--no-context-shift",
-        "--no-jinja", "--ui-mcp-proxy", "--backend-sampling", "--log-colors", "--no-perf",
-        "--check-tensors"}) {
+       {"--mlock", "--no-mmap", "--mmap", "--no-cont-batching", "--no-kv-offload", "--log-disable",
+        "--no-warmup", "--offline", "--context-shift", "--no-context-shift", "--no-jinja",
+        "--ui-mcp-proxy", "--backend-sampling", "--log-colors", "--no-perf", "--check-tensors"}) {
     cmd.add_flag_callback(
         names, [&args, flag = first_name(names)] { args.ignored.push_back(flag); },
         "Accepted and ignored (llama-server)");
   }
+}
+
+// llama.cpp's sampling defaults with every sampling flag the command line gave (`given` holds
+// the parsed values, OpenAI's defaults where a flag was not given).
+sampling::SamplingParams native_sampling_from(const CLI::App& cmd,
+                                              const sampling::SamplingParams& given) {
+  sampling::SamplingParams out = server::llama_sampling_defaults();
+  const auto set = [&](const char* flag) { return cmd.get_option(flag)->count() > 0; };
+  if (set("--temp")) out.temperature = given.temperature;
+  if (set("--top-k")) out.top_k = given.top_k;
+  if (set("--top-p")) out.top_p = given.top_p;
+  if (set("--min-p")) out.min_p = given.min_p;
+  if (set("--repeat-penalty")) out.repetition_penalty = given.repetition_penalty;
+  if (set("--repeat-last-n")) out.repeat_last_n = given.repeat_last_n;
+  if (set("--presence-penalty")) out.presence_penalty = given.presence_penalty;
+  if (set("--frequency-penalty")) out.frequency_penalty = given.frequency_penalty;
+  if (set("--seed")) out.seed = given.seed;
+  return out;
 }
 
 // The extra variables of every chat template render: --chat-template-kwargs, then --reasoning.
@@ -283,6 +307,7 @@ void serve(ServeArgs args) {
   context.model_ids = model_ids;
   context.strict_model_name = args.strict_model_name;
   context.sampling_defaults = args.sampling;
+  context.native_sampling_defaults = args.native_sampling;
   context.default_max_tokens = args.n_predict > 0 ? args.n_predict : 0;
   context.spec_tokens = config.spec.enabled() ? config.spec.num_tokens : 0;
   // Learns the vocabulary once; each request's schema or grammar is compiled on its HTTP thread.
@@ -323,6 +348,7 @@ void serve(ServeArgs args) {
   options.embeddings = embedding_options(args, file);
   options.metrics = !args.no_metrics;
   options.slots = args.slots;
+  options.verbose = args.verbose;
   if (chat_template) options.chat_template = chat_template->source();
   server::HttpServer http(loop, metrics, std::move(context), options);
   g_server = &http;
@@ -398,7 +424,10 @@ void register_serve(CLI::App& app) {
                 "Serve POST /rerank (and /reranking, /v1/rerank): pairs scored from the last "
                 "token, as llama-server's --reranking");
   add_llama_server_flags(*cmd, *args);
-  cmd->callback([args] { serve(*args); });
+  cmd->callback([args, cmd] {
+    args->native_sampling = native_sampling_from(*cmd, args->sampling);
+    serve(*args);
+  });
 }
 
 }  // namespace inferd::app

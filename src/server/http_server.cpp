@@ -238,12 +238,13 @@ struct HttpServer::Impl {
   void handle_completion(const httplib::Request& req, httplib::Response& res, bool chat) {
     if (!authorized(req, res)) return;
     auto g = std::make_shared<Generation>();
-    try {
-      g->request = parse_completion(parse_body(req), chat, context);
-    } catch (const ApiError& e) {
-      fail_with(res, e);
+    bool verbose = options.verbose;
+    if (!parsed(res, [&] {
+          const json body = parse_body(req);
+          g->request = parse_completion(body, chat, context);
+          if (body.contains("verbose")) verbose = body["verbose"].get<bool>();
+        }))
       return;
-    }
     if (!start(*g)) {
       fail_with(res, ApiError(429, "the server's queue is full; retry later", "",
                               "rate_limit_exceeded", "queue_full"));
@@ -255,8 +256,27 @@ struct HttpServer::Impl {
     if (g->request.stream) {
       stream(res, g, writer);
     } else {
-      respond_whole(res, g, [writer, g] { return writer->full(g->choices); });
+      respond_whole(res, g, [writer, g, verbose] {
+        json body = writer->full(g->choices);
+        // llama-server's debugging aid: the prompt as the template rendered it.
+        if (verbose) body["__verbose"] = {{"prompt", g->request.prompt_text}};
+        return body;
+      });
     }
+  }
+
+  // llama-server's POST /chat/completions/input_tokens: the length of the prompt a chat request
+  // would compute, without computing it.
+  void handle_input_tokens(const httplib::Request& req, httplib::Response& res) {
+    if (!authorized(req, res)) return;
+    parsed(res, [&] {
+      json body = parse_body(req);
+      if (!body.is_object()) throw ApiError(400, "the request body must be a JSON object");
+      body.erase("max_tokens");
+      body.erase("max_completion_tokens");
+      const int64_t n = std::ssize(parse_completion(body, true, context).request.prompt);
+      send_json(res, 200, {{"input_tokens", n}});
+    });
   }
 
   // llama-server's POST /completion and /completions (server/llama_native.h), and /infill
@@ -838,12 +858,16 @@ struct HttpServer::Impl {
     for (const std::string prefix : {"/v1", ""}) {
       server.Get(prefix + "/models", models);
       server.Post(prefix + "/chat/completions", chat);
+      server.Post(prefix + "/chat/completions/input_tokens",
+                  [this](const httplib::Request& req, httplib::Response& res) {
+                    handle_input_tokens(req, res);
+                  });
     }
     // llama-server's GET /props: what its web page and clients read about the server.
     server.Get("/props", [this](const httplib::Request& req, httplib::Response& res) {
       if (!authorized(req, res)) return;
       const json params = native_sampling_settings(
-          context.sampling_defaults,
+          context.native_sampling_defaults,
           context.default_max_tokens > 0 ? context.default_max_tokens : -1);
       send_json(res, 200,
                 {{"default_generation_settings", {{"n_ctx", context.context}, {"params", params}}},

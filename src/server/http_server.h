@@ -26,9 +26,11 @@ struct ServerOptions {
   std::string cors_origins;
   // For llama-server's GET /props.
   std::string model_path;
-  int total_slots = 1;        // sequences served at once
-  bool metrics = true;        // GET /metrics (--no-metrics: 501, as llama-server without --metrics)
-  bool slots = false;         // GET /slots (--slots; off by default, as in llama-server)
+  int total_slots = 1;  // sequences served at once
+  bool metrics = true;  // GET /metrics (--no-metrics: 501, as llama-server without --metrics)
+  bool slots = false;
+  bool verbose = false;  // chat answers carry "__verbose" (the rendered prompt), as with -v there
+                         // // GET /slots (--slots; off by default, as in llama-server)
   std::string chat_template;  // the template's source, empty without one
   // --embedding, --pooling, --reranking: the embedding and rerank routes (server/embeddings.h).
   EmbeddingOptions embeddings;

@@ -187,6 +187,7 @@ json native_to_openai(const json& body, const ParseContext& ctx) {
 
 ParseContext native_parse_context(const nlohmann::ordered_json& body, const ParseContext& ctx) {
   ParseContext out = ctx;
+  out.sampling_defaults = ctx.native_sampling_defaults;
   const int64_t until_end = ctx.default_max_tokens > 0 ? ctx.default_max_tokens : ctx.context;
   int64_t n_predict = until_end;
   if (body.contains("n_predict") && body["n_predict"].is_number_integer() &&

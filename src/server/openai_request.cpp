@@ -105,13 +105,11 @@ void normalize_content(json& message, size_t index) {
   std::string text;
   for (const json& part : *content) {
     const std::string type = part.is_object() ? part.value("type", "") : "";
-    // Named for what it is, with llama-server's words and status for a model without a
-    // projector: its clients (and its test suite) look for them.
+    // Named for what it is, in llama-server's words (its clients look for them), but as the
+    // client's error it is: llama-server answers 500 here, as if the server had failed.
     if (type == "image_url" || type == "input_audio") {
-      throw ApiError(500,
-                     fmt::format("{} input is not supported: the served model reads text only",
-                                 type == "image_url" ? "image" : "audio"),
-                     param, "server_error");
+      bad(param, fmt::format("{} input is not supported: the served model reads text only",
+                             type == "image_url" ? "image" : "audio"));
     }
     if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") ||
         !part["text"].is_string()) {
@@ -240,6 +238,15 @@ sampling::SamplingParams openai_sampling_defaults() {
   return p;
 }
 
+sampling::SamplingParams llama_sampling_defaults() {
+  sampling::SamplingParams p = openai_sampling_defaults();
+  p.temperature = 0.8f;
+  p.top_k = 40;
+  p.top_p = 0.95f;
+  p.min_p = 0.05f;
+  return p;
+}
+
 void check_model(const json& body, const ParseContext& ctx) {
   const json* v = field(body, "model");
   if (v == nullptr) return;
@@ -259,8 +266,26 @@ std::string render_chat_prompt(const json& body, const ParseContext& ctx) {
   json messages = parse_messages(body);
   prepare_tool_history(messages);
   const ToolRequest tools = parse_tools(body);
+  // A conversation that ends with an assistant message without tool calls asks for that message
+  // to be continued (llama-server's "prefill"; vLLM's continue_final_message): the template
+  // renders the turns before it with the assistant's opening, and its text (parts already
+  // joined by normalize_content) follows as is. add_generation_prompt true with
+  // continue_final_message true contradict each other.
+  const bool continue_final = boolean(body, "continue_final_message", true);
+  if (boolean(body, "add_generation_prompt", true) && field(body, "continue_final_message") &&
+      continue_final)
+    bad("continue_final_message",
+        "'continue_final_message' continues the last message, 'add_generation_prompt' starts a "
+        "new one: set add_generation_prompt to false");
+  std::string prefill;
+  const json& last = messages.back();
+  if (continue_final && last.value("role", "") == "assistant" && !last.contains("tool_calls")) {
+    if (last.contains("content") && last["content"].is_string())
+      prefill = last["content"].get<std::string>();
+    messages.erase(messages.end() - 1);
+  }
   try {
-    return ctx.render_chat(messages, tools.active() ? tools.tools : json());
+    return ctx.render_chat(messages, tools.active() ? tools.tools : json()) + prefill;
   } catch (const Error& e) {
     bad("messages", fmt::format("the chat template failed: {}", e.what()));
   }

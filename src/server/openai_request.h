@@ -38,6 +38,9 @@ class ApiError : public std::runtime_error {
 
 // temperature 1, top_p 1, no top-k or min-p, no penalties, a new seed each request.
 sampling::SamplingParams openai_sampling_defaults();
+// llama.cpp's (its /completion's defaults): temperature 0.8, top_k 40, top_p 0.95, min_p 0.05,
+// no penalties, a new seed each request.
+sampling::SamplingParams llama_sampling_defaults();
 
 // The most alternatives a request may ask for per token (logprobs, top_logprobs, n_probs).
 constexpr int kMaxTopLogprobs = 20;
@@ -53,6 +56,9 @@ struct ParseContext {
   // What a request gets for the sampling fields it leaves out: OpenAI's defaults unless the
   // server's command line set others (llama-server's --temp, --top-k, --seed, ...).
   sampling::SamplingParams sampling_defaults = openai_sampling_defaults();
+  // The same for llama-server's own API (/completion, /infill): llama.cpp's defaults, except
+  // where the server's command line set a value.
+  sampling::SamplingParams native_sampling_defaults = llama_sampling_defaults();
   // max_tokens when a request gives none (llama-server's -n); 0: OpenAI's (16 for completions,
   // the rest of the context for chat).
   int64_t default_max_tokens = 0;

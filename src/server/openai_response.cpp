@@ -207,6 +207,8 @@ std::vector<json> ResponseWriter::final_tool_chunks(int index, const ChoiceOutpu
   return out;
 }
 
+// The role comes first with no content yet: "", as OpenAI and vLLM write it. (llama-server
+// writes null, which breaks clients that join the deltas' content as strings.)
 json ResponseWriter::role_chunk(int index) const {
   json out = envelope("chat.completion.chunk");
   out["choices"] = json::array({{{"index", index},

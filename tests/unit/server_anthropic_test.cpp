@@ -5,7 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "server/anthropic_api.h"
-#include "tokenizer/toy_vocab.h"
+#include "toy_server_context.h"
 
 namespace inferd::server {
 namespace {
@@ -14,15 +14,11 @@ using json = nlohmann::ordered_json;
 
 class ServerAnthropic : public ::testing::Test {
  protected:
-  std::unique_ptr<tokenizer::Tokenizer> tok_ = tokenizer::Tokenizer::from_vocab(
-      tokenizer::Vocab(tokenizer::make_toy_vocab({.control = {"<s>", "</s>"}})));
+  ToyServerContext toy_;
   // A template that shows each message's role, content, reasoning and calls, so what the
   // translation kept can be read off the prompt.
   ParseContext ctx() const {
-    ParseContext c;
-    c.tokenizer = tok_.get();
-    c.context = 4096;
-    c.model_ids = {"toy"};
+    ParseContext c = toy_.context(4096);
     c.render_chat = [](const json& messages, const json& tools) {
       std::string s;
       for (const json& m : messages) {
@@ -144,7 +140,7 @@ TEST_F(ServerAnthropic, ToolsChoiceStopsAndSamplingKeepTheirMeaning) {
   EXPECT_FALSE(oai.contains("metadata") || oai.contains("thinking"));
 
   // A named tool is forced by a grammar, as the chat path forces a named function.
-  const structured::GrammarCompiler grammars(*tok_, tok_->vocab().size(), 1);
+  const structured::GrammarCompiler grammars(toy_.tokenizer(), toy_.tokenizer().vocab().size(), 1);
   ParseContext c = ctx();
   c.grammars = &grammars;
   const CompletionRequest r = parse_completion(oai, true, c);
@@ -257,7 +253,7 @@ TEST_F(ServerAnthropic, ImagesAreAnsweredAsTheChatPathAnswersThem) {
                                        {"content", json::array({image})}}})}}})}};
   for (const json& body : {in_message, in_result}) {
     const ApiError e = rejection(body);
-    EXPECT_EQ(e.status, 500);
+    EXPECT_EQ(e.status, 400);  // the client's error (llama-server answers 500)
     EXPECT_NE(std::string(e.what()).find("image input is not supported"), std::string::npos);
   }
 }

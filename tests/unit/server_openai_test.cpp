@@ -57,6 +57,32 @@ TEST_F(OpenAiParse, APromptBeyondTheContextSaysSoForBothKindsOfClient) {
   }
 }
 
+TEST_F(OpenAiParse, AFinalAssistantMessageIsContinued) {
+  const json user = {{"role", "user"}, {"content", "Hi"}};
+  const auto prompt = [&](const json& last, const json& extra = json::object()) {
+    json body = {{"messages", json::array({user, last})}};
+    body.update(extra);
+    return render_chat_prompt(body, ctx());
+  };
+  // The turns before it, the assistant's opening, then its text to continue.
+  EXPECT_EQ(prompt({{"role", "assistant"}, {"content", "Hel"}}), "user: Hi\nassistant: Hel");
+  EXPECT_EQ(prompt({{"role", "assistant"},
+                    {"content", json::array({{{"type", "text"}, {"text", "Wh"}},
+                                             {{"type", "text"}, {"text", "ill"}}})}}),
+            "user: Hi\nassistant: Whill");
+  // Not when the client says so, nor for other roles.
+  EXPECT_EQ(
+      prompt({{"role", "assistant"}, {"content", "Hel"}}, {{"continue_final_message", false}}),
+      "user: Hi\nassistant: Hel\nassistant: ");
+  EXPECT_EQ(prompt({{"role", "user"}, {"content", "Yo"}}), "user: Hi\nuser: Yo\nassistant: ");
+  // Continuing the last message and opening a new one contradict each other.
+  EXPECT_EQ(rejected_param({{"messages", json::array({user})},
+                            {"add_generation_prompt", true},
+                            {"continue_final_message", true}},
+                           true),
+            "continue_final_message");
+}
+
 TEST_F(OpenAiParse, DefaultsFollowOpenAi) {
   const CompletionRequest r = parse_completion({{"prompt", "abc"}}, false, ctx());
   EXPECT_EQ(r.request.max_tokens, 16);
