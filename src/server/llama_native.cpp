@@ -192,7 +192,7 @@ ParseContext native_parse_context(const nlohmann::ordered_json& body, const Pars
   int64_t n_predict = until_end;
   if (body.contains("n_predict") && body["n_predict"].is_number_integer() &&
       body["n_predict"].get<int64_t>() >= 0)
-    n_predict = std::min(until_end, body["n_predict"].get<int64_t>());
+    n_predict = body["n_predict"].get<int64_t>();  // over -n, as llama-server has it
   // A zero n_predict computes the prompt and generates nothing; the engine always samples one
   // token, so it is asked for one and the caller drops it.
   out.default_max_tokens = std::max<int64_t>(n_predict, 1);
