@@ -431,6 +431,11 @@ class Endpoints(unittest.TestCase):
             self.assertEqual(texts[0], texts[1], "--temp 0 is the default: greedy")
             status, r = llama.post("/completion", {"prompt": "Once upon a time"})
             self.assertEqual(r["tokens_predicted"], 5)  # -n for llama-server's API too
+            # ... unless the request gives its own n_predict, larger or smaller (as there).
+            for n in (9, 3):
+                status, r = llama.post("/completion", {"prompt": "Once upon a time", "n_predict": n,
+                                                       "ignore_eos": True})
+                self.assertEqual(r["tokens_predicted"], n)
             status, r = llama.post("/v1/completions", {"prompt": "Once upon a time", "max_tokens": 7})
             self.assertEqual(r["usage"]["completion_tokens"], 7)
             with self.assertRaises(urllib.error.HTTPError):
