@@ -1,18 +1,10 @@
 #include "server/cors.h"
 
 #include <algorithm>
-#include <cctype>
+
+#include "util/comma_list.h"
 
 namespace inferd::server {
-namespace {
-
-std::string_view trim(std::string_view s) {
-  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
-  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.remove_suffix(1);
-  return s;
-}
-
-}  // namespace
 
 bool is_local_origin(std::string_view origin) {
   for (std::string_view scheme : {"http://", "https://"}) {
@@ -30,16 +22,13 @@ bool is_local_origin(std::string_view origin) {
 }
 
 CorsPolicy::CorsPolicy(std::string_view origins) {
-  if (trim(origins).empty()) origins = "localhost";
-  while (!origins.empty()) {
-    const size_t comma = origins.find(',');
-    const std::string_view item = trim(origins.substr(0, comma));
-    origins = comma == std::string_view::npos ? std::string_view() : origins.substr(comma + 1);
+  if (trim_space(origins).empty()) origins = "localhost";
+  for (const std::string_view item : comma_list(origins)) {
     if (item == "*") {
       any_ = true;
     } else if (item == "localhost") {
       localhost_ = true;
-    } else if (!item.empty()) {
+    } else {
       // An origin never ends with a slash; a list written with one still means the origin.
       exact_.emplace_back(item.ends_with('/') ? item.substr(0, item.size() - 1) : item);
     }

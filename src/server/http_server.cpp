@@ -18,6 +18,7 @@
 #include "server/llama_native.h"
 #include "server/openai_response.h"
 #include "server/web_assets.h"
+#include "util/comma_list.h"
 #include "util/error.h"
 #include "util/utf8.h"
 
@@ -945,15 +946,7 @@ HttpServer::HttpServer(EngineLoop& loop, ServerMetrics& metrics, ParseContext co
                        ServerOptions options)
     : impl_(std::make_unique<Impl>(loop, metrics, std::move(context), std::move(options))) {
   Impl& impl = *impl_;
-  for (size_t begin = 0; begin <= impl.options.host.size();) {
-    size_t end = impl.options.host.find(',', begin);
-    if (end == std::string::npos) end = impl.options.host.size();
-    std::string host = impl.options.host.substr(begin, end - begin);
-    host.erase(0, host.find_first_not_of(" \t"));
-    host.erase(host.find_last_not_of(" \t") + 1);
-    if (!host.empty()) impl.hosts.push_back(host);
-    begin = end + 1;
-  }
+  for (const std::string_view host : comma_list(impl.options.host)) impl.hosts.emplace_back(host);
   if (impl.hosts.empty()) fail("--host '{}' names no address", impl.options.host);
   for (size_t i = 1; i < impl.hosts.size(); ++i)
     impl.more_servers.push_back(std::make_unique<httplib::Server>());
