@@ -80,16 +80,8 @@ class ThreadPool {
   // within one item of each other. The counter lives on the caller's stack.
   template <typename Fn>
   void for_each_dynamic(int64_t count, Fn&& fn) {
-    if (num_threads_ == 1 || count <= 1) {
-      for (int64_t i = 0; i < count; ++i) fn(i);
-      return;
-    }
-    std::atomic<int64_t> next{0};
-    run([&](int, int) {
-      for (int64_t i = next.fetch_add(1, std::memory_order_relaxed); i < count;
-           i = next.fetch_add(1, std::memory_order_relaxed)) {
-        fn(i);
-      }
+    parallel_for_chunks(count, 1, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) fn(i);
     });
   }
 
