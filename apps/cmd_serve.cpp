@@ -33,7 +33,7 @@ struct ServeArgs {
   size_t max_queue = 256;
   double log_interval = 10;
   bool no_prefix_cache = false;
-  size_t max_body_bytes = 8 << 20;
+  server::HttpLimits http;  // the transport's limits (server/http_transport.h)
   std::string api_key;
   bool no_webui = false;
   bool strict_model_name = false;
@@ -117,8 +117,6 @@ void add_llama_server_flags(CLI::App& cmd, ServeArgs& args) {
                             "--ubatch-size",
                             "--flash-attn",
                             "--threads-batch",
-                            "--threads-http",
-                            "--timeout",
                             "--numa",
                             "--device",
                             "--split-mode",
@@ -255,6 +253,8 @@ void on_signal(int) {
 
 void serve(ServeArgs args) {
   apply_llama_server_flags(args);
+  if (args.http.handler_threads <= 0)
+    args.http.handler_threads = server::HttpLimits{}.handler_threads;
   const std::string path = args.model.empty() ? default_model_path() : args.model;
   gguf::GgufFile file = gguf::GgufFile::open(path);
   engine::EngineConfig config;
@@ -340,7 +340,7 @@ void serve(ServeArgs args) {
   options.host = args.host;
   options.port = args.port;
   options.api_key = args.api_key;
-  options.max_body_bytes = args.max_body_bytes;
+  options.http = args.http;
   options.webui = !args.no_webui;
   options.cors_origins = args.cors_origins;
   options.model_path = std::filesystem::absolute(path).string();
@@ -362,6 +362,43 @@ void serve(ServeArgs args) {
 }
 
 }  // namespace
+
+// The transport's limits (server/http_transport.h): what one client may cost the server.
+void add_http_limit_options(CLI::App& cmd, server::HttpLimits& http) {
+  cmd.add_option("--max-body-bytes", http.max_body_bytes,
+                 "Larger request bodies get HTTP 413 (counted as they arrive, chunked too)")
+      ->check(CLI::Range(1024, 1 << 30));
+  cmd.add_option("--max-header-bytes", http.max_header_bytes,
+                 "Request line and headers larger than this get HTTP 431")
+      ->check(CLI::Range(1024, 1 << 20));
+  cmd.add_option("--max-headers", http.max_headers, "More request headers get HTTP 431")
+      ->check(CLI::Range(8, 10000));
+  cmd.add_option("--header-timeout", http.header_timeout_s,
+                 "Seconds a request's line and headers may take to arrive, from the connection "
+                 "(or the previous answer); then 408 and closed (an idle connection just closes)")
+      ->check(CLI::Range(0.1, 3600.0));
+  cmd.add_option("--body-timeout", http.body_timeout_s,
+                 "Seconds a request body may take to arrive after its headers; then 408")
+      ->check(CLI::Range(0.1, 3600.0));
+  cmd.add_option("--write-timeout", http.write_timeout_s,
+                 "Seconds an answer may wait for a client that reads nothing; then closed")
+      ->check(CLI::Range(0.1, 3600.0));
+  cmd.add_option_function<double>(
+         "--timeout", [&http](double s) { http.body_timeout_s = http.write_timeout_s = s; },
+         "llama-server's read/write timeout: sets --body-timeout and --write-timeout")
+      ->check(CLI::Range(0.1, 86400.0));
+  cmd.add_option("--max-connections", http.max_connections,
+                 "Connections open at once (at the cap the oldest one still waiting for its "
+                 "request is closed; at most the open-file limit allows)")
+      ->check(CLI::Range(1, 1 << 22));
+  cmd.add_option("--max-connections-per-client", http.max_connections_per_client,
+                 "Connections open at once from one client address; more are refused (503)")
+      ->check(CLI::Range(1, 1 << 22));
+  cmd.add_option("--threads-http", http.handler_threads,
+                 "Requests handled at once (a streamed answer holds one for its length); the "
+                 "sockets themselves are served by one event-driven thread")
+      ->check(CLI::Range(-1, 4096));  // llama-server's -1: the default
+}
 
 void register_serve(CLI::App& app) {
   auto* cmd = app.add_subcommand("serve", "Serve the model over an OpenAI-compatible HTTP API");
@@ -387,8 +424,7 @@ void register_serve(CLI::App& app) {
   cmd->add_option("--max-queue", args->max_queue,
                   "Requests queued or running at most; more get HTTP 429")
       ->check(CLI::Range(1, 1 << 20));
-  cmd->add_option("--max-body-bytes", args->max_body_bytes, "Larger request bodies get HTTP 413")
-      ->check(CLI::Range(1024, 1 << 30));
+  add_http_limit_options(*cmd, args->http);
   cmd->add_option("--api-key", args->api_key, "Require 'Authorization: Bearer KEY'");
   cmd->add_flag("--no-webui,--no-ui", args->no_webui,
                 "Do not serve the chat page at / (the API is served either way)");

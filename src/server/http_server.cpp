@@ -1,7 +1,6 @@
 #include "server/http_server.h"
 
 #include <fmt/format.h>
-#include <httplib.h>
 
 #include <algorithm>
 #include <atomic>
@@ -14,6 +13,8 @@
 
 #include "server/anthropic_api.h"
 #include "server/cors.h"
+#include "server/http_routes.h"
+#include "server/http_transport.h"
 #include "server/infill.h"
 #include "server/llama_native.h"
 #include "server/openai_response.h"
@@ -34,7 +35,7 @@ constexpr auto kPollInterval = 100ms;
 // streams, a JSON-insignificant space before a non-streamed body).
 constexpr auto kKeepAliveInterval = 1000ms;
 
-void send_json(httplib::Response& res, int status, const json& body) {
+void send_json(HttpResponse& res, int status, const json& body) {
   res.status = status;
   res.set_content(body.dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
 }
@@ -43,7 +44,7 @@ void send_json(httplib::Response& res, int status, const json& body) {
 // so a client that left is noticed at the next write. false: the client is gone.
 class SseWriter {
  public:
-  explicit SseWriter(httplib::DataSink& sink) : sink_(sink) {}
+  explicit SseWriter(ChunkSink& sink) : sink_(sink) {}
   bool send(const json& event) {
     const std::string line =
         "data: " + event.dump(-1, ' ', false, json::error_handler_t::replace) + "\n\n";
@@ -57,7 +58,7 @@ class SseWriter {
   }
 
  private:
-  httplib::DataSink& sink_;
+  ChunkSink& sink_;
   std::chrono::steady_clock::time_point quiet_since_ = std::chrono::steady_clock::now();
 };
 
@@ -89,13 +90,11 @@ struct HttpServer::Impl {
   ParseContext context;
   ServerOptions options;
   CorsPolicy cors;
-  httplib::Server server;
+  HttpRoutes http_routes;
+  std::unique_ptr<HttpTransport> transport;
   std::atomic<uint64_t> next_id{1};
   const int64_t started_unix = static_cast<int64_t>(std::time(nullptr));
-  // One server per listening address (--host takes a comma-separated list): the first is
-  // `server`, the others are made by HttpServer's constructor.
-  std::vector<std::unique_ptr<httplib::Server>> more_servers;
-  std::vector<std::string> hosts;
+  std::vector<std::string> hosts;  // --host takes a comma-separated list
   int bound_port = 0;
 
   Impl(EngineLoop& l, ServerMetrics& m, ParseContext c, ServerOptions o)
@@ -107,7 +106,7 @@ struct HttpServer::Impl {
 
   // The key as OpenAI's clients send it (Authorization: Bearer) or as Anthropic's do
   // (x-api-key), on any route, as llama-server takes both.
-  bool authorized(const httplib::Request& req, httplib::Response& res) {
+  bool authorized(const HttpRequest& req, HttpResponse& res) {
     if (options.api_key.empty()) return true;
     if (req.get_header_value("Authorization") == "Bearer " + options.api_key) return true;
     if (req.has_header("x-api-key") && req.get_header_value("x-api-key") == options.api_key)
@@ -120,7 +119,7 @@ struct HttpServer::Impl {
     return false;
   }
 
-  void fail_with(httplib::Response& res, const ApiError& e) {
+  void fail_with(HttpResponse& res, const ApiError& e) {
     metrics.record_rejected(e.status);
     send_json(res, e.status, e.body());
   }
@@ -128,7 +127,7 @@ struct HttpServer::Impl {
   // Runs parse(); a bad request (ApiError, or a JSON value of the wrong type) is answered and
   // false returned.
   template <typename Parse>
-  bool parsed(httplib::Response& res, Parse parse) {
+  bool parsed(HttpResponse& res, Parse parse) {
     try {
       parse();
       return true;
@@ -140,7 +139,7 @@ struct HttpServer::Impl {
     return false;
   }
 
-  static json parse_body(const httplib::Request& req) {
+  static json parse_body(const HttpRequest& req) {
     try {
       return json::parse(req.body);
     } catch (const json::parse_error& e) {
@@ -236,7 +235,7 @@ struct HttpServer::Impl {
     return loop.submit(std::move(r));
   }
 
-  void handle_completion(const httplib::Request& req, httplib::Response& res, bool chat) {
+  void handle_completion(const HttpRequest& req, HttpResponse& res, bool chat) {
     if (!authorized(req, res)) return;
     auto g = std::make_shared<Generation>();
     bool verbose = options.verbose;
@@ -268,7 +267,7 @@ struct HttpServer::Impl {
 
   // llama-server's POST /chat/completions/input_tokens: the length of the prompt a chat request
   // would compute, without computing it.
-  void handle_input_tokens(const httplib::Request& req, httplib::Response& res) {
+  void handle_input_tokens(const HttpRequest& req, HttpResponse& res) {
     if (!authorized(req, res)) return;
     parsed(res, [&] {
       json body = parse_body(req);
@@ -282,8 +281,7 @@ struct HttpServer::Impl {
 
   // llama-server's POST /completion and /completions (server/llama_native.h), and /infill
   // (server/infill.h), which is one with a prompt made of the code around the cursor.
-  void handle_native_completion(const httplib::Request& req, httplib::Response& res,
-                                bool infill = false) {
+  void handle_native_completion(const HttpRequest& req, HttpResponse& res, bool infill = false) {
     if (!authorized(req, res)) return;
     auto g = std::make_shared<Generation>();
     std::vector<std::shared_ptr<Generation>> more;  // the other prompts of a list of prompts
@@ -351,7 +349,7 @@ struct HttpServer::Impl {
     res.set_header("Cache-Control", "no-cache");
     res.set_chunked_content_provider(
         "text/event-stream",
-        [this, g, options, final_object, zero_predict](size_t, httplib::DataSink& sink) {
+        [this, g, options, final_object, zero_predict](size_t, ChunkSink& sink) {
           SseWriter out(sink);
           const auto send = [&out](const json& event) { return out.send(event); };
           while (!g->all_done()) {
@@ -375,7 +373,7 @@ struct HttpServer::Impl {
         [g](bool) { g->cancel(); });
   }
 
-  void respond_whole(httplib::Response& res, std::shared_ptr<Generation> g,
+  void respond_whole(HttpResponse& res, std::shared_ptr<Generation> g,
                      std::function<json()> make_body) {
     respond_whole(res, std::vector{std::move(g)}, std::move(make_body));
   }
@@ -383,7 +381,7 @@ struct HttpServer::Impl {
   // The body make_body() builds once every generation is done (the first error instead, if
   // one failed). Chunked, so a client that goes away while its request is queued or running is
   // noticed (a failed keep-alive write) and its sequences cancelled.
-  void respond_whole(httplib::Response& res, std::vector<std::shared_ptr<Generation>> gens,
+  void respond_whole(HttpResponse& res, std::vector<std::shared_ptr<Generation>> gens,
                      std::function<json()> make_body) {
     const auto cancel_all = [gens] {
       for (const auto& g : gens) g->cancel();
@@ -391,7 +389,7 @@ struct HttpServer::Impl {
     res.set_chunked_content_provider(
         "application/json",
         [this, gens, make_body, cancel_all, quiet = std::chrono::steady_clock::now()](
-            size_t, httplib::DataSink& sink) mutable {
+            size_t, ChunkSink& sink) mutable {
           for (const auto& g : gens) {
             while (!g->all_done()) {
               auto batches = poll(*g);
@@ -419,13 +417,13 @@ struct HttpServer::Impl {
         [cancel_all](bool) { cancel_all(); });
   }
 
-  void stream(httplib::Response& res, std::shared_ptr<Generation> g,
+  void stream(HttpResponse& res, std::shared_ptr<Generation> g,
               std::shared_ptr<ResponseWriter> writer) {
     res.set_header("Cache-Control", "no-cache");
     res.set_chunked_content_provider(
         "text/event-stream",
-        [this, g, writer, started = false](size_t, httplib::DataSink& sink) mutable {
-          // One writer per call: httplib calls this provider once, and it loops to the end.
+        [this, g, writer, started = false](size_t, ChunkSink& sink) mutable {
+          // One writer per call: the transport calls this provider once, and it loops to the end.
           SseWriter out(sink);
           const auto send = [&out](const json& event) { return out.send(event); };
           if (!started && g->request.chat) {
@@ -513,7 +511,7 @@ struct HttpServer::Impl {
     return {{"tokens", tokens}};
   }
 
-  void handle_tokenize(const httplib::Request& req, httplib::Response& res) {
+  void handle_tokenize(const HttpRequest& req, HttpResponse& res) {
     if (!authorized(req, res)) return;
     try {
       const json body = parse_body(req);
@@ -543,7 +541,7 @@ struct HttpServer::Impl {
 
   // llama-server's POST /apply-template: {"messages": [...]} -> {"prompt": "..."}, the text
   // /v1/chat/completions would tokenize, for debugging templates.
-  void handle_apply_template(const httplib::Request& req, httplib::Response& res) {
+  void handle_apply_template(const HttpRequest& req, HttpResponse& res) {
     if (!authorized(req, res)) return;
     try {
       const json body = parse_body(req);
@@ -558,7 +556,7 @@ struct HttpServer::Impl {
   // Embedding and rerank requests: one engine request per prompt, all queued at once so the
   // engine computes them in the same steps, answered by `answer` (results in prompt order)
   // once every one is done. Chunked like respond_whole, so a client that leaves cancels them.
-  void run_embedding_jobs(httplib::Response& res, std::vector<std::vector<int32_t>> prompts,
+  void run_embedding_jobs(HttpResponse& res, std::vector<std::vector<int32_t>> prompts,
                           engine::Pooling pooling,
                           std::function<json(std::vector<engine::RequestResult>&)> answer) {
     struct Jobs {
@@ -585,8 +583,7 @@ struct HttpServer::Impl {
     }
     res.set_chunked_content_provider(
         "application/json",
-        [jobs, answer, quiet = std::chrono::steady_clock::now()](size_t,
-                                                                 httplib::DataSink& sink) mutable {
+        [jobs, answer, quiet = std::chrono::steady_clock::now()](size_t, ChunkSink& sink) mutable {
           std::string error;
           for (const auto& channel : jobs->channels) {
             std::optional<engine::RequestResult> result;
@@ -611,7 +608,7 @@ struct HttpServer::Impl {
   }
 
   // llama-server's POST /embedding, /embeddings (its own answer) and /v1/embeddings (OpenAI's).
-  void handle_embeddings(const httplib::Request& req, httplib::Response& res, bool oai) {
+  void handle_embeddings(const HttpRequest& req, HttpResponse& res, bool oai) {
     if (!authorized(req, res)) return;
     auto request = std::make_shared<EmbeddingRequest>();
     if (!parsed(res, [&] {
@@ -632,7 +629,7 @@ struct HttpServer::Impl {
   }
 
   // llama-server's POST /rerank and its aliases: a score per (query, document) pair.
-  void handle_rerank(const httplib::Request& req, httplib::Response& res) {
+  void handle_rerank(const HttpRequest& req, HttpResponse& res) {
     if (!authorized(req, res)) return;
     auto request = std::make_shared<RerankRequest>();
     if (!parsed(res, [&] {
@@ -652,7 +649,7 @@ struct HttpServer::Impl {
                        });
   }
 
-  void handle_detokenize(const httplib::Request& req, httplib::Response& res) {
+  void handle_detokenize(const HttpRequest& req, HttpResponse& res) {
     if (!authorized(req, res)) return;
     try {
       const json body = parse_body(req);
@@ -675,7 +672,7 @@ struct HttpServer::Impl {
     }
   }
 
-  void fail_anthropic(httplib::Response& res, const ApiError& e) {
+  void fail_anthropic(HttpResponse& res, const ApiError& e) {
     metrics.record_rejected(e.status);
     send_json(res, e.status, anthropic_error_body(e));
   }
@@ -683,7 +680,7 @@ struct HttpServer::Impl {
   // Anthropic's POST /v1/messages (server/anthropic_api.h): the request becomes an OpenAI chat
   // request and is generated as /v1/chat/completions generates it; the answer goes back as a
   // message or as Anthropic's typed events.
-  void handle_anthropic_messages(const httplib::Request& req, httplib::Response& res) {
+  void handle_anthropic_messages(const HttpRequest& req, HttpResponse& res) {
     if (!authorized(req, res)) return;
     auto g = std::make_shared<Generation>();
     try {
@@ -708,7 +705,7 @@ struct HttpServer::Impl {
     res.set_header("Cache-Control", "no-cache");
     res.set_chunked_content_provider(
         "text/event-stream",
-        [this, g, writer](size_t, httplib::DataSink& sink) {
+        [this, g, writer](size_t, ChunkSink& sink) {
           // SseWriter writes data-only events; Anthropic's carry an event line each, and its
           // keep-alive is a ping event.
           auto quiet_since = std::chrono::steady_clock::now();
@@ -742,7 +739,7 @@ struct HttpServer::Impl {
   }
 
   // Anthropic's POST /v1/messages/count_tokens: {"input_tokens": N}.
-  void handle_anthropic_count_tokens(const httplib::Request& req, httplib::Response& res) {
+  void handle_anthropic_count_tokens(const HttpRequest& req, HttpResponse& res) {
     if (!authorized(req, res)) return;
     try {
       send_json(res, 200, anthropic_count_tokens(parse_body(req), context));
@@ -757,7 +754,7 @@ struct HttpServer::Impl {
   // path, no key needed: browsers send none) and reads Access-Control-Allow-Origin on the
   // answer. Both name the caller's origin only when the policy allows it; otherwise the
   // browser keeps the answer from the page.
-  void allow_origin(const httplib::Request& req, httplib::Response& res) const {
+  void allow_origin(const HttpRequest& req, HttpResponse& res) const {
     const std::string origin = req.get_header_value("Origin");
     if (!cors.allows(origin)) return;
     res.set_header("Access-Control-Allow-Origin", origin);
@@ -765,10 +762,8 @@ struct HttpServer::Impl {
     res.set_header("Vary", "Origin");
   }
 
-  // `server` is one listening socket's server; there is one per --host address, each with every
-  // route (httplib serves one socket a server).
-  void cors_routes(httplib::Server& server) {
-    server.Options(R"(.*)", [this](const httplib::Request& req, httplib::Response& res) {
+  void cors_routes(HttpRoutes& server) {
+    server.options([this](const HttpRequest& req, HttpResponse& res) {
       allow_origin(req, res);
       if (!res.has_header("Access-Control-Allow-Origin")) return;
       res.set_header("Access-Control-Allow-Methods", "GET, POST, DELETE, OPTIONS");
@@ -777,17 +772,16 @@ struct HttpServer::Impl {
       res.set_header("Access-Control-Allow-Headers", asked.empty() ? "*" : asked);
       res.set_header("Access-Control-Max-Age", "600");
     });
-    server.set_post_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    server.after([this](const HttpRequest& req, HttpResponse& res) {
       if (req.method != "OPTIONS") allow_origin(req, res);
     });
   }
 
-  void routes(httplib::Server& server) {
+  void routes(HttpRoutes& server) {
     cors_routes(server);
     if (options.webui) {
       for (const WebAsset& asset : web_assets()) {
-        server.Get(std::string(asset.path), [&asset](const httplib::Request&,
-                                                     httplib::Response& res) {
+        server.get(std::string(asset.path), [&asset](const HttpRequest&, HttpResponse& res) {
           // Revalidated on each load, so a new binary's page is never mixed with an old one's.
           res.set_header("Cache-Control", "no-cache");
           // The page runs only its own files: no inline script, nothing from elsewhere.
@@ -799,12 +793,12 @@ struct HttpServer::Impl {
         });
       }
     }
-    const auto health = [](const httplib::Request&, httplib::Response& res) {
+    const auto health = [](const HttpRequest&, HttpResponse& res) {
       send_json(res, 200, {{"status", "ok"}});
     };
-    server.Get("/health", health);
-    server.Get("/v1/health", health);
-    server.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+    server.get("/health", health);
+    server.get("/v1/health", health);
+    server.get("/metrics", [this](const HttpRequest&, HttpResponse& res) {
       if (!options.metrics) {  // as llama-server answers when its metrics are off
         send_json(res, 501,
                   ApiError(501, "this server has its metrics off (--no-metrics)", "",
@@ -817,7 +811,7 @@ struct HttpServer::Impl {
     });
     // llama-server's GET /slots: one entry per sequence the engine runs at once. The engine
     // schedules sequences, not slots, so the running ones are shown in the first entries.
-    server.Get("/slots", [this](const httplib::Request& req, httplib::Response& res) {
+    server.get("/slots", [this](const HttpRequest& req, HttpResponse& res) {
       if (!authorized(req, res)) return;
       if (!options.slots) {
         send_json(res, 501,
@@ -838,7 +832,7 @@ struct HttpServer::Impl {
       send_json(res, 200, slots);
     });
     // llama-server answers the OpenAI routes with and without /v1; so does inferd.
-    const auto models = [this](const httplib::Request& req, httplib::Response& res) {
+    const auto models = [this](const HttpRequest& req, HttpResponse& res) {
       if (!authorized(req, res)) return;
       json data = json::array();
       for (const std::string& id : context.model_ids) {
@@ -850,22 +844,21 @@ struct HttpServer::Impl {
       }
       send_json(res, 200, {{"object", "list"}, {"data", data}});
     };
-    const auto completions = [this](const httplib::Request& req, httplib::Response& res) {
+    const auto completions = [this](const HttpRequest& req, HttpResponse& res) {
       handle_completion(req, res, false);
     };
-    const auto chat = [this](const httplib::Request& req, httplib::Response& res) {
+    const auto chat = [this](const HttpRequest& req, HttpResponse& res) {
       handle_completion(req, res, true);
     };
     for (const std::string prefix : {"/v1", ""}) {
-      server.Get(prefix + "/models", models);
-      server.Post(prefix + "/chat/completions", chat);
-      server.Post(prefix + "/chat/completions/input_tokens",
-                  [this](const httplib::Request& req, httplib::Response& res) {
-                    handle_input_tokens(req, res);
-                  });
+      server.get(prefix + "/models", models);
+      server.post(prefix + "/chat/completions", chat);
+      server.post(
+          prefix + "/chat/completions/input_tokens",
+          [this](const HttpRequest& req, HttpResponse& res) { handle_input_tokens(req, res); });
     }
     // llama-server's GET /props: what its web page and clients read about the server.
-    server.Get("/props", [this](const httplib::Request& req, httplib::Response& res) {
+    server.get("/props", [this](const HttpRequest& req, HttpResponse& res) {
       if (!authorized(req, res)) return;
       const json params = native_sampling_settings(
           context.native_sampling_defaults,
@@ -880,65 +873,50 @@ struct HttpServer::Impl {
                  {"build_info", "inferd"}});
     });
     // /completions without /v1 is llama-server's own completion API, as there.
-    server.Post("/v1/completions", completions);
-    const auto native = [this](const httplib::Request& req, httplib::Response& res) {
+    server.post("/v1/completions", completions);
+    const auto native = [this](const HttpRequest& req, HttpResponse& res) {
       handle_native_completion(req, res);
     };
-    server.Post("/completion", native);
-    server.Post("/completions", native);
-    server.Post("/infill", [this](const httplib::Request& req, httplib::Response& res) {
+    server.post("/completion", native);
+    server.post("/completions", native);
+    server.post("/infill", [this](const HttpRequest& req, HttpResponse& res) {
       handle_native_completion(req, res, true);
     });
-    server.Post("/tokenize", [this](const httplib::Request& req, httplib::Response& res) {
-      handle_tokenize(req, res);
-    });
-    server.Post("/detokenize", [this](const httplib::Request& req, httplib::Response& res) {
-      handle_detokenize(req, res);
-    });
-    server.Post("/apply-template", [this](const httplib::Request& req, httplib::Response& res) {
+    server.post("/tokenize",
+                [this](const HttpRequest& req, HttpResponse& res) { handle_tokenize(req, res); });
+    server.post("/detokenize",
+                [this](const HttpRequest& req, HttpResponse& res) { handle_detokenize(req, res); });
+    server.post("/apply-template", [this](const HttpRequest& req, HttpResponse& res) {
       handle_apply_template(req, res);
     });
     // llama-server's embedding routes: its own answer without /v1, OpenAI's with it.
     for (const char* path : {"/embedding", "/embeddings"}) {
-      server.Post(path, [this](const httplib::Request& req, httplib::Response& res) {
+      server.post(path, [this](const HttpRequest& req, HttpResponse& res) {
         handle_embeddings(req, res, false);
       });
     }
-    server.Post("/v1/embeddings", [this](const httplib::Request& req, httplib::Response& res) {
+    server.post("/v1/embeddings", [this](const HttpRequest& req, HttpResponse& res) {
       handle_embeddings(req, res, true);
     });
     for (const char* path : {"/rerank", "/reranking", "/v1/rerank", "/v1/reranking"}) {
-      server.Post(path, [this](const httplib::Request& req, httplib::Response& res) {
-        handle_rerank(req, res);
-      });
+      server.post(path,
+                  [this](const HttpRequest& req, HttpResponse& res) { handle_rerank(req, res); });
     }
-    server.Post("/v1/messages", [this](const httplib::Request& req, httplib::Response& res) {
+    server.post("/v1/messages", [this](const HttpRequest& req, HttpResponse& res) {
       handle_anthropic_messages(req, res);
     });
-    server.Post("/v1/messages/count_tokens",
-                [this](const httplib::Request& req, httplib::Response& res) {
-                  handle_anthropic_count_tokens(req, res);
-                });
-    // Errors httplib makes itself (404 route, 413 body) get an OpenAI error object too.
-    server.set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
-      if (!res.body.empty()) return;
-      std::string message = fmt::format("{} {}: HTTP status {}", req.method, req.path, res.status);
-      if (res.status == 413)
-        message = fmt::format("the request body is larger than {} bytes", options.max_body_bytes);
-      metrics.record_rejected(res.status);
-      send_json(res, res.status, ApiError(res.status, message).body());
+    server.post("/v1/messages/count_tokens", [this](const HttpRequest& req, HttpResponse& res) {
+      handle_anthropic_count_tokens(req, res);
     });
-    server.set_exception_handler(
-        [](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
-          std::string message = "internal error";
-          try {
-            std::rethrow_exception(ep);
-          } catch (const std::exception& e) {
-            message = e.what();
-          } catch (...) {
-          }
-          send_json(res, 500, ApiError(500, message, "", "server_error").body());
-        });
+    // Errors the router and the transport answer themselves (404, 405, 413, 431, a handler's
+    // exception) get an OpenAI error object too.
+    server.on_error([this](const HttpRequest&, HttpResponse& res, std::string_view message) {
+      metrics.record_rejected(res.status);
+      send_json(res, res.status,
+                ApiError(res.status, std::string(message), "",
+                         res.status >= 500 ? "server_error" : "invalid_request_error")
+                    .body());
+    });
   }
 };
 
@@ -948,50 +926,26 @@ HttpServer::HttpServer(EngineLoop& loop, ServerMetrics& metrics, ParseContext co
   Impl& impl = *impl_;
   for (const std::string_view host : comma_list(impl.options.host)) impl.hosts.emplace_back(host);
   if (impl.hosts.empty()) fail("--host '{}' names no address", impl.options.host);
-  for (size_t i = 1; i < impl.hosts.size(); ++i)
-    impl.more_servers.push_back(std::make_unique<httplib::Server>());
-  const int threads = impl.options.http_threads;
-  const auto configure = [&](httplib::Server& server) {
-    server.set_payload_max_length(impl.options.max_body_bytes);
-    server.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
-    impl.routes(server);
-  };
-  configure(impl.server);
-  for (auto& server : impl.more_servers) configure(*server);
+  impl.routes(impl.http_routes);
+  impl.transport = std::make_unique<HttpTransport>(impl.http_routes, impl.options.http);
 }
 
 HttpServer::~HttpServer() = default;
 
 void HttpServer::listen() {
   Impl& impl = *impl_;
-  const ServerOptions& o = impl.options;
   // Every address on the same port: with port 0 the first one's.
-  int port = o.port;
-  for (size_t i = 0; i < impl.hosts.size(); ++i) {
-    httplib::Server& server = i == 0 ? impl.server : *impl.more_servers[i - 1];
-    const std::string& host = impl.hosts[i];
-    if (port == 0) {
-      port = server.bind_to_any_port(host);
-      if (port < 0) fail("cannot bind {}:0", host);
-    } else if (!server.bind_to_port(host, port)) {
-      fail("cannot bind {}:{} (in use, or not an address of this machine)", host, port);
-    }
+  impl.bound_port = impl.transport->bind(impl.hosts, impl.options.port);
+  for (const std::string& host : impl.hosts) {
     fmt::print(stderr, "[inferd] serving on http://{}:{}{}\n",
-               host.find(':') != std::string::npos ? "[" + host + "]" : host, port,
-               o.webui ? " (chat page at /)" : "");
+               host.find(':') != std::string::npos ? "[" + host + "]" : host, impl.bound_port,
+               impl.options.webui ? " (chat page at /)" : "");
   }
-  impl.bound_port = port;
-  std::vector<std::thread> others;
-  for (auto& server : impl.more_servers)
-    others.emplace_back([&server] { server->listen_after_bind(); });
-  impl.server.listen_after_bind();
-  for (auto& server : impl.more_servers) server->stop();
-  for (std::thread& t : others) t.join();
+  impl.transport->run();
 }
 
 void HttpServer::stop() {
-  impl_->server.stop();
-  for (auto& server : impl_->more_servers) server->stop();
+  impl_->transport->stop();
 }
 
 int HttpServer::port() const {

@@ -1,5 +1,6 @@
-// The OpenAI-compatible HTTP front end (cpp-httplib): routes, authentication, body limits,
-// streaming (SSE) and non-streaming responses, disconnect detection. It feeds the EngineLoop.
+// The OpenAI-compatible HTTP front end: routes, authentication, streaming (SSE) and
+// non-streaming responses, disconnect detection, over server/http_transport.h (which enforces
+// the connection and request limits). It feeds the EngineLoop.
 #pragma once
 
 #include <cstddef>
@@ -8,6 +9,7 @@
 
 #include "server/embeddings.h"
 #include "server/engine_loop.h"
+#include "server/http_transport.h"
 #include "server/metrics.h"
 #include "server/openai_request.h"
 
@@ -16,9 +18,8 @@ namespace inferd::server {
 struct ServerOptions {
   std::string host = "127.0.0.1";  // or several, comma-separated, all on `port`
   int port = 8080;
-  std::string api_key;              // empty: no authentication
-  size_t max_body_bytes = 8 << 20;  // larger bodies get 413
-  int http_threads = 128;           // connections served at once
+  std::string api_key;  // empty: no authentication
+  HttpLimits http;      // body and header limits, timeouts, connection caps, handler threads
   // GET / serves the chat page (server/web_assets.h). Its files hold no data, so they are
   // served without the API key; the page asks for the key when the API answers 401.
   bool webui = true;
@@ -26,11 +27,10 @@ struct ServerOptions {
   std::string cors_origins;
   // For llama-server's GET /props.
   std::string model_path;
-  int total_slots = 1;  // sequences served at once
-  bool metrics = true;  // GET /metrics (--no-metrics: 501, as llama-server without --metrics)
-  bool slots = false;
+  int total_slots = 1;   // sequences served at once
+  bool metrics = true;   // GET /metrics (--no-metrics: 501, as llama-server without --metrics)
+  bool slots = false;    // GET /slots (--slots; off by default, as in llama-server)
   bool verbose = false;  // chat answers carry "__verbose" (the rendered prompt), as with -v there
-                         // // GET /slots (--slots; off by default, as in llama-server)
   std::string chat_template;  // the template's source, empty without one
   // --embedding, --pooling, --reranking: the embedding and rerank routes (server/embeddings.h).
   EmbeddingOptions embeddings;
