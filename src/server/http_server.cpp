@@ -18,6 +18,7 @@
 #include "server/infill.h"
 #include "server/llama_native.h"
 #include "server/openai_response.h"
+#include "server/request_json.h"
 #include "server/web_assets.h"
 #include "util/comma_list.h"
 #include "util/error.h"
@@ -139,16 +140,7 @@ struct HttpServer::Impl {
     return false;
   }
 
-  static json parse_body(const HttpRequest& req) {
-    try {
-      return json::parse(req.body);
-    } catch (const json::parse_error& e) {
-      throw ApiError(400, fmt::format("the body is not valid JSON: {}", e.what()));
-    } catch (const json::exception& e) {  // a number beyond a double's range (1e400)
-      throw ApiError(400,
-                     fmt::format("the body holds a value JSON cannot represent: {}", e.what()));
-    }
-  }
+  static json parse_body(const HttpRequest& req) { return parse_request_json(req.body); }
 
   // Drains what a choice has produced; records it if finished. Returns its new text (content)
   // and reasoning since the last call.

@@ -133,6 +133,23 @@ json parse_messages(const json& body) {
     const json* role = field(m, "role");
     if (role == nullptr || !role->is_string())
       bad(fmt::format("messages[{}].role", i), "each message needs a string 'role'");
+    // Only the roles chat templates are written for: any other text would reach the template
+    // as-is, and a role can carry the template's own control tokens.
+    const std::string& name = role->get_ref<const std::string&>();
+    if (name != "system" && name != "user" && name != "assistant" && name != "tool" &&
+        name != "developer") {
+      bad(fmt::format("messages[{}].role", i),
+          fmt::format("role '{}' is not one of system, developer, user, assistant, tool",
+                      name.size() > 40 ? name.substr(0, 40) + "..." : name));
+    }
+    // As OpenAI: content may be null or left out only by an assistant message that calls tools.
+    const json* calls = field(m, "tool_calls");
+    const bool calls_tools = calls != nullptr || field(m, "function_call") != nullptr;
+    if (field(m, "content") == nullptr && !(name == "assistant" && calls_tools)) {
+      bad(fmt::format("messages[{}].content", i),
+          name == "assistant" ? "an assistant message needs 'content' unless it has 'tool_calls'"
+                              : fmt::format("a {} message needs 'content'", name));
+    }
     normalize_content(m, i);
   }
   return messages;
