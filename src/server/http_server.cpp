@@ -769,6 +769,22 @@ struct HttpServer::Impl {
     });
   }
 
+  // A POST route whose handler may read a JSON field of the wrong type without checking it
+  // first: that is the client's error (400), not the server's.
+  void post(HttpRoutes& server, const std::string& path, HttpHandler handler) {
+    server.post(path,
+                [this, handler = std::move(handler)](const HttpRequest& req, HttpResponse& res) {
+                  try {
+                    handler(req, res);
+                  } catch (const json::exception& e) {
+                    res = HttpResponse();
+                    fail_with(res, ApiError(400, fmt::format("a field has the wrong type or "
+                                                             "value: {}",
+                                                             e.what())));
+                  }
+                });
+  }
+
   void routes(HttpRoutes& server) {
     cors_routes(server);
     if (options.webui) {
@@ -844,10 +860,9 @@ struct HttpServer::Impl {
     };
     for (const std::string prefix : {"/v1", ""}) {
       server.get(prefix + "/models", models);
-      server.post(prefix + "/chat/completions", chat);
-      server.post(
-          prefix + "/chat/completions/input_tokens",
-          [this](const HttpRequest& req, HttpResponse& res) { handle_input_tokens(req, res); });
+      post(server, prefix + "/chat/completions", chat);
+      post(server, prefix + "/chat/completions/input_tokens",
+           [this](const HttpRequest& req, HttpResponse& res) { handle_input_tokens(req, res); });
     }
     // llama-server's GET /props: what its web page and clients read about the server.
     server.get("/props", [this](const HttpRequest& req, HttpResponse& res) {
@@ -865,39 +880,37 @@ struct HttpServer::Impl {
                  {"build_info", "inferd"}});
     });
     // /completions without /v1 is llama-server's own completion API, as there.
-    server.post("/v1/completions", completions);
+    post(server, "/v1/completions", completions);
     const auto native = [this](const HttpRequest& req, HttpResponse& res) {
       handle_native_completion(req, res);
     };
-    server.post("/completion", native);
-    server.post("/completions", native);
-    server.post("/infill", [this](const HttpRequest& req, HttpResponse& res) {
+    post(server, "/completion", native);
+    post(server, "/completions", native);
+    post(server, "/infill", [this](const HttpRequest& req, HttpResponse& res) {
       handle_native_completion(req, res, true);
     });
-    server.post("/tokenize",
-                [this](const HttpRequest& req, HttpResponse& res) { handle_tokenize(req, res); });
-    server.post("/detokenize",
-                [this](const HttpRequest& req, HttpResponse& res) { handle_detokenize(req, res); });
-    server.post("/apply-template", [this](const HttpRequest& req, HttpResponse& res) {
-      handle_apply_template(req, res);
-    });
+    post(server, "/tokenize",
+         [this](const HttpRequest& req, HttpResponse& res) { handle_tokenize(req, res); });
+    post(server, "/detokenize",
+         [this](const HttpRequest& req, HttpResponse& res) { handle_detokenize(req, res); });
+    post(server, "/apply-template",
+         [this](const HttpRequest& req, HttpResponse& res) { handle_apply_template(req, res); });
     // llama-server's embedding routes: its own answer without /v1, OpenAI's with it.
     for (const char* path : {"/embedding", "/embeddings"}) {
-      server.post(path, [this](const HttpRequest& req, HttpResponse& res) {
+      post(server, path, [this](const HttpRequest& req, HttpResponse& res) {
         handle_embeddings(req, res, false);
       });
     }
-    server.post("/v1/embeddings", [this](const HttpRequest& req, HttpResponse& res) {
-      handle_embeddings(req, res, true);
-    });
+    post(server, "/v1/embeddings",
+         [this](const HttpRequest& req, HttpResponse& res) { handle_embeddings(req, res, true); });
     for (const char* path : {"/rerank", "/reranking", "/v1/rerank", "/v1/reranking"}) {
-      server.post(path,
-                  [this](const HttpRequest& req, HttpResponse& res) { handle_rerank(req, res); });
+      post(server, path,
+           [this](const HttpRequest& req, HttpResponse& res) { handle_rerank(req, res); });
     }
-    server.post("/v1/messages", [this](const HttpRequest& req, HttpResponse& res) {
+    post(server, "/v1/messages", [this](const HttpRequest& req, HttpResponse& res) {
       handle_anthropic_messages(req, res);
     });
-    server.post("/v1/messages/count_tokens", [this](const HttpRequest& req, HttpResponse& res) {
+    post(server, "/v1/messages/count_tokens", [this](const HttpRequest& req, HttpResponse& res) {
       handle_anthropic_count_tokens(req, res);
     });
     // Errors the router and the transport answer themselves (404, 405, 413, 431, a handler's

@@ -39,6 +39,7 @@ constexpr size_t kMaxReadAhead = 64 << 10;
 // client sees the answer rather than a reset (a close with unread data sends RST).
 constexpr auto kLingerTime = std::chrono::seconds(2);
 constexpr size_t kMaxLingerBytes = 64 << 20;
+constexpr size_t kLingerChunk = 16 << 10;
 // Handler threads for GET, HEAD and OPTIONS (health, metrics, pages): never queued behind
 // generations, which hold the others for their whole length.
 constexpr int kLightThreads = 4;
@@ -159,9 +160,9 @@ struct Connection {
   bool reading_ahead = false;      // a raw read (disconnect watch, pipelined bytes) is pending
   bool resume_after_read = false;  // start the next request when that read completes
   bool keep_alive = true;
-  size_t body_reserved = 0;  // bytes of the body budget this request holds
-  std::string in_flight;     // bytes handed to the socket
-  std::array<char, 16 << 10> linger_scratch;
+  size_t body_reserved = 0;                // bytes of the body budget this request holds
+  std::string in_flight;                   // bytes handed to the socket
+  std::unique_ptr<char[]> linger_scratch;  // made when lingering: most connections never do
 
   // Shared with the handler thread, under `mu`.
   std::mutex mu;
@@ -235,18 +236,13 @@ struct HttpTransport::Impl {
     const tcp::endpoint peer = socket.remote_endpoint(ec);
     if (ec) return;
     std::string address = peer.address().to_string();
-    int& count = per_client[address];
-    if (count >= limits.max_connections_per_client) {
-      refuse(socket, "too many connections from this address");
-      if (count == 0) per_client.erase(address);
-      return;
-    }
-    if (std::ssize(open) >= limits.max_connections && !evict_one_waiting()) {
-      refuse(socket, "the server has too many connections open");
-      if (count == 0) per_client.erase(address);
-      return;
-    }
-    ++count;
+    const auto held = per_client.find(address);
+    if (held != per_client.end() && held->second >= limits.max_connections_per_client)
+      return refuse(socket, "too many connections from this address");
+    // (Evicting may close this client's own oldest connection, so the count is read after.)
+    if (std::ssize(open) >= limits.max_connections && !evict_one_waiting())
+      return refuse(socket, "the server has too many connections open");
+    ++per_client[address];
     socket.set_option(tcp::no_delay(true), ec);
     auto c = std::make_shared<Connection>(std::move(socket), std::move(address));
     c->registered = open.insert(open.end(), c);
@@ -513,12 +509,13 @@ struct HttpTransport::Impl {
       error_code ignored;
       c->socket.shutdown(tcp::socket::shutdown_send, ignored);
       arm(c, std::chrono::duration<double>(kLingerTime).count());
+      c->linger_scratch = std::make_unique<char[]>(kLingerChunk);
       linger(c, 0);
     });
   }
 
   void linger(const ConnectionPtr& c, size_t dropped) {
-    c->socket.async_read_some(asio::buffer(c->linger_scratch),
+    c->socket.async_read_some(asio::buffer(c->linger_scratch.get(), kLingerChunk),
                               [this, c, dropped](error_code ec, size_t n) {
                                 if (c->phase != Phase::kLinger) return;
                                 if (ec || dropped + n > kMaxLingerBytes) return close(c);
@@ -591,8 +588,13 @@ struct HttpTransport::Impl {
       return sent_ok && !c->closed;
     };
     sink.done = [&] { done = true; };
-    while (sent_ok && !done) {
-      if (!res.provider(offset, sink)) break;
+    try {
+      while (sent_ok && !done) {
+        if (!res.provider(offset, sink)) break;
+      }
+    } catch (const std::exception& e) {  // the answer is cut off: the connection closes
+      fmt::print(stderr, "[inferd] a streamed answer failed: {}\n", e.what());
+      done = false;
     }
     if (done && chunked) sent_ok = send(c, "0\r\n\r\n") && sent_ok;
     const bool complete = done && sent_ok;

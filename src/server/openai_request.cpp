@@ -100,7 +100,13 @@ std::vector<std::pair<int32_t, float>> parse_logit_bias(const json& body, int32_
 void normalize_content(json& message, size_t index) {
   const std::string param = fmt::format("messages[{}].content", index);
   const json* content = field(message, "content");
-  if (content == nullptr || content->is_string()) return;
+  if (content == nullptr) {
+    // Only an assistant turn with tool calls gets here (parse_messages checks). Templates that
+    // join strings with `+` fail on null, and the others read "" as they read null.
+    message["content"] = "";
+    return;
+  }
+  if (content->is_string()) return;
   if (!content->is_array()) bad(param, "content must be a string, null or a list of text parts");
   std::string text;
   for (const json& part : *content) {
