@@ -341,6 +341,8 @@ void serve(ServeArgs args) {
   options.port = args.port;
   options.api_key = args.api_key;
   options.http = args.http;
+  options.vertex = server::vertex_settings_from_env();
+  if (options.vertex.enabled && options.vertex.port > 0) options.port = options.vertex.port;
   options.webui = !args.no_webui;
   options.cors_origins = args.cors_origins;
   options.model_path = std::filesystem::absolute(path).string();

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <exception>
 
 namespace inferd::server {
@@ -12,6 +13,16 @@ void HttpRoutes::get(const std::string& path, HttpHandler handler) {
 
 void HttpRoutes::post(const std::string& path, HttpHandler handler) {
   post_[path] = std::move(handler);
+}
+
+std::vector<std::string> HttpRoutes::post_paths() const {
+  std::vector<std::string> paths;
+  for (const auto& [path, handler] : post_) paths.push_back(path);
+  std::sort(paths.begin(), paths.end(), [](const std::string& a, const std::string& b) {
+    const bool va = a.starts_with("/v1/"), vb = b.starts_with("/v1/");
+    return va != vb ? va : a < b;
+  });
+  return paths;
 }
 
 void HttpRoutes::options(HttpHandler handler) {

@@ -7,6 +7,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <vector>
 
 #include "server/http_message.h"
 
@@ -24,6 +25,9 @@ class HttpRoutes {
   void options(HttpHandler handler);  // every path
   void after(HttpHandler hook);       // after every answer, errors included
   void on_error(HttpErrorHandler handler);
+
+  // The POST paths, those under /v1 first.
+  std::vector<std::string> post_paths() const;
 
   // Answers `req` into `res`. Never throws.
   void dispatch(const HttpRequest& req, HttpResponse& res) const;

@@ -785,6 +785,54 @@ struct HttpServer::Impl {
                 });
   }
 
+  // Vertex AI's POST /predict (server/vertex_predict.h): each instance is answered by the
+  // route its format names, called here as if it were a request of its own, answered whole.
+  void vertex_routes(HttpRoutes& server, const HttpHandler& health) {
+    if (!options.vertex.health_route.empty()) server.get(options.vertex.health_route, health);
+    post(server, options.vertex.predict_route, [this](const HttpRequest& req, HttpResponse& res) {
+      if (!authorized(req, res)) return;
+      std::vector<std::string> paths = http_routes.post_paths();
+      std::erase(paths, options.vertex.predict_route);
+      try {
+        send_json(res, 200,
+                  vertex_predict(parse_body(req), paths,
+                                 [this, &req](const std::string& path, json request) {
+                                   return answer_internally(req, path, request);
+                                 }));
+      } catch (const ApiError& e) {
+        fail_with(res, e);
+      }
+    });
+  }
+
+  // Runs the POST route `path` on `body` with the headers of `outer`; its whole answer's JSON.
+  json answer_internally(const HttpRequest& outer, const std::string& path, const json& body) {
+    HttpRequest inner;
+    inner.method = "POST";
+    inner.path = inner.target = path;
+    inner.headers = outer.headers;
+    inner.remote_addr = outer.remote_addr;
+    inner.body = body.dump();
+    HttpResponse res;
+    http_routes.dispatch(inner, res);
+    std::string text = std::move(res.body);
+    if (res.provider) {
+      bool done = false;
+      ChunkSink sink;
+      sink.write = [&text](const char* data, size_t size) {
+        text.append(data, size);
+        return true;
+      };
+      sink.is_writable = [] { return true; };
+      sink.done = [&done] { done = true; };
+      while (!done && res.provider(text.size(), sink)) {
+      }
+      if (res.releaser) res.releaser(done);
+    }
+    json answer = json::parse(text, nullptr, false);
+    return answer.is_discarded() ? json(text) : answer;
+  }
+
   void routes(HttpRoutes& server) {
     cors_routes(server);
     if (options.webui) {
@@ -913,6 +961,7 @@ struct HttpServer::Impl {
     post(server, "/v1/messages/count_tokens", [this](const HttpRequest& req, HttpResponse& res) {
       handle_anthropic_count_tokens(req, res);
     });
+    if (options.vertex.enabled) vertex_routes(server, health);
     // Errors the router and the transport answer themselves (404, 405, 413, 431, a handler's
     // exception) get an OpenAI error object too.
     server.on_error([this](const HttpRequest&, HttpResponse& res, std::string_view message) {

@@ -12,6 +12,7 @@
 #include "server/http_transport.h"
 #include "server/metrics.h"
 #include "server/openai_request.h"
+#include "server/vertex_predict.h"
 
 namespace inferd::server {
 
@@ -34,6 +35,8 @@ struct ServerOptions {
   std::string chat_template;  // the template's source, empty without one
   // --embedding, --pooling, --reranking: the embedding and rerank routes (server/embeddings.h).
   EmbeddingOptions embeddings;
+  // Vertex AI's prediction route, when the environment asks for it (server/vertex_predict.h).
+  VertexSettings vertex;
 };
 
 class HttpServer {

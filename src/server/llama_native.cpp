@@ -45,13 +45,23 @@ constexpr NeutralValue kUnsupportedSamplers[] = {
     {"dry_multiplier", 0}, {"top_n_sigma", -1}, {"n_keep", 0},         {"tfs_z", 1}};
 
 // llama.cpp's logit_bias: [[token id or text, bias or false], ...] (false bans the token; a
-// text biases each of its tokens), or an object of id -> bias. Returned in OpenAI's form.
+// text biases each of its tokens), or an object of id or text -> bias. Returned in OpenAI's form.
 json convert_logit_bias(const json& value, const ParseContext& ctx) {
-  if (value.is_object()) return value;
-  if (!value.is_array())
+  if (!value.is_array() && !value.is_object())
     bad("logit_bias", "'logit_bias' must be a list of [token, bias] pairs or an object");
+  json pairs = value;
+  if (value.is_object()) {  // id -> bias as OpenAI has it, or text -> bias as llama-server adds
+    pairs = json::array();
+    for (const auto& [key, bias] : value.items()) {
+      const bool numeric = !key.empty() && std::all_of(key.begin(), key.end(),
+                                                       [](char c) { return c >= '0' && c <= '9'; });
+      // (An id too long to be one becomes -1, refused as out of range by the OpenAI parser.)
+      const json token = numeric ? json(key.size() < 10 ? std::stoll(key) : -1) : json(key);
+      pairs.push_back(json::array({token, bias}));
+    }
+  }
   json out = json::object();
-  for (const json& pair : value) {
+  for (const json& pair : pairs) {
     if (!pair.is_array() || pair.size() != 2)
       bad("logit_bias", "each 'logit_bias' entry must be a [token, bias] pair");
     double bias = 0;
@@ -233,6 +243,17 @@ json native_final(const ChoiceOutput& c, const CompletionRequest& request,
   for (const std::string& stop : request.request.stop) stops.push_back(stop);
   json settings = native_sampling_settings(request.request.sampling, request.request.max_tokens);
   settings["ignore_eos"] = request.request.ignore_eos;
+  // As llama-server lists them: the request's biases, and with ignore_eos every end-of-generation
+  // token at -inf (JSON null).
+  json biases = json::array();
+  for (const auto& [token, bias] : request.request.sampling.logit_bias)
+    biases.push_back(
+        {{"bias", std::isfinite(bias) ? json(bias) : json(nullptr)}, {"token", token}});
+  if (request.request.ignore_eos) {
+    for (const int32_t token : tok.vocab().eog_ids())
+      biases.push_back({{"bias", nullptr}, {"token", token}});
+  }
+  settings["logit_bias"] = std::move(biases);
   settings["stop"] = stops;
   settings["n_probs"] = options.n_probs;
   settings["stream"] = request.stream;
