@@ -331,7 +331,11 @@ void Engine::step() {
   const auto now = Clock::now();
   for (const ScheduledSequence& s : scheduled_) {
     Active& active = *active_.at(s.seq->request_id);
-    if (!active.was_scheduled) active.first_scheduled = now;
+    if (!active.was_scheduled) {
+      active.first_scheduled = now;
+      // Before any of the prompt is computed: what the prefix cache held.
+      if (s.seq->request.report_progress) report_prompt_progress(active, *s.seq, now);
+    }
     active.was_scheduled = true;
   }
   const auto started = Clock::now();
@@ -350,6 +354,8 @@ void Engine::step() {
     const int64_t first_position = seq.num_computed;
     seq.num_computed += scheduled_[i].num_new_tokens;
     computed_tokens_ += scheduled_[i].num_new_tokens;
+    if (seq.request.report_progress && first_position < seq.num_prompt_tokens)
+      report_prompt_progress(*active_.at(seq.request_id), seq, Clock::now());
     // Draft tokens are not indexed: a rejected one's K/V is overwritten later. Accepted ones
     // are indexed with the next step.
     if (prefix_cache_) {
@@ -406,6 +412,16 @@ void Engine::step() {
   }
   for (uint64_t id : finished_ids_) active_.erase(id);
   finished_ids_.clear();
+}
+
+void Engine::report_prompt_progress(const Active& active, const Sequence& seq,
+                                    Clock::time_point now) {
+  PromptProgress p;
+  p.total = seq.num_prompt_tokens;
+  p.cached = std::max<int64_t>(0, seq.num_cached_tokens);
+  p.processed = std::max(p.cached, std::min(seq.num_computed, seq.num_prompt_tokens));
+  p.elapsed_s = std::chrono::duration<double>(now - active.first_scheduled).count();
+  seq.request.output->on_prompt_progress(p);
 }
 
 void Engine::run_until_idle() {

@@ -100,6 +100,8 @@ class Engine {
   // An embedding request: folds the hidden states this step computed for it (positions from
   // `first_position` on) into its answer, and finishes it once its prompt is done.
   void take_hidden_states(Active& active, size_t scheduled_index, int64_t first_position);
+  // on_prompt_progress for a request that asked (Request::report_progress).
+  void report_prompt_progress(const Active& active, const Sequence& seq, Clock::time_point now);
   // Samples the next token from `logits` and takes it (stops, limits, streaming); returns it.
   int32_t process_output(Active& active, std::span<float> logits);
   // A sequence that ran with draft tokens: keeps those the model's sampling agrees with and the

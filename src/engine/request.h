@@ -68,6 +68,15 @@ struct RequestResult {
 
 // Receives a request's output on the engine thread. Implementations must be quick and must
 // not throw (the CLI writes to stdout; the server hands pieces to its connection).
+// How far a request's prompt is: reported at its first step and after each prompt chunk when
+// the request asks (llama-server's return_progress).
+struct PromptProgress {
+  int64_t total = 0;      // prompt tokens
+  int64_t cached = 0;     // of them, found in the prefix cache
+  int64_t processed = 0;  // cached + computed so far
+  double elapsed_s = 0;   // since the request was first scheduled
+};
+
 class OutputChannel {
  public:
   virtual ~OutputChannel() = default;
@@ -77,6 +86,8 @@ class OutputChannel {
   // alternatives, before its text; only when the request asked for logprobs (>= 0).
   virtual void on_token(int32_t /*token*/, float /*logprob*/,
                         std::span<const sampling::TokenLogprob> /*top*/) {}
+  // Only when the request's report_progress is set.
+  virtual void on_prompt_progress(const PromptProgress& /*progress*/) {}
   // Exactly once, last.
   virtual void on_finish(const RequestResult& result) = 0;
   // Polled every step; true cancels the request and frees its KV blocks.
@@ -89,7 +100,8 @@ struct Request {
   int64_t max_tokens = 256;
   std::vector<std::string> stop;  // stop strings; never part of the output
   bool ignore_eos = false;
-  int32_t logprobs = -1;  // -1: none; k >= 0: report each token's logprob and k alternatives
+  bool report_progress = false;  // on_prompt_progress while the prompt is computed
+  int32_t logprobs = -1;         // -1: none; k >= 0: report each token's logprob and k alternatives
   // Requests share cached KV blocks only when their salts are equal (vLLM's cache_salt).
   std::string cache_salt;
   // Beam search (vLLM's use_beam_search) when beam_width > 0: that many beams, ranked by the

@@ -19,6 +19,9 @@ class CountingChannel final : public engine::OutputChannel {
                 std::span<const sampling::TokenLogprob> top) override {
     inner_->on_token(token, logprob, top);
   }
+  void on_prompt_progress(const engine::PromptProgress& progress) override {
+    inner_->on_prompt_progress(progress);
+  }
   void on_finish(const engine::RequestResult& result) override {
     inner_->on_finish(result);
     pending_.fetch_sub(1, std::memory_order_relaxed);

@@ -199,6 +199,22 @@ struct HttpServer::Impl {
     return batches;
   }
 
+  // llama-server's prompt_progress on a stream's chunk (return_progress), with the timings so
+  // far when the request asked for timings_per_token.
+  static void add_progress(json& event, const engine::PromptProgress& p,
+                           const CompletionRequest& request) {
+    event["prompt_progress"] = {{"total", p.total},
+                                {"cache", p.cached},
+                                {"processed", p.processed},
+                                {"time_ms", p.elapsed_s * 1000}};
+    if (!request.timings_per_token) return;
+    ChoiceOutput so_far;
+    so_far.stats.prompt_tokens = p.processed;
+    so_far.stats.cached_tokens = p.cached;
+    so_far.stats.prefill_s = p.elapsed_s;
+    event["timings"] = ResponseWriter::timings(so_far);
+  }
+
   bool start(Generation& g) {
     if (g.request.request.beam_width > 0) {  // one engine request makes every choice
       auto channel = std::make_shared<StreamChannel>(&metrics);
@@ -346,6 +362,11 @@ struct HttpServer::Impl {
           const auto send = [&out](const json& event) { return out.send(event); };
           while (!g->all_done()) {
             ChannelBatch batch = poll(*g)[0];
+            for (const engine::PromptProgress& p : batch.progress) {
+              json event = native_chunk("", {}, options, *context.tokenizer);
+              add_progress(event, p, g->request);
+              if (!send(event)) return g->cancel(), false;
+            }
             const std::vector<TokenInfo> tokens = batch.tokens;
             const bool finished = batch.result.has_value();
             const ReasoningSplitter::Pieces fresh = collect(*g, 0, batch);
@@ -428,6 +449,12 @@ struct HttpServer::Impl {
             auto batches = poll(*g);
             for (size_t i = 0; i < batches.size(); ++i) {
               ChannelBatch& b = batches[i];
+              for (const engine::PromptProgress& p : b.progress) {
+                json event = g->request.chat ? writer->role_chunk(static_cast<int>(i))
+                                             : writer->chunk(static_cast<int>(i), "", {}, {});
+                add_progress(event, p, g->request);
+                if (!send(event)) return g->cancel(), false;
+              }
               const bool had_result = b.result.has_value();
               const bool beams = had_result && !b.result->beams.empty();
               const std::vector<TokenInfo> tokens = b.tokens;

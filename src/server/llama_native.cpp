@@ -32,6 +32,8 @@ constexpr const char* kSameFields[] = {"prompt",
                                        "ignore_eos",
                                        "json_schema",
                                        "grammar",
+                                       "return_progress",
+                                       "timings_per_token",
                                        "model"};
 
 // llama.cpp samplers inferd does not have, with the value that turns each off: a request that

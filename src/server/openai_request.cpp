@@ -468,6 +468,8 @@ CompletionRequest parse_completion(const json& body, bool chat, const ParseConte
   out.request.sampling = parse_sampling(body, n_vocab, ctx.sampling_defaults);
   out.request.stop = parse_stop(body);
   out.request.ignore_eos = boolean(body, "ignore_eos", false);
+  out.request.report_progress = boolean(body, "return_progress", false);
+  out.timings_per_token = boolean(body, "timings_per_token", false);
   if (const json* salt = field(body, "cache_salt")) {
     if (!salt->is_string() || salt->get<std::string>().empty())
       bad("cache_salt", "'cache_salt' must be a non-empty string");

@@ -81,6 +81,9 @@ struct CompletionRequest {
   bool chat = false;
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
+  // llama-server's return_progress (request.report_progress): a stream reports how far the
+  // prompt is (prompt_progress chunks); timings_per_token: those carry timings too.
+  bool timings_per_token = false;
   int n = 1;
   int32_t logprobs = -1;  // alternatives per token; -1: no logprobs
   std::string model;

@@ -212,7 +212,8 @@ std::vector<json> ResponseWriter::final_tool_chunks(int index, const ChoiceOutpu
 json ResponseWriter::role_chunk(int index) const {
   json out = envelope("chat.completion.chunk");
   out["choices"] = json::array({{{"index", index},
-                                 {"delta", {{"role", "assistant"}, {"content", ""}}},
+                                 // null, as llama-server sends it (its tests check it)
+                                 {"delta", {{"role", "assistant"}, {"content", nullptr}}},
                                  {"logprobs", nullptr},
                                  {"finish_reason", nullptr}}});
   return out;

@@ -7,6 +7,15 @@ StreamChannel::StreamChannel(ServerMetrics* metrics) : metrics_(metrics) {
   itls_.reserve(4096);
 }
 
+void StreamChannel::on_prompt_progress(const engine::PromptProgress& progress) {
+  {
+    std::lock_guard lock(mutex_);
+    pending_.progress.push_back(progress);
+    has_output_ = true;
+  }
+  ready_.notify_one();
+}
+
 void StreamChannel::on_text(std::string_view text) {
   const auto now = std::chrono::steady_clock::now();
   {
@@ -47,9 +56,11 @@ ChannelBatch StreamChannel::wait(std::chrono::milliseconds timeout) {
   ChannelBatch out;
   out.text = pending_.text;
   out.tokens = pending_.tokens;
+  out.progress = pending_.progress;
   out.result = std::move(pending_.result);
   pending_.text.clear();
   pending_.tokens.clear();
+  pending_.progress.clear();
   pending_.result.reset();
   has_output_ = false;
   return out;

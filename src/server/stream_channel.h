@@ -29,6 +29,7 @@ struct TokenInfo {
 struct ChannelBatch {
   std::string text;
   std::vector<TokenInfo> tokens;
+  std::vector<engine::PromptProgress> progress;  // when the request reports it
   std::optional<engine::RequestResult> result;
 };
 
@@ -38,6 +39,7 @@ class StreamChannel final : public engine::OutputChannel {
   explicit StreamChannel(ServerMetrics* metrics = nullptr);
   void on_text(std::string_view text) override;
   void on_token(int32_t token, float logprob, std::span<const sampling::TokenLogprob> top) override;
+  void on_prompt_progress(const engine::PromptProgress& progress) override;
   void on_finish(const engine::RequestResult& result) override;
   bool cancelled() const override { return cancelled_.load(std::memory_order_relaxed); }
 
