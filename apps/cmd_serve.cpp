@@ -1,6 +1,7 @@
 // `inferd serve`: the OpenAI-compatible HTTP server over one engine (src/server).
 #include <cctype>
 #include <csignal>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <optional>
@@ -251,6 +252,25 @@ void on_signal(int) {
   if (g_server != nullptr) g_server->stop();
 }
 
+// The variables llama-server gives every chat template beside HF's: today's date as Llama 3.x
+// templates read it (date_string) and as FireFunction's does (datetime), and the tools as
+// FireFunction's reads them (functions). Those the command line set are kept.
+nlohmann::ordered_json with_llama_server_template_variables(nlohmann::ordered_json variables,
+                                                            const nlohmann::ordered_json& tools) {
+  const std::time_t now = std::time(nullptr);
+  std::tm utc{};
+  gmtime_r(&now, &utc);
+  const auto format = [&utc](const char* f) {
+    char buffer[64];
+    return std::string(buffer, std::strftime(buffer, sizeof(buffer), f, &utc));
+  };
+  if (!variables.contains("date_string")) variables["date_string"] = format("%d %b %Y");
+  if (!variables.contains("datetime")) variables["datetime"] = format("%b %d %Y %H:%M:%S GMT");
+  if (!variables.contains("functions"))
+    variables["functions"] = tools.is_array() && !tools.empty() ? tools.dump(2) : "";
+  return variables;
+}
+
 void serve(ServeArgs args) {
   apply_llama_server_flags(args);
   if (args.http.handler_threads <= 0)
@@ -331,7 +351,7 @@ void serve(ServeArgs args) {
     }
     tokenizer::ChatInputs inputs;
     inputs.messages = messages;
-    inputs.extra = template_variables;
+    inputs.extra = with_llama_server_template_variables(template_variables, tools);
     if (!tools.is_null()) inputs.tools = tools;
     return tokenizer::render_chat_prompt(*chat_template, loop.tokenizer(), std::move(inputs));
   };

@@ -95,8 +95,9 @@ std::vector<std::pair<int32_t, float>> parse_logit_bias(const json& body, int32_
 }
 
 // Content is a string, null, or a list of text parts (inferd reads no images or audio). A
-// list is joined into one string: templates written for string content would print a list
-// as Python's repr, and text is all the parts can hold here.
+// list is joined into one string, a blank line between parts as llama-server joins them:
+// templates written for string content would print a list as Python's repr, and text is all
+// the parts can hold here.
 void normalize_content(json& message, size_t index) {
   const std::string param = fmt::format("messages[{}].content", index);
   const json* content = field(message, "content");
@@ -109,6 +110,7 @@ void normalize_content(json& message, size_t index) {
   if (content->is_string()) return;
   if (!content->is_array()) bad(param, "content must be a string, null or a list of text parts");
   std::string text;
+  bool first = true;
   for (const json& part : *content) {
     const std::string type = part.is_object() ? part.value("type", "") : "";
     // Named for what it is, in llama-server's words (its clients look for them), but as the
@@ -121,6 +123,8 @@ void normalize_content(json& message, size_t index) {
         !part["text"].is_string()) {
       bad(param, "only parts of type 'text' with a string 'text' are supported");
     }
+    if (!first) text += "\n\n";
+    first = false;
     text += part["text"].get<std::string>();
   }
   message["content"] = text;
@@ -157,6 +161,15 @@ json parse_messages(const json& body) {
                               : fmt::format("a {} message needs 'content'", name));
     }
     normalize_content(m, i);
+  }
+  // A final assistant message is continued (prefill); one before it would have no turn of its
+  // own to end, as llama-server also refuses.
+  const size_t n = messages.size();
+  if (n >= 2 && messages[n - 1]["role"] == "assistant" && messages[n - 2]["role"] == "assistant" &&
+      !messages[n - 1].contains("tool_calls") && !messages[n - 2].contains("tool_calls")) {
+    bad("messages",
+        "the conversation ends with two assistant messages: the last one is "
+        "continued, so the one before it cannot be");
   }
   return messages;
 }

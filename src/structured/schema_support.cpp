@@ -420,6 +420,19 @@ const char* const kSchemaMaps[] = {"properties", "patternProperties", "$defs", "
 const char* const kSchemaValues[] = {"items", "additionalProperties", "unevaluatedProperties",
                                      "unevaluatedItems", "propertyNames"};
 
+// Calls fn on each direct subschema of s.
+template <typename Fn>
+void for_each_subschema(json& s, Fn&& fn) {
+  for (const char* key : kSchemaLists)
+    if (const auto it = s.find(key); it != s.end() && it->is_array())
+      for (json& sub : *it) fn(sub);
+  for (const char* key : kSchemaMaps)
+    if (const auto it = s.find(key); it != s.end() && it->is_object())
+      for (auto& [name, sub] : it->items()) fn(sub);
+  for (const char* key : kSchemaValues)
+    if (const auto it = s.find(key); it != s.end()) fn(*it);
+}
+
 void tighten_formats(json& s) {
   if (!s.is_object()) return;
   if (const auto it = s.find("format"); it != s.end() && it->is_string()) {
@@ -453,21 +466,33 @@ void tighten_formats(json& s) {
       s["pattern"] = bounded_string_pattern(min, max);
     }
   }
-  for (const char* key : kSchemaLists)
-    if (const auto it = s.find(key); it != s.end() && it->is_array())
-      for (json& sub : *it) tighten_formats(sub);
-  for (const char* key : kSchemaMaps)
-    if (const auto it = s.find(key); it != s.end() && it->is_object())
-      for (auto& [name, sub] : it->items()) tighten_formats(sub);
-  for (const char* key : kSchemaValues)
-    if (const auto it = s.find(key); it != s.end()) tighten_formats(*it);
+  for_each_subschema(s, tighten_formats);
+}
+
+// Draft 4's tuples ("items": [A, B], "additionalItems": C) said in 2020-12's words
+// ("prefixItems": [A, B], "items": C): the same constraint, which the grammar compiler reads.
+void upgrade_draft4_tuples(json& s) {
+  if (!s.is_object()) return;
+  const auto items = s.find("items");
+  if (items != s.end() && items->is_array() && !s.contains("prefixItems")) {
+    json tuple = std::move(*items);
+    s.erase("items");
+    s["prefixItems"] = std::move(tuple);
+    if (const auto rest = s.find("additionalItems"); rest != s.end()) {
+      json after = std::move(*rest);
+      s.erase("additionalItems");
+      s["items"] = std::move(after);
+    }
+  }
+  for_each_subschema(s, upgrade_draft4_tuples);
 }
 
 }  // namespace
 
 json prepare_json_schema(const json& schema) {
-  check_json_schema(schema);
   json out = schema;
+  upgrade_draft4_tuples(out);
+  check_json_schema(out);
   tighten_formats(out);
   return out;
 }

@@ -69,7 +69,7 @@ TEST_F(OpenAiParse, AFinalAssistantMessageIsContinued) {
   EXPECT_EQ(prompt({{"role", "assistant"},
                     {"content", json::array({{{"type", "text"}, {"text", "Wh"}},
                                              {{"type", "text"}, {"text", "ill"}}})}}),
-            "user: Hi\nassistant: Whill");
+            "user: Hi\nassistant: Wh\n\nill");
   // Not when the client says so, nor for other roles.
   EXPECT_EQ(
       prompt({{"role", "assistant"}, {"content", "Hel"}}, {{"continue_final_message", false}}),
@@ -196,6 +196,9 @@ TEST_F(OpenAiParse, RolesAreThoseTemplatesKnowAndContentIsRequired) {
       "");
   EXPECT_EQ(
       rejected_param(chat({{"role", "assistant"}, {"tool_calls", json::array({call})}}), true), "");
+  json two = chat({{"role", "assistant"}, {"content", "a"}});
+  two["messages"].push_back({{"role", "assistant"}, {"content", "b"}});
+  EXPECT_EQ(rejected_param(two, true), "messages");
 }
 
 TEST_F(OpenAiParse, AnyModelNameUnlessStrictWhereAnUnknownOneIs404) {

@@ -98,6 +98,21 @@ TEST(SchemaSupport, NamesWhatWouldNotBeEnforced) {
   }
 }
 
+// Draft 4 tuples (llama-server's tests send them) become 2020-12's prefixItems/items, which say
+// the same; check_json_schema alone still names them.
+TEST(SchemaSupport, Draft4TuplesAreReadAsPrefixItems) {
+  // (Compared as unordered objects: prepare_json_schema keeps the schema's key order.)
+  const auto prepared = [](const char* schema) {
+    return json::parse(prepare_json_schema(json::parse(schema)).dump());
+  };
+  EXPECT_EQ(prepared(R"({"type": "array", "items": [{"type": "integer"}]})"),
+            json::parse(R"({"type": "array", "prefixItems": [{"type": "integer"}]})"));
+  EXPECT_EQ(prepared(R"({"properties": {"p": {"items": [{"type": "string"}],
+                         "additionalItems": false}}, "type": "object"})"),
+            json::parse(R"({"properties": {"p": {"prefixItems": [{"type": "string"}],
+                            "items": false}}, "type": "object"})"));
+}
+
 // A byte-level vocabulary: every byte is a token, plus a few merges, BOS and EOS.
 class GrammarTest : public ::testing::Test {
  protected:
