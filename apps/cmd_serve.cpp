@@ -92,8 +92,8 @@ void add_llama_server_flags(CLI::App& cmd, ServeArgs& args) {
                  "Extra chat template variables for every request, a JSON object "
                  "('{\"enable_thinking\": false}')");
   cmd.add_option("--reasoning", args.reasoning,
-                 "Thinking in chat answers: on or off sets the template's enable_thinking; auto "
-                 "leaves the template's default")
+                 "Thinking in chat answers: the template's enable_thinking, on for on and auto "
+                 "(unless --chat-template-kwargs sets it), off for off")
       ->check(CLI::IsMember({"on", "off", "auto"}));
   // Accepted, and the same here: Jinja templates are always used, metrics served unless
   // --no-metrics (llama-server's are off without --metrics; vLLM's always on).
@@ -176,7 +176,10 @@ nlohmann::ordered_json chat_template_variables(const ServeArgs& args) {
     if (!vars.is_object())
       fail("--chat-template-kwargs '{}' is not a JSON object", args.chat_template_kwargs);
   }
-  if (args.reasoning != "auto") vars["enable_thinking"] = args.reasoning == "on";
+  // auto: thinking on where the template has a switch, as llama-server renders it (a template
+  // left to its own default, such as Command R7B's, would write an empty thinking block).
+  if (args.reasoning != "auto" || !vars.contains("enable_thinking"))
+    vars["enable_thinking"] = args.reasoning != "off";
   return vars;
 }
 
@@ -340,7 +343,8 @@ void serve(ServeArgs args) {
   const nlohmann::ordered_json template_variables = chat_template_variables(args);
   context.render_chat = [&loop, chat_template, path, template_variables](
                             const nlohmann::ordered_json& messages,
-                            const nlohmann::ordered_json& tools) -> std::string {
+                            const nlohmann::ordered_json& tools,
+                            bool add_generation_prompt) -> std::string {
     if (!chat_template) {
       throw server::ApiError(
           400,
@@ -351,6 +355,7 @@ void serve(ServeArgs args) {
     }
     tokenizer::ChatInputs inputs;
     inputs.messages = messages;
+    inputs.add_generation_prompt = add_generation_prompt;
     inputs.extra = with_llama_server_template_variables(template_variables, tools);
     if (!tools.is_null()) inputs.tools = tools;
     return tokenizer::render_chat_prompt(*chat_template, loop.tokenizer(), std::move(inputs));

@@ -314,14 +314,17 @@ std::string render_chat_prompt(const json& body, const ParseContext& ctx) {
         "'continue_final_message' continues the last message, 'add_generation_prompt' starts a "
         "new one: set add_generation_prompt to false");
   std::string prefill;
+  bool add_generation_prompt = boolean(body, "add_generation_prompt", true);
   const json& last = messages.back();
   if (continue_final && last.value("role", "") == "assistant" && !last.contains("tool_calls")) {
     if (last.contains("content") && last["content"].is_string())
       prefill = last["content"].get<std::string>();
     messages.erase(messages.end() - 1);
+    add_generation_prompt = true;  // the assistant's opening, then its text to continue
   }
   try {
-    return ctx.render_chat(messages, tools.active() ? tools.tools : json()) + prefill;
+    return ctx.render_chat(messages, tools.active() ? tools.tools : json(), add_generation_prompt) +
+           prefill;
   } catch (const Error& e) {
     bad("messages", fmt::format("the chat template failed: {}", e.what()));
   }

@@ -69,9 +69,9 @@ struct ParseContext {
   ReasoningFormat reasoning_format = ReasoningFormat::kAuto;
   bool template_thinks = false;  // the chat template writes <think> (what kAuto looks for)
   // Renders the request's messages (a validated JSON list) and tools (a list, or null for none)
-  // with the chat template.
+  // with the chat template, with the assistant's opening at the end or not.
   std::function<std::string(const nlohmann::ordered_json& messages,
-                            const nlohmann::ordered_json& tools)>
+                            const nlohmann::ordered_json& tools, bool add_generation_prompt)>
       render_chat;
   // How the served model writes tool calls (from its chat template).
   ToolCallFormat tool_format = ToolCallFormat::kGeneric;

@@ -19,7 +19,7 @@ class ServerAnthropic : public ::testing::Test {
   // translation kept can be read off the prompt.
   ParseContext ctx() const {
     ParseContext c = toy_.context(4096);
-    c.render_chat = [](const json& messages, const json& tools) {
+    c.render_chat = [](const json& messages, const json& tools, bool) {
       std::string s;
       for (const json& m : messages) {
         s += m["role"].get<std::string>() + ":";

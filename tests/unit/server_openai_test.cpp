@@ -16,7 +16,7 @@ class OpenAiParse : public ::testing::Test {
   ToyServerContext toy_;
   ParseContext ctx() const {
     ParseContext c = toy_.context(64);
-    c.render_chat = [](const json& messages, const json& tools) {
+    c.render_chat = [](const json& messages, const json& tools, bool add_generation_prompt) {
       std::string s;
       for (const json& msg : messages) {
         s += msg["role"].get<std::string>() + ": " +
@@ -26,7 +26,7 @@ class OpenAiParse : public ::testing::Test {
              "\n";
       }
       if (!tools.is_null()) s += "tools: " + tools.dump() + "\n";
-      return s + "assistant: ";
+      return add_generation_prompt ? s + "assistant: " : s;
     };
     return c;
   }
@@ -75,6 +75,9 @@ TEST_F(OpenAiParse, AFinalAssistantMessageIsContinued) {
       prompt({{"role", "assistant"}, {"content", "Hel"}}, {{"continue_final_message", false}}),
       "user: Hi\nassistant: Hel\nassistant: ");
   EXPECT_EQ(prompt({{"role", "user"}, {"content", "Yo"}}), "user: Hi\nuser: Yo\nassistant: ");
+  // A request may leave the assistant's opening out (llama-server's /apply-template field).
+  EXPECT_EQ(prompt({{"role", "user"}, {"content", "Yo"}}, {{"add_generation_prompt", false}}),
+            "user: Hi\nuser: Yo\n");
   // Continuing the last message and opening a new one contradict each other.
   EXPECT_EQ(rejected_param({{"messages", json::array({user})},
                             {"add_generation_prompt", true},
@@ -227,7 +230,7 @@ TEST_F(OpenAiParse, ChatPromptAndModelsWithoutTemplates) {
   EXPECT_EQ(rejected_param({{"messages", "hi"}}, true), "messages");
 
   ParseContext no_template = ctx();
-  no_template.render_chat = [](const json&, const json&) -> std::string {
+  no_template.render_chat = [](const json&, const json&, bool) -> std::string {
     throw ApiError(400, "the model has no chat template", "messages", "invalid_request_error",
                    "no_chat_template");
   };
@@ -397,7 +400,9 @@ TEST_F(OpenAiParse, ReasoningSplitFollowsTheFormatAndTheTemplate) {
   EXPECT_FALSE(r.reasoning_open);
   // A template that opens the block in the generation prompt (DeepSeek-R1 distills).
   const auto render = c.render_chat;
-  c.render_chat = [render](const json& m, const json& t) { return render(m, t) + "<think>\n"; };
+  c.render_chat = [render](const json& m, const json& t, bool g) {
+    return render(m, t, g) + "<think>\n";
+  };
   EXPECT_TRUE(parse_completion(body, true, c).reasoning_open);
   c.reasoning_format = ReasoningFormat::kNone;
   EXPECT_FALSE(parse_completion(body, true, c).split_reasoning);
