@@ -32,8 +32,8 @@ using namespace std::chrono_literals;
 
 // How long a connection waits for output before checking that its client is still there.
 constexpr auto kPollInterval = 100ms;
-// Silence after which a keep-alive is written, so a vanished client is noticed (SSE comment for
-// streams, a JSON-insignificant space before a non-streamed body).
+// Silence after which a stream writes a keep-alive (an SSE comment), so proxies and clients with
+// idle timeouts see the connection alive; a vanished client is seen by the transport at once.
 constexpr auto kKeepAliveInterval = 1000ms;
 
 void send_json(HttpResponse& res, int status, const json& body) {
@@ -392,8 +392,8 @@ struct HttpServer::Impl {
   }
 
   // The body make_body() builds once every generation is done (the first error instead, if
-  // one failed). Chunked, so a client that goes away while its request is queued or running is
-  // noticed (a failed keep-alive write) and its sequences cancelled.
+  // one failed). A client that goes away while its request is queued or running is seen by the
+  // transport (its socket's end), and its sequences are cancelled.
   void respond_whole(HttpResponse& res, std::vector<std::shared_ptr<Generation>> gens,
                      std::function<json()> make_body) {
     const auto cancel_all = [gens] {
@@ -401,19 +401,15 @@ struct HttpServer::Impl {
     };
     res.set_chunked_content_provider(
         "application/json",
-        [this, gens, make_body, cancel_all, quiet = std::chrono::steady_clock::now()](
-            size_t, ChunkSink& sink) mutable {
+        [this, gens, make_body, cancel_all](size_t, ChunkSink& sink) {
           for (const auto& g : gens) {
             while (!g->all_done()) {
               auto batches = poll(*g);
               for (size_t i = 0; i < batches.size(); ++i)
                 collect(*g, static_cast<int>(i), batches[i]);
-              if (std::chrono::steady_clock::now() - quiet > kKeepAliveInterval) {
-                quiet = std::chrono::steady_clock::now();
-                if (!sink.is_writable() || !sink.write(" ", 1)) {
-                  cancel_all();
-                  return false;
-                }
+              if (!sink.is_writable()) {
+                cancel_all();
+                return false;
               }
             }
           }
@@ -485,12 +481,18 @@ struct HttpServer::Impl {
               }
               if (fresh.content.empty() && fresh.reasoning.empty() && tokens.empty() && !had_result)
                 continue;
-              const std::string reason = had_result ? g->choices[i].finish_reason : std::string();
-              json event = writer->chunk(static_cast<int>(i), fresh.content, tokens, reason,
-                                         fresh.reasoning);
-              // llama-server puts the timings on a stream's last chunk (its web page reads
-              // them there); inferd does so on each choice's finishing chunk.
-              if (had_result) event["timings"] = ResponseWriter::timings(g->choices[i]);
+              const int index = static_cast<int>(i);
+              const bool fresh_output =
+                  !fresh.content.empty() || !fresh.reasoning.empty() || !tokens.empty();
+              if (fresh_output &&
+                  !send(writer->chunk(index, fresh.content, tokens, {}, fresh.reasoning)))
+                return g->cancel(), false;
+              if (!had_result) continue;
+              // The finish in a chunk of its own with an empty delta, as OpenAI and
+              // llama-server send it; llama-server puts the timings there (its web page reads
+              // them), inferd on each choice's finishing chunk.
+              json event = writer->chunk(index, {}, {}, g->choices[i].finish_reason);
+              event["timings"] = ResponseWriter::timings(g->choices[i]);
               if (!send(event)) return g->cancel(), false;
             }
             if (!out.keep_alive()) return g->cancel(), false;
@@ -602,16 +604,13 @@ struct HttpServer::Impl {
     }
     res.set_chunked_content_provider(
         "application/json",
-        [jobs, answer, quiet = std::chrono::steady_clock::now()](size_t, ChunkSink& sink) mutable {
+        [jobs, answer](size_t, ChunkSink& sink) {
           std::string error;
           for (const auto& channel : jobs->channels) {
             std::optional<engine::RequestResult> result;
             while (!result) {
               result = channel->wait(kPollInterval).result;
-              if (result || std::chrono::steady_clock::now() - quiet <= kKeepAliveInterval)
-                continue;
-              quiet = std::chrono::steady_clock::now();
-              if (!sink.is_writable() || !sink.write(" ", 1)) return jobs->cancel(), false;
+              if (!result && !sink.is_writable()) return jobs->cancel(), false;
             }
             if (result->finish_reason == engine::FinishReason::kError && error.empty())
               error = result->error;

@@ -455,18 +455,25 @@ struct HttpTransport::Impl {
     });
   }
 
+  // The request line and headers c's parser has read, as the handlers see them.
+  static HttpRequest request_head(const Connection& c) {
+    const auto& head = c.parser->get();
+    HttpRequest req;
+    req.method = std::string(head.method_string());
+    req.target = std::string(head.target());
+    req.path = req.target.substr(0, req.target.find('?'));
+    for (const auto& field : head)
+      req.headers.emplace_back(std::string(field.name_string()), std::string(field.value()));
+    req.remote_addr = c.client;
+    return req;
+  }
+
   void dispatch(const ConnectionPtr& c) {
     c->phase = Phase::kHandling;
     disarm(c);
     auto& message = c->parser->get();
-    HttpRequest req;
-    req.method = std::string(message.method_string());
-    req.target = std::string(message.target());
-    req.path = req.target.substr(0, req.target.find('?'));
-    for (const auto& field : message)
-      req.headers.emplace_back(std::string(field.name_string()), std::string(field.value()));
+    HttpRequest req = request_head(*c);
     req.body = std::move(message.body());
-    req.remote_addr = c->client;
     const bool keep_alive = message.keep_alive();
     const bool chunked_ok = message.version() >= 11;
     const size_t body_reserved = std::exchange(c->body_reserved, 0);
@@ -486,14 +493,7 @@ struct HttpTransport::Impl {
   // An error answer, then the connection lingers (reading and dropping) and closes.
   void fail(const ConnectionPtr& c, int status, std::string_view message) {
     HttpRequest req;
-    if (c->parser && c->parser->is_header_done()) {
-      const auto& head = c->parser->get();
-      req.method = std::string(head.method_string());
-      req.target = std::string(head.target());
-      req.path = req.target.substr(0, req.target.find('?'));
-      for (const auto& field : head)
-        req.headers.emplace_back(std::string(field.name_string()), std::string(field.value()));
-    }
+    if (c->parser && c->parser->is_header_done()) req = request_head(*c);
     HttpResponse res;
     routes.error(req, res, status, message);
     c->parser.reset();
@@ -563,14 +563,24 @@ struct HttpTransport::Impl {
     finish(c, keep_alive && complete);
   }
 
+  // The head goes with the first bytes (or the end): an answer that is written whole at the end
+  // of a generation then reaches the client at once, as llama-server sends it, and a client
+  // that leaves meanwhile is seen by the I/O thread's read, not by a write.
   bool stream(const ConnectionPtr& c, HttpResponse& res, bool keep_alive, bool chunked) {
-    bool sent_ok = send(c, serialize_head(res, std::string::npos, chunked, keep_alive));
+    bool sent_ok = true, head_sent = false;
+    const auto send_head = [&] {
+      if (head_sent) return;
+      head_sent = true;
+      sent_ok = send(c, serialize_head(res, std::string::npos, chunked, keep_alive));
+    };
     bool done = false;
     size_t offset = 0;
     ChunkSink sink;
     sink.write = [&](const char* data, size_t size) {
       if (!sent_ok) return false;
       if (size == 0) return true;
+      send_head();
+      if (!sent_ok) return false;
       std::string framed;
       if (chunked) {
         framed = fmt::format("{:x}\r\n", size);
@@ -596,7 +606,8 @@ struct HttpTransport::Impl {
       fmt::print(stderr, "[inferd] a streamed answer failed: {}\n", e.what());
       done = false;
     }
-    if (done && chunked) sent_ok = send(c, "0\r\n\r\n") && sent_ok;
+    if (done) send_head();
+    if (done && chunked && sent_ok) sent_ok = send(c, "0\r\n\r\n");
     const bool complete = done && sent_ok;
     if (res.releaser) res.releaser(complete);
     return complete;

@@ -44,6 +44,10 @@ def vanish(server, rng, mode):
     if mode == "queued":  # gone before any answer
         conn.sock.close()
         return
+    if mode == "whole":  # gives up while its answer is generated (it comes whole, at the end)
+        time.sleep(rng.uniform(0.05, 0.5))
+        conn.sock.close()
+        return
     response = conn.getresponse()
     if mode == "mid-stream":
         for _ in range(rng.randint(1, 6)):
