@@ -40,6 +40,7 @@ class EngineLoop {
   void run();
   void publish_gauges();
   void maybe_log();
+  void maybe_return_free_memory();
 
   // What the last log line covered up to.
   struct LogMark {
@@ -55,6 +56,7 @@ class EngineLoop {
   // When the grammar mask quantiles were last computed (they copy a window: not every step).
   std::chrono::steady_clock::time_point last_mask_quantiles_;
   int64_t mask_quantiles_at_ = 0;  // the mask count they were computed at
+  std::chrono::steady_clock::time_point last_trim_;
   std::mutex mutex_;
   std::condition_variable wake_;
   std::deque<engine::Request> queue_;
