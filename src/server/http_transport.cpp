@@ -727,8 +727,14 @@ int HttpTransport::bind(const std::vector<std::string>& hosts, int port) {
   Impl& impl = *impl_;
   for (const std::string& host : hosts) {
     error_code ec;
-    const asio::ip::address address = asio::ip::make_address(host, ec);
-    if (ec) fail("--host '{}' is not an IP address", host);
+    asio::ip::address address = asio::ip::make_address(host, ec);
+    if (ec) {  // a name ("localhost"): its first address, as getaddrinfo orders them
+      tcp::resolver resolver(impl.io);
+      const auto found = resolver.resolve(host, "", tcp::resolver::passive, ec);
+      if (ec || found.empty())
+        fail("--host '{}' is neither an IP address nor a name this machine resolves", host);
+      address = found.begin()->endpoint().address();
+    }
     tcp::acceptor acceptor(impl.io);
     const tcp::endpoint endpoint(address, static_cast<uint16_t>(port));
     acceptor.open(endpoint.protocol(), ec);
