@@ -27,10 +27,15 @@ const ParseContext& context() {
     c.tokenizer = tokenizer.get();
     c.context = 128;
     c.model_ids = {"toy"};
-    c.render_chat = [](const std::vector<inferd::tokenizer::ChatMessage>& messages) {
+    c.render_chat = [](const nlohmann::ordered_json& messages, const nlohmann::ordered_json&,
+                       bool add_generation_prompt) {
       std::string s;
-      for (const auto& m : messages) s += m.role + ": " + m.content + "\n";
-      return s;
+      for (const auto& m : messages)
+        s += m.value("role", "") + ": " +
+             (m.contains("content") && m["content"].is_string() ? m["content"].get<std::string>()
+                                                                : std::string()) +
+             "\n";
+      return add_generation_prompt ? s + "assistant: " : s;
     };
     return c;
   }();
