@@ -125,6 +125,11 @@ struct HttpServer::Impl {
     send_json(res, e.status, e.body());
   }
 
+  // A JSON value of the wrong type read without a check first: the client's error.
+  static ApiError wrong_type(const json::exception& e) {
+    return ApiError(400, fmt::format("a field has the wrong type: {}", e.what()));
+  }
+
   // Runs parse(); a bad request (ApiError, or a JSON value of the wrong type) is answered and
   // false returned.
   template <typename Parse>
@@ -135,7 +140,7 @@ struct HttpServer::Impl {
     } catch (const ApiError& e) {
       fail_with(res, e);
     } catch (const json::exception& e) {
-      fail_with(res, ApiError(400, fmt::format("a field has the wrong type: {}", e.what())));
+      fail_with(res, wrong_type(e));
     }
     return false;
   }
@@ -707,7 +712,7 @@ struct HttpServer::Impl {
       fail_anthropic(res, e);
       return;
     } catch (const json::exception& e) {
-      fail_anthropic(res, ApiError(400, fmt::format("a field has the wrong type: {}", e.what())));
+      fail_anthropic(res, wrong_type(e));
       return;
     }
     if (!start(*g)) {
@@ -764,7 +769,7 @@ struct HttpServer::Impl {
     } catch (const ApiError& e) {
       fail_anthropic(res, e);
     } catch (const json::exception& e) {
-      fail_anthropic(res, ApiError(400, fmt::format("a field has the wrong type: {}", e.what())));
+      fail_anthropic(res, wrong_type(e));
     }
   }
 
@@ -804,9 +809,7 @@ struct HttpServer::Impl {
                     handler(req, res);
                   } catch (const json::exception& e) {
                     res = HttpResponse();
-                    fail_with(res, ApiError(400, fmt::format("a field has the wrong type or "
-                                                             "value: {}",
-                                                             e.what())));
+                    fail_with(res, wrong_type(e));
                   }
                 });
   }

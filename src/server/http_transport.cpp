@@ -159,9 +159,8 @@ struct Connection {
   Phase phase = Phase::kHeader;
   bool reading_ahead = false;      // a raw read (disconnect watch, pipelined bytes) is pending
   bool resume_after_read = false;  // start the next request when that read completes
-  bool keep_alive = true;
-  size_t body_reserved = 0;                // bytes of the body budget this request holds
-  std::string in_flight;                   // bytes handed to the socket
+  size_t body_reserved = 0;        // bytes of the body budget this request holds
+  std::string in_flight;           // bytes handed to the socket
   std::unique_ptr<char[]> linger_scratch;  // made when lingering: most connections never do
 
   // Shared with the handler thread, under `mu`.
@@ -249,13 +248,11 @@ struct HttpTransport::Impl {
     start_request(c);
   }
 
-  // A best-effort 503 on a connection that is not taken, then closed.
-  static void refuse(tcp::socket& socket, std::string_view why) {
-    const std::string body = fmt::format(R"({{"error":{{"message":"{}","code":503}}}})", why);
-    const std::string answer = fmt::format(
-        "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
-        "Content-Length: {}\r\nConnection: close\r\n\r\n{}",
-        body.size(), body);
+  // A best-effort 503 (the routes' error answer) on a connection that is not taken, then closed.
+  void refuse(tcp::socket& socket, std::string_view why) {
+    HttpResponse res;
+    routes.error(HttpRequest(), res, 503, why);
+    const std::string answer = serialize_head(res, res.body.size(), false, false) + res.body;
     error_code ec;
     socket.non_blocking(true, ec);
     socket.write_some(asio::buffer(answer), ec);

@@ -60,13 +60,19 @@ class Server:
                     events.append(json.loads(line[6:]))
         return events
 
-    def stop(self):
+    def end_process(self):
+        """SIGTERM, then SIGKILL after 30 s."""
+        if self.proc.poll() is not None:
+            return
         self.proc.terminate()
         try:
             self.proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
+
+    def stop(self):
+        self.end_process()
         # Drain what it printed, for a failing test's log.
         rest = self.proc.stderr.read()
         if rest:

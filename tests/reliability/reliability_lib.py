@@ -87,13 +87,7 @@ class ManagedServer(Server):
         return "".join(list(self.log)[-n:])
 
     def stop(self):
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        self.end_process()
         self._drain.join(timeout=5)
         return self.proc.returncode
 
