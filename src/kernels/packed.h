@@ -71,9 +71,15 @@ struct ActQ8Block {
     std::memcpy(&v, half_sum, sizeof(v));
     return v;
   }
+  // What the int8 kernels start a sum at for weights stored with a bias, so that the tiles
+  // broadcast it from memory: -32 * half_sum[p] (Q6_K, q in [0, 63] for q - 32) and
+  // -128 * sum(q) (Q8_0 and IQ4_XS, stored as q + 128). Made from q by every quantizer.
+  int32_t offset32[2];
+  int32_t offset128;
+  int32_t unused;  // pads the block to one cache line
   int8_t qs[kPackCols];
 };
-static_assert(sizeof(ActQ8Block) == 48);
+static_assert(sizeof(ActQ8Block) == 64);
 
 // 16 rows x 32 columns of fp16 weights, column-major: w[k] holds column k of the 16 rows, so
 // one 32-byte load converts to the 16 rows' weights for one input value. Multiplied with the

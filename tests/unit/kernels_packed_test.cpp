@@ -79,6 +79,9 @@ void expect_same_blocks(const std::vector<ActQ8Block>& got, const std::vector<Ac
     ASSERT_EQ(g.d_sum, w.d_sum) << isa << " block " << b;
     ASSERT_EQ(g.half_sum[0], w.half_sum[0]) << isa << " block " << b;
     ASSERT_EQ(g.half_sum[1], w.half_sum[1]) << isa << " block " << b;
+    ASSERT_EQ(g.offset32[0], w.offset32[0]) << isa << " block " << b;
+    ASSERT_EQ(g.offset32[1], w.offset32[1]) << isa << " block " << b;
+    ASSERT_EQ(g.offset128, w.offset128) << isa << " block " << b;
     for (int j = 0; j < kPackCols; ++j) ASSERT_EQ(g.qs[j], w.qs[j]) << isa << " block " << b;
   }
 }
@@ -121,6 +124,10 @@ TEST(KernelsPacked, Q8KActivationQuantizersAgreeExactly) {
           ASSERT_EQ(a.d, q8k.d);
           ASSERT_EQ(a.half_sum[0], q8k.bsums[2 * j]);
           ASSERT_EQ(a.half_sum[1], q8k.bsums[2 * j + 1]);
+          // The offsets the tiles start their sums at follow from the half sums.
+          ASSERT_EQ(a.offset32[0], -32 * q8k.bsums[2 * j]);
+          ASSERT_EQ(a.offset32[1], -32 * q8k.bsums[2 * j + 1]);
+          ASSERT_EQ(a.offset128, -128 * (q8k.bsums[2 * j] + q8k.bsums[2 * j + 1]));
           for (int c = 0; c < kPackCols; ++c) ASSERT_EQ(a.qs[c], q8k.qs[j * kPackCols + c]);
         }
       }

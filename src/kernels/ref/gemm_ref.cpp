@@ -16,6 +16,14 @@ float round_to_fp16(float x) {
   return fp16_to_fp32(fp32_to_fp16(x));
 }
 
+// ActQ8Block's offsets from its half sums.
+void set_offsets(ActQ8Block& block) {
+  block.offset32[0] = -32 * block.half_sum[0];
+  block.offset32[1] = -32 * block.half_sum[1];
+  block.offset128 = -128 * block.sum();
+  block.unused = 0;
+}
+
 void quantize_act_q8(const float* x, ActQ8Block* out, int64_t n, int64_t out_stride) {
   for (int64_t b = 0; b < n / kPackCols; ++b) {
     ActQ8Block& block = out[b * out_stride];
@@ -33,6 +41,7 @@ void quantize_act_q8(const float* x, ActQ8Block* out, int64_t n, int64_t out_str
     const int sum = half_sum[0] + half_sum[1];
     block.half_sum[0] = static_cast<int16_t>(half_sum[0]);
     block.half_sum[1] = static_cast<int16_t>(half_sum[1]);
+    set_offsets(block);
     block.d = round_to_fp16(d);
     block.s = round_to_fp16(d * static_cast<float>(sum));
     block.d_sum = block.d * static_cast<float>(sum);
@@ -49,6 +58,7 @@ void quantize_act_q8k(const float* x, ActQ8Block* out, int64_t n, int64_t out_st
       std::memcpy(block.qs, q8k.qs + j * kPackCols, kPackCols);
       block.half_sum[0] = q8k.bsums[2 * j];
       block.half_sum[1] = q8k.bsums[2 * j + 1];
+      set_offsets(block);
       const auto sum = static_cast<float>(block.sum());
       block.d = q8k.d;
       block.s = round_to_fp16(q8k.d * sum);
