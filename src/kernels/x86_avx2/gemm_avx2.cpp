@@ -143,17 +143,36 @@ inline __m256 load_u8x8(const uint8_t* p) {
       _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
 }
 
-// Q4_K: the Q4 loop per 32-column sub-block; its scale (d * scale) and min (dmin * min) for the
-// 8 rows are made from the bytes once per sub-block and serve every token of the tile.
+// Adds a super-block's integer sums (isum[t][h], rows 8 (half + h) ..) times the rows' d
+// (fp16) and the token's activation scale, which a Q8_K super-block's 8 blocks share.
+template <int NT, int H>
+inline void add_super_block(const __m256i (&isum)[NT][H], const uint16_t* d_fp16, int half,
+                            const ActQ8Block* a, __m256 (&acc)[NT][H]) {
+  for (int h = 0; h < H; ++h) {
+    const __m256 d = load_fp16x8(d_fp16 + 8 * (half + h));
+    for (int t = 0; t < NT; ++t) {
+      const __m256 scale = _mm256_mul_ps(d, _mm256_set1_ps(a[t].d));
+      acc[t][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[t][h]), scale, acc[t][h]);
+    }
+  }
+}
+
+// Q4_K: the Q4 loop per 32-column sub-block. A sub-block's int16 sums (<= 30480) times its
+// 6-bit scale widen to int32 in one madd and gather over the super-block in integers (under
+// 2^25 a row), so d and the activation's scale (Q8_K: one per super-block) multiply once per
+// super-block; the mins (dmin * min, made from the bytes once per sub-block for the 8 rows)
+// fold through each sub-block's d * sum(q).
 template <int NT, int H>
 void q4k_tile(const PackedQ4KBlock* w, int64_t blocks, int half, const ActQ8Block* act,
               int64_t act_stride, float* y, int64_t y_stride) {
   const __m256i low_nibble = _mm256_set1_epi8(0x0F);
-  const __m256i ones = _mm256_set1_epi16(1);
   __m256 acc[NT][H];
   for (int t = 0; t < NT; ++t)
     for (int h = 0; h < H; ++h) acc[t][h] = _mm256_setzero_ps();
   for (int64_t b = 0; b < blocks; ++b) {
+    __m256i isum[NT][H];
+    for (int t = 0; t < NT; ++t)
+      for (int h = 0; h < H; ++h) isum[t][h] = _mm256_setzero_si256();
     for (int j = 0; j < kSubBlocks; ++j) {
       prefetch_sub_block<H>(half, w + b, j);
       const ActQ8Block* a = act + (b * kSubBlocks + j) * act_stride;
@@ -177,16 +196,16 @@ void q4k_tile(const PackedQ4KBlock* w, int64_t blocks, int half, const ActQ8Bloc
       }
       for (int h = 0; h < H; ++h) {
         const int r = 8 * (half + h);
-        const __m256 scale = _mm256_mul_ps(load_fp16x8(w[b].d + r), load_u8x8(w[b].scales[j] + r));
+        const __m128i s = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(w[b].scales[j] + r));
+        const __m256i scale16 = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(s, s));  // [s, s] a row
         const __m256 min = _mm256_mul_ps(load_fp16x8(w[b].dmin + r), load_u8x8(w[b].mins[j] + r));
         for (int t = 0; t < NT; ++t) {
-          const __m256 isum = _mm256_cvtepi32_ps(_mm256_madd_epi16(sum16[t][h], ones));
-          acc[t][h] =
-              _mm256_fmadd_ps(isum, _mm256_mul_ps(scale, _mm256_set1_ps(a[t].d)), acc[t][h]);
+          isum[t][h] = _mm256_add_epi32(isum[t][h], _mm256_madd_epi16(sum16[t][h], scale16));
           acc[t][h] = _mm256_fnmadd_ps(min, _mm256_set1_ps(a[t].d_sum), acc[t][h]);
         }
       }
     }
+    add_super_block<NT, H>(isum, w[b].d, half, act + b * kSubBlocks * act_stride, acc);
   }
   for (int t = 0; t < NT; ++t)
     for (int h = 0; h < H; ++h) _mm256_storeu_ps(y + t * y_stride + 8 * (half + h), acc[t][h]);
@@ -194,23 +213,26 @@ void q4k_tile(const PackedQ4KBlock* w, int64_t blocks, int half, const ActQ8Bloc
 
 // Q5_K: q4k_tile with each nibble's fifth bit from qh (bits 2c and 2c + 1 of the byte at the
 // nibble byte's position). A maddubs of q (<= 31) and an int8 reaches 7874, so the pair of
-// each c is widened at once.
+// each c is widened at once, by a madd with the sub-block's scale as in q4k_tile (a row's sum
+// stays under 2^27 over the super-block).
 template <int NT, int H>
 void q5k_tile(const PackedQ5KBlock* w, int64_t blocks, int half, const ActQ8Block* act,
               int64_t act_stride, float* y, int64_t y_stride) {
   const __m256i low_nibble = _mm256_set1_epi8(0x0F);
-  const __m256i ones = _mm256_set1_epi16(1);
   __m256 acc[NT][H];
   for (int t = 0; t < NT; ++t)
     for (int h = 0; h < H; ++h) acc[t][h] = _mm256_setzero_ps();
   for (int64_t b = 0; b < blocks; ++b) {
+    __m256i isum[NT][H];
+    for (int t = 0; t < NT; ++t)
+      for (int h = 0; h < H; ++h) isum[t][h] = _mm256_setzero_si256();
     for (int j = 0; j < kSubBlocks; ++j) {
       prefetch_sub_block<H>(half, w + b, j);
       const ActQ8Block* a = act + (b * kSubBlocks + j) * act_stride;
-      __m256i isum[NT][H];
-      for (int t = 0; t < NT; ++t)
-        for (int h = 0; h < H; ++h) isum[t][h] = _mm256_setzero_si256();
       for (int h = 0; h < H; ++h) {
+        const int r = 8 * (half + h);
+        const __m128i s = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(w[b].scales[j] + r));
+        const __m256i scale16 = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(s, s));  // [s, s] a row
         const __m256i high =
             _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[b].qh[j] + 32 * (half + h)));
         for (int c = 0; c < 4; ++c) {
@@ -223,21 +245,15 @@ void q5k_tile(const PackedQ5KBlock* w, int64_t blocks, int half, const ActQ8Bloc
             const int8_t* q = a[t].qs + 8 * c;
             const __m256i pair = _mm256_add_epi16(_mm256_maddubs_epi16(lo, broadcast_i32(q)),
                                                   _mm256_maddubs_epi16(hi, broadcast_i32(q + 4)));
-            isum[t][h] = _mm256_add_epi32(isum[t][h], _mm256_madd_epi16(pair, ones));
+            isum[t][h] = _mm256_add_epi32(isum[t][h], _mm256_madd_epi16(pair, scale16));
           }
         }
-      }
-      for (int h = 0; h < H; ++h) {
-        const int r = 8 * (half + h);
-        const __m256 scale = _mm256_mul_ps(load_fp16x8(w[b].d + r), load_u8x8(w[b].scales[j] + r));
         const __m256 min = _mm256_mul_ps(load_fp16x8(w[b].dmin + r), load_u8x8(w[b].mins[j] + r));
-        for (int t = 0; t < NT; ++t) {
-          acc[t][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[t][h]),
-                                      _mm256_mul_ps(scale, _mm256_set1_ps(a[t].d)), acc[t][h]);
+        for (int t = 0; t < NT; ++t)
           acc[t][h] = _mm256_fnmadd_ps(min, _mm256_set1_ps(a[t].d_sum), acc[t][h]);
-        }
       }
     }
+    add_super_block<NT, H>(isum, w[b].d, half, act + b * kSubBlocks * act_stride, acc);
   }
   for (int t = 0; t < NT; ++t)
     for (int h = 0; h < H; ++h) _mm256_storeu_ps(y + t * y_stride + 8 * (half + h), acc[t][h]);
@@ -250,19 +266,26 @@ inline __m256 load_i8x8(const int8_t* p) {
 }
 
 // Q6_K: 6-bit q = ql nibble | 2 bits of qh << 4, w = d * scale * (q - 32) with an int8 scale
-// per 16 columns. Everything up to d stays in integers: two maddubs of q (<= 63) and an int8
-// sum to at most 2 * 2 * 63 * 127 = 32004, inside int16; a madd with the sub-block's scale
-// (both int16 of a row's pair hold it) widens and scales them at once; the -32 offset is one
-// madd of the row's two scales with the activation's two half sums. |sum| < 2^26 per row.
+// per 16 columns. Everything up to d stays in integers for the whole super-block: two maddubs
+// of q (<= 63) and an int8 sum to at most 2 * 2 * 63 * 127 = 32004, inside int16; a madd with
+// the sub-block's scale (both int16 of a row's pair hold it) widens and scales them at once;
+// the -32 offset is one madd of the row's two scales times -32 (|.| <= 4096, an int16) with
+// the activation's two half sums. A row's sum over 256 columns stays under 2^28, so d and the
+// activation's scale (one per super-block, Q8_K) multiply once per super-block, not once per
+// sub-block (Q6_K tile, 512 tokens: 69 -> 78 GMAC/s on the AMD EPYC, inferd_kernels_bench).
 template <int NT, int H>
 void q6k_tile(const PackedQ6KBlock* w, int64_t blocks, int half, const ActQ8Block* act,
               int64_t act_stride, float* y, int64_t y_stride) {
   const __m256i low_nibble = _mm256_set1_epi8(0x0F);
   const __m256i top_bits = _mm256_set1_epi8(0x30);
+  const __m256i minus_32 = _mm256_set1_epi16(-32);
   __m256 acc[NT][H];
   for (int t = 0; t < NT; ++t)
     for (int h = 0; h < H; ++h) acc[t][h] = _mm256_setzero_ps();
   for (int64_t b = 0; b < blocks; ++b) {
+    __m256i isum[NT][H];
+    for (int t = 0; t < NT; ++t)
+      for (int h = 0; h < H; ++h) isum[t][h] = _mm256_setzero_si256();
     for (int j = 0; j < kSubBlocks; ++j) {
       prefetch_sub_block<H>(half, w + b, j);
       const ActQ8Block* a = act + (b * kSubBlocks + j) * act_stride;
@@ -272,12 +295,16 @@ void q6k_tile(const PackedQ6KBlock* w, int64_t blocks, int half, const ActQ8Bloc
             _mm_loadl_epi64(reinterpret_cast<const __m128i*>(w[b].scales[2 * j] + r));
         const __m128i s1 =
             _mm_loadl_epi64(reinterpret_cast<const __m128i*>(w[b].scales[2 * j + 1] + r));
-        // Per row: [scale, scale] for each 16-column half, and [scale0, scale1] for the offset.
+        // Per row: [scale, scale] for each 16-column half, and -32 [scale0, scale1] for the
+        // offset.
         const __m256i scale16[2] = {_mm256_cvtepi8_epi16(_mm_unpacklo_epi8(s0, s0)),
                                     _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(s1, s1))};
-        const __m256i scale_pair = _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(s0, s1));
-        __m256i isum[NT];
-        for (int t = 0; t < NT; ++t) isum[t] = _mm256_setzero_si256();
+        const __m256i offset_scales =
+            _mm256_mullo_epi16(_mm256_cvtepi8_epi16(_mm_unpacklo_epi8(s0, s1)), minus_32);
+        for (int t = 0; t < NT; ++t) {
+          const __m256i half_sums = _mm256_set1_epi32(a[t].half_sum_pair());
+          isum[t][h] = _mm256_add_epi32(isum[t][h], _mm256_madd_epi16(offset_scales, half_sums));
+        }
         for (int p = 0; p < 2; ++p) {
           const __m256i high =
               _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[b].qh[j][p] + 4 * r));
@@ -298,21 +325,14 @@ void q6k_tile(const PackedQ6KBlock* w, int64_t blocks, int half, const ActQ8Bloc
               const int8_t* q = a[t].qs + 8 * c;
               const __m256i pair = _mm256_add_epi16(_mm256_maddubs_epi16(lo, broadcast_i32(q)),
                                                     _mm256_maddubs_epi16(hi, broadcast_i32(q + 4)));
-              isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(pair, scale16[p]));
-              pin(isum[t]);
+              isum[t][h] = _mm256_add_epi32(isum[t][h], _mm256_madd_epi16(pair, scale16[p]));
+              pin(isum[t][h]);
             }
           }
         }
-        const __m256 d = load_fp16x8(w[b].d + r);
-        for (int t = 0; t < NT; ++t) {
-          const __m256i half_sums = _mm256_set1_epi32(a[t].half_sum_pair());
-          const __m256i offset = _mm256_slli_epi32(_mm256_madd_epi16(scale_pair, half_sums), 5);
-          const __m256 sum = _mm256_cvtepi32_ps(_mm256_sub_epi32(isum[t], offset));
-          const __m256 scale = _mm256_mul_ps(d, _mm256_set1_ps(a[t].d));
-          acc[t][h] = _mm256_fmadd_ps(sum, scale, acc[t][h]);
-        }
       }
     }
+    add_super_block<NT, H>(isum, w[b].d, half, act + b * kSubBlocks * act_stride, acc);
   }
   for (int t = 0; t < NT; ++t)
     for (int h = 0; h < H; ++h) _mm256_storeu_ps(y + t * y_stride + 8 * (half + h), acc[t][h]);
