@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <utility>
 
 #include "kernels/packed.h"
 
@@ -26,42 +27,26 @@ constexpr const float* tokens_on(const float* x, int64_t t, int64_t stride) {
 // Tile<NT>::run(const Block* w, int64_t blocks, const Act* act, int64_t act_stride,
 //               float* y, int64_t y_stride) computes NT tokens x 16 rows; Act is ActQ8Block
 // for the int8 formats (block-major, see kernels.h) and float for F16 (rows act_stride apart).
-template <typename Block, template <int> class Tile, typename Act = ActQ8Block>
+// Tiles take up to MaxTokens tokens (a kernel whose unpacking of the weights costs more than
+// its registers can take more tokens to share it).
+template <typename Block, template <int> class Tile, typename Act = ActQ8Block,
+          int MaxTokens = kMaxTileTokens>
 inline void run_group_tiles(const uint8_t* group, int64_t blocks, const Act* act,
                             int64_t act_stride, int64_t n_tokens, float* y, int64_t y_stride) {
   const auto* w = reinterpret_cast<const Block*>(group);
   int64_t t = 0;
-  for (; t + kMaxTileTokens <= n_tokens; t += kMaxTileTokens) {
-    Tile<kMaxTileTokens>::run(w, blocks, tokens_on(act, t, act_stride), act_stride,
-                              y + t * y_stride, y_stride);
+  for (; t + MaxTokens <= n_tokens; t += MaxTokens) {
+    Tile<MaxTokens>::run(w, blocks, tokens_on(act, t, act_stride), act_stride, y + t * y_stride,
+                         y_stride);
   }
   const Act* a = tokens_on(act, t, act_stride);
   float* out = y + t * y_stride;
-  switch (n_tokens - t) {
-    case 7:
-      Tile<7>::run(w, blocks, a, act_stride, out, y_stride);
-      break;
-    case 6:
-      Tile<6>::run(w, blocks, a, act_stride, out, y_stride);
-      break;
-    case 5:
-      Tile<5>::run(w, blocks, a, act_stride, out, y_stride);
-      break;
-    case 4:
-      Tile<4>::run(w, blocks, a, act_stride, out, y_stride);
-      break;
-    case 3:
-      Tile<3>::run(w, blocks, a, act_stride, out, y_stride);
-      break;
-    case 2:
-      Tile<2>::run(w, blocks, a, act_stride, out, y_stride);
-      break;
-    case 1:
-      Tile<1>::run(w, blocks, a, act_stride, out, y_stride);
-      break;
-    default:
-      break;
+  const int64_t rest = n_tokens - t;
+  // The tile instantiated for the count left over (1 .. MaxTokens - 1).
+  [&]<int... I>(std::integer_sequence<int, I...>) {
+    ((rest == I + 1 ? Tile<I + 1>::run(w, blocks, a, act_stride, out, y_stride) : void()), ...);
   }
+  (std::make_integer_sequence<int, MaxTokens - 1>{});
 }
 
 }  // namespace inferd::kernels

@@ -247,7 +247,7 @@ TEST(KernelsPacked, EveryIsaMatchesReferenceOnOddShapes) {
           const int64_t cols = cols_for(type, narrow);
           if (cols != narrow && narrow != 576) continue;  // one k-quant width is enough
           QuantMatrix m = make_matrix(type, rows, cols, static_cast<uint32_t>(rows * cols));
-          for (int64_t tokens : {1, 2, 3, 4, 5, 7, 8, 9, 13, 17}) {
+          for (int64_t tokens : {1, 2, 3, 4, 5, 7, 8, 9, 11, 12, 13, 17, 25}) {
             const TwoResults r = multiply_both(*table, reference_kernels(), m, tokens,
                                                static_cast<uint32_t>(tokens), pool);
             for (size_t i = 0; i < r.got.size(); ++i) {

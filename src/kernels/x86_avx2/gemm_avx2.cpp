@@ -525,12 +525,15 @@ struct IQ4XSTile {
                    []<int N, int H>(auto... args) { iq4xs_tile<N, H>(args...); });
   }
 };
+// Q6_K's unpacking (about 9 instructions a vector of weights) is shared by the tokens of a
+// pass: 6 of them, tiles of up to 12, where the other formats take 4 and 8.
+constexpr int kQ6KPassTokens = 6;
 template <int NT>
 struct Q6KTile {
   static void run(const PackedQ6KBlock* w, int64_t blocks, const ActQ8Block* act,
                   int64_t act_stride, float* y, int64_t y_stride) {
-    split_tile<NT>(w, blocks, act, act_stride, y, y_stride,
-                   []<int N, int H>(auto... args) { q6k_tile<N, H>(args...); });
+    split_tile<NT, kQ6KPassTokens>(w, blocks, act, act_stride, y, y_stride,
+                                   []<int N, int H>(auto... args) { q6k_tile<N, H>(args...); });
   }
 };
 template <int NT>
@@ -649,7 +652,7 @@ PackedKernels packed_kernels() {
   k.q5_1 = run_group_tiles<PackedQ5_1Block, Q4Tiles<&ActQ8Block::s, PackedQ5_1Block>::Tile>;
   k.q4_k = run_group_tiles<PackedQ4KBlock, Q4KTile>;
   k.q5_k = run_group_tiles<PackedQ5KBlock, Q5KTile>;
-  k.q6_k = run_group_tiles<PackedQ6KBlock, Q6KTile>;
+  k.q6_k = run_group_tiles<PackedQ6KBlock, Q6KTile, ActQ8Block, 2 * kQ6KPassTokens>;
   k.iq4_xs = run_group_tiles<PackedIQ4XSBlock, IQ4XSTile>;
   return k;
 }
