@@ -1,7 +1,7 @@
-// Splits the tokens of one packed group into tiles of at most kMaxTileTokens and calls the
-// tile kernel instantiated for each count, so every tile keeps its accumulators in registers.
-// Each ISA file instantiates it with tile types from its own anonymous namespace, so the
-// instances never mix ISAs at link time.
+// Splits the tokens of one packed group into tiles of at most kMaxTileTokens (or the kernel's
+// own maximum) and calls the tile kernel instantiated for each count, so every tile keeps its
+// accumulators in registers. Each ISA file instantiates it with tile types from its own anonymous
+// namespace, so the instances never mix ISAs at link time.
 #pragma once
 
 #include <cstdint>
@@ -43,10 +43,10 @@ inline void run_group_tiles(const uint8_t* group, int64_t blocks, const Act* act
   float* out = y + t * y_stride;
   const int64_t rest = n_tokens - t;
   // The tile instantiated for the count left over (1 .. MaxTokens - 1).
-  [&]<int... I>(std::integer_sequence<int, I...>) {
+  const auto run_rest = [&]<int... I>(std::integer_sequence<int, I...>) {
     ((rest == I + 1 ? Tile<I + 1>::run(w, blocks, a, act_stride, out, y_stride) : void()), ...);
-  }
-  (std::make_integer_sequence<int, MaxTokens - 1>{});
+  };
+  run_rest(std::make_integer_sequence<int, MaxTokens - 1>{});
 }
 
 }  // namespace inferd::kernels
