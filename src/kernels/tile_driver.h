@@ -34,17 +34,21 @@ template <typename Block, template <int> class Tile, typename Act = ActQ8Block,
 inline void run_group_tiles(const uint8_t* group, int64_t blocks, const Act* act,
                             int64_t act_stride, int64_t n_tokens, float* y, int64_t y_stride) {
   const auto* w = reinterpret_cast<const Block*>(group);
+  // Runs tile NT on tokens from t; a tile after the group's first finds the weights in cache,
+  // and a kernel with a run_cached skips there what it does to stream them from memory.
+  const auto run_tile = [&]<int NT>(int64_t t) {
+    const Act* a = tokens_on(act, t, act_stride);
+    if constexpr (requires { &Tile<NT>::run_cached; }) {
+      if (t > 0) return Tile<NT>::run_cached(w, blocks, a, act_stride, y + t * y_stride, y_stride);
+    }
+    Tile<NT>::run(w, blocks, a, act_stride, y + t * y_stride, y_stride);
+  };
   int64_t t = 0;
-  for (; t + MaxTokens <= n_tokens; t += MaxTokens) {
-    Tile<MaxTokens>::run(w, blocks, tokens_on(act, t, act_stride), act_stride, y + t * y_stride,
-                         y_stride);
-  }
-  const Act* a = tokens_on(act, t, act_stride);
-  float* out = y + t * y_stride;
+  for (; t + MaxTokens <= n_tokens; t += MaxTokens) run_tile.template operator()<MaxTokens>(t);
   const int64_t rest = n_tokens - t;
   // The tile instantiated for the count left over (1 .. MaxTokens - 1).
   const auto run_rest = [&]<int... I>(std::integer_sequence<int, I...>) {
-    ((rest == I + 1 ? Tile<I + 1>::run(w, blocks, a, act_stride, out, y_stride) : void()), ...);
+    ((rest == I + 1 ? run_tile.template operator()<I + 1>(t) : void()), ...);
   };
   run_rest(std::make_integer_sequence<int, MaxTokens - 1>{});
 }

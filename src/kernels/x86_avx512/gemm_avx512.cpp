@@ -50,7 +50,10 @@ inline int32_t hsum(__m512i v) {
 // Groups of a matrix lie one after another, and a thread multiplies a run of them in order. A
 // tile of several tokens computes for long enough per block to fetch the same block of the next
 // group meanwhile, so weights streaming from memory arrive before they are needed. (Past the
-// matrix's end this only touches addresses; prefetches never fault.)
+// matrix's end this only touches addresses; prefetches never fault.) Only a group's first tile
+// does (kPrefetchNext; the driver calls run_cached for the others): every tile of a prompt
+// fetching the next group into L1 again evicted the lines it was working on, and the 1B-shaped
+// Q6_K model's pp512 went from 207-222 to 226-256 tok/s without that (4 alternating pairs).
 template <typename Block>
 inline void prefetch_next_group(const Block* block, int64_t blocks) {
   const char* next = reinterpret_cast<const char*>(block + blocks);
@@ -94,7 +97,7 @@ inline void add_fifth_bits(__m512i high, int c, __m512i& lo, __m512i& hi) {
 // tokens (decode) use two integer accumulators per token so the chain of dependent VNNI
 // instructions per block is half as long; many tokens already have NT independent chains and
 // need the registers.
-template <int NT, float ActQ8Block::*offset_sum, typename Block>
+template <int NT, float ActQ8Block::*offset_sum, typename Block, bool kPrefetchNext = true>
 void q4_tile(const Block* w, int64_t blocks, const ActQ8Block* act, int64_t act_stride, float* y,
              int64_t y_stride) {
   constexpr bool kFiveBits = std::is_same_v<Block, PackedQ5_1Block>;
@@ -103,7 +106,7 @@ void q4_tile(const Block* w, int64_t blocks, const ActQ8Block* act, int64_t act_
   __m512 acc[NT];
   for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
   for (int64_t b = 0; b < blocks; ++b) {
-    if constexpr (NT > 1) prefetch_next_group(w + b, blocks);
+    if constexpr (NT > 1 && kPrefetchNext) prefetch_next_group(w + b, blocks);
     __m512i isum[NT][kAcc];
     for (int t = 0; t < NT; ++t)
       for (int i = 0; i < kAcc; ++i) isum[t][i] = _mm512_setzero_si512();
@@ -139,7 +142,7 @@ inline __m512 load_u8x16(const uint8_t* p) {
 
 // Q4_K: q4_tile's VNNI loop per 32-column sub-block, with the sub-block's scale and min for
 // the 16 rows made from their bytes once and shared by the tile's tokens.
-template <int NT>
+template <int NT, bool kPrefetchNext = true>
 void q4k_tile(const PackedQ4KBlock* w, int64_t blocks, const ActQ8Block* act, int64_t act_stride,
               float* y, int64_t y_stride) {
   constexpr int kAcc = NT < 4 ? 2 : 1;
@@ -147,7 +150,7 @@ void q4k_tile(const PackedQ4KBlock* w, int64_t blocks, const ActQ8Block* act, in
   __m512 acc[NT];
   for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
   for (int64_t b = 0; b < blocks; ++b) {
-    if constexpr (NT > 1) prefetch_next_group(w + b, blocks);
+    if constexpr (NT > 1 && kPrefetchNext) prefetch_next_group(w + b, blocks);
     const __m512 dmin = load_fp16x16(w[b].dmin);
     // The super-block's sub-blocks share each token's activation scale (Q8_K): their scaled
     // sums gather without it, and it multiplies once at the end (the mins fold through d x sum,
@@ -208,13 +211,13 @@ inline __m512i six_bits(__m512i nibbles, __m512i top_moved) {
 // here from its half sum (a shift and a broadcast from a general register, which on Zen 4 takes
 // most of a VNNI slot), the offset held the tile at 116 GMAC/s; read ready-made, with the add
 // above, 138-140 (inferd_kernels_bench, 2048 x 2048, 512 tokens, one thread).
-template <int NT>
+template <int NT, bool kPrefetchNext = true>
 void q6k_tile(const PackedQ6KBlock* w, int64_t blocks, const ActQ8Block* act, int64_t act_stride,
               float* y, int64_t y_stride) {
   __m512 acc[NT];
   for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
   for (int64_t b = 0; b < blocks; ++b) {
-    if constexpr (NT > 1) prefetch_next_group(w + b, blocks);
+    if constexpr (NT > 1 && kPrefetchNext) prefetch_next_group(w + b, blocks);
     // The super-block's 16 sub-blocks share each token's activation scale (Q8_K), so their
     // scaled sums gather without it and it multiplies once at the end.
     __m512 block_sum[NT];
@@ -254,7 +257,7 @@ void q6k_tile(const PackedQ6KBlock* w, int64_t blocks, const ActQ8Block* act, in
 
 // Q5_K: q4k_tile with each nibble's fifth bit from qh (bits 2c and 2c + 1 of the byte at the
 // nibble byte's position).
-template <int NT>
+template <int NT, bool kPrefetchNext = true>
 void q5k_tile(const PackedQ5KBlock* w, int64_t blocks, const ActQ8Block* act, int64_t act_stride,
               float* y, int64_t y_stride) {
   constexpr int kAcc = NT < 4 ? 2 : 1;
@@ -262,7 +265,7 @@ void q5k_tile(const PackedQ5KBlock* w, int64_t blocks, const ActQ8Block* act, in
   __m512 acc[NT];
   for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
   for (int64_t b = 0; b < blocks; ++b) {
-    if constexpr (NT > 1) prefetch_next_group(w + b, blocks);
+    if constexpr (NT > 1 && kPrefetchNext) prefetch_next_group(w + b, blocks);
     const __m512 dmin = load_fp16x16(w[b].dmin);
     // The super-block's sub-blocks share each token's activation scale (Q8_K): their scaled
     // sums gather without it, and it multiplies once at the end (the mins fold through d x sum,
@@ -306,7 +309,7 @@ void q5k_tile(const PackedQ5KBlock* w, int64_t blocks, const ActQ8Block* act, in
 
 // IQ4_XS: each nibble becomes its table value + 128 by a byte shuffle (VNNI's unsigned
 // operand); the offset comes off as 128 * sum(activation) per 32 columns, in integers.
-template <int NT>
+template <int NT, bool kPrefetchNext = true>
 void iq4xs_tile(const PackedIQ4XSBlock* w, int64_t blocks, const ActQ8Block* act,
                 int64_t act_stride, float* y, int64_t y_stride) {
   const __m512i low_nibble = _mm512_set1_epi8(0x0F);
@@ -317,7 +320,7 @@ void iq4xs_tile(const PackedIQ4XSBlock* w, int64_t blocks, const ActQ8Block* act
   __m512 acc[NT];
   for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
   for (int64_t b = 0; b < blocks; ++b) {
-    if constexpr (NT > 1) prefetch_next_group(w + b, blocks);
+    if constexpr (NT > 1 && kPrefetchNext) prefetch_next_group(w + b, blocks);
     // The super-block's sub-blocks share each token's activation scale (Q8_K): their scaled
     // sums gather without it, and it multiplies once at the end.
     __m512 block_sum[NT];
@@ -354,14 +357,14 @@ void iq4xs_tile(const PackedIQ4XSBlock* w, int64_t blocks, const ActQ8Block* act
 
 // Weights stored as q + 128 are VNNI's unsigned operand as they are; the offset comes off as
 // 128 * sum(activation) per block, in integers.
-template <int NT>
+template <int NT, bool kPrefetchNext = true>
 void q8_tile(const PackedQ8Block* w, int64_t blocks, const ActQ8Block* act, int64_t act_stride,
              float* y, int64_t y_stride) {
   constexpr int kAcc = NT < 4 ? 2 : 1;
   __m512 acc[NT];
   for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
   for (int64_t b = 0; b < blocks; ++b) {
-    if constexpr (NT > 1) prefetch_next_group(w + b, blocks);
+    if constexpr (NT > 1 && kPrefetchNext) prefetch_next_group(w + b, blocks);
     __m512i isum[NT][kAcc];
     for (int t = 0; t < NT; ++t)
       for (int i = 0; i < kAcc; ++i) isum[t][i] = _mm512_setzero_si512();
@@ -435,6 +438,10 @@ struct Q4Tiles {
                     float* y, int64_t y_stride) {
       q4_tile<NT, offset_sum>(w, blocks, act, act_stride, y, y_stride);
     }
+    static void run_cached(const Block* w, int64_t blocks, const ActQ8Block* act,
+                           int64_t act_stride, float* y, int64_t y_stride) {
+      q4_tile<NT, offset_sum, Block, false>(w, blocks, act, act_stride, y, y_stride);
+    }
   };
 };
 template <int NT>
@@ -443,12 +450,20 @@ struct Q4KTile {
                   int64_t act_stride, float* y, int64_t y_stride) {
     q4k_tile<NT>(w, blocks, act, act_stride, y, y_stride);
   }
+  static void run_cached(const PackedQ4KBlock* w, int64_t blocks, const ActQ8Block* act,
+                         int64_t act_stride, float* y, int64_t y_stride) {
+    q4k_tile<NT, false>(w, blocks, act, act_stride, y, y_stride);
+  }
 };
 template <int NT>
 struct Q5KTile {
   static void run(const PackedQ5KBlock* w, int64_t blocks, const ActQ8Block* act,
                   int64_t act_stride, float* y, int64_t y_stride) {
     q5k_tile<NT>(w, blocks, act, act_stride, y, y_stride);
+  }
+  static void run_cached(const PackedQ5KBlock* w, int64_t blocks, const ActQ8Block* act,
+                         int64_t act_stride, float* y, int64_t y_stride) {
+    q5k_tile<NT, false>(w, blocks, act, act_stride, y, y_stride);
   }
 };
 template <int NT>
@@ -457,6 +472,10 @@ struct IQ4XSTile {
                   int64_t act_stride, float* y, int64_t y_stride) {
     iq4xs_tile<NT>(w, blocks, act, act_stride, y, y_stride);
   }
+  static void run_cached(const PackedIQ4XSBlock* w, int64_t blocks, const ActQ8Block* act,
+                         int64_t act_stride, float* y, int64_t y_stride) {
+    iq4xs_tile<NT, false>(w, blocks, act, act_stride, y, y_stride);
+  }
 };
 template <int NT>
 struct Q6KTile {
@@ -464,12 +483,20 @@ struct Q6KTile {
                   int64_t act_stride, float* y, int64_t y_stride) {
     q6k_tile<NT>(w, blocks, act, act_stride, y, y_stride);
   }
+  static void run_cached(const PackedQ6KBlock* w, int64_t blocks, const ActQ8Block* act,
+                         int64_t act_stride, float* y, int64_t y_stride) {
+    q6k_tile<NT, false>(w, blocks, act, act_stride, y, y_stride);
+  }
 };
 template <int NT>
 struct Q8Tile {
   static void run(const PackedQ8Block* w, int64_t blocks, const ActQ8Block* act, int64_t act_stride,
                   float* y, int64_t y_stride) {
     q8_tile<NT>(w, blocks, act, act_stride, y, y_stride);
+  }
+  static void run_cached(const PackedQ8Block* w, int64_t blocks, const ActQ8Block* act,
+                         int64_t act_stride, float* y, int64_t y_stride) {
+    q8_tile<NT, false>(w, blocks, act, act_stride, y, y_stride);
   }
 };
 
