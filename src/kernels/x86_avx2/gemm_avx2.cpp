@@ -272,7 +272,7 @@ inline __m256 load_i8x8(const int8_t* p) {
 // the -32 offset is one madd of the row's two scales times -32 (|.| <= 4096, an int16) with
 // the activation's two half sums. A row's sum over 256 columns stays under 2^28, so d and the
 // activation's scale (one per super-block, Q8_K) multiply once per super-block, not once per
-// sub-block (Q6_K tile, 512 tokens: 69 -> 78 GMAC/s on the AMD EPYC, inferd_kernels_bench).
+// sub-block (Q6_K tile, 512 tokens: 63 -> 76 GMAC/s on the AMD EPYC, inferd_kernels_bench).
 template <int NT, int H>
 void q6k_tile(const PackedQ6KBlock* w, int64_t blocks, int half, const ActQ8Block* act,
               int64_t act_stride, float* y, int64_t y_stride) {
