@@ -14,7 +14,10 @@
 namespace {
 
 // llama.cpp's multi-letter short options that inferd takes too; CLI11 allows one letter after a
-// single dash, so they are renamed to their long forms before parsing.
+// single dash, so they are renamed to their long forms before parsing. `inferd serve` also takes
+// long names written with underscores, as llama-server does (--backend_sampling is
+// --backend-sampling): the name, up to any "=value", is read with dashes. Only there: the other
+// commands take text (prompts) that may look like an option.
 std::vector<std::string> with_long_names(int argc, char** argv) {
   static const std::pair<const char*, const char*> kLongNames[] = {
       {"-ctk", "--cache-type-k"},    {"-ctv", "--cache-type-v"},      {"-md", "--draft-model"},
@@ -25,9 +28,12 @@ std::vector<std::string> with_long_names(int argc, char** argv) {
       {"-dev", "--device"},          {"-cb", "--cont-batching"},      {"-rea", "--reasoning"},
       {"-bs", "--backend-sampling"}, {"-kvu", "--kv-unified"}};
   std::vector<std::string> args(argv, argv + argc);
+  const bool serve = args.size() > 1 && args[1] == "serve";
   for (std::string& a : args) {
     for (const auto& [short_name, long_name] : kLongNames)
       if (a == short_name) a = long_name;
+    if (serve && a.starts_with("--"))
+      std::replace(a.begin(), a.begin() + std::min(a.find('='), a.size()), '_', '-');
   }
   return args;
 }

@@ -521,8 +521,11 @@ int32_t Engine::process_output(Active& active, std::span<float> logits) {
   // The end-of-generation token is reported with its logprob too (OpenAI and vLLM do); it
   // joins the output only with ignore_eos, below.
   if (seq.request.logprobs >= 0) {
-    const size_t n = active.sampler->top_logprobs(logits, active.top);
-    seq.request.output->on_token(token, active.sampler->last_logprob(),
+    float logprob = active.sampler->last_logprob();
+    const size_t n = seq.request.post_sampling_probs
+                         ? active.sampler->post_sampling_top(logits, token, active.top, logprob)
+                         : active.sampler->top_logprobs(logits, active.top);
+    seq.request.output->on_token(token, logprob,
                                  std::span<const sampling::TokenLogprob>(active.top).first(n));
   }
   // The grammar advances over the token with the next mask (off this thread where it can).

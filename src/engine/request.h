@@ -102,6 +102,9 @@ struct Request {
   bool ignore_eos = false;
   bool report_progress = false;  // on_prompt_progress while the prompt is computed
   int32_t logprobs = -1;         // -1: none; k >= 0: report each token's logprob and k alternatives
+  // The logprobs above from the distribution the sampler drew from (after temperature, min-p,
+  // top-k and top-p; llama-server's post_sampling_probs) instead of the model's.
+  bool post_sampling_probs = false;
   // Requests share cached KV blocks only when their salts are equal (vLLM's cache_salt).
   std::string cache_salt;
   // Beam search (vLLM's use_beam_search) when beam_width > 0: that many beams, ranked by the

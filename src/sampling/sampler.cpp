@@ -209,4 +209,31 @@ size_t Sampler::top_logprobs(std::span<const float> logits, std::span<TokenLogpr
   return n;
 }
 
+size_t Sampler::post_sampling_top(std::span<const float> logits, int32_t token,
+                                  std::span<TokenLogprob> out, float& token_logprob) {
+  if (params_.greedy()) {
+    token_logprob = 0;  // the argmax, with probability 1
+    if (out.empty()) return 0;
+    out[0] = {token, 0.0f};
+    return 1;
+  }
+  float max_logit = 0;
+  const size_t count = select_candidates(logits, max_logit);
+  double total = 0;
+  for (size_t i = 0; i < count; ++i) total += std::exp(double(candidates_[i].logit) - max_logit);
+  const double offset = max_logit + std::log(total);  // logprob = scaled logit - offset
+  token_logprob = kNegInf;
+  for (size_t i = 0; i < count; ++i) {
+    if (candidates_[i].token == token)
+      token_logprob = static_cast<float>(double(candidates_[i].logit) - offset);
+  }
+  const size_t n = std::min(out.size(), count);
+  std::partial_sort(candidates_.begin(), candidates_.begin() + static_cast<std::ptrdiff_t>(n),
+                    candidates_.begin() + static_cast<std::ptrdiff_t>(count),
+                    more_likely<Candidate>);
+  for (size_t i = 0; i < n; ++i)
+    out[i] = {candidates_[i].token, static_cast<float>(double(candidates_[i].logit) - offset)};
+  return n;
+}
+
 }  // namespace inferd::sampling

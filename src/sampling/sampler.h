@@ -44,6 +44,12 @@ class Sampler {
   // The `out.size()` most likely tokens of the last sample()'s penalised logits, most likely
   // first. Returns how many were written.
   size_t top_logprobs(std::span<const float> logits, std::span<TokenLogprob> out);
+  // The same from the distribution the last sample() drew from, after the whole chain (one-hot
+  // when greedy): at most out.size() of the tokens it kept, most likely first (the ones it
+  // removed have probability 0 and are not listed), and the chosen `token`'s log-probability
+  // in `token_logprob`. `logits` as sample() left them. Returns how many were written.
+  size_t post_sampling_top(std::span<const float> logits, int32_t token,
+                           std::span<TokenLogprob> out, float& token_logprob);
 
   const SamplingParams& params() const { return params_; }
 

@@ -317,6 +317,7 @@ struct HttpServer::Impl {
           options.model = context.model_ids.front();
           options.return_tokens = body.value("return_tokens", false) == true;
           options.n_probs = g->request.logprobs;
+          options.post_sampling_probs = g->request.request.post_sampling_probs;
           zero_predict = body.contains("n_predict") && body["n_predict"] == 0;
         }))
       return;

@@ -34,6 +34,7 @@ constexpr const char* kSameFields[] = {"prompt",
                                        "grammar",
                                        "return_progress",
                                        "timings_per_token",
+                                       "post_sampling_probs",
                                        "model"};
 
 // llama.cpp samplers inferd does not have, with the value that turns each off: a request that
@@ -89,9 +90,16 @@ json convert_logit_bias(const json& value, const ParseContext& ctx) {
   return out;
 }
 
-json probabilities(const std::vector<TokenInfo>& tokens, const tokenizer::Tokenizer& tok) {
+// llama-server's completion_probabilities: log-probabilities ("logprob", "top_logprobs"), or
+// with post_sampling_probs the sampler's probabilities ("prob", "top_probs").
+json probabilities(const std::vector<TokenInfo>& tokens, const tokenizer::Tokenizer& tok,
+                   bool post_sampling) {
   const auto text_of = [](const std::string& piece) {
     return is_valid_utf8(piece) ? piece : std::string();
+  };
+  const char* value_key = post_sampling ? "prob" : "logprob";
+  const auto value = [&](float logprob) {
+    return post_sampling ? json(std::exp(logprob)) : json(logprob);
   };
   json out = json::array();
   for (const TokenInfo& t : tokens) {
@@ -101,14 +109,14 @@ json probabilities(const std::vector<TokenInfo>& tokens, const tokenizer::Tokeni
       const std::string& p = tok.token_piece(alt.token);
       top.push_back({{"id", alt.token},
                      {"token", text_of(p)},
-                     {"logprob", alt.logprob},
+                     {value_key, value(alt.logprob)},
                      {"bytes", bytes_of(p)}});
     }
     out.push_back({{"id", t.token},
                    {"token", text_of(piece)},
-                   {"logprob", t.logprob},
+                   {value_key, value(t.logprob)},
                    {"bytes", bytes_of(piece)},
-                   {"top_logprobs", top}});
+                   {post_sampling ? "top_probs" : "top_logprobs", top}});
   }
   return out;
 }
@@ -171,9 +179,6 @@ json native_to_openai(const json& body, const ParseContext& ctx) {
                               "accepted, which turns it off)",
                               s.name, s.off));
   }
-  if (body.value("post_sampling_probs", false) == true)
-    bad("post_sampling_probs",
-        "'post_sampling_probs' is not supported: inferd reports the model's probabilities");
   json out = json::object();
   for (const char* name : kSameFields)
     if (body.contains(name)) out[name] = body[name];
@@ -231,7 +236,8 @@ json native_chunk(const std::string& content, const std::vector<TokenInfo>& toke
   for (const TokenInfo& t : tokens) ids.push_back(t.token);
   json out = {{"index", 0},    {"content", content}, {"tokens", ids},
               {"stop", false}, {"id_slot", 0},       {"model", options.model}};
-  if (options.n_probs > 0) out["completion_probabilities"] = probabilities(tokens, tok);
+  if (options.n_probs > 0)
+    out["completion_probabilities"] = probabilities(tokens, tok, options.post_sampling_probs);
   return out;
 }
 
@@ -276,7 +282,7 @@ json native_final(const ChoiceOutput& c, const CompletionRequest& request,
               {"tokens_cached", c.prompt_tokens + c.completion_tokens},
               {"timings", ResponseWriter::timings(c)}};
   if (options.n_probs > 0 && with_content)
-    out["completion_probabilities"] = probabilities(c.tokens, tok);
+    out["completion_probabilities"] = probabilities(c.tokens, tok, options.post_sampling_probs);
   return out;
 }
 

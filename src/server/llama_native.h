@@ -14,13 +14,13 @@
 namespace inferd::server {
 
 // The /v1/completions body a native request means: prompt (text or token ids), n_predict
-// (absent or -1: until the context ends, or the server's -n), n_probs, stream, temperature,
-// top_k, top_p, min_p, seed, stop, penalties (repeat_penalty, presence_penalty,
-// frequency_penalty), ignore_eos, logit_bias (llama.cpp's [[id or text, bias or false]] list or
-// an object), json_schema, grammar. Fields that only steer llama.cpp's slots and caches
-// (cache_prompt, id_slot, return_tokens, ...) change nothing here and are dropped; a sampler
-// inferd does not have, set to anything but its neutral value (mirostat, typical_p, XTC, DRY,
-// dynamic temperature, ...), is an ApiError naming it rather than ignored.
+// (absent or -1: until the context ends, or the server's -n), n_probs (with post_sampling_probs:
+// the sampler's probabilities), stream, temperature, top_k, top_p, min_p, seed, stop, penalties
+// (repeat_penalty, presence_penalty, frequency_penalty), ignore_eos, logit_bias (llama.cpp's [[id
+// or text, bias or false]] list or an object), json_schema, grammar. Fields that only steer
+// llama.cpp's slots and caches (cache_prompt, id_slot, return_tokens, ...) change nothing here and
+// are dropped; a sampler inferd does not have, set to anything but its neutral value (mirostat,
+// typical_p, XTC, DRY, dynamic temperature, ...), is an ApiError naming it rather than ignored.
 nlohmann::ordered_json native_to_openai(const nlohmann::ordered_json& body,
                                         const ParseContext& ctx);
 

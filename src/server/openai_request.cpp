@@ -504,6 +504,7 @@ CompletionRequest parse_completion(const json& body, bool chat, const ParseConte
   }
   out.logprobs = parse_logprobs(body, chat);
   out.request.logprobs = out.logprobs;
+  out.request.post_sampling_probs = boolean(body, "post_sampling_probs", false);
   out.n = static_cast<int>(integer(body, "n", 1, 1, kMaxN));
   parse_beam_search(body, out);
   out.stream = boolean(body, "stream", false);

@@ -279,7 +279,9 @@ class Errors(unittest.TestCase):
         # the others (vLLM), naming what is served.
         r = client().completions.create(model="gpt-4o", prompt="hi", max_tokens=2)
         self.assertEqual(r.usage.completion_tokens, 2)
-        strict = Server(INFERD, MODEL, "-c", "512", "--max-seqs", "1", "--strict-model-name",
+        # A small context: the run to its end below is short even under the sanitizers on a
+        # loaded machine (at 512 it took over the harness's 60 s once).
+        strict = Server(INFERD, MODEL, "-c", "128", "--max-seqs", "1", "--strict-model-name",
                         "--alias", "smol,smol-alias")
         try:
             status, body = strict.post("/v1/completions", {"model": "gpt-4o", "prompt": "hi", "max_tokens": 2})
@@ -294,7 +296,7 @@ class Errors(unittest.TestCase):
             status, body = strict.post("/completion", {"prompt": "Count: 1, 2, 3,", "n_predict": 5000,
                                                        "ignore_eos": True})
             self.assertEqual(status, 200, body)
-            self.assertEqual(body["tokens_predicted"] + body["tokens_evaluated"], 512)
+            self.assertEqual(body["tokens_predicted"] + body["tokens_evaluated"], 128)
             status, body = strict.post("/v1/completions", {"prompt": "Hi", "max_tokens": 5000})
             self.assertEqual((status, body["error"]["param"]), (400, "max_tokens"))
         finally:
@@ -395,6 +397,21 @@ class Endpoints(unittest.TestCase):
         self.assertEqual(status, 200)
         status, r = server.post("/completion", {"prompt": "Hi", "n_probs": 21}, auth)
         self.assertEqual((status, r["error"]["param"]), (400, "n_probs"))
+        # post_sampling_probs: the sampler's probabilities ("prob", "top_probs") after top_k 5:
+        # at most 5 alternatives, which hold all the mass, and the chosen token among them.
+        status, r = server.post("/completion", {"prompt": "Today I would finally become a",
+                                                "n_predict": 4, "temperature": 1.0, "top_k": 5,
+                                                "top_p": 1.0, "min_p": 0.0, "seed": 3,
+                                                "n_probs": 10, "post_sampling_probs": True}, auth)
+        self.assertEqual(status, 200, r)
+        for tok in r["completion_probabilities"]:
+            self.assertNotIn("logprob", tok)
+            self.assertTrue(0.0 < tok["prob"] <= 1.0)
+            top = tok["top_probs"]
+            self.assertTrue(1 <= len(top) <= 5)
+            self.assertAlmostEqual(sum(t["prob"] for t in top), 1.0, places=4)
+            self.assertAlmostEqual(next(t["prob"] for t in top if t["id"] == tok["id"]), tok["prob"],
+                                   places=6)
         # A list of prompts (ids, text): a list of answers in order; greedy, so the same text.
         status, tok = server.post("/tokenize", {"content": "The capital of France is"}, auth)
         status, r = server.post("/completion", {"prompt": [tok["tokens"], "The capital of France is"],

@@ -46,7 +46,9 @@ TEST_F(PromptProgressTest, FirstReportIsTheCacheThenOnePerChunk) {
   EXPECT_EQ(out->reports[3].processed, len);
   for (size_t i = 0; i < out->reports.size(); ++i) {
     EXPECT_EQ(out->reports[i].total, len);
-    if (i > 0) EXPECT_GE(out->reports[i].elapsed_s, out->reports[i - 1].elapsed_s);
+    if (i > 0) {
+      EXPECT_GE(out->reports[i].elapsed_s, out->reports[i - 1].elapsed_s);
+    }
   }
 
   // The same prompt again: the prefix cache holds its whole blocks, and the first report says so.

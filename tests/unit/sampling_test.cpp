@@ -161,6 +161,42 @@ TEST(Sampler, LogprobsAreTheModelDistribution) {
   EXPECT_NEAR(total, 1.0, 1e-5);
 }
 
+// post_sampling_probs: the distribution after the chain. top_k 3 keeps 0.4, 0.3, 0.2, which
+// renormalise to 4/9, 3/9, 2/9; the removed token is not listed even when more are asked for,
+// and the chosen token's figure is its own. Greedy draws from a one-hot distribution.
+TEST(Sampler, PostSamplingTopIsTheDistributionDrawnFrom) {
+  SamplingParams p = plain(1.0f);
+  p.top_k = 3;
+  p.seed = 7;
+  Sampler s(p, 8);
+  auto logits = four_way();
+  const int32_t token = s.sample(logits, {}, {});
+  ASSERT_LT(token, 3);
+  std::vector<TokenLogprob> top(6);
+  float token_logprob = 0;
+  ASSERT_EQ(s.post_sampling_top(logits, token, top, token_logprob), 3u);
+  const double expected[] = {4.0 / 9, 3.0 / 9, 2.0 / 9};
+  double total = 0;
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(top[static_cast<size_t>(i)].token, i);
+    EXPECT_NEAR(std::exp(top[static_cast<size_t>(i)].logprob), expected[i], 1e-5);
+    total += std::exp(top[static_cast<size_t>(i)].logprob);
+  }
+  EXPECT_NEAR(total, 1.0, 1e-5);
+  EXPECT_NEAR(std::exp(token_logprob), expected[token], 1e-5);
+  std::vector<TokenLogprob> one(1);
+  ASSERT_EQ(s.post_sampling_top(logits, token, one, token_logprob), 1u);
+  EXPECT_EQ(one[0].token, 0);
+
+  Sampler greedy(plain(0.0f), 8);
+  auto again = four_way();
+  const int32_t best = greedy.sample(again, {}, {});
+  ASSERT_EQ(greedy.post_sampling_top(again, best, top, token_logprob), 1u);
+  EXPECT_EQ(top[0].token, 0);
+  EXPECT_EQ(top[0].logprob, 0.0f);
+  EXPECT_EQ(token_logprob, 0.0f);
+}
+
 TEST(Sampler, InvalidParametersNameTheParameter) {
   auto message = [](SamplingParams p) {
     try {
