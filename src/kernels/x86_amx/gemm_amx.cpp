@@ -145,8 +145,9 @@ struct Q8Scale {
     const __m512 d = load_fp16x16(w.d);
     for_each_token<NT>([&](int t) INFERD_INLINE {
       const ActQ8Block& a = act[t];
+      // The q + 128 storage's offset, ready in the block (a broadcast from memory).
       const __m512i s =
-          _mm512_sub_epi32(_mm512_load_si512(c + kPackRows * t), _mm512_set1_epi32(128 * a.sum()));
+          _mm512_add_epi32(_mm512_load_si512(c + kPackRows * t), _mm512_set1_epi32(a.offset128));
       acc[t] =
           _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(d, _mm512_set1_ps(a.d)), acc[t]);
     });
