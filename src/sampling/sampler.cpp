@@ -140,11 +140,16 @@ size_t Sampler::select_candidates(std::span<const float> logits, float& max_logi
   return count;
 }
 
+double Sampler::mass(size_t count, float max_logit) const {
+  double total = 0;
+  for (size_t i = 0; i < count; ++i) total += std::exp(double(candidates_[i].logit) - max_logit);
+  return total;
+}
+
 int32_t Sampler::draw(std::span<const float> logits) {
   float max_logit = 0;
   const size_t count = select_candidates(logits, max_logit);
-  double total = 0;
-  for (size_t i = 0; i < count; ++i) total += std::exp(double(candidates_[i].logit) - max_logit);
+  const double total = mass(count, max_logit);
   double target = double(rng_.uniform()) * total;
   for (size_t i = 0; i < count; ++i) {
     target -= std::exp(double(candidates_[i].logit) - max_logit);
@@ -167,8 +172,7 @@ void Sampler::distribution(std::span<float> logits, std::span<const int32_t> pro
   }
   float max_logit = 0;
   const size_t count = select_candidates(logits, max_logit);
-  double total = 0;
-  for (size_t i = 0; i < count; ++i) total += std::exp(double(candidates_[i].logit) - max_logit);
+  const double total = mass(count, max_logit);
   for (size_t i = 0; i < count; ++i) {
     probs[static_cast<size_t>(candidates_[i].token)] =
         static_cast<float>(std::exp(double(candidates_[i].logit) - max_logit) / total);
@@ -178,8 +182,7 @@ void Sampler::distribution(std::span<float> logits, std::span<const int32_t> pro
 // Keeps the most likely candidates whose probability adds up to top_p (at least one). Sorts
 // only as far as needed: the top 64 first, widening until the mass is reached.
 size_t Sampler::keep_top_p(size_t count, float max_logit) {
-  double total = 0;
-  for (size_t i = 0; i < count; ++i) total += std::exp(double(candidates_[i].logit) - max_logit);
+  const double total = mass(count, max_logit);
   const double needed = double(params_.top_p) * total;
   size_t sorted = 0;
   double mass = 0;
@@ -219,8 +222,7 @@ size_t Sampler::post_sampling_top(std::span<const float> logits, int32_t token,
   }
   float max_logit = 0;
   const size_t count = select_candidates(logits, max_logit);
-  double total = 0;
-  for (size_t i = 0; i < count; ++i) total += std::exp(double(candidates_[i].logit) - max_logit);
+  const double total = mass(count, max_logit);
   const double offset = max_logit + std::log(total);  // logprob = scaled logit - offset
   token_logprob = kNegInf;
   for (size_t i = 0; i < count; ++i) {

@@ -66,6 +66,8 @@ class Sampler {
   // divided by the temperature); returns how many, and the largest scaled logit.
   size_t select_candidates(std::span<const float> logits, float& max_logit);
   size_t keep_top_p(size_t count, float max_logit);
+  // The softmax denominator of the first `count` candidates, relative to max_logit.
+  double mass(size_t count, float max_logit) const;
 
   SamplingParams params_;
   int32_t n_vocab_;
