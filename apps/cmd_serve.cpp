@@ -8,12 +8,14 @@
 
 #include <fmt/format.h>
 
+#include "agent/tool_set.h"
 #include "commands.h"
 #include "generation_options.h"
 #include "server/engine_loop.h"
 #include "server/http_server.h"
 #include "stream_output.h"
 #include "structured/grammar.h"
+#include "util/comma_list.h"
 #include "util/error.h"
 #include "util/paths.h"
 
@@ -73,7 +75,53 @@ struct ServeArgs {
   std::string chat_template_kwargs;
   std::string reasoning = "auto";
   bool slots = false;
+  // llama-server's agent features (server/agent_routes.h): off unless asked for.
+  agent::AgentOptions agent;
+  bool cors_proxy = false;
+  bool agent_all = false;  // --agent: all built-in tools and the CORS proxy
 };
+
+// The agent features: they run commands, touch files and reach other hosts with the server's
+// rights, so each is off unless named, and the server refuses to offer them on an address
+// other machines can reach without --api-key (check_agent_exposure).
+void add_agent_flags(CLI::App& cmd, ServeArgs& args) {
+  cmd.add_option("--tools", args.agent.tools,
+                 "Built-in tools for agents at GET/POST /tools: 'all' or a comma-separated list "
+                 "of read_file, file_glob_search, grep_search, exec_shell_command, write_file, "
+                 "edit_file, get_info. They run commands and write files as this server's user: "
+                 "only for a trusted machine");
+  cmd.add_option("--tools-runtime", args.agent.tools_runtime,
+                 "Where the tools run by default: 'docker-container:ID', "
+                 "'podman-container:ID', 'ssh:TARGET' (default: this machine)");
+  cmd.add_option("--mcp-servers-config", args.agent.mcp_servers_config,
+                 "A JSON file of MCP servers ({\"mcpServers\": {NAME: {\"command\", \"args\", "
+                 "\"env\", \"timeout_ms\"}}}): their tools are served at /tools as NAME_TOOL");
+  cmd.add_option("--mcp-servers-json", args.agent.mcp_servers_json,
+                 "The same MCP servers' JSON, inline");
+  cmd.add_flag("--ui-mcp-proxy,--webui-mcp-proxy,!--no-ui-mcp-proxy,!--no-webui-mcp-proxy",
+               args.cors_proxy,
+               "Serve GET/POST /cors-proxy?url=URL: requests to other hosts on the chat page's "
+               "behalf (off by default)");
+  cmd.add_flag("--agent,!--no-agent", args.agent_all,
+               "All built-in tools and the CORS proxy (--tools all --ui-mcp-proxy)");
+}
+
+bool is_loopback_host(std::string_view host) {
+  return host == "localhost" || host == "::1" || host == "[::1]" || host.starts_with("127.");
+}
+
+// Tools and the proxy act with this server's rights: on an address another machine can reach,
+// only behind a key.
+void check_agent_exposure(const ServeArgs& args) {
+  if ((!args.agent.enabled() && !args.cors_proxy) || !args.api_key.empty()) return;
+  for (const std::string_view host : comma_list(args.host)) {
+    if (!is_loopback_host(host))
+      fail(
+          "--host {}: the tools and the CORS proxy would let anyone who reaches this address run "
+          "commands as this user; add --api-key (or listen on 127.0.0.1)",
+          host);
+  }
+}
 
 // llama-server's command line, so that its users can swap the binary: flags with the same
 // meaning map onto inferd's; flags for GPUs, memory locking and other things a CPU engine
@@ -109,6 +157,7 @@ void add_llama_server_flags(CLI::App& cmd, ServeArgs& args) {
                "able to use all of it (a full pool preempts the newest)");
   cmd.add_flag("--slots,!--no-slots", args.slots,
                "Serve llama-server's GET /slots (off by default, as there)");
+  add_agent_flags(cmd, args);
   // Named in the warning by its first long name.
   const auto first_name = [](const std::string& names) { return names.substr(0, names.find(',')); };
   const auto ignore = [&args, first_name](const std::string& flag) {
@@ -135,7 +184,6 @@ void add_llama_server_flags(CLI::App& cmd, ServeArgs& args) {
                             "--hf-token",
                             "--tags",
                             "--media-path",
-                            "--tools",
                             "--log-verbosity"}) {
     cmd.add_option_function<std::string>(names, ignore(names),
                                          "Accepted and ignored (llama-server)");
@@ -143,7 +191,7 @@ void add_llama_server_flags(CLI::App& cmd, ServeArgs& args) {
   for (const char* names :
        {"--mlock", "--no-mmap", "--mmap", "--no-cont-batching", "--no-kv-offload", "--log-disable",
         "--no-warmup", "--offline", "--context-shift", "--no-context-shift", "--no-jinja",
-        "--ui-mcp-proxy", "--backend-sampling", "--log-colors", "--no-perf", "--check-tensors"}) {
+        "--backend-sampling", "--log-colors", "--no-perf", "--check-tensors"}) {
     cmd.add_flag_callback(
         names, [&args, flag = first_name(names)] { args.ignored.push_back(flag); },
         "Accepted and ignored (llama-server)");
@@ -216,6 +264,11 @@ void apply_llama_server_flags(ServeArgs& args) {
     fail("sampling flags (--temp, --top-k, ...): {}", e.what());
   }
   if (!args.chat_template_file.empty()) args.chat_template = args.chat_template_file;
+  if (args.agent_all) {
+    args.agent.tools = "all";
+    args.cors_proxy = true;
+  }
+  check_agent_exposure(args);
 }
 
 // What the embedding routes serve. Pooling comes from --pooling, else from the file (embedding
@@ -250,8 +303,12 @@ server::EmbeddingOptions embedding_options(const ServeArgs& args, const gguf::Gg
 }
 
 server::HttpServer* g_server = nullptr;
+agent::ToolSet* g_tools = nullptr;
 
 void on_signal(int) {
+  // Tool calls in flight see the flag within a poll's slice and end, so the HTTP threads
+  // they hold are free for the transport to stop.
+  if (g_tools != nullptr) g_tools->request_stop();
   if (g_server != nullptr) g_server->stop();
 }
 
@@ -377,8 +434,14 @@ void serve(ServeArgs args) {
   options.slots = args.slots;
   options.verbose = args.verbose;
   if (chat_template) options.chat_template = chat_template->source();
+  // Started before the model serves: a bad tool list or MCP config stops the server here.
+  std::unique_ptr<agent::ToolSet> tools;
+  if (args.agent.enabled()) tools = std::make_unique<agent::ToolSet>(args.agent);
+  options.tools = tools.get();
+  options.cors_proxy = args.cors_proxy;
   server::HttpServer http(loop, metrics, std::move(context), options);
   g_server = &http;
+  g_tools = tools.get();
   std::signal(SIGINT, on_signal);
   std::signal(SIGTERM, on_signal);
   fmt::print(stderr, "[inferd] model {} ({} threads, context {}, up to {} sequences, KV {}/{})\n",
@@ -386,6 +449,8 @@ void serve(ServeArgs args) {
              dtype_name(config.kv_key_type), dtype_name(config.kv_value_type));
   http.listen();
   g_server = nullptr;
+  g_tools = nullptr;
+  if (tools) tools->stop();
 }
 
 }  // namespace

@@ -118,6 +118,7 @@ int32_t Sampler::sample(std::span<float> logits, std::span<const int32_t> prompt
 }
 
 size_t Sampler::select_candidates(std::span<const float> logits, float& max_logit) {
+  if (params_.llama_cpp_order) return select_llama_cpp_order(logits, max_logit);
   const float inv_temp = 1.0f / params_.temperature;
   max_logit = kNegInf;
   for (float v : logits) max_logit = std::max(max_logit, v);
@@ -130,13 +131,41 @@ size_t Sampler::select_candidates(std::span<const float> logits, float& max_logi
     if (z >= floor && z > kNegInf) candidates_[count++] = {z, i};
   }
   if (count == 0) fail("sampler: every token is banned");
-  if (params_.top_k > 0 && static_cast<size_t>(params_.top_k) < count) {
-    std::nth_element(candidates_.begin(), candidates_.begin() + params_.top_k,
-                     candidates_.begin() + count, more_likely<Candidate>);
-    count = static_cast<size_t>(params_.top_k);
-    std::sort(candidates_.begin(), candidates_.begin() + count, more_likely<Candidate>);
-  }
+  count = keep_top_k(count);
   if (params_.top_p < 1.0f) count = keep_top_p(count, max_logit);
+  return count;
+}
+
+size_t Sampler::keep_top_k(size_t count) {
+  if (params_.top_k <= 0 || static_cast<size_t>(params_.top_k) >= count) return count;
+  std::nth_element(candidates_.begin(), candidates_.begin() + params_.top_k,
+                   candidates_.begin() + count, more_likely<Candidate>);
+  count = static_cast<size_t>(params_.top_k);
+  std::sort(candidates_.begin(), candidates_.begin() + count, more_likely<Candidate>);
+  return count;
+}
+
+size_t Sampler::select_llama_cpp_order(std::span<const float> logits, float& max_logit) {
+  max_logit = kNegInf;
+  size_t count = 0;
+  for (int32_t i = 0; i < n_vocab_; ++i) {
+    const float z = logits[static_cast<size_t>(i)];
+    if (z > kNegInf) candidates_[count++] = {z, i};
+    max_logit = std::max(max_logit, z);
+  }
+  if (count == 0) fail("sampler: every token is banned");
+  count = keep_top_k(count);
+  if (params_.top_p < 1.0f) count = keep_top_p(count, max_logit);
+  // min-p against the most likely token, which every filter before keeps.
+  if (params_.min_p > 0) {
+    const float floor = max_logit + std::log(params_.min_p);
+    const auto kept = std::remove_if(candidates_.begin(), candidates_.begin() + count,
+                                     [floor](const Candidate& c) { return c.logit < floor; });
+    count = static_cast<size_t>(kept - candidates_.begin());
+  }
+  const float inv_temp = 1.0f / params_.temperature;
+  for (size_t i = 0; i < count; ++i) candidates_[i].logit *= inv_temp;
+  max_logit *= inv_temp;
   return count;
 }
 

@@ -62,9 +62,13 @@ class Sampler {
   void apply_bias_and_penalties(std::span<float> logits, std::span<const int32_t> prompt,
                                 std::span<const int32_t> output);
   int32_t draw(std::span<const float> logits);
-  // Fills candidates_ with the tokens that survive temperature, min-p, top-k and top-p (logits
-  // divided by the temperature); returns how many, and the largest scaled logit.
+  // Fills candidates_ with the tokens that survive temperature, min-p, top-k and top-p in the
+  // params' order (logits divided by the temperature); returns how many, and the largest
+  // scaled logit.
   size_t select_candidates(std::span<const float> logits, float& max_logit);
+  size_t select_llama_cpp_order(std::span<const float> logits, float& max_logit);
+  // Keeps the k most likely of the first `count` candidates, sorted.
+  size_t keep_top_k(size_t count);
   size_t keep_top_p(size_t count, float max_logit);
   // The softmax denominator of the first `count` candidates, relative to max_logit.
   double mass(size_t count, float max_logit) const;

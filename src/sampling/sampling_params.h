@@ -25,6 +25,11 @@ struct SamplingParams {
   float frequency_penalty = 0.0f;
   std::vector<std::pair<int32_t, float>> logit_bias;  // token id -> added to its logit
   uint64_t seed = kRandomSeed;
+  // The order of the filters. vLLM's (false): temperature first, then min-p, top-k and top-p on
+  // the scaled probabilities. llama.cpp's (true, its own /completion API): top-k, top-p, then
+  // min-p on the unscaled probabilities, temperature last, so the kept set does not depend on
+  // the temperature and top-p's mass is that of the top-k tokens, not of min-p's survivors.
+  bool llama_cpp_order = false;
 
   bool greedy() const { return temperature < 1e-5f; }
   // Throws inferd::Error naming the first parameter outside its range. `n_vocab` > 0 also

@@ -11,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "server/agent_routes.h"
 #include "server/anthropic_api.h"
 #include "server/cors.h"
 #include "server/http_routes.h"
@@ -992,6 +993,10 @@ struct HttpServer::Impl {
       handle_anthropic_count_tokens(req, res);
     });
     if (options.vertex.enabled) vertex_routes(server, health);
+    add_agent_routes(
+        server, options.tools, options.cors_proxy,
+        {[this](const HttpRequest& req, HttpResponse& res) { return authorized(req, res); },
+         [this](std::string_view origin) { return cors.allows(origin); }});
     // Errors the router and the transport answer themselves (404, 405, 413, 431, a handler's
     // exception) get an OpenAI error object too.
     server.on_error([this](const HttpRequest&, HttpResponse& res, std::string_view message) {

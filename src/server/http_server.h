@@ -7,6 +7,7 @@
 #include <memory>
 #include <string>
 
+#include "agent/tool_set.h"
 #include "server/embeddings.h"
 #include "server/engine_loop.h"
 #include "server/http_transport.h"
@@ -37,6 +38,9 @@ struct ServerOptions {
   EmbeddingOptions embeddings;
   // Vertex AI's prediction route, when the environment asks for it (server/vertex_predict.h).
   VertexSettings vertex;
+  // GET/POST /tools (server/agent_routes.h); nullptr: no tools, the routes answer 403.
+  agent::ToolSet* tools = nullptr;
+  bool cors_proxy = false;  // --ui-mcp-proxy: GET/POST /cors-proxy
 };
 
 class HttpServer {

@@ -280,6 +280,7 @@ sampling::SamplingParams llama_sampling_defaults() {
   p.top_k = 40;
   p.top_p = 0.95f;
   p.min_p = 0.05f;
+  p.llama_cpp_order = true;  // and its order of the filters
   return p;
 }
 

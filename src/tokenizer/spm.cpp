@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "util/error.h"
+#include "util/hex.h"
 #include "util/utf8.h"
 
 namespace inferd::tokenizer {
@@ -54,13 +55,6 @@ bool same_bytes(const char* a, const char* b, size_t n) {
     if (*a != *b) return false;
   }
   return true;
-}
-
-int hex_digit(char c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-  return -1;
 }
 
 // The byte a "<0xAB>" text stands for, or -1 for any other text.

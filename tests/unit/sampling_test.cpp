@@ -88,6 +88,42 @@ TEST(Sampler, MinPDropsUnlikelyTokens) {
   EXPECT_EQ(counts.count(2), 0u);
 }
 
+// llama.cpp's order (its /completion API): the filters see the unscaled probabilities, then the
+// temperature reshapes what they kept.
+std::vector<float> kept_distribution(SamplingParams p, std::vector<float> logits) {
+  Sampler s(p, static_cast<int32_t>(logits.size()));
+  std::vector<float> probs(logits.size());
+  s.distribution(logits, {}, {}, probs);
+  return probs;
+}
+
+TEST(Sampler, LlamaCppOrderFiltersBeforeTheTemperature) {
+  // At temperature 2 token 2 has 0.2/0.4 -> sqrt: 0.71 of token 0's probability, at 1 only
+  // 0.5: min-p 0.6 keeps it in vLLM's order and drops it in llama.cpp's.
+  SamplingParams p = plain(2.0f);
+  p.min_p = 0.6f;
+  EXPECT_GT(kept_distribution(p, four_way())[2], 0.0f);
+  p.llama_cpp_order = true;
+  std::vector<float> probs = kept_distribution(p, four_way());
+  EXPECT_EQ(probs[2], 0.0f);
+  ASSERT_GT(probs[1], 0.0f);
+  // Tokens 0 and 1 remain, their ratio that of temperature 2: sqrt(0.4 / 0.3).
+  EXPECT_NEAR(probs[0] / probs[1], std::sqrt(0.4 / 0.3), 1e-5);
+}
+
+TEST(Sampler, LlamaCppOrderTakesTopPBeforeMinP) {
+  // Probabilities 0.4, 0.3, 0.2, 0.1 and min-p 0.3 (floor 0.12): vLLM's order asks top-p 0.8 of
+  // the 0.9 left by min-p (0.72: tokens 0, 1, 2 -- 0.7 is short of it), llama.cpp's asks 0.8 of
+  // everything (tokens 0, 1, 2 again) and then min-p drops none of them. With top-p 0.75 the
+  // orders differ: 0.675 of min-p's 0.9 is reached by tokens 0 and 1; 0.75 of the whole is not.
+  SamplingParams p = plain(1.0f);
+  p.min_p = 0.3f;
+  p.top_p = 0.75f;
+  EXPECT_EQ(kept_distribution(p, four_way())[2], 0.0f);
+  p.llama_cpp_order = true;
+  EXPECT_NEAR(kept_distribution(p, four_way())[2], 0.2f / 0.9f, 1e-5);
+}
+
 TEST(Sampler, LowTemperatureSharpens) {
   auto hot = histogram(plain(1.0f), four_way(), 5000);
   auto cold = histogram(plain(0.25f), four_way(), 5000);
