@@ -23,19 +23,10 @@ constexpr const char* kProtocolVersion = "2024-11-05";
 
 util::SpawnOptions spawn_options(const McpServerConfig& config) {
   util::SpawnOptions options;
-  if (!config.env.empty()) {
-    // Subprocess passes on the server's environment as it is: env(1) sets the config's
-    // variables over it ("--" first, so that a name starting with '-' is not an option).
-    options.argv = {"/usr/bin/env", "--"};
-    for (const auto& [name, value] : config.env) options.argv.push_back(name + "=" + value);
-    // env takes every word with '=' for a variable: a command with one goes through sh, which
-    // runs "$0" as it is.
-    if (config.command.find('=') != std::string::npos)
-      options.argv.insert(options.argv.end(), {"/bin/sh", "-c", "exec \"$0\" \"$@\""});
-  }
   options.argv.push_back(config.command);
   options.argv.insert(options.argv.end(), config.args.begin(), config.args.end());
   options.cwd = config.cwd;
+  options.env.assign(config.env.begin(), config.env.end());
   options.pipe_stdin = true;
   options.stderr_mode = util::SpawnOptions::Stderr::kInherit;  // its log lines, next to ours
   return options;

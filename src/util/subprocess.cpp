@@ -45,6 +45,21 @@ int poll_timeout(Subprocess::Clock::time_point deadline) {
   return ms > 1000000 ? 1000000 : static_cast<int>(ms);
 }
 
+// The server's environment with `overrides` set over it, as "NAME=VALUE" strings.
+std::vector<std::string> child_environment(
+    const std::vector<std::pair<std::string, std::string>>& overrides) {
+  std::vector<std::string> out;
+  for (char** entry = environ; *entry != nullptr; ++entry) {
+    const std::string_view text(*entry);
+    const std::string_view name = text.substr(0, text.find('='));
+    bool replaced = false;
+    for (const auto& [key, value] : overrides) replaced = replaced || key == name;
+    if (!replaced) out.emplace_back(text);
+  }
+  for (const auto& [key, value] : overrides) out.push_back(key + "=" + value);
+  return out;
+}
+
 int exit_status(int raw) {
   if (WIFEXITED(raw)) return WEXITSTATUS(raw);
   if (WIFSIGNALED(raw)) return 128 + WTERMSIG(raw);
@@ -103,9 +118,17 @@ Subprocess::Subprocess(const SpawnOptions& options) {
   std::vector<char*> argv;
   for (const std::string& arg : options.argv) argv.push_back(const_cast<char*>(arg.c_str()));
   argv.push_back(nullptr);
-  // glibc's posix_spawn reports a failed chdir or exec as its return value.
-  const int error =
-      ::posix_spawnp(&pid_, argv[0], actions, &setup.attributes, argv.data(), environ);
+  std::vector<std::string> env_strings;
+  std::vector<char*> envp;
+  if (!options.env.empty()) {
+    env_strings = child_environment(options.env);
+    for (std::string& entry : env_strings) envp.push_back(entry.data());
+    envp.push_back(nullptr);
+  }
+  // glibc's posix_spawn reports a failed chdir or exec as its return value. The program is
+  // looked up in the server's PATH.
+  const int error = ::posix_spawnp(&pid_, argv[0], actions, &setup.attributes, argv.data(),
+                                   envp.empty() ? environ : envp.data());
   ::close(out[1]);
   if (options.pipe_stdin) ::close(in[0]);
   if (error != 0) {

@@ -11,6 +11,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace inferd::util {
@@ -18,7 +19,9 @@ namespace inferd::util {
 struct SpawnOptions {
   std::vector<std::string> argv;  // argv[0] is looked up in PATH when it has no '/'
   std::string cwd;                // empty: the server's working directory
-  bool pipe_stdin = false;        // false: the child reads /dev/null
+  // Variables set over the server's environment, which the child gets otherwise as it is.
+  std::vector<std::pair<std::string, std::string>> env;
+  bool pipe_stdin = false;  // false: the child reads /dev/null
   enum class Stderr {
     kMerged,   // into the stdout pipe (what a terminal would show)
     kDiscard,  // /dev/null

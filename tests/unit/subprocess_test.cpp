@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <string>
 
 #include "util/error.h"
@@ -49,6 +50,16 @@ TEST(Subprocess, RunsInTheGivenDirectory) {
   options.cwd = "/";
   Subprocess child(options);
   EXPECT_EQ(read_all(child), "/\n");
+}
+
+TEST(Subprocess, SetsVariablesOverTheServersEnvironment) {
+  SpawnOptions options = command("echo \"$INFERD_TEST_A|$HOME\"");
+  options.env = {{"INFERD_TEST_A", "a=b"}, {"HOME", "/elsewhere"}};
+  Subprocess child(options);
+  EXPECT_EQ(read_all(child), "a=b|/elsewhere\n");
+  // Unset ones are the server's.
+  Subprocess plain(command("echo \"$PATH\""));
+  EXPECT_EQ(read_all(plain), std::string(std::getenv("PATH")) + "\n");
 }
 
 TEST(Subprocess, NamesAProgramThatCannotStart) {
