@@ -142,8 +142,12 @@ void tool_routes(HttpRoutes& routes, agent::ToolSet* tools, const AgentRouteHook
   });
 }
 
-void refuse_routes(HttpRoutes& routes, const std::string& path, const std::string& why) {
-  const auto refuse = [why](const HttpRequest&, HttpResponse& res) { answer_error(res, 403, why); };
+void refuse_routes(HttpRoutes& routes, const std::string& path, const std::string& why,
+                   const AgentRouteHooks& hooks) {
+  // Behind the key like every other route: without it a client learns nothing, not even that.
+  const auto refuse = [why, hooks](const HttpRequest& req, HttpResponse& res) {
+    if (hooks.authorized(req, res)) answer_error(res, 403, why);
+  };
   routes.get(path, refuse);
   routes.post(path, refuse);
 }
@@ -157,7 +161,8 @@ void add_agent_routes(HttpRoutes& routes, agent::ToolSet* tools, bool cors_proxy
   } else {
     refuse_routes(routes, "/tools",
                   "the server's tools are off (start it with --tools, --mcp-servers-json or "
-                  "--mcp-servers-config)");
+                  "--mcp-servers-config)",
+                  hooks);
   }
   if (cors_proxy) {
     const auto proxy = [hooks](const HttpRequest& req, HttpResponse& res) {
@@ -167,7 +172,8 @@ void add_agent_routes(HttpRoutes& routes, agent::ToolSet* tools, bool cors_proxy
     routes.get("/cors-proxy", proxy);
     routes.post("/cors-proxy", proxy);
   } else {
-    refuse_routes(routes, "/cors-proxy", "the CORS proxy is off (start with --ui-mcp-proxy)");
+    refuse_routes(routes, "/cors-proxy", "the CORS proxy is off (start with --ui-mcp-proxy)",
+                  hooks);
   }
 }
 

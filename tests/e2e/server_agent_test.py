@@ -53,6 +53,13 @@ for line in sys.stdin:
 '''
 
 
+def decoded(raw):
+    try:
+        return json.loads(raw) if raw else None
+    except ValueError:
+        return raw  # /metrics, the page
+
+
 def request(method, path, body=None, headers=None, base=None):
     data = json.dumps(body).encode() if body is not None else None
     req = urllib.request.Request((base or server.base) + path, data=data, method=method,
@@ -60,11 +67,9 @@ def request(method, path, body=None, headers=None, base=None):
                                           "Authorization": f"Bearer {API_KEY}", **(headers or {})})
     try:
         with urllib.request.urlopen(req, timeout=60) as r:
-            raw = r.read()
-            return r.status, (json.loads(raw) if raw else None), dict(r.headers)
+            return r.status, decoded(r.read()), dict(r.headers)
     except urllib.error.HTTPError as e:
-        raw = e.read()
-        return e.code, (json.loads(raw) if raw else None), dict(e.headers)
+        return e.code, decoded(e.read()), dict(e.headers)
 
 
 def call(tool, params, headers=None):
@@ -141,6 +146,27 @@ class Guards(unittest.TestCase):
             status, _, _ = request(method, path, {"tool": "read_file", "params": {}} if method == "POST" else None,
                                    {"Authorization": "Bearer wrong"})
             self.assertEqual(status, 401, path)
+
+    def test_every_route_but_health_and_metrics_needs_the_key(self):
+        # Every route of http_server.cpp's routes() and agent_routes.cpp (keep in step): without
+        # the key, 401, whether the route would have served or refused the request. /health is
+        # for load balancers, /metrics for scrapers (counts, no content), the page's files
+        # hold no data.
+        gets = ["/models", "/v1/models", "/props", "/slots", "/tools", "/cors-proxy?url=x"]
+        posts = ["/v1/chat/completions", "/chat/completions", "/v1/chat/completions/input_tokens",
+                 "/chat/completions/input_tokens", "/v1/completions", "/completion", "/completions",
+                 "/infill", "/tokenize", "/detokenize", "/apply-template", "/embedding",
+                 "/embeddings", "/v1/embeddings", "/rerank", "/reranking", "/v1/rerank",
+                 "/v1/reranking", "/v1/messages", "/v1/messages/count_tokens", "/tools",
+                 "/cors-proxy?url=x"]
+        for method, paths in (("GET", gets), ("POST", posts)):
+            for path in paths:
+                status, _, _ = request(method, path, {} if method == "POST" else None,
+                                       {"Authorization": ""})
+                self.assertEqual(status, 401, f"{method} {path}")
+        for path in ("/health", "/v1/health", "/metrics", "/"):
+            status, _, _ = request("GET", path, None, {"Authorization": ""})
+            self.assertEqual(status, 200, path)
 
     def test_a_page_from_another_origin_runs_nothing(self):
         marker = os.path.join(workdir, "from-evil")
