@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "server/api_fields.h"
 #include "server/tool_calls.h"
 
 namespace inferd::server {
@@ -11,27 +12,11 @@ namespace {
 
 using json = nlohmann::ordered_json;
 
-// Anthropic names a field by its path with dots (messages.1.content.0.source); errors do too.
-[[noreturn]] void bad(const std::string& where, const std::string& message) {
-  throw ApiError(400, fmt::format("{}: {}", where, message), where);
-}
-
-const json* field(const json& object, const char* name) {
-  const auto it = object.find(name);
-  if (it == object.end() || it->is_null()) return nullptr;
-  return &*it;
-}
-
-std::string string_field(const json& object, const char* name, const std::string& where,
-                         bool required = true) {
-  const json* v = field(object, name);
-  if (v == nullptr) {
-    if (required) bad(fmt::format("{}.{}", where, name), "field required");
-    return {};
-  }
-  if (!v->is_string()) bad(fmt::format("{}.{}", where, name), "must be a string");
-  return v->get<std::string>();
-}
+// Anthropic names a field by its path with dots (messages.1.content.0.source); api_fields' errors
+// do too.
+using api_fields::bad;
+using api_fields::field;
+using api_fields::string_field;
 
 std::string block_type(const json& block, const std::string& where) {
   if (!block.is_object()) bad(where, "each content block must be an object");

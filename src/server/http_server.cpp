@@ -20,6 +20,7 @@
 #include "server/llama_native.h"
 #include "server/openai_response.h"
 #include "server/request_json.h"
+#include "server/responses_api.h"
 #include "server/web_assets.h"
 #include "util/comma_list.h"
 #include "util/error.h"
@@ -61,6 +62,35 @@ class SseWriter {
 
  private:
   ChunkSink& sink_;
+  std::chrono::steady_clock::time_point quiet_since_ = std::chrono::steady_clock::now();
+};
+
+// Writes the typed events of Anthropic's and the Responses API's streams ("event: TYPE" before
+// each data line, rendered by `render`), and says when a keep-alive is due.
+class TypedEventWriter {
+ public:
+  using Render = std::string (*)(const json& event);
+  TypedEventWriter(ChunkSink& sink, Render render) : sink_(sink), render_(render) {}
+  bool send(const json& event) {
+    const std::string text = render_(event);
+    quiet_since_ = std::chrono::steady_clock::now();
+    return sink_.is_writable() && sink_.write(text.data(), text.size());
+  }
+  bool send_all(const std::vector<json>& events) {
+    return std::all_of(events.begin(), events.end(), [this](const json& e) { return send(e); });
+  }
+  bool keep_alive_due() const {
+    return std::chrono::steady_clock::now() - quiet_since_ > kKeepAliveInterval;
+  }
+  bool send_comment(std::string_view text) {
+    const std::string line = ": " + std::string(text) + "\n\n";
+    quiet_since_ = std::chrono::steady_clock::now();
+    return sink_.is_writable() && sink_.write(line.data(), line.size());
+  }
+
+ private:
+  ChunkSink& sink_;
+  Render render_;
   std::chrono::steady_clock::time_point quiet_since_ = std::chrono::steady_clock::now();
 };
 
@@ -731,17 +761,10 @@ struct HttpServer::Impl {
     res.set_chunked_content_provider(
         "text/event-stream",
         [this, g, writer](size_t, ChunkSink& sink) {
-          // SseWriter writes data-only events; Anthropic's carry an event line each, and its
-          // keep-alive is a ping event.
-          auto quiet_since = std::chrono::steady_clock::now();
-          const auto send = [&](const json& event) {
-            const std::string text = anthropic_sse(event);
-            quiet_since = std::chrono::steady_clock::now();
-            return sink.is_writable() && sink.write(text.data(), text.size());
-          };
-          const auto send_all = [&](const std::vector<json>& events) {
-            return std::all_of(events.begin(), events.end(), send);
-          };
+          // Anthropic's keep-alive is a ping event.
+          TypedEventWriter out(sink, anthropic_sse);
+          const auto send = [&out](const json& event) { return out.send(event); };
+          const auto send_all = [&out](const std::vector<json>& e) { return out.send_all(e); };
           if (!send(writer->start())) return g->cancel(), false;
           while (!g->all_done()) {
             ChannelBatch batch = poll(*g)[0];
@@ -753,9 +776,72 @@ struct HttpServer::Impl {
             }
             if (!send_all(writer->delta(fresh.reasoning, fresh.content))) return g->cancel(), false;
             if (finished && !send_all(writer->finish(g->choices[0]))) return g->cancel(), false;
-            if (std::chrono::steady_clock::now() - quiet_since > kKeepAliveInterval &&
-                !send(AnthropicStreamWriter::ping()))
+            if (out.keep_alive_due() && !send(AnthropicStreamWriter::ping()))
               return g->cancel(), false;
+          }
+          sink.done();
+          return true;
+        },
+        [g](bool) { g->cancel(); });
+  }
+
+  // OpenAI's Responses API (server/responses_api.h): the chat path, answered as a response
+  // object or its typed events, with llama-server's prompt_progress and timings when asked.
+  void handle_responses(const HttpRequest& req, HttpResponse& res) {
+    if (!authorized(req, res)) return;
+    auto g = std::make_shared<Generation>();
+    if (!parsed(res, [&] { g->request = parse_responses(parse_body(req), context); })) return;
+    if (!start(*g)) {
+      fail_with(res, ApiError(429, "the server's queue is full; retry later", "",
+                              "rate_limit_exceeded", "queue_full"));
+      return;
+    }
+    const std::string id = fmt::format("resp_{}", next_id++);
+    const auto created = static_cast<int64_t>(std::time(nullptr));
+    if (!g->request.stream) {
+      respond_whole(res, g, [g, id, created] {
+        return responses_response(g->request, g->choices[0], id, created);
+      });
+      return;
+    }
+    auto writer = std::make_shared<ResponsesStreamWriter>(g->request, id, created);
+    res.set_header("Cache-Control", "no-cache");
+    res.set_chunked_content_provider(
+        "text/event-stream",
+        [this, g, writer](size_t, ChunkSink& sink) {
+          TypedEventWriter out(sink, responses_sse);
+          const auto send = [&out](const json& event) { return out.send(event); };
+          const auto send_all = [&out](const std::vector<json>& e) { return out.send_all(e); };
+          if (!send_all(writer->start())) return g->cancel(), false;
+          while (!g->all_done()) {
+            ChannelBatch batch = poll(*g)[0];
+            for (const engine::PromptProgress& p : batch.progress) {
+              json event = writer->in_progress();
+              add_progress(event, p, g->request);
+              if (!send(event)) return g->cancel(), false;
+            }
+            const bool finished = batch.result.has_value();
+            const ReasoningSplitter::Pieces fresh = collect(*g, 0, batch);
+            if (finished && !g->error.empty()) {
+              send_all(writer->failed(ApiError(500, g->error)));
+              break;
+            }
+            std::vector<json> events = writer->delta(fresh.reasoning, fresh.content);
+            if (g->request.timings_per_token) {
+              for (json& event : events) {
+                if (event["type"] == "response.output_text.delta")
+                  event["timings"] = ResponseWriter::timings(g->choices[0]);
+              }
+            }
+            if (!send_all(events)) return g->cancel(), false;
+            if (finished) {
+              std::vector<json> last = writer->finish(g->choices[0]);
+              if (g->request.timings_per_token)
+                last.back()["timings"] = ResponseWriter::timings(g->choices[0]);
+              if (!send_all(last)) return g->cancel(), false;
+            }
+            // A keep-alive: clients' event parsers skip SSE comments.
+            if (out.keep_alive_due() && !out.send_comment("keep-alive")) return g->cancel(), false;
           }
           sink.done();
           return true;
@@ -985,6 +1071,16 @@ struct HttpServer::Impl {
     for (const char* path : {"/rerank", "/reranking", "/v1/rerank", "/v1/reranking"}) {
       post(server, path,
            [this](const HttpRequest& req, HttpResponse& res) { handle_rerank(req, res); });
+    }
+    for (const std::string prefix : {"/v1", ""}) {
+      post(server, prefix + "/responses",
+           [this](const HttpRequest& req, HttpResponse& res) { handle_responses(req, res); });
+      post(server, prefix + "/responses/input_tokens",
+           [this](const HttpRequest& req, HttpResponse& res) {
+             if (!authorized(req, res)) return;
+             parsed(res,
+                    [&] { send_json(res, 200, responses_input_tokens(parse_body(req), context)); });
+           });
     }
     post(server, "/v1/messages", [this](const HttpRequest& req, HttpResponse& res) {
       handle_anthropic_messages(req, res);

@@ -15,26 +15,7 @@ using json = nlohmann::ordered_json;
 class ServerAnthropic : public ::testing::Test {
  protected:
   ToyServerContext toy_;
-  // A template that shows each message's role, content, reasoning and calls, so what the
-  // translation kept can be read off the prompt.
-  ParseContext ctx() const {
-    ParseContext c = toy_.context(4096);
-    c.render_chat = [](const json& messages, const json& tools, bool) {
-      std::string s;
-      for (const json& m : messages) {
-        s += m["role"].get<std::string>() + ":";
-        if (m.contains("reasoning_content"))
-          s += " <think>" + m["reasoning_content"].get<std::string>() + "</think>";
-        if (m.contains("content") && m["content"].is_string())
-          s += " " + m["content"].get<std::string>();
-        if (m.contains("tool_calls")) s += " calls=" + m["tool_calls"].dump();
-        s += "\n";
-      }
-      if (!tools.is_null()) s += "tools: " + tools.dump() + "\n";
-      return s + "assistant:";
-    };
-    return c;
-  }
+  ParseContext ctx() const { return toy_.context_showing_messages(4096); }
   static json user(const std::string& text) { return {{"role", "user"}, {"content", text}}; }
   // The ApiError a body's translation (and parsing) fails with.
   ApiError rejection(const json& body) const {

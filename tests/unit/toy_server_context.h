@@ -25,6 +25,27 @@ class ToyServerContext {
     c.model_ids = {"toy"};
     return c;
   }
+  // With a chat "template" that shows each message's role, content, reasoning and calls, so
+  // what a translated API (Anthropic's, Responses) kept can be read off the prompt.
+  ParseContext context_showing_messages(int64_t context) const {
+    ParseContext c = this->context(context);
+    c.render_chat = [](const nlohmann::ordered_json& messages, const nlohmann::ordered_json& tools,
+                       bool) {
+      std::string s;
+      for (const auto& m : messages) {
+        s += m["role"].get<std::string>() + ":";
+        if (m.contains("reasoning_content"))
+          s += " <think>" + m["reasoning_content"].get<std::string>() + "</think>";
+        if (m.contains("content") && m["content"].is_string())
+          s += " " + m["content"].get<std::string>();
+        if (m.contains("tool_calls")) s += " calls=" + m["tool_calls"].dump();
+        s += "\n";
+      }
+      if (!tools.is_null()) s += "tools: " + tools.dump() + "\n";
+      return s + "assistant:";
+    };
+    return c;
+  }
   const tokenizer::Tokenizer& tokenizer() const { return *tokenizer_; }
 
  private:
