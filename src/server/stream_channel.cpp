@@ -20,6 +20,7 @@ void StreamChannel::on_text(std::string_view text) {
   const auto now = std::chrono::steady_clock::now();
   {
     std::lock_guard lock(mutex_);
+    publish_staged();
     pending_.text.append(text);
     has_output_ = true;
     if (last_piece_ != std::chrono::steady_clock::time_point{})
@@ -33,15 +34,26 @@ void StreamChannel::on_token(int32_t token, float logprob,
                              std::span<const sampling::TokenLogprob> top) {
   {
     std::lock_guard lock(mutex_);
-    pending_.tokens.push_back({token, logprob, {top.begin(), top.end()}});
-    has_output_ = true;
+    publish_staged();
+    staged_.token = token;
+    staged_.logprob = logprob;
+    staged_.top.assign(top.begin(), top.end());
+    has_staged_ = true;
   }
   ready_.notify_one();
+}
+
+void StreamChannel::publish_staged() {
+  if (!has_staged_) return;
+  pending_.tokens.push_back(staged_);
+  has_staged_ = false;
+  has_output_ = true;
 }
 
 void StreamChannel::on_finish(const engine::RequestResult& result) {
   {
     std::lock_guard lock(mutex_);
+    publish_staged();
     pending_.result = result;
     has_output_ = true;
     if (metrics_ != nullptr) metrics_->record_finish(result, itls_);

@@ -52,10 +52,18 @@ class StreamChannel final : public engine::OutputChannel {
   std::mutex mutex_;
   std::condition_variable ready_;
   ChannelBatch pending_;
+  // A token whose text has not come yet: the engine reports a token, then its text, and a
+  // batch taken between the two would split them (a chunk with the token's logprobs and no
+  // text, then one with text and no logprobs). It joins pending_ with its text, with the next
+  // token (its text was held back: a partial character, a possible stop string) or at the end.
+  TokenInfo staged_;
+  bool has_staged_ = false;
   bool has_output_ = false;
   std::atomic<bool> cancelled_{false};
   std::chrono::steady_clock::time_point last_piece_{};
   std::vector<double> itls_;
+
+  void publish_staged();  // under mutex_
 };
 
 }  // namespace inferd::server
