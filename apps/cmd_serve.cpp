@@ -191,7 +191,8 @@ void add_llama_server_flags(CLI::App& cmd, ServeArgs& args) {
   for (const char* names :
        {"--mlock", "--no-mmap", "--mmap", "--no-cont-batching", "--no-kv-offload", "--log-disable",
         "--no-warmup", "--offline", "--context-shift", "--no-context-shift", "--no-jinja",
-        "--backend-sampling", "--log-colors", "--no-perf", "--check-tensors"}) {
+        "--backend-sampling", "--log-colors", "--no-perf", "--check-tensors", "--cache-idle-slots",
+        "--no-cache-idle-slots"}) {
     cmd.add_flag_callback(
         names, [&args, flag = first_name(names)] { args.ignored.push_back(flag); },
         "Accepted and ignored (llama-server)");
