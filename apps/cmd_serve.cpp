@@ -92,7 +92,9 @@ void add_agent_flags(CLI::App& cmd, ServeArgs& args) {
                  "only for a trusted machine");
   cmd.add_option("--tools-runtime", args.agent.tools_runtime,
                  "Where the tools run by default: 'docker-container:ID', "
-                 "'podman-container:ID', 'ssh:TARGET' (default: this machine)");
+                 "'podman-container:ID' (a running container), 'docker:IMAGE', 'podman:IMAGE' (a "
+                 "container started for the server, removed at its exit), 'ssh:TARGET' (default: "
+                 "this machine)");
   cmd.add_option("--mcp-servers-config", args.agent.mcp_servers_config,
                  "A JSON file of MCP servers ({\"mcpServers\": {NAME: {\"command\", \"args\", "
                  "\"env\", \"timeout_ms\"}}}): their tools are served at /tools as NAME_TOOL");
