@@ -26,7 +26,8 @@ std::vector<std::string> with_long_names(int argc, char** argv) {
       {"-sm", "--split-mode"},       {"-ts", "--tensor-split"},       {"-mg", "--main-gpu"},
       {"-lv", "--log-verbosity"},    {"-nocb", "--no-cont-batching"}, {"-nkvo", "--no-kv-offload"},
       {"-dev", "--device"},          {"-cb", "--cont-batching"},      {"-rea", "--reasoning"},
-      {"-bs", "--backend-sampling"}, {"-kvu", "--kv-unified"}};
+      {"-bs", "--backend-sampling"}, {"-kvu", "--kv-unified"},        {"-ag", "--agent"},
+      {"-no-ag", "--no-agent"}};
   std::vector<std::string> args(argv, argv + argc);
   const bool serve = args.size() > 1 && args[1] == "serve";
   for (std::string& a : args) {

@@ -191,10 +191,12 @@ class Guards(unittest.TestCase):
             plain.stop()
 
     def test_no_start_on_a_public_address_without_a_key(self):
-        run = subprocess.run([INFERD, "serve", "-m", MODEL, "--host", "0.0.0.0", "--port", "0",
-                              "--tools", "read_file"], capture_output=True, text=True, timeout=120)
-        self.assertNotEqual(run.returncode, 0)
-        self.assertIn("--api-key", run.stderr)
+        # -ag: llama-server's short form of --agent (tools and proxy).
+        for flags in (["--tools", "read_file"], ["--ui-mcp-proxy"], ["-ag"]):
+            run = subprocess.run([INFERD, "serve", "-m", MODEL, "--host", "0.0.0.0", "--port", "0",
+                                  *flags], capture_output=True, text=True, timeout=120)
+            self.assertNotEqual(run.returncode, 0, flags)
+            self.assertIn("--api-key", run.stderr, flags)
 
 
 class CorsProxy(unittest.TestCase):
