@@ -115,12 +115,16 @@ bool is_loopback_host(std::string_view host) {
 // Tools and the proxy act with this server's rights: on an address another machine can reach,
 // only behind a key.
 void check_agent_exposure(const ServeArgs& args) {
+  if (!args.agent.tools_runtime.empty() && args.agent.tools.empty())
+    fail("--tools-runtime {}: there are no built-in tools to run there (add --tools)",
+         args.agent.tools_runtime);
   if ((!args.agent.enabled() && !args.cors_proxy) || !args.api_key.empty()) return;
   for (const std::string_view host : comma_list(args.host)) {
     if (!is_loopback_host(host))
       fail(
-          "--host {}: the tools and the CORS proxy would let anyone who reaches this address run "
-          "commands as this user; add --api-key (or listen on 127.0.0.1)",
+          "--host {}: the tools and the CORS proxy would let anyone who reaches this address act "
+          "as this server's user (commands, files, requests to other hosts); add --api-key (or "
+          "listen on 127.0.0.1)",
           host);
   }
 }

@@ -157,7 +157,8 @@ class Guards(unittest.TestCase):
                  "/chat/completions/input_tokens", "/v1/completions", "/completion", "/completions",
                  "/infill", "/tokenize", "/detokenize", "/apply-template", "/embedding",
                  "/embeddings", "/v1/embeddings", "/rerank", "/reranking", "/v1/rerank",
-                 "/v1/reranking", "/v1/messages", "/v1/messages/count_tokens", "/tools",
+                 "/v1/reranking", "/v1/messages", "/v1/messages/count_tokens", "/v1/responses",
+                 "/responses", "/v1/responses/input_tokens", "/responses/input_tokens", "/tools",
                  "/cors-proxy?url=x"]
         for method, paths in (("GET", gets), ("POST", posts)):
             for path in paths:
