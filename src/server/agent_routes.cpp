@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "server/cors_proxy.h"
+#include "server/json_answer.h"
 #include "server/openai_request.h"
 #include "server/request_json.h"
 
@@ -15,23 +16,12 @@ namespace {
 
 using json = nlohmann::ordered_json;
 
-void answer(HttpResponse& res, int status, const json& body) {
-  res.status = status;
-  res.set_content(body.dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
-}
-
-void answer_error(HttpResponse& res, int status, const std::string& message) {
-  answer(res, status,
-         ApiError(status, message, "", status >= 500 ? "server_error" : "invalid_request_error")
-             .body());
-}
-
 // The key, and for a browser's request an origin the policy allows. False: answered.
 bool admitted(const AgentRouteHooks& hooks, const HttpRequest& req, HttpResponse& res) {
   if (!hooks.authorized(req, res)) return false;
   const std::string origin = req.get_header_value("Origin");
   if (!origin.empty() && !hooks.origin_allowed(origin)) {
-    answer_error(
+    send_error(
         res, 403,
         fmt::format("origin {} may not call {} (allow it with --cors-origins)", origin, req.path));
     return false;
@@ -59,7 +49,7 @@ ToolRequest parse_tool_request(const agent::ToolSet& tools, const HttpRequest& r
   if (out.tool == nullptr) throw ApiError(404, fmt::format("no tool named '{}'", name), "tool");
   if (body.contains("params")) {
     if (!body["params"].is_object()) throw ApiError(400, "\"params\" must be an object", "params");
-    out.call.params = nlohmann::json::parse(body["params"].dump());
+    out.call.params = nlohmann::json(body["params"]);
   } else {
     out.call.params = nlohmann::json::object();
   }
@@ -114,7 +104,7 @@ void stream_tool(HttpResponse& res, std::shared_ptr<ToolRequest> request) {
 void tool_routes(HttpRoutes& routes, agent::ToolSet* tools, const AgentRouteHooks& hooks) {
   routes.get("/tools", [tools, hooks](const HttpRequest& req, HttpResponse& res) {
     if (!admitted(hooks, req, res)) return;
-    answer(res, 200, tools->list());
+    send_json(res, 200, tools->list());
   });
   routes.post("/tools", [tools, hooks](const HttpRequest& req, HttpResponse& res) {
     if (!admitted(hooks, req, res)) return;
@@ -122,10 +112,11 @@ void tool_routes(HttpRoutes& routes, agent::ToolSet* tools, const AgentRouteHook
     try {
       request = std::make_shared<ToolRequest>(parse_tool_request(*tools, req));
     } catch (const ApiError& e) {
-      answer(res, e.status, e.body());
+      send_json(res, e.status, e.body());
       return;
     } catch (const nlohmann::json::exception& e) {
-      answer_error(res, 400, fmt::format("a field has the wrong type: {}", e.what()));
+      const ApiError error = wrong_type(e);
+      send_json(res, error.status, error.body());
       return;
     }
     if (request->stream) {
@@ -133,11 +124,11 @@ void tool_routes(HttpRoutes& routes, agent::ToolSet* tools, const AgentRouteHook
       return;
     }
     try {
-      answer(res, 200, request->tool->invoke(request->call));
+      send_json(res, 200, request->tool->invoke(request->call));
     } catch (const std::exception& e) {
       // The server's side of the call failed (agent::ToolFailure: an unknown runtime, a
       // process that cannot start); the tool's own failures are answers of their own.
-      answer_error(res, 500, e.what());
+      send_error(res, 500, e.what());
     }
   });
 }
@@ -146,7 +137,7 @@ void refuse_routes(HttpRoutes& routes, const std::string& path, const std::strin
                    const AgentRouteHooks& hooks) {
   // Behind the key like every other route: without it a client learns nothing, not even that.
   const auto refuse = [why, hooks](const HttpRequest& req, HttpResponse& res) {
-    if (hooks.authorized(req, res)) answer_error(res, 403, why);
+    if (hooks.authorized(req, res)) send_error(res, 403, why);
   };
   routes.get(path, refuse);
   routes.post(path, refuse);

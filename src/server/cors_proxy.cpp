@@ -18,7 +18,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "server/openai_request.h"
+#include "server/json_answer.h"
 #include "util/error.h"
 #include "util/hex.h"
 
@@ -220,15 +220,6 @@ bool hop_by_hop(const std::string& name) {
          name.starts_with("access-control-");
 }
 
-void answer_error(HttpResponse& res, int status, const std::string& message) {
-  res.status = status;
-  res.set_content(
-      ApiError(status, message, "url", status >= 500 ? "server_error" : "invalid_request_error")
-          .body()
-          .dump(),
-      "application/json");
-}
-
 }  // namespace
 
 std::optional<std::string> query_parameter(std::string_view target, std::string_view name) {
@@ -292,14 +283,14 @@ ProxyUrl parse_proxy_url(std::string_view url) {
 void forward_request(const HttpRequest& req, HttpResponse& res) {
   const std::optional<std::string> url_text = query_parameter(req.target, "url");
   if (!url_text || url_text->empty()) {
-    answer_error(res, 400, "/cors-proxy needs ?url=http(s)://...");
+    send_error(res, 400, "/cors-proxy needs ?url=http(s)://...", "url");
     return;
   }
   ProxyUrl url;
   try {
     url = parse_proxy_url(*url_text);
   } catch (const Error& e) {
-    answer_error(res, 400, e.what());
+    send_error(res, 400, e.what(), "url");
     return;
   }
   // Shared with the provider, which outlives this call; certificates from the system's store.
@@ -322,7 +313,7 @@ void forward_request(const HttpRequest& req, HttpResponse& res) {
       if (status == 303) as_get = true;
     }
   } catch (const Error& e) {
-    answer_error(res, 502, fmt::format("{}: {}", *url_text, e.what()));
+    send_error(res, 502, fmt::format("{}: {}", *url_text, e.what()), "url");
     return;
   }
   res.status = static_cast<int>(answer->head().result_int());

@@ -17,6 +17,7 @@
 #include "server/http_routes.h"
 #include "server/http_transport.h"
 #include "server/infill.h"
+#include "server/json_answer.h"
 #include "server/llama_native.h"
 #include "server/openai_response.h"
 #include "server/request_json.h"
@@ -37,11 +38,6 @@ constexpr auto kPollInterval = 100ms;
 // Silence after which a stream writes a keep-alive (an SSE comment), so proxies and clients with
 // idle timeouts see the connection alive; a vanished client is seen by the transport at once.
 constexpr auto kKeepAliveInterval = 1000ms;
-
-void send_json(HttpResponse& res, int status, const json& body) {
-  res.status = status;
-  res.set_content(body.dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
-}
 
 // Writes a stream's server-sent events and, after a second of silence, a keep-alive comment,
 // so a client that left is noticed at the next write. false: the client is gone.
@@ -156,9 +152,10 @@ struct HttpServer::Impl {
     send_json(res, e.status, e.body());
   }
 
-  // A JSON value of the wrong type read without a check first: the client's error.
-  static ApiError wrong_type(const json::exception& e) {
-    return ApiError(400, fmt::format("a field has the wrong type: {}", e.what()));
+  // What a request gets when the engine's queue (--max-queue) is full.
+  static ApiError queue_full() {
+    return ApiError(429, "the server's queue is full; retry later", "", "rate_limit_exceeded",
+                    "queue_full");
   }
 
   // Runs parse(); a bad request (ApiError, or a JSON value of the wrong type) is answered and
@@ -290,8 +287,7 @@ struct HttpServer::Impl {
         }))
       return;
     if (!start(*g)) {
-      fail_with(res, ApiError(429, "the server's queue is full; retry later", "",
-                              "rate_limit_exceeded", "queue_full"));
+      fail_with(res, queue_full());
       return;
     }
     const std::string id = fmt::format("{}-{}", chat ? "chatcmpl" : "cmpl", next_id++);
@@ -357,8 +353,7 @@ struct HttpServer::Impl {
     if (!started) {
       g->cancel();
       for (auto& other : more) other->cancel();
-      fail_with(res, ApiError(429, "the server's queue is full; retry later", "",
-                              "rate_limit_exceeded", "queue_full"));
+      fail_with(res, queue_full());
       return;
     }
     const auto final_of = [this, options, zero_predict](const Generation& gen, bool with_content) {
@@ -633,8 +628,7 @@ struct HttpServer::Impl {
       r.output = channel;
       if (!loop.submit(std::move(r))) {
         jobs->cancel();
-        fail_with(res, ApiError(429, "the server's queue is full; retry later", "",
-                                "rate_limit_exceeded", "queue_full"));
+        fail_with(res, queue_full());
         return;
       }
       jobs->channels.push_back(std::move(channel));
@@ -748,7 +742,7 @@ struct HttpServer::Impl {
       return;
     }
     if (!start(*g)) {
-      fail_anthropic(res, ApiError(429, "the server's queue is full; retry later"));
+      fail_anthropic(res, queue_full());
       return;
     }
     const std::string id = fmt::format("msg_{}", next_id++);
@@ -792,8 +786,7 @@ struct HttpServer::Impl {
     auto g = std::make_shared<Generation>();
     if (!parsed(res, [&] { g->request = parse_responses(parse_body(req), context); })) return;
     if (!start(*g)) {
-      fail_with(res, ApiError(429, "the server's queue is full; retry later", "",
-                              "rate_limit_exceeded", "queue_full"));
+      fail_with(res, queue_full());
       return;
     }
     const std::string id = fmt::format("resp_{}", next_id++);
@@ -1097,10 +1090,7 @@ struct HttpServer::Impl {
     // exception) get an OpenAI error object too.
     server.on_error([this](const HttpRequest&, HttpResponse& res, std::string_view message) {
       metrics.record_rejected(res.status);
-      send_json(res, res.status,
-                ApiError(res.status, std::string(message), "",
-                         res.status >= 500 ? "server_error" : "invalid_request_error")
-                    .body());
+      send_error(res, res.status, std::string(message));
     });
   }
 };
