@@ -14,6 +14,7 @@
 
 #include <fmt/format.h>
 
+#include "util/comma_list.h"
 #include "util/subprocess.h"
 #include "util/utf8.h"
 
@@ -39,10 +40,6 @@ constexpr auto kRemoteGrace = std::chrono::seconds(5);
 // How long `docker run` may take to start a container (pulling the image included).
 constexpr auto kContainerStartTimeout = std::chrono::seconds(120);
 constexpr auto kContainerStopTimeout = std::chrono::seconds(15);
-
-bool starts_with(std::string_view text, std::string_view prefix) {
-  return text.substr(0, prefix.size()) == prefix;
-}
 
 bool is_alnum(char c) {
   return std::isalnum(static_cast<unsigned char>(c)) != 0;
@@ -85,11 +82,7 @@ size_t complete_utf8_prefix(std::string_view text) {
 }
 
 std::string trim(std::string_view text) {
-  while (!text.empty() && std::isspace(static_cast<unsigned char>(text.back())))
-    text.remove_suffix(1);
-  while (!text.empty() && std::isspace(static_cast<unsigned char>(text.front())))
-    text.remove_prefix(1);
-  return std::string(text);
+  return std::string(trim_space(text));
 }
 
 bool is_junk_dir(std::string_view name) {
@@ -122,14 +115,14 @@ RuntimeSpec parse_runtime_spec(std::string_view spec) {
   for (std::string_view engine : {"docker", "podman"}) {
     const std::string attach = fmt::format("{}-container:", engine);
     const std::string image = fmt::format("{}:", engine);
-    if (starts_with(spec, attach)) {
+    if (spec.starts_with(attach)) {
       out = {RuntimeSpec::Kind::kContainer, std::string(engine),
              std::string(spec.substr(attach.size()))};
       if (!valid_container_id(out.target))
         throw ToolFailure(fmt::format("invalid container id: '{}'", out.target));
       return out;
     }
-    if (starts_with(spec, image)) {
+    if (spec.starts_with(image)) {
       out = {RuntimeSpec::Kind::kImage, std::string(engine),
              std::string(spec.substr(image.size()))};
       if (!valid_image(out.target))
@@ -137,7 +130,7 @@ RuntimeSpec parse_runtime_spec(std::string_view spec) {
       return out;
     }
   }
-  if (starts_with(spec, "ssh:")) {
+  if (spec.starts_with("ssh:")) {
     out = {RuntimeSpec::Kind::kSsh, "ssh", std::string(spec.substr(4))};
     if (!valid_ssh_target(out.target))
       throw ToolFailure(fmt::format("invalid ssh target: '{}'", out.target));
@@ -568,7 +561,7 @@ class RemoteWorkspace final : public Workspace {
     // find exits 1 when some directory was unreadable; what it listed still counts.
     if (result.exit_code != 0 || result.truncated || result.timed_out) listing.incomplete = true;
     for (std::string_view line : split_lines(result.output)) {
-      if (starts_with(line, "./")) line.remove_prefix(2);
+      if (line.starts_with("./")) line.remove_prefix(2);
       if (!line.empty()) listing.entries.push_back({std::string(line), dirs});
     }
   }
