@@ -188,8 +188,19 @@ http::request<http::string_body> make_request(const HttpRequest& req, const Prox
   return out;
 }
 
-std::unique_ptr<RemoteAnswer> open(const HttpRequest& req, const ProxyUrl& url, bool as_get,
-                                   asio::ssl::context& tls) {
+// The client TLS settings of every https request: certificates from the system's store, read
+// once (a context may serve several connections and threads at once).
+asio::ssl::context& tls_context() {
+  static asio::ssl::context context = [] {
+    asio::ssl::context made(asio::ssl::context::tls_client);
+    made.set_default_verify_paths();
+    made.set_verify_mode(asio::ssl::verify_peer);
+    return made;
+  }();
+  return context;
+}
+
+std::unique_ptr<RemoteAnswer> open(const HttpRequest& req, const ProxyUrl& url, bool as_get) {
   http::request<http::string_body> request = make_request(req, url, as_get);
   if (!url.https) {
     auto exchange = PlainExchange::make(nullptr);
@@ -197,7 +208,7 @@ std::unique_ptr<RemoteAnswer> open(const HttpRequest& req, const ProxyUrl& url, 
     exchange->send(request);
     return exchange;
   }
-  auto exchange = TlsExchange::make(&tls);
+  auto exchange = TlsExchange::make(&tls_context());
   connect(exchange->tcp(), exchange->io(), url);
   // The name the certificate must carry, and SNI for servers with several.
   if (!SSL_set_tlsext_host_name(exchange->stream().native_handle(), url.host.c_str()))
@@ -293,15 +304,11 @@ void forward_request(const HttpRequest& req, HttpResponse& res) {
     send_error(res, 400, e.what(), "url");
     return;
   }
-  // Shared with the provider, which outlives this call; certificates from the system's store.
-  auto tls = std::make_shared<asio::ssl::context>(asio::ssl::context::tls_client);
-  tls->set_default_verify_paths();
-  tls->set_verify_mode(asio::ssl::verify_peer);
   std::shared_ptr<RemoteAnswer> answer;
   bool as_get = req.method != "POST";
   try {
     for (int redirects = 0;; ++redirects) {
-      answer = open(req, url, as_get, *tls);
+      answer = open(req, url, as_get);
       const unsigned status = answer->head().result_int();
       const auto location = answer->head().find(http::field::location);
       if (status < 301 || status > 308 || status == 304 || status == 305 || status == 306 ||
@@ -328,7 +335,7 @@ void forward_request(const HttpRequest& req, HttpResponse& res) {
     res.set_content("", type);
     return;
   }
-  res.set_chunked_content_provider(type, [answer, tls](size_t, ChunkSink& sink) {
+  res.set_chunked_content_provider(type, [answer](size_t, ChunkSink& sink) {
     std::string piece;
     const bool more = answer->next(piece);
     if (!piece.empty() && !(sink.is_writable() && sink.write(piece.data(), piece.size())))
