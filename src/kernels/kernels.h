@@ -55,10 +55,12 @@ struct AttentionKernels {
 };
 
 // The packed path (kernels/packed.h): activations become ActQ8 blocks once per row, then one
-// call multiplies a 16-row group by every token. The blocks are stored block-major: block b of
-// token t is act[b * act_stride + t], so the tokens of one block lie side by side (AMX loads 16
-// of them with one stride, and their scales sit at fixed offsets). `act` must stay readable for
-// kActPaddingTokens tokens past the last one (their results are not written).
+// call multiplies a 16-row group by every token. The blocks lie in panels of act_stride tokens
+// (packed.h, act_block_index): within a panel block b of token t is act[b * act_stride + t], so
+// the tokens of one block lie side by side (AMX loads 16 of them with one stride, and their
+// scales sit at fixed offsets). A table's act_panel_tokens sets the panel; with 0 there is one
+// panel, and `act` stays readable for kActPaddingTokens tokens past the last one (their results
+// are not written).
 // QuantizeActFn converts one token's row of n floats: its block b goes to out[b * out_stride].
 using QuantizeActFn = void (*)(const float* x, ActQ8Block* out, int64_t n, int64_t out_stride);
 using GroupGemmFn = void (*)(const uint8_t* group, int64_t blocks, const ActQ8Block* act,
@@ -99,6 +101,13 @@ struct PackedKernels {
   QuantizeRowFn bf16_act = nullptr;
   GroupGemmBf16Fn q4_bf16 = nullptr;  // Q4_0 and Q4_1 (packed alike)
   GroupGemmBf16Fn q8_0_bf16 = nullptr;
+  // Tokens per activation panel: a multiple of every tile's token count, so that a tile reads
+  // its activations in short runs close together rather than 512 bytes every 32 KiB (one
+  // block-major panel of 512 tokens). On the AMD EPYC (Zen 4), `inferd bench -p 512` of the
+  // 1B-shaped files, alternating runs: AVX-512 with panels of 8, Q6_K 218-236 -> 257-276 tok/s,
+  // IQ4_XS +8%, Q5_K_M +6%, Q4_K_M and Q8_0 within noise; AVX2 with panels of 24, Q6_K and
+  // Q4_K_M +4-10%. 0: one panel for all the tokens, with padding (AMX and the reference).
+  int act_panel_tokens = 0;
 };
 
 struct KernelTable {

@@ -13,8 +13,11 @@ namespace {
 // parallel region.
 constexpr int64_t kSerialQuantizeTokens = 4;
 // Tokens per call for the padded last group of a matrix (its tile lives on the stack), so that
-// its token offsets fall on the bf16 route's activation tiles.
-constexpr int64_t kMaxTokensPerPartialTile = kBf16TileTokens;
+// its token offsets fall on the bf16 route's activation tiles and on the int8 panels (of 8 or
+// 24 tokens, PackedKernels::act_panel_tokens).
+constexpr int64_t kMaxTokensPerPartialTile = 48;
+static_assert(kMaxTokensPerPartialTile % kBf16TileTokens == 0 &&
+              kMaxTokensPerPartialTile % kMaxActPanelTokens == 0);
 // A packed matmul hands its groups to the threads in chunks (see matmul_packed): about this many
 // a thread, and none smaller than this many weight bytes times tokens.
 constexpr int64_t kChunksPerThread = 16;
@@ -32,9 +35,10 @@ void check_scratch(const ActivationScratch& scratch, size_t need, int64_t n_toke
 // The input of a packed matmul: float rows for F16 groups; for the others int8 blocks for rows
 // [0, split) and, where the caller marked rows [split, n_tokens) for it, bf16 tiles for those.
 struct PackedInput {
-  const float* x;         // [n_tokens, cols]
-  const ActQ8Block* act;  // [cols / 32, act_stride] (block-major), rows [0, split)
-  int64_t act_stride;     // split + kActPaddingTokens
+  const float* x;  // [n_tokens, cols]
+  // rows [0, split) as int8 blocks, in panels of act_panel tokens (packed.h, act_block_index)
+  const ActQ8Block* act;
+  int64_t act_panel;
   // rows [split, n_tokens) in bf16, tiled as kernels.h says, or null
   const uint16_t* x_bf16;
   int64_t cols;
@@ -65,7 +69,9 @@ void call_group_kernel(const PackedWeights& p, int64_t g, int64_t n_groups, cons
                                : format == PackedFormat::IQ4_XS ? table.packed.iq4_xs
                                : format == PackedFormat::Q5_1   ? table.packed.q5_1
                                                                 : table.packed.q8_0;
-    kernel(p.group(g), blocks, in.act + t0, in.act_stride, count, y, y_stride);
+    const int64_t act_blocks = in.cols / kPackCols;
+    kernel(p.group(g), blocks, in.act + act_block_index(t0, 0, in.act_panel, act_blocks),
+           in.act_panel, count, y, y_stride);
   }
 }
 
@@ -143,7 +149,16 @@ void matmul_packed(std::span<const MatmulTarget> targets, const float* x, int64_
   const int64_t split = needs_int8 && bf16_ok && table.packed.bf16_route
                             ? std::clamp<int64_t>(bf16_from, 0, n_tokens)
                             : n_tokens;
-  PackedInput in{x, nullptr, split + kActPaddingTokens, nullptr, cols, split};
+  // One panel of all the int8 rows and the padding, or panels of the table's size (fewer rows
+  // than that make one panel of just them).
+  const int64_t panel_tokens = table.packed.act_panel_tokens;
+  if (panel_tokens > kMaxActPanelTokens ||
+      kMaxTokensPerPartialTile % std::max<int64_t>(panel_tokens, 1) != 0)
+    fail("matmul: activation panels of {} tokens", panel_tokens);
+  const int64_t panel =
+      panel_tokens == 0 ? split + kActPaddingTokens : std::clamp<int64_t>(split, 1, panel_tokens);
+  const int64_t panels = panel_tokens == 0 ? 1 : (split + panel - 1) / panel;
+  PackedInput in{x, nullptr, panel, nullptr, cols, split};
   // Converts rows [begin, end), split over the threads unless they are few.
   const auto for_each_row = [&](int64_t begin, int64_t end, auto convert) {
     const auto rows = [&](int64_t b, int64_t e) {
@@ -156,10 +171,10 @@ void matmul_packed(std::span<const MatmulTarget> targets, const float* x, int64_
     }
   };
   // Scratch: the int8 blocks of rows [0, split), then (64-byte aligned) the bf16 tiles of the
-  // rest, each with kActPaddingTokens rows of padding.
+  // rest, each with at most kActPaddingTokens rows of padding.
   const size_t int8_bytes =
       needs_int8 && split > 0
-          ? (static_cast<size_t>(in.act_stride * blocks) * sizeof(ActQ8Block) + 63) / 64 * 64
+          ? (static_cast<size_t>(panels * panel * blocks) * sizeof(ActQ8Block) + 63) / 64 * 64
           : 0;
   const size_t bf16_bytes =
       split < n_tokens
@@ -167,9 +182,10 @@ void matmul_packed(std::span<const MatmulTarget> targets, const float* x, int64_
           : 0;
   check_scratch(scratch, int8_bytes + bf16_bytes, n_tokens, cols);
   if (int8_bytes > 0) {
-    auto* act = reinterpret_cast<ActQ8Block*>(scratch.data());  // [blocks, act_stride]
-    for_each_row(0, split,
-                 [&](int64_t t) { quantize_act(x + t * cols, act + t, cols, in.act_stride); });
+    auto* act = reinterpret_cast<ActQ8Block*>(scratch.data());  // [panels][blocks][panel]
+    for_each_row(0, split, [&](int64_t t) {
+      quantize_act(x + t * cols, act + act_block_index(t, 0, panel, blocks), cols, panel);
+    });
     in.act = act;
   }
   if (bf16_bytes > 0) {
@@ -236,8 +252,9 @@ void matmul_rows(const WeightMatrix& w, const float* x, int64_t n_tokens, float*
 
 void ActivationScratch::reserve(int64_t max_tokens, int64_t max_cols) {
   // F32 is the widest activation format (4 bytes a value); the packed path may hold int8 blocks
-  // and bf16 rows at once, each with kActPaddingTokens rows of padding that kernels may read.
-  const int64_t padded = max_tokens + kActPaddingTokens;
+  // and bf16 rows at once, each with kActPaddingTokens rows of padding that kernels may read
+  // (or the int8 blocks' last panel, part empty).
+  const int64_t padded = max_tokens + std::max(kActPaddingTokens, kMaxActPanelTokens);
   const size_t need =
       std::max(static_cast<size_t>(max_tokens * max_cols) * sizeof(float),
                static_cast<size_t>(padded * max_cols / kPackCols) * sizeof(ActQ8Block) + 64 +

@@ -21,6 +21,18 @@ constexpr int kPackCols = 32;  // columns per block (the GGUF block size)
 // buffers have that many rows of padding.
 constexpr int kActPaddingTokens = 16;
 
+// Int8 activations lie in panels of `panel` tokens: each panel [blocks][panel] (block-major
+// within it, the tokens of one 32-column block side by side), panels one after another. With
+// one panel wider than every token this is plain block-major (AMX loads 16 tokens of a block
+// with one stride); with panels of a tile's token count, the activations a tile reads are one
+// contiguous run, which the hardware prefetcher follows (kernels.h, act_panel_tokens). The
+// index of block b of token t in a buffer of `blocks` blocks a token:
+// Panels hold at most kMaxActPanelTokens tokens; the last may be part empty.
+constexpr int kMaxActPanelTokens = 24;
+constexpr int64_t act_block_index(int64_t t, int64_t b, int64_t panel, int64_t blocks) {
+  return t / panel * panel * blocks + b * panel + t % panel;
+}
+
 // The bf16 route's activations (kernels.h) are tiled so that one tile multiply reads 1 KiB in
 // one piece: tokens in tiles of kBf16TileTokens, each tile [cols / 32][16 tokens][32 values].
 // Where value `col` of token t lies, in a matrix `cols` wide.
@@ -35,8 +47,9 @@ constexpr int64_t bf16_tile_offset(int64_t t, int64_t col, int64_t cols) {
 // qs[c] covers columns 8c .. 8c+7: byte j holds row j / 4; its low nibble is column 8c + j % 4,
 // its high nibble column 8c + 4 + j % 4.
 struct PackedQ4Block {
-  uint16_t d[kPackRows];  // fp16
-  uint16_t m[kPackRows];  // fp16
+  static constexpr int64_t kColumns = kPackCols;  // columns a block covers
+  uint16_t d[kPackRows];                          // fp16
+  uint16_t m[kPackRows];                          // fp16
   uint8_t qs[4][64];
 };
 static_assert(sizeof(PackedQ4Block) == 320);
@@ -45,8 +58,9 @@ static_assert(sizeof(PackedQ4Block) == 320);
 // signed) takes them as they are; kernels subtract 128 * sum(activation) as an integer, which
 // keeps the sum exact. qs[c] covers columns 4c .. 4c+3: byte j holds row j / 4, column 4c + j % 4.
 struct PackedQ8Block {
-  uint16_t d[kPackRows];  // fp16
-  uint8_t qs[8][64];      // q + 128
+  static constexpr int64_t kColumns = kPackCols;  // columns a block covers
+  uint16_t d[kPackRows];                          // fp16
+  uint8_t qs[8][64];                              // q + 128
 };
 static_assert(sizeof(PackedQ8Block) == 544);  // not a multiple of 64: kernels load unaligned
 
@@ -85,6 +99,7 @@ static_assert(sizeof(ActQ8Block) == 64);
 // one 32-byte load converts to the 16 rows' weights for one input value. Multiplied with the
 // float activations directly (no conversion of the input).
 struct PackedF16Block {
+  static constexpr int64_t kColumns = kPackCols;  // columns a block covers
   uint16_t w[kPackCols][kPackRows];
 };
 static_assert(sizeof(PackedF16Block) == 1024);
@@ -97,8 +112,9 @@ static_assert(sizeof(PackedF16Block) == 1024);
 constexpr int kPackSuperCols = 256;
 constexpr int kSubBlocks = kPackSuperCols / kPackCols;
 struct PackedQ4KBlock {
-  uint16_t d[kPackRows];     // fp16
-  uint16_t dmin[kPackRows];  // fp16
+  static constexpr int64_t kColumns = kPackSuperCols;  // columns a block covers
+  uint16_t d[kPackRows];                               // fp16
+  uint16_t dmin[kPackRows];                            // fp16
   uint8_t scales[kSubBlocks][kPackRows];
   uint8_t mins[kSubBlocks][kPackRows];
   uint8_t qs[kSubBlocks][4][64];
@@ -112,7 +128,8 @@ static_assert(sizeof(PackedQ4KBlock) == 2368);  // 37 cache lines
 // the nibble, bits 0-1 belong to the value of ql's low nibble and bits 2-3 to its high one's.
 // As dense as the GGUF blocks (6.5625 bits a weight).
 struct PackedQ6KBlock {
-  uint16_t d[kPackRows];  // fp16
+  static constexpr int64_t kColumns = kPackSuperCols;  // columns a block covers
+  uint16_t d[kPackRows];                               // fp16
   int8_t scales[2 * kSubBlocks][kPackRows];
   uint8_t ql[kSubBlocks][4][64];
   uint8_t qh[kSubBlocks][2][64];
@@ -123,8 +140,9 @@ static_assert(sizeof(PackedQ6KBlock) == 3360);
 // qh[j] has a byte at each position of ql[j][c]'s bytes; its bit 2c is the fifth bit of the
 // value in that ql byte's low nibble, bit 2c + 1 of the one in its high nibble.
 struct PackedQ5KBlock {
-  uint16_t d[kPackRows];     // fp16
-  uint16_t dmin[kPackRows];  // fp16
+  static constexpr int64_t kColumns = kPackSuperCols;  // columns a block covers
+  uint16_t d[kPackRows];                               // fp16
+  uint16_t dmin[kPackRows];                            // fp16
   uint8_t scales[kSubBlocks][kPackRows];
   uint8_t mins[kSubBlocks][kPackRows];
   uint8_t qs[kSubBlocks][4][64];
@@ -135,7 +153,8 @@ static_assert(sizeof(PackedQ5KBlock) == 2880);  // 45 cache lines
 // 16 rows x 256 columns of IQ4_XS weights: w = d * scale * kIq4Values[q] with a signed 6-bit
 // scale per 32 columns (stored with its offset of 32 taken off), nibbles as PackedQ4Block's.
 struct PackedIQ4XSBlock {
-  uint16_t d[kPackRows];  // fp16
+  static constexpr int64_t kColumns = kPackSuperCols;  // columns a block covers
+  uint16_t d[kPackRows];                               // fp16
   int8_t scales[kSubBlocks][kPackRows];
   uint8_t qs[kSubBlocks][4][64];
 };
@@ -146,8 +165,9 @@ static_assert(sizeof(PackedIQ4XSBlock) == 2208);
 // 2c belongs to the value in that byte's low nibble, bit 2c + 1 to the one in its high nibble
 // (PackedQ5KBlock's qh for one sub-block). As dense as the GGUF blocks (6 bits a weight).
 struct PackedQ5_1Block {
-  uint16_t d[kPackRows];  // fp16
-  uint16_t m[kPackRows];  // fp16
+  static constexpr int64_t kColumns = kPackCols;  // columns a block covers
+  uint16_t d[kPackRows];                          // fp16
+  uint16_t m[kPackRows];                          // fp16
   uint8_t qs[4][64];
   uint8_t qh[64];
 };

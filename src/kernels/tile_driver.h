@@ -14,21 +14,24 @@ namespace inferd::kernels {
 constexpr int kMaxTileTokens = 8;
 
 namespace {
-// The activations of `t` tokens further on: int8 blocks are block-major (tokens adjacent),
-// float rows token-major (rows `stride` apart).
-constexpr const ActQ8Block* tokens_on(const ActQ8Block* act, int64_t t, int64_t) {
-  return act + t;
+// The activations of `t` tokens further on, for a row of `act_blocks` int8 blocks in panels of
+// `stride` tokens (packed.h, act_block_index; t is a multiple of the panel or within the first),
+// or float rows token-major (rows `stride` apart).
+constexpr const ActQ8Block* tokens_on(const ActQ8Block* act, int64_t t, int64_t stride,
+                                      int64_t act_blocks) {
+  return act + act_block_index(t, 0, stride, act_blocks);
 }
-constexpr const float* tokens_on(const float* x, int64_t t, int64_t stride) {
+constexpr const float* tokens_on(const float* x, int64_t t, int64_t stride, int64_t) {
   return x + t * stride;
 }
 }  // namespace
 
 // Tile<NT>::run(const Block* w, int64_t blocks, const Act* act, int64_t act_stride,
 //               float* y, int64_t y_stride) computes NT tokens x 16 rows; Act is ActQ8Block
-// for the int8 formats (block-major, see kernels.h) and float for F16 (rows act_stride apart).
-// Tiles take up to MaxTokens tokens (a kernel whose unpacking of the weights costs more than
-// its registers can take more tokens to share it).
+// for the int8 formats (panels of act_stride tokens, see kernels.h) and float for F16 (rows
+// act_stride apart). Tiles take up to MaxTokens tokens (a kernel whose unpacking of the
+// weights costs more than its registers can take more tokens to share it); a panel holds a
+// whole number of tiles, or all the tokens.
 template <typename Block, template <int> class Tile, typename Act = ActQ8Block,
           int MaxTokens = kMaxTileTokens>
 inline void run_group_tiles(const uint8_t* group, int64_t blocks, const Act* act,
@@ -37,7 +40,7 @@ inline void run_group_tiles(const uint8_t* group, int64_t blocks, const Act* act
   // Runs tile NT on tokens from t; a tile after the group's first finds the weights in cache,
   // and a kernel with a run_cached skips there what it does to stream them from memory.
   const auto run_tile = [&]<int NT>(int64_t t) {
-    const Act* a = tokens_on(act, t, act_stride);
+    const Act* a = tokens_on(act, t, act_stride, blocks * (Block::kColumns / kPackCols));
     if constexpr (requires { &Tile<NT>::run_cached; }) {
       if (t > 0) return Tile<NT>::run_cached(w, blocks, a, act_stride, y + t * y_stride, y_stride);
     }

@@ -254,6 +254,7 @@ void q8_0_group(const uint8_t* group, int64_t blocks, const ActQ8Block* act, int
 PackedKernels packed_kernels(const PackedKernels& few_tokens) {
   g_few_tokens = few_tokens;
   PackedKernels k = few_tokens;
+  k.act_panel_tokens = 0;  // the tiles load 16 tokens of a block with one stride
   k.q4_0 = q4_group<&ActQ8Block::d_sum>;
   k.q4_1 = q4_group<&ActQ8Block::s>;
   k.q8_0 = q8_0_group;

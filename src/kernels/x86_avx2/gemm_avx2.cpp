@@ -5,6 +5,8 @@
 
 #include <immintrin.h>
 
+#include <numeric>
+
 #include <cstring>
 #include <type_traits>
 
@@ -482,8 +484,9 @@ void split_tile(const Block* w, int64_t blocks, const Act* act, int64_t act_stri
       kernel.template operator()<kFirst, 1>(w, blocks, half, act, act_stride, y, y_stride);
       if constexpr (NT > kPassTokens) {
         kernel.template operator()<NT - kPassTokens, 1>(
-            w, blocks, half, tokens_on(act, kPassTokens, act_stride), act_stride,
-            y + kPassTokens * y_stride, y_stride);
+            w, blocks, half,
+            tokens_on(act, kPassTokens, act_stride, blocks * (Block::kColumns / kPackCols)),
+            act_stride, y + kPassTokens * y_stride, y_stride);
       }
     }
   }
@@ -653,6 +656,8 @@ PackedKernels packed_kernels() {
   k.q4_k = run_group_tiles<PackedQ4KBlock, Q4KTile>;
   k.q5_k = run_group_tiles<PackedQ5KBlock, Q5KTile>;
   k.q6_k = run_group_tiles<PackedQ6KBlock, Q6KTile, ActQ8Block, 2 * kQ6KPassTokens>;
+  // Panels that hold whole tiles of both sizes (the Q6_K tiles' 12 tokens, the others' 8).
+  k.act_panel_tokens = std::lcm(kMaxTileTokens, 2 * kQ6KPassTokens);
   k.iq4_xs = run_group_tiles<PackedIQ4XSBlock, IQ4XSTile>;
   return k;
 }

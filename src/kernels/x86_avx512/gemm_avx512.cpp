@@ -582,6 +582,7 @@ PackedKernels packed_kernels() {
       run_group_tiles<PackedQ4Block, Q4Tiles<&ActQ8Block::s>::Tile>,
       run_group_tiles<PackedQ8Block, Q8Tile>, run_group_tiles<PackedF16Block, F16Tile, float>};
   k.quantize_act_k = quantize_act_q8k;
+  k.act_panel_tokens = kMaxTileTokens;  // every tile here takes up to kMaxTileTokens
   k.q5_1 = run_group_tiles<PackedQ5_1Block, Q4Tiles<&ActQ8Block::s, PackedQ5_1Block>::Tile>;
   k.q4_k = run_group_tiles<PackedQ4KBlock, Q4KTile>;
   k.q5_k = run_group_tiles<PackedQ5KBlock, Q5KTile>;
