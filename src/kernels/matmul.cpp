@@ -149,15 +149,17 @@ void matmul_packed(std::span<const MatmulTarget> targets, const float* x, int64_
   const int64_t split = needs_int8 && bf16_ok && table.packed.bf16_route
                             ? std::clamp<int64_t>(bf16_from, 0, n_tokens)
                             : n_tokens;
-  // One panel of all the int8 rows and the padding, or panels of the table's size (fewer rows
-  // than that make one panel of just them).
+  // One panel of all the int8 rows and the padding, or panels of the table's size. Rows that
+  // fit in one panel of the table's size keep the one padded panel: decode with its 64-byte
+  // blocks side by side instead of 17 blocks apart ran slower (1B-shaped Q6_K tg64 27-29 against
+  // 29-32 tok/s on the AMD EPYC with AVX-512, alternating runs; the cause is not known).
   const int64_t panel_tokens = table.packed.act_panel_tokens;
   if (panel_tokens > kMaxActPanelTokens ||
       kMaxTokensPerPartialTile % std::max<int64_t>(panel_tokens, 1) != 0)
     fail("matmul: activation panels of {} tokens", panel_tokens);
-  const int64_t panel =
-      panel_tokens == 0 ? split + kActPaddingTokens : std::clamp<int64_t>(split, 1, panel_tokens);
-  const int64_t panels = panel_tokens == 0 ? 1 : (split + panel - 1) / panel;
+  const bool one = panel_tokens == 0 || split <= panel_tokens;
+  const int64_t panel = one ? split + kActPaddingTokens : panel_tokens;
+  const int64_t panels = one ? 1 : (split + panel - 1) / panel;
   PackedInput in{x, nullptr, panel, nullptr, cols, split};
   // Converts rows [begin, end), split over the threads unless they are few.
   const auto for_each_row = [&](int64_t begin, int64_t end, auto convert) {
