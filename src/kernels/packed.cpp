@@ -110,6 +110,14 @@ void k_scale_min(const uint8_t s[12], int j, uint8_t& scale, uint8_t& min) {
   }
 }
 
+// The nibbles of sub-block j: Q5_K keeps them beside the sub-block's fifth bits.
+uint8_t (&nibbles_of(PackedQ4KBlock& block, int j))[4][64] {
+  return block.qs[j];
+}
+uint8_t (&nibbles_of(PackedQ5KBlock& block, int j))[4][64] {
+  return block.sub[j].qs;
+}
+
 // The parts Q4_K and Q5_K share, for row r: d, dmin, the unpacked scales and mins, and the
 // low 4 bits of q. In a GGUF block the 128 qs bytes are 4 chunks of 32: chunk c holds the
 // values of sub-block 2c in its low nibbles and of sub-block 2c + 1 in its high nibbles.
@@ -121,7 +129,7 @@ void pack_k4_parts(const GgufBlock& blk, int r, Packed& out) {
     k_scale_min(blk.scales, j, out.scales[j][r], out.mins[j][r]);
     const uint8_t* chunk = blk.qs + 32 * (j / 2);
     const int shift = j % 2 == 0 ? 0 : 4;
-    interleave_nibbles(out.qs[j], r,
+    interleave_nibbles(nibbles_of(out, j), r,
                        [&](int col) { return static_cast<uint8_t>((chunk[col] >> shift) & 0x0F); });
   }
 }
@@ -155,8 +163,8 @@ void pack_q5k_block(const uint8_t* const rows[kPackRows], int64_t b, PackedQ5KBl
       const auto fifth = [&](int i) { return (blk.qh[i] >> j) & 1; };
       for (int c = 0; c < 4; ++c) {
         for (int k = 0; k < 4; ++k) {
-          out.qh[j][r * 4 + k] |= static_cast<uint8_t>((fifth(8 * c + k) << (2 * c)) |
-                                                       (fifth(8 * c + 4 + k) << (2 * c + 1)));
+          out.sub[j].qh[r * 4 + k] |= static_cast<uint8_t>((fifth(8 * c + k) << (2 * c)) |
+                                                           (fifth(8 * c + 4 + k) << (2 * c + 1)));
         }
       }
     }
@@ -225,9 +233,9 @@ void pack_q6k_block(const uint8_t* const rows[kPackRows], int64_t b, PackedQ6KBl
         for (int k = 0; k < 4; ++k) {
           const uint8_t first = q6k_value(blk, 32 * j + 8 * c + k);
           const uint8_t second = q6k_value(blk, 32 * j + 8 * c + 4 + k);
-          out.ql[j][c][r * 4 + k] = static_cast<uint8_t>((first & 0x0F) | (second & 0x0F) << 4);
+          out.sub[j].ql[c][r * 4 + k] = static_cast<uint8_t>((first & 0x0F) | (second & 0x0F) << 4);
           const int top = (first >> 4) | (second >> 4) << 2;
-          out.qh[j][c / 2][r * 4 + k] |= static_cast<uint8_t>(top << (4 * (c % 2)));
+          out.sub[j].qh[c / 2][r * 4 + k] |= static_cast<uint8_t>(top << (4 * (c % 2)));
         }
       }
     }

@@ -123,16 +123,21 @@ static_assert(sizeof(PackedQ4KBlock) == 2368);  // 37 cache lines
 
 // 16 rows x 256 columns of Q6_K weights: 16 sub-blocks of 16 columns with an int8 scale per
 // row, w = d * scale * (q - 32), q in [0, 63]. Per 32 columns j: the low 4 bits of q in
-// ql[j], laid out as PackedQ4Block's qs; the top 2 bits in qh[j][c / 2], in the byte at the
-// same position as ql[j][c]'s, its low nibble for even c and high nibble for odd c; within
+// sub[j].ql, laid out as PackedQ4Block's qs; the top 2 bits in sub[j].qh[c / 2], in the byte
+// at the same position as ql[c]'s, its low nibble for even c and high nibble for odd c; within
 // the nibble, bits 0-1 belong to the value of ql's low nibble and bits 2-3 to its high one's.
-// As dense as the GGUF blocks (6.5625 bits a weight).
+// As dense as the GGUF blocks (6.5625 bits a weight). Each 32 columns' bytes lie together, so a
+// kernel reads the block front to back: with all low bits first and all top bits after them,
+// one token's tile read 9 GB/s from memory against 24-27 in this order (one thread, AMD EPYC
+// Zen 4): the hardware prefetcher does not follow two interleaved runs in one block.
 struct PackedQ6KBlock {
   static constexpr int64_t kColumns = kPackSuperCols;  // columns a block covers
   uint16_t d[kPackRows];                               // fp16
   int8_t scales[2 * kSubBlocks][kPackRows];
-  uint8_t ql[kSubBlocks][4][64];
-  uint8_t qh[kSubBlocks][2][64];
+  struct SubBlock {
+    uint8_t ql[4][64];
+    uint8_t qh[2][64];
+  } sub[kSubBlocks];
 };
 static_assert(sizeof(PackedQ6KBlock) == 3360);
 
@@ -145,8 +150,10 @@ struct PackedQ5KBlock {
   uint16_t dmin[kPackRows];                            // fp16
   uint8_t scales[kSubBlocks][kPackRows];
   uint8_t mins[kSubBlocks][kPackRows];
-  uint8_t qs[kSubBlocks][4][64];
-  uint8_t qh[kSubBlocks][64];
+  struct SubBlock {  // together for the reason PackedQ6KBlock's are
+    uint8_t qs[4][64];
+    uint8_t qh[64];
+  } sub[kSubBlocks];
 };
 static_assert(sizeof(PackedQ5KBlock) == 2880);  // 45 cache lines
 

@@ -151,7 +151,7 @@ void gemm_q5k_group(const uint8_t* group, int64_t blocks, const ActQ8Block* act,
           for (int c = 0; c < 4; ++c) {
             for (int k = 0; k < 4; ++k) {
               const auto [first, second] =
-                  nibble_pair(w[b].qs[j][c][r * 4 + k], w[b].qh[j][r * 4 + k], c);
+                  nibble_pair(w[b].sub[j].qs[c][r * 4 + k], w[b].sub[j].qh[r * 4 + k], c);
               isum += first * a.qs[8 * c + k] + second * a.qs[8 * c + 4 + k];
             }
           }
@@ -208,8 +208,8 @@ void gemm_q6k_group(const uint8_t* group, int64_t blocks, const ActQ8Block* act,
           int32_t isum[2] = {0, 0};
           for (int c = 0; c < 4; ++c) {
             for (int k = 0; k < 4; ++k) {
-              const uint8_t low = w[b].ql[j][c][r * 4 + k];
-              const int top = (w[b].qh[j][c / 2][r * 4 + k] >> (4 * (c % 2))) & 0x0F;
+              const uint8_t low = w[b].sub[j].ql[c][r * 4 + k];
+              const int top = (w[b].sub[j].qh[c / 2][r * 4 + k] >> (4 * (c % 2))) & 0x0F;
               const int first = (low & 0x0F) | (top & 3) << 4;
               const int second = (low >> 4) | (top >> 2) << 4;
               isum[c / 2] += first * a.qs[8 * c + k] + second * a.qs[8 * c + 4 + k];

@@ -236,10 +236,10 @@ void q5k_tile(const PackedQ5KBlock* w, int64_t blocks, int half, const ActQ8Bloc
         const __m128i s = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(w[b].scales[j] + r));
         const __m256i scale16 = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(s, s));  // [s, s] a row
         const __m256i high =
-            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[b].qh[j] + 32 * (half + h)));
+            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[b].sub[j].qh + 32 * (half + h)));
         for (int c = 0; c < 4; ++c) {
-          const __m256i raw =
-              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[b].qs[j][c] + 32 * (half + h)));
+          const __m256i raw = _mm256_loadu_si256(
+              reinterpret_cast<const __m256i*>(w[b].sub[j].qs[c] + 32 * (half + h)));
           __m256i lo = _mm256_and_si256(raw, low_nibble);
           __m256i hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low_nibble);
           add_fifth_bits(high, c, lo, hi);
@@ -309,11 +309,11 @@ void q6k_tile(const PackedQ6KBlock* w, int64_t blocks, int half, const ActQ8Bloc
         }
         for (int p = 0; p < 2; ++p) {
           const __m256i high =
-              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[b].qh[j][p] + 4 * r));
+              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[b].sub[j].qh[p] + 4 * r));
           for (int e = 0; e < 2; ++e) {
             const int c = 2 * p + e;
             const __m256i raw =
-                _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[b].ql[j][c] + 4 * r));
+                _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[b].sub[j].ql[c] + 4 * r));
             // The top bits of ql's low nibble (bits 4e, 4e + 1 of high) and of its high nibble
             // (bits 4e + 2, 4e + 3), each moved to bits 4 and 5.
             const __m256i lo_top = e == 0 ? _mm256_slli_epi16(high, 4) : high;

@@ -228,10 +228,10 @@ void q6k_tile(const PackedQ6KBlock* w, int64_t blocks, const ActQ8Block* act, in
       for (int p = 0; p < 2; ++p) {  // columns 16p .. 16p + 15 of the sub-block
         __m512i isum[NT];
         for (int t = 0; t < NT; ++t) isum[t] = _mm512_set1_epi32(a[t].offset32[p]);
-        const __m512i high = _mm512_loadu_si512(w[b].qh[j][p]);
+        const __m512i high = _mm512_loadu_si512(w[b].sub[j].qh[p]);
         for (int e = 0; e < 2; ++e) {
           const int c = 2 * p + e;
-          const __m512i raw = _mm512_loadu_si512(w[b].ql[j][c]);
+          const __m512i raw = _mm512_loadu_si512(w[b].sub[j].ql[c]);
           const __m512i top = e == 0 ? high : _mm512_srli_epi16(high, 4);
           const __m512i lo = six_bits(raw, _mm512_slli_epi16(top, 4));
           const __m512i hi = six_bits(_mm512_srli_epi16(raw, 4), _mm512_slli_epi16(top, 2));
@@ -275,12 +275,12 @@ void q5k_tile(const PackedQ5KBlock* w, int64_t blocks, const ActQ8Block* act, in
     for (int j = 0; j < kSubBlocks; ++j) {
       prefetch_sub_block<NT>(w + b, j);
       const ActQ8Block* a = act + (b * kSubBlocks + j) * act_stride;
-      const __m512i high = _mm512_loadu_si512(w[b].qh[j]);
+      const __m512i high = _mm512_loadu_si512(w[b].sub[j].qh);
       __m512i isum[NT][kAcc];
       for (int t = 0; t < NT; ++t)
         for (int i = 0; i < kAcc; ++i) isum[t][i] = _mm512_setzero_si512();
       for (int c = 0; c < 4; ++c) {
-        const __m512i raw = _mm512_loadu_si512(w[b].qs[j][c]);
+        const __m512i raw = _mm512_loadu_si512(w[b].sub[j].qs[c]);
         __m512i lo = _mm512_and_si512(raw, low_nibble);
         __m512i hi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), low_nibble);
         add_fifth_bits(high, c, lo, hi);
