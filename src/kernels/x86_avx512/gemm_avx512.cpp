@@ -60,30 +60,12 @@ inline void prefetch_next_group(const Block* block, int64_t blocks) {
   for (size_t line = 0; line < sizeof(Block); line += 64) _mm_prefetch(next + line, _MM_HINT_T0);
 }
 
-// One token (decode) reads each group once, straight from memory. In the k-quant layouts a
-// sub-block's bytes lie in several arrays of the block (nibbles, high bits, scales), and the
-// hardware prefetcher alone left the loads waiting: on the AMD EPYC with AVX-512, a Q6_K
-// 2048 x 2048 matrix read 8 GB/s a thread from memory against 42 from cache, and decode of the
-// 1B-shaped Q6_K model ran at half llama.cpp's speed. Their one-token tiles ask for the bytes
-// kPrefetchBytes ahead of those they are about to use (2048 and 3072 measured alike; 1024 and
-// 6144 slower). The Q4 and Q8 blocks are read front to back, which the hardware prefetcher
-// follows better alone (1B-shaped Q8_0 decode: 18-22 tok/s without, 16-18 with).
-constexpr int kPrefetchBytes = 2048;
-template <int NT>
-inline void prefetch_ahead(const void* p, size_t bytes) {
-  if constexpr (NT == 1) {
-    const char* base = static_cast<const char*>(p) + kPrefetchBytes;
-    for (size_t off = 0; off < bytes; off += 64) _mm_prefetch(base + off, _MM_HINT_T0);
-  }
-}
-// The eighth of a K-quant block (one of its 8 sub-blocks' share of the bytes) that sub-block j
-// is about to use.
-template <int NT, typename Block>
-inline void prefetch_sub_block(const Block* block, int j) {
-  prefetch_ahead<NT>(reinterpret_cast<const char*>(block) + j * sizeof(Block) / kSubBlocks,
-                     sizeof(Block) / kSubBlocks);
-}
-
+// One token (decode) reads each group once, straight from memory, and leaves that to the
+// hardware prefetcher: every packed block is read front to back (packed.h). The one-token
+// k-quant tiles used to prefetch 2 KiB ahead themselves, which Q6_K needed while its high bits
+// lay in a second run of the block; with the runs merged, a loop of one-token tiles over 256
+// MiB read 28-29 GB/s a thread without those prefetches and 22-23 with them, as fast as a plain
+// streaming read (AMD EPYC Zen 4, one thread, Q4_K, Q5_K, Q6_K and IQ4_XS alike).
 // Adds the fifth bit of each 4-bit value: bits 2c and 2c + 1 of the `high` byte at the nibble
 // byte's position belong to its low and high nibble's values (PackedQ5KBlock, PackedQ5_1Block).
 inline void add_fifth_bits(__m512i high, int c, __m512i& lo, __m512i& hi) {
@@ -158,7 +140,6 @@ void q4k_tile(const PackedQ4KBlock* w, int64_t blocks, const ActQ8Block* act, in
     __m512 block_sum[NT];
     for (int t = 0; t < NT; ++t) block_sum[t] = _mm512_setzero_ps();
     for (int j = 0; j < kSubBlocks; ++j) {
-      prefetch_sub_block<NT>(w + b, j);
       const ActQ8Block* a = act + (b * kSubBlocks + j) * act_stride;
       __m512i isum[NT][kAcc];
       for (int t = 0; t < NT; ++t)
@@ -223,7 +204,6 @@ void q6k_tile(const PackedQ6KBlock* w, int64_t blocks, const ActQ8Block* act, in
     __m512 block_sum[NT];
     for (int t = 0; t < NT; ++t) block_sum[t] = _mm512_setzero_ps();
     for (int j = 0; j < kSubBlocks; ++j) {
-      prefetch_sub_block<NT>(w + b, j);
       const ActQ8Block* a = act + (b * kSubBlocks + j) * act_stride;
       for (int p = 0; p < 2; ++p) {  // columns 16p .. 16p + 15 of the sub-block
         __m512i isum[NT];
@@ -273,7 +253,6 @@ void q5k_tile(const PackedQ5KBlock* w, int64_t blocks, const ActQ8Block* act, in
     __m512 block_sum[NT];
     for (int t = 0; t < NT; ++t) block_sum[t] = _mm512_setzero_ps();
     for (int j = 0; j < kSubBlocks; ++j) {
-      prefetch_sub_block<NT>(w + b, j);
       const ActQ8Block* a = act + (b * kSubBlocks + j) * act_stride;
       const __m512i high = _mm512_loadu_si512(w[b].sub[j].qh);
       __m512i isum[NT][kAcc];
@@ -326,7 +305,6 @@ void iq4xs_tile(const PackedIQ4XSBlock* w, int64_t blocks, const ActQ8Block* act
     __m512 block_sum[NT];
     for (int t = 0; t < NT; ++t) block_sum[t] = _mm512_setzero_ps();
     for (int j = 0; j < kSubBlocks; ++j) {
-      prefetch_sub_block<NT>(w + b, j);
       const ActQ8Block* a = act + (b * kSubBlocks + j) * act_stride;
       __m512i isum[NT];
       for (int t = 0; t < NT; ++t) isum[t] = _mm512_setzero_si512();
