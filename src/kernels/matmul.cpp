@@ -156,7 +156,8 @@ void matmul_packed(std::span<const MatmulTarget> targets, const float* x, int64_
   const int64_t panel_tokens = table.packed.act_panel_tokens;
   if (panel_tokens > kMaxActPanelTokens ||
       kMaxTokensPerPartialTile % std::max<int64_t>(panel_tokens, 1) != 0)
-    fail("matmul: activation panels of {} tokens", panel_tokens);
+    fail("matmul: act_panel_tokens {} must be at most {} and divide {}", panel_tokens,
+         kMaxActPanelTokens, kMaxTokensPerPartialTile);
   const bool one = panel_tokens == 0 || split <= panel_tokens;
   const int64_t panel = one ? split + kActPaddingTokens : panel_tokens;
   const int64_t panels = one ? 1 : (split + panel - 1) / panel;

@@ -24,11 +24,11 @@ constexpr int kActPaddingTokens = 16;
 // Int8 activations lie in panels of `panel` tokens: each panel [blocks][panel] (block-major
 // within it, the tokens of one 32-column block side by side), panels one after another. With
 // one panel wider than every token this is plain block-major (AMX loads 16 tokens of a block
-// with one stride); with panels of a tile's token count, the activations a tile reads are one
-// contiguous run, which the hardware prefetcher follows (kernels.h, act_panel_tokens). The
-// index of block b of token t in a buffer of `blocks` blocks a token:
-// Panels hold at most kMaxActPanelTokens tokens; the last may be part empty.
+// with one stride); with panels of a few tiles' tokens, the activations a tile reads lie in
+// short runs close together, which the hardware prefetcher follows (kernels.h,
+// act_panel_tokens). Panels hold at most kMaxActPanelTokens tokens; the last may be part empty.
 constexpr int kMaxActPanelTokens = 24;
+// The index of block b of token t in a buffer of `blocks` blocks a token.
 constexpr int64_t act_block_index(int64_t t, int64_t b, int64_t panel, int64_t blocks) {
   return t / panel * panel * blocks + b * panel + t % panel;
 }
@@ -142,8 +142,8 @@ struct PackedQ6KBlock {
 static_assert(sizeof(PackedQ6KBlock) == 3360);
 
 // 16 rows x 256 columns of Q5_K weights: PackedQ4KBlock plus the fifth bit of each q in qh:
-// qh[j] has a byte at each position of ql[j][c]'s bytes; its bit 2c is the fifth bit of the
-// value in that ql byte's low nibble, bit 2c + 1 of the one in its high nibble.
+// sub[j].qh has a byte at each position of sub[j].qs[c]'s bytes; its bit 2c is the fifth bit of
+// the value in that qs byte's low nibble, bit 2c + 1 of the one in its high nibble.
 struct PackedQ5KBlock {
   static constexpr int64_t kColumns = kPackSuperCols;  // columns a block covers
   uint16_t d[kPackRows];                               // fp16

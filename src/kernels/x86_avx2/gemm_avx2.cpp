@@ -5,9 +5,8 @@
 
 #include <immintrin.h>
 
-#include <numeric>
-
 #include <cstring>
+#include <numeric>
 #include <type_traits>
 
 #include "kernels/tile_driver.h"
