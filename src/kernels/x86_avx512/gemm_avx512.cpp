@@ -66,6 +66,7 @@ inline void prefetch_next_group(const Block* block, int64_t blocks) {
 // lay in a second run of the block; with the runs merged, a loop of one-token tiles over 256
 // MiB read 28-29 GB/s a thread without those prefetches and 22-23 with them, as fast as a plain
 // streaming read (AMD EPYC Zen 4, one thread, Q4_K, Q5_K, Q6_K and IQ4_XS alike).
+
 // Adds the fifth bit of each 4-bit value: bits 2c and 2c + 1 of the `high` byte at the nibble
 // byte's position belong to its low and high nibble's values (PackedQ5KBlock, PackedQ5_1Block).
 inline void add_fifth_bits(__m512i high, int c, __m512i& lo, __m512i& hi) {
