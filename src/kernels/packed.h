@@ -32,6 +32,11 @@ constexpr int kMaxActPanelTokens = 24;
 constexpr int64_t act_block_index(int64_t t, int64_t b, int64_t panel, int64_t blocks) {
   return t / panel * panel * blocks + b * panel + t % panel;
 }
+// The activation blocks a token has for `blocks` packed blocks of type Block in a row.
+template <typename Block>
+constexpr int64_t act_blocks_of(int64_t blocks) {
+  return blocks * (Block::kColumns / kPackCols);
+}
 
 // The bf16 route's activations (kernels.h) are tiled so that one tile multiply reads 1 KiB in
 // one piece: tokens in tiles of kBf16TileTokens, each tile [cols / 32][16 tokens][32 values].

@@ -40,7 +40,7 @@ inline void run_group_tiles(const uint8_t* group, int64_t blocks, const Act* act
   // Runs tile NT on tokens from t; a tile after the group's first finds the weights in cache,
   // and a kernel with a run_cached skips there what it does to stream them from memory.
   const auto run_tile = [&]<int NT>(int64_t t) {
-    const Act* a = tokens_on(act, t, act_stride, blocks * (Block::kColumns / kPackCols));
+    const Act* a = tokens_on(act, t, act_stride, act_blocks_of<Block>(blocks));
     if constexpr (requires { &Tile<NT>::run_cached; }) {
       if (t > 0) return Tile<NT>::run_cached(w, blocks, a, act_stride, y + t * y_stride, y_stride);
     }

@@ -483,8 +483,7 @@ void split_tile(const Block* w, int64_t blocks, const Act* act, int64_t act_stri
       kernel.template operator()<kFirst, 1>(w, blocks, half, act, act_stride, y, y_stride);
       if constexpr (NT > kPassTokens) {
         kernel.template operator()<NT - kPassTokens, 1>(
-            w, blocks, half,
-            tokens_on(act, kPassTokens, act_stride, blocks * (Block::kColumns / kPackCols)),
+            w, blocks, half, tokens_on(act, kPassTokens, act_stride, act_blocks_of<Block>(blocks)),
             act_stride, y + kPassTokens * y_stride, y_stride);
       }
     }
