@@ -129,10 +129,21 @@ void register_all() {
           benchmark::RegisterBenchmark(
               ("Gemm/" + isa + "/" + name + "/" + shape + "/" + where).c_str(), BM_PackedGemm,
               table, type, rows, cols, copies)
-              ->ArgsProduct({{1, 4, 16, 64, 512}, {1, 2}})
+              ->ArgsProduct({{1, 4, 8, 16, 64, 512}, {1, 2}})
               ->ArgNames({"tokens", "threads"})
               ->UseRealTime();
         }
+      }
+    }
+    // F16 at the few tokens of a speculative verification step (a draft target in F16).
+    for (auto [rows, cols] : {std::pair{1536, 576}, std::pair{576, 1536}}) {
+      const std::string shape = std::to_string(rows) + "x" + std::to_string(cols);
+      for (auto [copies, where] : {std::pair{1, "cached"}, std::pair{64, "memory"}}) {
+        benchmark::RegisterBenchmark(("Gemm/" + isa + "/f16/" + shape + "/" + where).c_str(),
+                                     BM_PackedGemm, table, DType::F16, rows, cols, copies)
+            ->ArgsProduct({{1, 2, 3, 4, 5, 8}, {1, 2}})
+            ->ArgNames({"tokens", "threads"})
+            ->UseRealTime();
       }
     }
     // Llama-3.2-1B's attention projection (2048 x 2048) in the types of its quantized files;
