@@ -85,7 +85,8 @@ void DraftModel::propose(std::span<Job> jobs) {
   }
   // Round r computes every job's uncomputed tokens (round 0: the catch-up, within the step
   // budget; a job whose catch-up does not fit computes a chunk of it and drafts nothing this
-  // time) and appends the argmax.
+  // time) and appends the argmax. A job that wants no drafts (a prompt's catch-up) leaves its
+  // last token for the first proposal, which needs its logits, and needs none itself.
   // Only rounds of one token per sequence are timed: the cost model wants a drafted token's
   // cost, and a catch-up over a new prompt is a prefill.
   double drafting_seconds = 0;
@@ -94,11 +95,15 @@ void DraftModel::propose(std::span<Job> jobs) {
     batch_.clear();
     batch_job_.clear();
     int64_t budget = max_batch_tokens_;
+    bool catch_up_only = false;
     for (size_t j = 0; j < jobs.size(); ++j) {
       Job& job = jobs[j];
       Sequence& seq = job.state->seq;
-      if (job.proposed != r || job.proposed >= job.want) continue;
-      int64_t n = seq.num_uncomputed();
+      const bool drafts = job.want > 0;
+      if (drafts ? job.proposed != r || job.proposed >= job.want : r > 0) continue;
+      int64_t n = seq.num_uncomputed() - (drafts ? 0 : 1);
+      if (n <= 0) continue;
+      catch_up_only |= !drafts;
       if (n > budget) {
         if (r > 0 || budget == 0) continue;
         n = budget;
@@ -113,8 +118,9 @@ void DraftModel::propose(std::span<Job> jobs) {
     if (batch_.empty()) break;
     const auto started = std::chrono::steady_clock::now();
     runner_->run(batch_);
-    if (std::all_of(batch_.begin(), batch_.end(),
-                    [](const ScheduledSequence& s) { return s.num_new_tokens == 1; })) {
+    if (!catch_up_only && std::all_of(batch_.begin(), batch_.end(), [](const ScheduledSequence& s) {
+          return s.num_new_tokens == 1;
+        })) {
       drafting_seconds +=
           std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
       ++drafting_rounds;

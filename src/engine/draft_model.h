@@ -44,7 +44,8 @@ class DraftModel {
   struct Job {
     State* state;
     std::span<const int32_t> tokens;  // the sequence's real tokens
-    int64_t want;
+    int64_t want;            // 0: only catch up (all but the last token: a prompt, computed
+                             // in the step that computes it for the target)
     std::span<int32_t> out;  // [want]
     int64_t proposed = 0;    // set by propose()
   };

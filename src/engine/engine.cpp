@@ -349,6 +349,7 @@ void Engine::step() {
   finish_grammar_masks();
   if (config_.spec.enabled())
     record_step_time(std::chrono::duration<double>(Clock::now() - started).count());
+  if (draft_) catch_up_draft_on_prompts();
   for (size_t i = 0; i < scheduled_.size(); ++i) {
     Sequence& seq = *scheduled_[i].seq;
     const int64_t first_position = seq.num_computed;
@@ -823,6 +824,27 @@ void Engine::verify_drafts(Active& active, size_t scheduled_index) {
   update_acceptance(active, drafted, accepted);
 }
 
+void Engine::catch_up_draft_on_prompts() {
+  // The draft model computes a prompt in the steps that compute it for the target, before the
+  // first token is sampled: its cost is then part of the prompt's (as in llama.cpp), not a
+  // pause after the first token. Not under a load at which nobody drafts (propose_drafts's row
+  // budget): a sequence that starts to draft later catches up then.
+  const int64_t rows = config_.spec.max_step_rows;
+  if (rows > 0 && static_cast<int64_t>(scheduler_->num_running()) >= rows) return;
+  for (const ScheduledSequence& s : scheduled_) {
+    const Sequence& seq = *s.seq;
+    if (seq.num_computed >= seq.num_prompt_tokens) continue;  // num_computed is not advanced yet
+    Active& active = *active_.at(seq.request_id);
+    if (!active.draft_state || active.done) continue;
+    const int64_t end = std::min(seq.num_computed + s.num_new_tokens, seq.num_tokens());
+    draft_jobs_.push_back(
+        {active.draft_state.get(), std::span(seq.tokens).first(static_cast<size_t>(end)), 0, {}});
+  }
+  if (draft_jobs_.empty()) return;
+  draft_->propose(draft_jobs_);
+  draft_jobs_.clear();
+}
+
 void Engine::update_acceptance(Active& active, int64_t drafted, int64_t accepted) {
   // Decayed counts: recent drafts weigh more, so a sequence that leaves a quoted passage
   // drafts less soon after. The decay is per draft token, so the counts cover about the last
@@ -925,8 +947,15 @@ int64_t Engine::propose_drafts(Active& active, int64_t budget, int64_t other_row
     if (rows <= kTimedRows && step_samples_[rows] >= kEnoughSamples) k = std::max(k, 1) + 1;
   }
   // A draft model has no free check: alone, a sequence drafts at least one token so that its
-  // acceptance stays known; in a batch that does not pay, it drafts nothing.
-  if (k == 0 && draft_ && other_rows > 0) return 0;
+  // acceptance stays known; in a batch that does not pay, it drafts nothing. Nor does it in a
+  // batch when its draft cache lags far behind (it started under a load at which nobody
+  // drafted): catching up its whole text, a prefill on the draft model, would cost more than
+  // the few tokens left to a sequence at the tail of a busy period can save.
+  if (draft_ && other_rows > 0) {
+    constexpr int64_t kMaxLagInBatch = SpecDecodeStats::kMaxPositions;
+    if (k == 0 || seq.num_tokens() - active.draft_state->seq.num_computed > kMaxLagInBatch)
+      return 0;
+  }
   const int64_t want = std::min<int64_t>({std::max(k, 1), room, budget});
   if (want <= 0) return 0;
   if (draft_) {  // proposed with the others after this pass

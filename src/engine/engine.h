@@ -123,6 +123,8 @@ class Engine {
   // The draft model's cost per drafted token relative to a one-row decode step (0 without one).
   double draft_model_cost() const;
   void record_step_time(double seconds);
+  // The prompt tokens this step computed, computed in the draft model's cache too.
+  void catch_up_draft_on_prompts();
   // Folds a verification (or a shadow check of one draft) into a sequence's acceptance.
   void update_acceptance(Active& active, int64_t drafted, int64_t accepted);
   // Beam search: records a beam's candidates; once every live beam has its own, advance_beams

@@ -10,9 +10,13 @@
 
 #include <gtest/gtest.h>
 
+#include "engine/draft_model.h"
 #include "engine/speculative.h"
+#include "gguf/gguf.h"
 #include "tiny_engine.h"
+#include "tokenizer/vocab.h"
 #include "util/error.h"
+#include "util/thread_pool.h"
 
 namespace inferd::engine {
 namespace {
@@ -273,6 +277,36 @@ TEST_F(SpeculativeEngineTest, DraftModelGivesTheSameTextAsWithoutDrafts) {
   EXPECT_THROW(engine(bad), Error);
   bad.spec.draft_model.clear();
   EXPECT_THROW(engine(bad), Error);
+}
+
+TEST_F(SpeculativeEngineTest, DraftModelCatchesUpOnAPromptWithoutLogits) {
+  // A prompt's catch-up (want = 0, engine: in the prompt's own steps) computes all its tokens
+  // but the last and proposes nothing; the first proposal after it computes the rest and drafts
+  // what a state that never caught up drafts.
+  const std::string path = write_draft_model(5);
+  const gguf::GgufFile file = gguf::GgufFile::open(path);
+  const tokenizer::Vocab vocab = tokenizer::Vocab::from_gguf(file);
+  ThreadPool pool(2);
+  DraftModel draft(path, vocab, 128, 2, 16, 64, pool);
+  const std::vector<int32_t> prompt = prompts(3)[2];  // 29 tokens
+  std::vector<int32_t> out(4), fresh_out(4);
+  DraftModel::State caught, fresh;
+  draft.reserve(caught, 128);
+  draft.reserve(fresh, 128);
+  DraftModel::Job catch_up{&caught, prompt, 0, {}};
+  draft.propose({&catch_up, 1});
+  EXPECT_EQ(catch_up.proposed, 0);
+  EXPECT_EQ(caught.seq.num_computed, std::ssize(prompt) - 1);
+  DraftModel::Job after{&caught, prompt, 4, out};
+  DraftModel::Job scratch{&fresh, prompt, 4, fresh_out};
+  draft.propose({&after, 1});
+  draft.propose({&scratch, 1});
+  EXPECT_EQ(after.proposed, 4);
+  EXPECT_EQ(scratch.proposed, 4);
+  EXPECT_EQ(out, fresh_out);
+  EXPECT_EQ(caught.seq.num_computed, std::ssize(prompt) + 3);  // its last draft has no K/V yet
+  draft.release(caught);
+  draft.release(fresh);
 }
 
 TEST_F(SpeculativeEngineTest, PerRequestSettingAndLimits) {
