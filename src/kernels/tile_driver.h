@@ -12,6 +12,9 @@
 namespace inferd::kernels {
 
 constexpr int kMaxTileTokens = 8;
+// The most tokens a step may have for its tiles to stream the weights as a decode step does
+// (run_small_step).
+constexpr int64_t kSmallStepTokens = 16;
 
 namespace {
 // The activations of `t` tokens further on, for a row of `act_blocks` int8 blocks in panels of
@@ -38,11 +41,17 @@ inline void run_group_tiles(const uint8_t* group, int64_t blocks, const Act* act
                             int64_t act_stride, int64_t n_tokens, float* y, int64_t y_stride) {
   const auto* w = reinterpret_cast<const Block*>(group);
   // Runs tile NT on tokens from t; a tile after the group's first finds the weights in cache,
-  // and a kernel with a run_cached skips there what it does to stream them from memory.
+  // and a kernel with a run_cached skips there what it does to stream them from memory. A
+  // kernel with a run_small_step streams them its own way in a step of few tokens (decode rows
+  // of a few sequences, or drafts being verified), where the group is read about once.
   const auto run_tile = [&]<int NT>(int64_t t) {
     const Act* a = tokens_on(act, t, act_stride, act_blocks_of<Block>(blocks));
     if constexpr (requires { &Tile<NT>::run_cached; }) {
       if (t > 0) return Tile<NT>::run_cached(w, blocks, a, act_stride, y + t * y_stride, y_stride);
+    }
+    if constexpr (requires { &Tile<NT>::run_small_step; }) {
+      if (t == 0 && n_tokens <= kSmallStepTokens)
+        return Tile<NT>::run_small_step(w, blocks, a, act_stride, y, y_stride);
     }
     Tile<NT>::run(w, blocks, a, act_stride, y + t * y_stride, y_stride);
   };

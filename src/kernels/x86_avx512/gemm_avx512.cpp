@@ -48,16 +48,32 @@ inline int32_t hsum(__m512i v) {
 }
 
 // Groups of a matrix lie one after another, and a thread multiplies a run of them in order. A
-// tile of several tokens computes for long enough per block to fetch the same block of the next
-// group meanwhile, so weights streaming from memory arrive before they are needed. (Past the
-// matrix's end this only touches addresses; prefetches never fault.) Only a group's first tile
-// does (kPrefetchNext; the driver calls run_cached for the others): every tile of a prompt
-// fetching the next group into L1 again evicted the lines it was working on, and the 1B-shaped
-// Q6_K model's pp512 went from 207-222 to 226-256 tok/s without that (4 alternating pairs).
-template <typename Block>
-inline void prefetch_next_group(const Block* block, int64_t blocks) {
-  const char* next = reinterpret_cast<const char*>(block + blocks);
-  for (size_t line = 0; line < sizeof(Block); line += 64) _mm_prefetch(next + line, _MM_HINT_T0);
+// tile of several tokens computes long enough per block that the hardware prefetcher falls
+// behind and each block's loads wait on memory, so such a tile prefetches (past the matrix's
+// end this only touches addresses; prefetches never fault). How, the driver says by the entry
+// it calls (tile_driver.h):
+//  - kNextGroup (run: a group's first tile in a prompt): the same block of the next group, into
+//    L1. Only the first tile does: every tile of a prompt fetching the next group into L1 again
+//    evicted the lines it was working on, and the 1B-shaped Q6_K model's pp512 went from
+//    207-222 to 226-256 tok/s without that (4 alternating pairs).
+//  - kAhead (run_small_step: the first tile of a step of 2-16 tokens, a few sequences decoding
+//    or one verifying drafts): 16 KiB further on, into L2. With the next group into L1 instead,
+//    the 1B-shaped Q4_K_M model decoded 5 sequences at 78-88 tok/s, with this 155-162, and 8
+//    at 104 against 170-190 (inferd bench --parallel, AMD EPYC Zen 4); SmolLM2 in F16 verified
+//    5 rows a step in 11.6 ms against 20.4 with no prefetch. Into L1, a group or 4 KiB ahead,
+//    did not help F16.
+//  - kNone (run_cached: the group's later tiles find it in cache).
+enum class Prefetch { kNone, kNextGroup, kAhead };
+constexpr size_t kPrefetchAheadBytes = 16384;
+template <Prefetch P, int NT, typename Block>
+inline void prefetch_for(const Block* block, int64_t blocks) {
+  if constexpr (NT > 1 && P == Prefetch::kNextGroup) {
+    const char* next = reinterpret_cast<const char*>(block + blocks);
+    for (size_t line = 0; line < sizeof(Block); line += 64) _mm_prefetch(next + line, _MM_HINT_T0);
+  } else if constexpr (NT > 1 && P == Prefetch::kAhead) {
+    const char* ahead = reinterpret_cast<const char*>(block) + kPrefetchAheadBytes;
+    for (size_t line = 0; line < sizeof(Block); line += 64) _mm_prefetch(ahead + line, _MM_HINT_T1);
+  }
 }
 
 // One token (decode) reads each group once, straight from memory, and leaves that to the
@@ -80,7 +96,7 @@ inline void add_fifth_bits(__m512i high, int c, __m512i& lo, __m512i& hi) {
 // tokens (decode) use two integer accumulators per token so the chain of dependent VNNI
 // instructions per block is half as long; many tokens already have NT independent chains and
 // need the registers.
-template <int NT, float ActQ8Block::*offset_sum, typename Block, bool kPrefetchNext = true>
+template <int NT, float ActQ8Block::*offset_sum, typename Block, Prefetch P = Prefetch::kNextGroup>
 void q4_tile(const Block* w, int64_t blocks, const ActQ8Block* act, int64_t act_stride, float* y,
              int64_t y_stride) {
   constexpr bool kFiveBits = std::is_same_v<Block, PackedQ5_1Block>;
@@ -89,7 +105,7 @@ void q4_tile(const Block* w, int64_t blocks, const ActQ8Block* act, int64_t act_
   __m512 acc[NT];
   for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
   for (int64_t b = 0; b < blocks; ++b) {
-    if constexpr (NT > 1 && kPrefetchNext) prefetch_next_group(w + b, blocks);
+    prefetch_for<P, NT>(w + b, blocks);
     __m512i isum[NT][kAcc];
     for (int t = 0; t < NT; ++t)
       for (int i = 0; i < kAcc; ++i) isum[t][i] = _mm512_setzero_si512();
@@ -125,7 +141,7 @@ inline __m512 load_u8x16(const uint8_t* p) {
 
 // Q4_K: q4_tile's VNNI loop per 32-column sub-block, with the sub-block's scale and min for
 // the 16 rows made from their bytes once and shared by the tile's tokens.
-template <int NT, bool kPrefetchNext = true>
+template <int NT, Prefetch P = Prefetch::kNextGroup>
 void q4k_tile(const PackedQ4KBlock* w, int64_t blocks, const ActQ8Block* act, int64_t act_stride,
               float* y, int64_t y_stride) {
   constexpr int kAcc = NT < 4 ? 2 : 1;
@@ -133,7 +149,7 @@ void q4k_tile(const PackedQ4KBlock* w, int64_t blocks, const ActQ8Block* act, in
   __m512 acc[NT];
   for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
   for (int64_t b = 0; b < blocks; ++b) {
-    if constexpr (NT > 1 && kPrefetchNext) prefetch_next_group(w + b, blocks);
+    prefetch_for<P, NT>(w + b, blocks);
     const __m512 dmin = load_fp16x16(w[b].dmin);
     // The super-block's sub-blocks share each token's activation scale (Q8_K): their scaled
     // sums gather without it, and it multiplies once at the end (the mins fold through d x sum,
@@ -193,13 +209,13 @@ inline __m512i six_bits(__m512i nibbles, __m512i top_moved) {
 // here from its half sum (a shift and a broadcast from a general register, which on Zen 4 takes
 // most of a VNNI slot), the offset held the tile at 116 GMAC/s; read ready-made, with the add
 // above, 138-140 (inferd_kernels_bench, 2048 x 2048, 512 tokens, one thread).
-template <int NT, bool kPrefetchNext = true>
+template <int NT, Prefetch P = Prefetch::kNextGroup>
 void q6k_tile(const PackedQ6KBlock* w, int64_t blocks, const ActQ8Block* act, int64_t act_stride,
               float* y, int64_t y_stride) {
   __m512 acc[NT];
   for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
   for (int64_t b = 0; b < blocks; ++b) {
-    if constexpr (NT > 1 && kPrefetchNext) prefetch_next_group(w + b, blocks);
+    prefetch_for<P, NT>(w + b, blocks);
     // The super-block's 16 sub-blocks share each token's activation scale (Q8_K), so their
     // scaled sums gather without it and it multiplies once at the end.
     __m512 block_sum[NT];
@@ -238,7 +254,7 @@ void q6k_tile(const PackedQ6KBlock* w, int64_t blocks, const ActQ8Block* act, in
 
 // Q5_K: q4k_tile with each nibble's fifth bit from qh (bits 2c and 2c + 1 of the byte at the
 // nibble byte's position).
-template <int NT, bool kPrefetchNext = true>
+template <int NT, Prefetch P = Prefetch::kNextGroup>
 void q5k_tile(const PackedQ5KBlock* w, int64_t blocks, const ActQ8Block* act, int64_t act_stride,
               float* y, int64_t y_stride) {
   constexpr int kAcc = NT < 4 ? 2 : 1;
@@ -246,7 +262,7 @@ void q5k_tile(const PackedQ5KBlock* w, int64_t blocks, const ActQ8Block* act, in
   __m512 acc[NT];
   for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
   for (int64_t b = 0; b < blocks; ++b) {
-    if constexpr (NT > 1 && kPrefetchNext) prefetch_next_group(w + b, blocks);
+    prefetch_for<P, NT>(w + b, blocks);
     const __m512 dmin = load_fp16x16(w[b].dmin);
     // The super-block's sub-blocks share each token's activation scale (Q8_K): their scaled
     // sums gather without it, and it multiplies once at the end (the mins fold through d x sum,
@@ -289,7 +305,7 @@ void q5k_tile(const PackedQ5KBlock* w, int64_t blocks, const ActQ8Block* act, in
 
 // IQ4_XS: each nibble becomes its table value + 128 by a byte shuffle (VNNI's unsigned
 // operand); the offset comes off as 128 * sum(activation) per 32 columns, in integers.
-template <int NT, bool kPrefetchNext = true>
+template <int NT, Prefetch P = Prefetch::kNextGroup>
 void iq4xs_tile(const PackedIQ4XSBlock* w, int64_t blocks, const ActQ8Block* act,
                 int64_t act_stride, float* y, int64_t y_stride) {
   const __m512i low_nibble = _mm512_set1_epi8(0x0F);
@@ -300,7 +316,7 @@ void iq4xs_tile(const PackedIQ4XSBlock* w, int64_t blocks, const ActQ8Block* act
   __m512 acc[NT];
   for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
   for (int64_t b = 0; b < blocks; ++b) {
-    if constexpr (NT > 1 && kPrefetchNext) prefetch_next_group(w + b, blocks);
+    prefetch_for<P, NT>(w + b, blocks);
     // The super-block's sub-blocks share each token's activation scale (Q8_K): their scaled
     // sums gather without it, and it multiplies once at the end.
     __m512 block_sum[NT];
@@ -336,14 +352,14 @@ void iq4xs_tile(const PackedIQ4XSBlock* w, int64_t blocks, const ActQ8Block* act
 
 // Weights stored as q + 128 are VNNI's unsigned operand as they are; the offset comes off as
 // 128 * sum(activation) per block, in integers.
-template <int NT, bool kPrefetchNext = true>
+template <int NT, Prefetch P = Prefetch::kNextGroup>
 void q8_tile(const PackedQ8Block* w, int64_t blocks, const ActQ8Block* act, int64_t act_stride,
              float* y, int64_t y_stride) {
   constexpr int kAcc = NT < 4 ? 2 : 1;
   __m512 acc[NT];
   for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
   for (int64_t b = 0; b < blocks; ++b) {
-    if constexpr (NT > 1 && kPrefetchNext) prefetch_next_group(w + b, blocks);
+    prefetch_for<P, NT>(w + b, blocks);
     __m512i isum[NT][kAcc];
     for (int t = 0; t < NT; ++t)
       for (int i = 0; i < kAcc; ++i) isum[t][i] = _mm512_setzero_si512();
@@ -369,21 +385,11 @@ void q8_tile(const PackedQ8Block* w, int64_t blocks, const ActQ8Block* act, int6
   for (int t = 0; t < NT; ++t) _mm512_storeu_ps(y + t * y_stride, acc[t]);
 }
 
-// Q4_0 and Q4_1 differ only in which activation sum their offset m multiplies.
 // F16: one converted load gives 16 rows' weights for one input column; each token adds it
 // times that column's value. Two accumulators per token shorten the FMA chains; their number
 // does not depend on the tile's token count, so a row's sum is added in the same order however
 // many tokens share the step (greedy text must not change when speculation adds rows).
-// How far ahead in the weight stream a tile of several F16 tokens prefetches, into L2. Such a
-// tile computes long enough per block (2 to 8 FMAs per weight vector) that the hardware
-// prefetcher falls behind and each block's loads wait on memory: without this, five tokens
-// read 10 GB/s a thread from memory at half the FMA peak, against 22 GB/s for one token.
-// 16 KiB ahead into L2 made that 17-18 GB/s at 42-47 G
-// multiply-adds a second, and SmolLM2 in F16 verified 5 rows a step in 11.6 ms against 20.4
-// (AMD EPYC Zen 4, inferd_kernels_bench Gemm/avx512/f16 and inferd bench --parallel 5).
-// Prefetching into L1, a group or 4 KiB ahead, did not help.
-constexpr int64_t kF16PrefetchBlocks = 16;
-template <int NT, bool kPrefetchNext = true>
+template <int NT, Prefetch P = Prefetch::kAhead>
 void f16_tile(const PackedF16Block* w, int64_t blocks, const float* x, int64_t x_stride, float* y,
               int64_t y_stride) {
   constexpr int kAcc = 2;
@@ -391,11 +397,7 @@ void f16_tile(const PackedF16Block* w, int64_t blocks, const float* x, int64_t x
   for (int t = 0; t < NT; ++t)
     for (int i = 0; i < kAcc; ++i) acc[t][i] = _mm512_setzero_ps();
   for (int64_t b = 0; b < blocks; ++b) {
-    if constexpr (NT > 1 && kPrefetchNext) {
-      const char* ahead = reinterpret_cast<const char*>(w + b + kF16PrefetchBlocks);
-      for (size_t line = 0; line < sizeof(PackedF16Block); line += 64)
-        _mm_prefetch(ahead + line, _MM_HINT_T1);
-    }
+    prefetch_for<P, NT>(w + b, blocks);
     // Accumulator i takes columns k + i: a constant index in a short loop keeps acc in
     // registers (k % kAcc over all 32 columns left it on the stack, a load and store per FMA).
     for (int k = 0; k < kPackCols; k += kAcc) {
@@ -423,10 +425,11 @@ struct F16Tile {
   }
   static void run_cached(const PackedF16Block* w, int64_t blocks, const float* x, int64_t x_stride,
                          float* y, int64_t y_stride) {
-    f16_tile<NT, false>(w, blocks, x, x_stride, y, y_stride);
+    f16_tile<NT, Prefetch::kNone>(w, blocks, x, x_stride, y, y_stride);
   }
 };
 
+// Q4_0 and Q4_1 differ only in which activation sum their offset m multiplies.
 template <float ActQ8Block::*offset_sum, typename Block = PackedQ4Block>
 struct Q4Tiles {
   template <int NT>
@@ -437,7 +440,11 @@ struct Q4Tiles {
     }
     static void run_cached(const Block* w, int64_t blocks, const ActQ8Block* act,
                            int64_t act_stride, float* y, int64_t y_stride) {
-      q4_tile<NT, offset_sum, Block, false>(w, blocks, act, act_stride, y, y_stride);
+      q4_tile<NT, offset_sum, Block, Prefetch::kNone>(w, blocks, act, act_stride, y, y_stride);
+    }
+    static void run_small_step(const Block* w, int64_t blocks, const ActQ8Block* act,
+                               int64_t act_stride, float* y, int64_t y_stride) {
+      q4_tile<NT, offset_sum, Block, Prefetch::kAhead>(w, blocks, act, act_stride, y, y_stride);
     }
   };
 };
@@ -449,7 +456,11 @@ struct Q4KTile {
   }
   static void run_cached(const PackedQ4KBlock* w, int64_t blocks, const ActQ8Block* act,
                          int64_t act_stride, float* y, int64_t y_stride) {
-    q4k_tile<NT, false>(w, blocks, act, act_stride, y, y_stride);
+    q4k_tile<NT, Prefetch::kNone>(w, blocks, act, act_stride, y, y_stride);
+  }
+  static void run_small_step(const PackedQ4KBlock* w, int64_t blocks, const ActQ8Block* act,
+                             int64_t act_stride, float* y, int64_t y_stride) {
+    q4k_tile<NT, Prefetch::kAhead>(w, blocks, act, act_stride, y, y_stride);
   }
 };
 template <int NT>
@@ -460,7 +471,11 @@ struct Q5KTile {
   }
   static void run_cached(const PackedQ5KBlock* w, int64_t blocks, const ActQ8Block* act,
                          int64_t act_stride, float* y, int64_t y_stride) {
-    q5k_tile<NT, false>(w, blocks, act, act_stride, y, y_stride);
+    q5k_tile<NT, Prefetch::kNone>(w, blocks, act, act_stride, y, y_stride);
+  }
+  static void run_small_step(const PackedQ5KBlock* w, int64_t blocks, const ActQ8Block* act,
+                             int64_t act_stride, float* y, int64_t y_stride) {
+    q5k_tile<NT, Prefetch::kAhead>(w, blocks, act, act_stride, y, y_stride);
   }
 };
 template <int NT>
@@ -471,7 +486,11 @@ struct IQ4XSTile {
   }
   static void run_cached(const PackedIQ4XSBlock* w, int64_t blocks, const ActQ8Block* act,
                          int64_t act_stride, float* y, int64_t y_stride) {
-    iq4xs_tile<NT, false>(w, blocks, act, act_stride, y, y_stride);
+    iq4xs_tile<NT, Prefetch::kNone>(w, blocks, act, act_stride, y, y_stride);
+  }
+  static void run_small_step(const PackedIQ4XSBlock* w, int64_t blocks, const ActQ8Block* act,
+                             int64_t act_stride, float* y, int64_t y_stride) {
+    iq4xs_tile<NT, Prefetch::kAhead>(w, blocks, act, act_stride, y, y_stride);
   }
 };
 template <int NT>
@@ -482,7 +501,11 @@ struct Q6KTile {
   }
   static void run_cached(const PackedQ6KBlock* w, int64_t blocks, const ActQ8Block* act,
                          int64_t act_stride, float* y, int64_t y_stride) {
-    q6k_tile<NT, false>(w, blocks, act, act_stride, y, y_stride);
+    q6k_tile<NT, Prefetch::kNone>(w, blocks, act, act_stride, y, y_stride);
+  }
+  static void run_small_step(const PackedQ6KBlock* w, int64_t blocks, const ActQ8Block* act,
+                             int64_t act_stride, float* y, int64_t y_stride) {
+    q6k_tile<NT, Prefetch::kAhead>(w, blocks, act, act_stride, y, y_stride);
   }
 };
 template <int NT>
@@ -493,7 +516,11 @@ struct Q8Tile {
   }
   static void run_cached(const PackedQ8Block* w, int64_t blocks, const ActQ8Block* act,
                          int64_t act_stride, float* y, int64_t y_stride) {
-    q8_tile<NT, false>(w, blocks, act, act_stride, y, y_stride);
+    q8_tile<NT, Prefetch::kNone>(w, blocks, act, act_stride, y, y_stride);
+  }
+  static void run_small_step(const PackedQ8Block* w, int64_t blocks, const ActQ8Block* act,
+                             int64_t act_stride, float* y, int64_t y_stride) {
+    q8_tile<NT, Prefetch::kAhead>(w, blocks, act, act_stride, y, y_stride);
   }
 };
 
