@@ -12,8 +12,8 @@
 namespace inferd::kernels {
 
 constexpr int kMaxTileTokens = 8;
-// The most tokens a step may have for its tiles to stream the weights as a decode step does
-// (run_small_step).
+// The most tokens a step of several may have for its tiles to stream the weights as a decode
+// step of a few sequences does (run_small_step; one token has its own tiles).
 constexpr int64_t kSmallStepTokens = 16;
 
 namespace {
@@ -50,7 +50,7 @@ inline void run_group_tiles(const uint8_t* group, int64_t blocks, const Act* act
       if (t > 0) return Tile<NT>::run_cached(w, blocks, a, act_stride, y + t * y_stride, y_stride);
     }
     if constexpr (requires { &Tile<NT>::run_small_step; }) {
-      if (t == 0 && n_tokens <= kSmallStepTokens)
+      if (t == 0 && n_tokens > 1 && n_tokens <= kSmallStepTokens)
         return Tile<NT>::run_small_step(w, blocks, a, act_stride, y, y_stride);
     }
     Tile<NT>::run(w, blocks, a, act_stride, y + t * y_stride, y_stride);
