@@ -70,7 +70,7 @@ inline void prefetch_ahead(int half, const void* p, size_t bytes) {
 }
 
 // The eighth of a K-quant block (one of its 8 sub-blocks' share of the bytes) that sub-block j
-// of `block` is about to use, asked for kPrefetchBytes ahead.
+// of `block` is about to use, asked for as far ahead as prefetch_ahead does for NT tokens.
 template <int H, int NT, typename Block>
 inline void prefetch_sub_block(int half, const Block* block, int j) {
   prefetch_ahead<H, NT>(half,
