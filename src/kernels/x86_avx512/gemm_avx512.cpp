@@ -388,7 +388,9 @@ void q8_tile(const PackedQ8Block* w, int64_t blocks, const ActQ8Block* act, int6
 // F16: one converted load gives 16 rows' weights for one input column; each token adds it
 // times that column's value. Two accumulators per token shorten the FMA chains; their number
 // does not depend on the tile's token count, so a row's sum is added in the same order however
-// many tokens share the step (greedy text must not change when speculation adds rows).
+// many tokens share the step (greedy text must not change when speculation adds rows). Its
+// first tile streams ahead into L2 in prompts too (F16 prompts measured the same with it,
+// 1B-shaped pp256), so it needs no run_small_step.
 template <int NT, Prefetch P = Prefetch::kAhead>
 void f16_tile(const PackedF16Block* w, int64_t blocks, const float* x, int64_t x_stride, float* y,
               int64_t y_stride) {
