@@ -241,8 +241,11 @@ std::string write_draft_model(uint32_t seed, int n_vocab = 24) {
   spec.seed = seed;
   spec.n_layers = 1;
   const std::vector<uint8_t> bytes = testing::make_tiny_llama(spec);
-  const std::string path = ::testing::TempDir() + "/inferd-draft-" + std::to_string(seed) + "-" +
-                           std::to_string(n_vocab) + ".gguf";
+  // A name of this test's own: CTest runs tests as parallel processes, and rewriting a file
+  // that another test has mapped truncates it under that test (SIGBUS).
+  const std::string test = ::testing::UnitTest::GetInstance()->current_test_info()->name();
+  const std::string path = ::testing::TempDir() + "/inferd-draft-" + test + "-" +
+                           std::to_string(seed) + "-" + std::to_string(n_vocab) + ".gguf";
   FILE* f = std::fopen(path.c_str(), "wb");
   std::fwrite(bytes.data(), 1, bytes.size(), f);
   std::fclose(f);
