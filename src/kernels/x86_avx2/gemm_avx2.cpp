@@ -56,12 +56,15 @@ inline void pin(__m256i& v) {
 // runs, AMD EPYC Zen 4; Q4_K_M 65-77 and 83-86).
 constexpr int kPrefetchBytes = 3072;  // one token: best of 512-6144 on the AMD EPYC (1B shape)
 constexpr int kSeveralTokensPrefetchBytes = 16384;
+inline void prefetch_into_l2(const void* p, size_t bytes) {
+  const char* base = static_cast<const char*>(p) + kSeveralTokensPrefetchBytes;
+  for (size_t off = 0; off < bytes; off += 64) _mm_prefetch(base + off, _MM_HINT_T1);
+}
 template <int H, int NT>
 inline void prefetch_ahead(int half, const void* p, size_t bytes) {
   if (H == 2 || half == 0) {
     if constexpr (NT > 1) {
-      const char* base = static_cast<const char*>(p) + kSeveralTokensPrefetchBytes;
-      for (size_t off = 0; off < bytes; off += 64) _mm_prefetch(base + off, _MM_HINT_T1);
+      prefetch_into_l2(p, bytes);
     } else {
       const char* base = static_cast<const char*>(p) + kPrefetchBytes;
       for (size_t off = 0; off < bytes; off += 64) _mm_prefetch(base + off, _MM_HINT_T0);
@@ -449,7 +452,6 @@ void q8_tile(const PackedQ8Block* w, int64_t blocks, int half, const ActQ8Block*
 // that column's value. Two accumulators per token shorten the FMA chains; their number does
 // not depend on the tile's token count, so a row's sum is added in the same order however many
 // tokens share the step (greedy text must not change when speculation adds rows).
-constexpr int64_t kF16PrefetchBlocks = 16;  // 16 KiB
 template <int NT, int H>
 void f16_tile(const PackedF16Block* w, int64_t blocks, int half, const float* x, int64_t x_stride,
               float* y, int64_t y_stride) {
@@ -462,11 +464,8 @@ void f16_tile(const PackedF16Block* w, int64_t blocks, int half, const float* x,
     // A tile of several tokens computes too long per block for the hardware prefetcher; the
     // pass that reads a group first asks for the weights 16 KiB ahead, into L2 (as the AVX-512
     // tile does, which says why). One token is left to the hardware prefetcher.
-    if ((H == 2 && NT > 1) || (H == 1 && half == 0)) {
-      const char* ahead = reinterpret_cast<const char*>(w + b + kF16PrefetchBlocks);
-      for (size_t line = 0; line < sizeof(PackedF16Block); line += 64)
-        _mm_prefetch(ahead + line, _MM_HINT_T1);
-    }
+    if ((H == 2 && NT > 1) || (H == 1 && half == 0))
+      prefetch_into_l2(w + b, sizeof(PackedF16Block));
     // Accumulator i takes columns k + i: a constant index in a short loop keeps acc in
     // registers (k % kAcc over all 32 columns left it on the stack, a load and store per FMA).
     for (int k = 0; k < kPackCols; k += kAcc) {
