@@ -88,7 +88,8 @@ void add_spec_options(CLI::App& cmd, engine::SpeculativeConfig& spec) {
                  "Most draft tokens per sequence and step (adapts to acceptance below it)")
       ->check(CLI::Range(1, engine::SpecDecodeStats::kMaxPositions));
   cmd.add_option("--spec-ngram-min", spec.prompt_lookup_min,
-                 "Shortest n-gram looked up for a draft (vLLM prompt_lookup_min)")
+                 "Shortest n-gram looked up for a draft (vLLM prompt_lookup_min; next to where "
+                 "the text was copying from, one token is enough)")
       ->check(CLI::Range(1, 64));
   cmd.add_option("--spec-ngram-max", spec.prompt_lookup_max,
                  "Longest n-gram looked up for a draft (vLLM prompt_lookup_max)")

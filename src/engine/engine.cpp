@@ -45,10 +45,16 @@ struct Engine::Active {
   std::vector<uint64_t> choices;
   std::unique_ptr<BeamState> beams;  // a beam search only
   // Speculative decoding: the most draft tokens per step (0: none), and the decayed counts of
-  // accepted and rejected drafts that set how many to propose.
+  // accepted and rejected drafts that set how many to propose (with a draft model; n-gram
+  // drafts count per kind of proposal).
   int32_t spec_max = 0;
   double spec_accepted = 0, spec_rejected = 0;
   int32_t shadow_draft = -1;  // a proposal not verified, compared with the next token instead
+  // N-gram drafts: this step's proposal (verified, or compared as shadow_draft), where the
+  // text copies from next (-1: no idea), and decayed [accepted, rejected] counts per kind.
+  NgramProposal proposal;
+  int64_t copy_from = -1;
+  std::array<std::array<double, 2>, kNgramKinds> ngram_counts{};
   std::unique_ptr<DraftModel::State> draft_state;  // --spec draft: its tokens in the draft cache
   std::vector<int32_t> draft_out;                  // [kMaxPositions] the draft model's proposal
   std::unique_ptr<structured::GrammarMatcher> grammar;  // constrained decoding only
@@ -379,9 +385,12 @@ void Engine::step() {
       const int32_t token = process_output(active, runner_->logits_for(i));
       if (active.shadow_draft >= 0) {
         const bool right = token == active.shadow_draft;
-        update_acceptance(active, 1, right ? 1 : 0);
+        update_acceptance(active, 1, right ? 1 : 0, /*shadow=*/true);
+      } else if (active.copy_from >= 0) {
+        ++active.copy_from;  // no proposal: keep pace with the text
       }
       active.shadow_draft = -1;
+      active.proposal = {};  // (drafts a preemption dropped were never verified)
     }
   }
   for (Active* active : beam_steps_) advance_beams(*active);
@@ -845,15 +854,43 @@ void Engine::catch_up_draft_on_prompts() {
   draft_jobs_.clear();
 }
 
-void Engine::update_acceptance(Active& active, int64_t drafted, int64_t accepted) {
+void Engine::update_acceptance(Active& active, int64_t drafted, int64_t accepted, bool shadow) {
   // Decayed counts: recent drafts weigh more, so a sequence that leaves a quoted passage
   // drafts less soon after. The decay is per draft token, so the counts cover about the last
   // 20 tokens whether a step verified one draft or eight (per step, few drafts a step kept
   // the estimate near its prior, which kept the drafts few).
   constexpr double kDecayPerToken = 0.95;
   const double decay = std::pow(kDecayPerToken, static_cast<double>(std::max<int64_t>(drafted, 1)));
+  const double missed = accepted < drafted ? 1.0 : 0.0;
   active.spec_accepted = active.spec_accepted * decay + static_cast<double>(accepted);
-  active.spec_rejected = active.spec_rejected * decay + (accepted < drafted ? 1.0 : 0.0);
+  active.spec_rejected = active.spec_rejected * decay + missed;
+  if (active.proposal.count == 0) return;
+  const int kind = ngram_kind(active.proposal);
+  for (std::array<double, 2>* counts : {&active.ngram_counts[kind], &ngram_acceptance_[kind]}) {
+    (*counts)[0] = (*counts)[0] * decay + static_cast<double>(accepted);
+    (*counts)[1] = (*counts)[1] * decay + missed;
+  }
+  // A shadow proposal's first token was compared with the model's token itself; verified
+  // drafts precede it.
+  if (!active.done)
+    active.copy_from =
+        next_copy_position(active.seq.tokens, active.proposal, shadow ? 0 : accepted);
+  active.proposal = {};
+}
+
+double Engine::expected_acceptance(const Active& active, const NgramProposal& proposal) const {
+  if (proposal.count == 0)  // a draft model: the sequence's own record, prior 1/2
+    return (active.spec_accepted + 1) / (active.spec_accepted + active.spec_rejected + 2);
+  // An n-gram proposal: the sequence's record for this kind of match, with the rate of all
+  // sequences' matches of the kind (prior 1/2) weighing as two drafts. How reliable a match
+  // is depends most on its kind (a 5-token match where the text was copying from is right far
+  // more often than a 2-token one elsewhere); the sequence's own record says how closely this
+  // text copies.
+  const int kind = ngram_kind(proposal);
+  const std::array<double, 2>& all = ngram_acceptance_[static_cast<size_t>(kind)];
+  const std::array<double, 2>& own = active.ngram_counts[static_cast<size_t>(kind)];
+  const double prior = (all[0] + 1) / (all[0] + all[1] + 2);
+  return (own[0] + 2 * prior) / (own[0] + own[1] + 2);
 }
 
 void Engine::record_step_time(double seconds) {
@@ -916,16 +953,25 @@ int64_t Engine::propose_drafts(Active& active, int64_t budget, int64_t other_row
   const int64_t room =
       std::min(seq.request.max_tokens - seq.num_generated(), config_.context - seq.num_tokens()) -
       1;
-  // How many drafts pay: with a per-token acceptance a (estimated from this sequence's own
-  // history, prior 1/2), k drafts yield 1 + a + ... + a^k tokens and add c k to the step
-  // (c: a draft token's cost, its row and the draft model's step, in one-row decode steps,
-  // measured). The step's other rows make `other` tokens in a step of 1 + r other (r: a row's
-  // cost): the k that makes the most tokens per unit of time wins. Alone (other = 0) that is
-  // yield / (1 + c k); in a full batch a draft must beat the batch's own rate, which it seldom
-  // does. None when no k beats plain decoding; an n-gram proposal is then only checked against
-  // the next token (free), so the estimate follows the text and drafting resumes where it
-  // starts to pay.
-  const double a = (active.spec_accepted + 1) / (active.spec_accepted + active.spec_rejected + 2);
+  // An n-gram proposal comes first: how far to trust it depends on what kind of match it is.
+  NgramProposal proposal;
+  if (!draft_) {
+    const int64_t most = std::min<int64_t>({active.spec_max, room, budget});
+    if (most <= 0) return 0;
+    proposal =
+        propose_ngram(seq.tokens, config_.spec.prompt_lookup_min, config_.spec.prompt_lookup_max,
+                      std::span(drafts_).first(static_cast<size_t>(most)), active.copy_from);
+    if (proposal.count == 0) return 0;
+  }
+  // How many drafts pay: with a per-token acceptance a (expected_acceptance), k drafts yield
+  // 1 + a + ... + a^k tokens and add c k to the step (c: a draft token's cost, its row and the
+  // draft model's step, in one-row decode steps, measured). The step's other rows make `other`
+  // tokens in a step of 1 + r other (r: a row's cost): the k that makes the most tokens per unit of
+  // time wins. Alone (other = 0) that is yield / (1 + c k); in a full batch a draft must beat the
+  // batch's own rate, which it seldom does. None when no k beats plain decoding; an n-gram proposal
+  // is then only checked against the next token (free), so the estimate follows the text and
+  // drafting resumes where it starts to pay.
+  const double a = expected_acceptance(active, proposal);
   const double r = draft_row_cost();
   const double c = r + draft_model_cost();
   const auto other = static_cast<double>(other_rows);
@@ -964,16 +1010,15 @@ int64_t Engine::propose_drafts(Active& active, int64_t budget, int64_t other_row
     draft_owners_.push_back(&active);
     return want;
   }
-  const size_t n =
-      propose_ngram(seq.tokens, config_.spec.prompt_lookup_min, config_.spec.prompt_lookup_max,
-                    std::span(drafts_).first(static_cast<size_t>(want)));
+  active.proposal = proposal;
   if (k == 0) {  // not worth verifying: only see whether it would have been right
-    active.shadow_draft = n > 0 ? drafts_[0] : -1;
+    active.shadow_draft = drafts_[0];
     return 0;
   }
-  seq.tokens.insert(seq.tokens.end(), drafts_.begin(), drafts_.begin() + static_cast<int64_t>(n));
-  seq.num_draft = static_cast<int64_t>(n);
-  return seq.num_draft;
+  const int64_t n = std::min(want, static_cast<int64_t>(proposal.count));
+  seq.tokens.insert(seq.tokens.end(), drafts_.begin(), drafts_.begin() + n);
+  seq.num_draft = n;
+  return n;
 }
 
 }  // namespace inferd::engine

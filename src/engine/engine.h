@@ -3,6 +3,7 @@
 // `inferd run` drives it with one request, the server with many: there is no other path.
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <map>
@@ -125,8 +126,12 @@ class Engine {
   void record_step_time(double seconds);
   // The prompt tokens this step computed, computed in the draft model's cache too.
   void catch_up_draft_on_prompts();
-  // Folds a verification (or a shadow check of one draft) into a sequence's acceptance.
-  void update_acceptance(Active& active, int64_t drafted, int64_t accepted);
+  // Folds a verification (or a shadow check of one draft) into a sequence's acceptance, and for
+  // an n-gram proposal moves on where the text copies from.
+  void update_acceptance(Active& active, int64_t drafted, int64_t accepted, bool shadow = false);
+  // The per-token acceptance expected of a sequence's next drafts (`proposal`: an n-gram
+  // proposal, or none with a draft model).
+  double expected_acceptance(const Active& active, const NgramProposal& proposal) const;
   // Beam search: records a beam's candidates; once every live beam has its own, advance_beams
   // forks, drops and extends the beams and finishes the request when the search is settled.
   void observe_beam(Active& active, const Sequence& seq, std::span<const float> logits);
@@ -162,6 +167,9 @@ class Engine {
   std::vector<DraftModel::Job> draft_jobs_;  // [max_seqs] this step's proposals
   std::vector<Active*> draft_owners_;        // [max_seqs] the sequence of each job
   SpecDecodeStats spec_stats_;
+  // N-gram drafts of all sequences: decayed [accepted, rejected] counts per kind of proposal
+  // (ngram_kind), the prior of each sequence's own counts.
+  std::array<std::array<double, 2>, kNgramKinds> ngram_acceptance_{};
   MaskStats grammar_stats_, grammar_apply_stats_;
   std::unique_ptr<MaskPrefetcher> mask_prefetcher_;         // null: masks fill after the pass
   std::vector<structured::GrammarMatcher*> grammar_fills_;  // [max_seqs] this step's masks

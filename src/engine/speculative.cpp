@@ -1,6 +1,7 @@
 #include "engine/speculative.h"
 
 #include <algorithm>
+#include <cstdlib>
 
 #include <nlohmann/json.hpp>
 
@@ -87,35 +88,67 @@ SpeculativeConfig parse_speculative_config(std::string_view json, SpeculativeCon
   return base;
 }
 
-size_t propose_ngram(std::span<const int32_t> tokens, int32_t min_n, int32_t max_n,
-                     std::span<int32_t> out) {
+namespace {
+
+// How many tokens before tokens[end] equal the last ones of `tokens`, up to `max_n`.
+int32_t match_before(std::span<const int32_t> tokens, int64_t end, int32_t max_n) {
   const auto len = static_cast<int64_t>(tokens.size());
-  if (out.empty() || len < min_n + 1) return 0;
-  // Scan candidate match ends from the most recent back; the first one matching max_n tokens
-  // wins, otherwise the most recent of the longest matches.
-  const int32_t last = tokens[static_cast<size_t>(len - 1)];
-  int64_t best_end = -1, best_n = 0;
-  for (int64_t end = len - 2; end >= 0; --end) {  // tokens[end] would be the suffix's last
-    if (tokens[static_cast<size_t>(end)] != last) continue;
-    int64_t n = 1;
-    const int64_t limit = std::min<int64_t>(max_n, end + 1);
-    while (n < limit &&
-           tokens[static_cast<size_t>(end - n)] == tokens[static_cast<size_t>(len - 1 - n)])
-      ++n;
-    if (n > best_n) {
-      best_n = n;
-      best_end = end;
-      if (n == max_n) break;
-    }
+  const int64_t limit = std::min<int64_t>(max_n, end);
+  int32_t n = 0;
+  while (n < limit &&
+         tokens[static_cast<size_t>(end - 1 - n)] == tokens[static_cast<size_t>(len - 1 - n)])
+    ++n;
+  return n;
+}
+
+}  // namespace
+
+NgramProposal propose_ngram(std::span<const int32_t> tokens, int32_t min_n, int32_t max_n,
+                            std::span<int32_t> out, int64_t resume) {
+  const auto len = static_cast<int64_t>(tokens.size());
+  NgramProposal best;
+  if (out.empty() || len < 2) return best;
+  // The most recent of the longest matches: scan where a match could end, from the most recent
+  // back; the first one of max_n tokens wins.
+  for (int64_t source = len - 1; source >= 1 && best.match < max_n; --source) {
+    const int32_t n = match_before(tokens, source, max_n);
+    if (n > best.match) best = {0, source, n, false};
   }
-  if (best_n < min_n) return 0;
+  if (best.match < min_n) best = {};
+  // Near where the text was copying from: the longest match, the nearest of equal ones.
+  if (resume >= 0) {
+    NgramProposal near;
+    const int64_t last = std::min(len - 1, resume + kNgramNearWindow);
+    for (int64_t source = std::max<int64_t>(resume - 1, 1); source <= last; ++source) {
+      const int32_t n = match_before(tokens, source, max_n);
+      if (n > near.match ||
+          (n == near.match && n > 0 && std::abs(source - resume) < std::abs(near.source - resume)))
+        near = {0, source, n, true};
+    }
+    if (near.match > 0 && near.match >= best.match) best = near;
+  }
+  if (best.match == 0) return {};
   // What followed the match. Where it runs into the end (a repeating pattern: the match is one
   // period back), the copy continues from what it has just written, as an LZ77 copy overlaps.
   for (size_t i = 0; i < out.size(); ++i) {
-    const int64_t pos = best_end + 1 + static_cast<int64_t>(i);
+    const int64_t pos = best.source + static_cast<int64_t>(i);
     out[i] = pos < len ? tokens[static_cast<size_t>(pos)] : out[static_cast<size_t>(pos - len)];
   }
-  return out.size();
+  best.count = out.size();
+  return best;
+}
+
+int ngram_kind(const NgramProposal& proposal) {
+  const int length = std::clamp(proposal.match, 1, kNgramMatchKinds) - 1;
+  return (proposal.near ? kNgramMatchKinds : 0) + length;
+}
+
+int64_t next_copy_position(std::span<const int32_t> tokens, const NgramProposal& proposal,
+                           int64_t accepted) {
+  if (proposal.source < 0 || tokens.empty()) return -1;
+  const int64_t next = proposal.source + accepted;
+  const auto last = static_cast<int64_t>(tokens.size()) - 1;  // the model's own token
+  return next < last && tokens[static_cast<size_t>(next)] == tokens.back() ? next + 1 : next;
 }
 
 }  // namespace inferd::engine

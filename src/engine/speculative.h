@@ -27,7 +27,7 @@ struct SpeculativeConfig {
   SpecMethod method = SpecMethod::kOff;
   // The most draft tokens a sequence brings to one step (vLLM's num_speculative_tokens); each
   // sequence starts at this and adapts to its acceptance.
-  int32_t num_tokens = 4;
+  int32_t num_tokens = 6;
   // N-gram prompt lookup: the last n tokens, n from max down to min, are looked for earlier in
   // the prompt and output; what followed the match is the draft.
   int32_t prompt_lookup_min = 2;
@@ -58,12 +58,42 @@ struct SpeculativeConfig {
 // value of the wrong type, is an inferd::Error naming it (never silently ignored).
 SpeculativeConfig parse_speculative_config(std::string_view json, SpeculativeConfig base);
 
-// The tokens that followed the most recent earlier occurrence of the longest suffix of
-// `tokens` of length prompt_lookup_max down to prompt_lookup_min, continued as a repeating
-// pattern where they reach the end; out.size() of them are written. Returns how many (0: no
-// match).
-size_t propose_ngram(std::span<const int32_t> tokens, int32_t min_n, int32_t max_n,
-                     std::span<int32_t> out);
+// An n-gram proposal: out[0, count) continue the sequence's tokens from index `source`, and the
+// `match` tokens before `source` equal its last ones. `near`: found next to where the text was
+// last copying from (propose_ngram's `resume`).
+struct NgramProposal {
+  size_t count = 0;
+  int64_t source = -1;
+  int32_t match = 0;
+  bool near = false;
+};
+
+// How far past `resume` a match still counts as the text going on with the passage it was
+// copying (a few tokens left out or put in, a word replaced).
+constexpr int64_t kNgramNearWindow = 8;
+
+// Prompt lookup. The tokens that followed the most recent earlier occurrence of the longest
+// suffix of `tokens` of length prompt_lookup_max down to prompt_lookup_min, continued as a
+// repeating pattern where they reach the end; out.size() of them are written (count 0: no
+// match). With `resume` >= 0, the index the text was copying from when the last proposal was
+// checked, a match that continues from within [resume - 1, resume + kNgramNearWindow] is taken
+// instead when it is at least as long, even a single token: where a model quotes a passage
+// and changes a word, the token after the change names the place to go on from.
+NgramProposal propose_ngram(std::span<const int32_t> tokens, int32_t min_n, int32_t max_n,
+                            std::span<int32_t> out, int64_t resume = -1);
+
+// Kinds of n-gram proposal whose drafts are accepted at different rates, each counted on its
+// own: near or not, by match length 1 .. kNgramMatchKinds (longer ones with the longest).
+constexpr int kNgramMatchKinds = 5;
+constexpr int kNgramKinds = 2 * kNgramMatchKinds;
+int ngram_kind(const NgramProposal& proposal);  // 0 .. kNgramKinds - 1; proposal.count > 0
+
+// Where the text copies from after a checked proposal: `accepted` of its tokens were kept and
+// the model chose the last token of `tokens` after them. The proposal's source moves on by
+// `accepted`, and by one more when that token is also the source's next one (the text still
+// copies); -1 without a proposal.
+int64_t next_copy_position(std::span<const int32_t> tokens, const NgramProposal& proposal,
+                           int64_t accepted);
 
 // Counters of verified drafts, as vLLM reports them.
 struct SpecDecodeStats {

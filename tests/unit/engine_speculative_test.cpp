@@ -21,9 +21,10 @@
 namespace inferd::engine {
 namespace {
 
-std::vector<int32_t> ngram(std::vector<int32_t> tokens, int min_n, int max_n, size_t k) {
+std::vector<int32_t> ngram(std::vector<int32_t> tokens, int min_n, int max_n, size_t k,
+                           int64_t resume = -1) {
   std::vector<int32_t> out(k);
-  out.resize(propose_ngram(tokens, min_n, max_n, out));
+  out.resize(propose_ngram(tokens, min_n, max_n, out, resume).count);
   return out;
 }
 
@@ -45,6 +46,53 @@ TEST(NgramLookup, TakesWhatFollowedTheMostRecentLongestMatch) {
   EXPECT_TRUE(ngram({1}, 1, 3, 2).empty());
   EXPECT_TRUE(ngram({1, 2, 3, 4}, 1, 3, 2).empty());
   EXPECT_TRUE(ngram({1, 2, 1, 2}, 1, 3, 0).empty());
+}
+
+TEST(NgramLookup, GoesOnNearWhereTheTextWasCopyingFrom) {
+  // A passage 10 11 12 13 14 15 16 17, quoted with 12 replaced by 99: after "10 11 99 13" the
+  // suffix "13" is one token long; near the copy position (index 2, where 12 was) it continues
+  // with 14 15 16.
+  const std::vector<int32_t> text{10, 11, 12, 13, 14, 15, 16, 17, 5, 10, 11, 99, 13};
+  EXPECT_EQ(ngram(text, 1, 4, 3, 2), (std::vector<int32_t>{14, 15, 16}));
+  std::vector<int32_t> out(3);
+  const NgramProposal near = propose_ngram(text, 1, 4, out, 2);
+  EXPECT_TRUE(near.near);
+  EXPECT_EQ(near.source, 4);
+  EXPECT_EQ(near.match, 1);
+  // Without a copy position, a 1-token match is below prompt_lookup_min 2: nothing.
+  EXPECT_TRUE(ngram(text, 2, 4, 3).empty());
+  // ... but near the copy position a single token is enough.
+  EXPECT_EQ(ngram(text, 2, 4, 3, 2), (std::vector<int32_t>{14, 15, 16}));
+  // Too far from the copy position: the ordinary lookup (none here).
+  EXPECT_TRUE(ngram(text, 2, 4, 3, 2 + kNgramNearWindow + 2).empty());
+  // A longer match elsewhere wins over a shorter one near: "1 2 3" earlier, "3" near.
+  const std::vector<int32_t> two{1, 2, 3, 7, 8, 9, 3, 4, 6, 1, 2, 3};
+  const NgramProposal far = propose_ngram(two, 1, 4, out, 6);
+  EXPECT_FALSE(far.near);
+  EXPECT_EQ(far.source, 3);
+  EXPECT_EQ(far.match, 3);
+  // Two near matches of one length: the nearer one.
+  const std::vector<int32_t> twice{3, 4, 5, 3, 6, 7, 3, 8, 9, 0, 3};
+  EXPECT_EQ(propose_ngram(twice, 1, 4, out, 5).source, 4);
+  EXPECT_EQ(propose_ngram(twice, 1, 4, out, 1).source, 1);
+}
+
+TEST(NgramLookup, CopyPositionFollowsTheCheckedProposal) {
+  // The proposal continued from index 4; two drafts kept, then the model's own token.
+  NgramProposal p{3, 4, 2, false};
+  // The model went on with the source (tokens[6] == 16): copying goes on after it.
+  EXPECT_EQ(
+      next_copy_position(std::vector<int32_t>{10, 11, 12, 13, 14, 15, 16, 9, 14, 15, 16}, p, 2), 7);
+  // It chose another token: the text diverged at index 6.
+  EXPECT_EQ(
+      next_copy_position(std::vector<int32_t>{10, 11, 12, 13, 14, 15, 16, 9, 14, 15, 42}, p, 2), 6);
+  // No proposal: nowhere.
+  EXPECT_EQ(next_copy_position(std::vector<int32_t>{1, 2, 3}, NgramProposal{}, 0), -1);
+  // Kinds: near or not, by match length, the longest together.
+  EXPECT_EQ(ngram_kind({1, 0, 1, false}), 0);
+  EXPECT_EQ(ngram_kind({1, 0, 5, false}), kNgramMatchKinds - 1);
+  EXPECT_EQ(ngram_kind({1, 0, 40, true}), kNgramKinds - 1);
+  EXPECT_EQ(ngram_kind({1, 0, 2, true}), kNgramMatchKinds + 1);
 }
 
 TEST(SpeculativeConfig, BadSettingsAreErrors) {
