@@ -135,6 +135,13 @@ void register_all() {
         }
       }
     }
+    // SmolLM2-135M's output head (Q8_0, 49152 x 576, 30 MB: two copies pass the last-level
+    // cache), at the few tokens of a speculative verification step.
+    benchmark::RegisterBenchmark(("Gemm/" + isa + "/q8_0/49152x576/memory").c_str(), BM_PackedGemm,
+                                 table, DType::Q8_0, 49152, 576, 2)
+        ->ArgsProduct({{1, 2, 3, 4, 5, 6}, {1, 2}})
+        ->ArgNames({"tokens", "threads"})
+        ->UseRealTime();
     // F16 at the few tokens of a speculative verification step (a draft target in F16).
     for (auto [rows, cols] : {std::pair{1536, 576}, std::pair{576, 1536}}) {
       const std::string shape = std::to_string(rows) + "x" + std::to_string(cols);

@@ -871,10 +871,12 @@ void Engine::update_acceptance(Active& active, int64_t drafted, int64_t accepted
     (*counts)[1] = (*counts)[1] * decay + missed;
   }
   // A shadow proposal's first token was compared with the model's token itself; verified
-  // drafts precede it.
-  if (!active.done)
-    active.copy_from =
-        next_copy_position(active.seq.tokens, active.proposal, shadow ? 0 : accepted);
+  // drafts precede it. A match away from where the text was copying that is wrong from its
+  // first token does not move that place: the text has not gone there.
+  const int64_t next =
+      next_copy_position(active.seq.tokens, active.proposal, shadow ? 0 : accepted);
+  const bool moved = active.proposal.near || next != active.proposal.source || active.copy_from < 0;
+  if (!active.done) active.copy_from = moved ? next : active.copy_from + 1;
   active.proposal = {};
 }
 
