@@ -837,9 +837,11 @@ void Engine::catch_up_draft_on_prompts() {
   // The draft model computes a prompt in the steps that compute it for the target, before the
   // first token is sampled: its cost is then part of the prompt's (as in llama.cpp), not a
   // pause after the first token. Not under a load at which nobody drafts (propose_drafts's row
-  // budget): a sequence that starts to draft later catches up then.
+  // budget, or a batch so large that no draft pays even if all are accepted): a sequence that
+  // starts to draft later catches up then.
   const int64_t rows = config_.spec.max_step_rows;
-  if (rows > 0 && static_cast<int64_t>(scheduler_->num_running()) >= rows) return;
+  const auto running = static_cast<int64_t>(scheduler_->num_running());
+  if ((rows > 0 && running >= rows) || !drafts_could_pay(running - 1)) return;
   for (const ScheduledSequence& s : scheduled_) {
     const Sequence& seq = *s.seq;
     if (seq.num_computed >= seq.num_prompt_tokens) continue;  // num_computed is not advanced yet
@@ -878,6 +880,17 @@ void Engine::update_acceptance(Active& active, int64_t drafted, int64_t accepted
   const bool moved = active.proposal.near || next != active.proposal.source || active.copy_from < 0;
   if (!active.done) active.copy_from = moved ? next : active.copy_from + 1;
   active.proposal = {};
+}
+
+bool Engine::drafts_could_pay(int64_t other_rows) const {
+  // propose_drafts's rate with every draft accepted: k drafts make `other` + 1 + k tokens in a
+  // step of 1 + r other + c k, which beats plain decoding for some k exactly when it does for
+  // k = 1 (the sign of the gain does not depend on k).
+  const double r = draft_row_cost();
+  const double c = r + draft_model_cost();
+  const double other = static_cast<double>(std::max<int64_t>(other_rows, 0));
+  const double base = 1 + r * other;
+  return (other + 2) / (base + c) > (other + 1) / base;
 }
 
 double Engine::expected_acceptance(const Active& active, const NgramProposal& proposal) const {

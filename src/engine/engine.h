@@ -124,6 +124,9 @@ class Engine {
   // The draft model's cost per drafted token relative to a one-row decode step (0 without one).
   double draft_model_cost() const;
   void record_step_time(double seconds);
+  // Whether a sequence beside `other_rows` others could gain from drafts even if all were
+  // accepted: beyond that batch size computing its text in the draft model is wasted.
+  bool drafts_could_pay(int64_t other_rows) const;
   // The prompt tokens this step computed, computed in the draft model's cache too.
   void catch_up_draft_on_prompts();
   // Folds a verification (or a shadow check of one draft) into a sequence's acceptance, and for
