@@ -395,6 +395,11 @@ void Engine::step() {
   }
   for (Active* active : beam_steps_) advance_beams(*active);
   beam_steps_.clear();
+  // The step's output is all reported: wake each reader once, before the drafts of the next
+  // step are proposed (a draft model's forward takes a while).
+  for (const auto& [id, active] : active_) {
+    if (!active->done) active->seq.request.output->on_step_end();
+  }
   // Drafts for the next step, within the rows a step may take before drafting stops paying.
   if (config_.spec.enabled()) {
     const int64_t rows = config_.spec.max_step_rows;

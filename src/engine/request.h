@@ -88,6 +88,10 @@ class OutputChannel {
                         std::span<const sampling::TokenLogprob> /*top*/) {}
   // Only when the request's report_progress is set.
   virtual void on_prompt_progress(const PromptProgress& /*progress*/) {}
+  // After every step, once the step's text and tokens for this request have been reported (a
+  // step that verified drafts reports several tokens). A channel that hands output to another
+  // thread wakes it here, once a step rather than once a token.
+  virtual void on_step_end() {}
   // Exactly once, last.
   virtual void on_finish(const RequestResult& result) = 0;
   // Polled every step; true cancels the request and frees its KV blocks.

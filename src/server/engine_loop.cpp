@@ -24,6 +24,7 @@ class CountingChannel final : public engine::OutputChannel {
   void on_prompt_progress(const engine::PromptProgress& progress) override {
     inner_->on_prompt_progress(progress);
   }
+  void on_step_end() override { inner_->on_step_end(); }
   void on_finish(const engine::RequestResult& result) override {
     inner_->on_finish(result);
     pending_.fetch_sub(1, std::memory_order_relaxed);

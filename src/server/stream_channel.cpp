@@ -27,7 +27,6 @@ void StreamChannel::on_text(std::string_view text) {
       itls_.push_back(std::chrono::duration<double>(now - last_piece_).count());
     last_piece_ = now;
   }
-  ready_.notify_one();
 }
 
 void StreamChannel::on_token(int32_t token, float logprob,
@@ -39,6 +38,13 @@ void StreamChannel::on_token(int32_t token, float logprob,
     staged_.logprob = logprob;
     staged_.top.assign(top.begin(), top.end());
     has_staged_ = true;
+  }
+}
+
+void StreamChannel::on_step_end() {
+  {
+    std::lock_guard lock(mutex_);
+    if (!has_output_) return;
   }
   ready_.notify_one();
 }

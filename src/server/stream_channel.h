@@ -1,7 +1,8 @@
 // StreamChannel: the output channel of one HTTP request. The engine thread pushes text pieces,
-// token logprobs and the final record; the connection's thread waits for them. Cancelling
-// (client gone) is a flag the engine polls every step. The finished request is recorded in the
-// metrics here, so a request whose client has gone is counted too.
+// token logprobs and the final record; the connection's thread waits for them and is woken once
+// a step (a step that accepted drafts makes several tokens), for progress and at the finish.
+// Cancelling (client gone) is a flag the engine polls every step. The finished request is recorded
+// in the metrics here, so a request whose client has gone is counted too.
 #pragma once
 
 #include <atomic>
@@ -40,6 +41,7 @@ class StreamChannel final : public engine::OutputChannel {
   void on_text(std::string_view text) override;
   void on_token(int32_t token, float logprob, std::span<const sampling::TokenLogprob> top) override;
   void on_prompt_progress(const engine::PromptProgress& progress) override;
+  void on_step_end() override;
   void on_finish(const engine::RequestResult& result) override;
   bool cancelled() const override { return cancelled_.load(std::memory_order_relaxed); }
 

@@ -3,6 +3,7 @@
 // batched, through preemption, with logprobs; drafts are really taken (the model loops, so
 // prompt lookup finds them); rejected drafts leave the prefix cache and the pool consistent.
 // Prompt lookup itself on hand-made sequences.
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -385,6 +386,40 @@ TEST_F(SpeculativeEngineTest, PerRequestSettingAndLimits) {
   EXPECT_EQ(out2->result_.output_tokens.size(), 7u);
   EXPECT_GT(e->spec_decode_stats().num_drafts, 0);
   EXPECT_LE(e->spec_decode_stats().num_draft_tokens, 2 * e->spec_decode_stats().num_drafts);
+}
+
+TEST_F(SpeculativeEngineTest, EachStepEndsOnceAfterAllItsTokens) {
+  // The server wakes a request's connection at the end of a step: every generated token is
+  // reported before a step end, a step that accepted drafts reports several, and a step without
+  // drafts exactly one.
+  for (const int k : {0, 4}) {
+    auto e = engine(spec_config(1, k));
+    auto out = std::make_shared<Collect>();
+    Request r;
+    r.prompt = prompts(3)[2];
+    r.max_tokens = 60;
+    r.sampling.temperature = 0.0f;
+    r.logprobs = 0;
+    r.ignore_eos = true;
+    r.output = out;
+    e->add_request(std::move(r));
+    e->run_until_idle();
+    ASSERT_EQ(out->result_.finish_reason, FinishReason::kLength);
+    size_t reported = 0, most = 0;
+    for (const size_t n : out->step_tokens_) {
+      reported += n;
+      most = std::max(most, n);
+    }
+    // The last step's tokens end with the request (on_finish), not with a step end.
+    EXPECT_GE(reported + static_cast<size_t>(k) + 1, out->tokens_.size()) << "k " << k;
+    EXPECT_LT(reported, out->tokens_.size()) << "k " << k;
+    if (k == 0) {
+      EXPECT_EQ(most, 1u);
+      EXPECT_EQ(reported, out->tokens_.size() - 1);
+    } else {
+      EXPECT_GT(most, 1u);
+    }
+  }
 }
 
 TEST_F(SpeculativeEngineTest, CancelWithDraftsPendingFreesEverything) {

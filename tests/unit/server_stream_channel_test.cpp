@@ -1,10 +1,11 @@
 // StreamChannel: a token and its text reach the HTTP thread in the same batch, whenever it
-// looks; a token whose text never comes is still delivered.
+// looks; a token whose text never comes is still delivered; the thread is woken once a step.
 #include "server/stream_channel.h"
 
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <thread>
 
 namespace inferd::server {
 namespace {
@@ -39,6 +40,22 @@ TEST(StreamChannel, ATokenWithoutTextGoesWithTheNextOrTheEnd) {
   ASSERT_EQ(last.tokens.size(), 1u);
   EXPECT_EQ(last.tokens[0].token, 2);
   EXPECT_TRUE(last.result.has_value());
+}
+
+TEST(StreamChannel, TheReaderWakesAtTheStepEndWithTheWholeStep) {
+  // A step that accepted drafts reports several tokens; the connection's thread, already
+  // waiting, is woken once for all of them rather than by the first.
+  StreamChannel channel;
+  ChannelBatch got;
+  std::thread reader([&] { got = channel.wait(10s); });
+  std::this_thread::sleep_for(20ms);  // the reader is waiting
+  channel.on_text("one ");
+  std::this_thread::sleep_for(20ms);  // time for a wake-up the first piece must not cause
+  channel.on_text("two ");
+  channel.on_text("three");
+  channel.on_step_end();
+  reader.join();
+  EXPECT_EQ(got.text, "one two three");
 }
 
 }  // namespace

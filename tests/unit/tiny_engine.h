@@ -25,11 +25,18 @@ class Collect final : public OutputChannel {
     if (!top.empty()) top_tokens_.push_back(top.front().token);
   }
   void on_finish(const RequestResult& result) override { result_ = result; }
+  // With logprobs: how many tokens each step reported (steps of none too).
+  void on_step_end() override {
+    step_tokens_.push_back(tokens_.size() - tokens_at_step_end_);
+    tokens_at_step_end_ = tokens_.size();
+  }
   bool cancelled() const override { return cancel_after_ >= 0 && polls_++ >= cancel_after_; }
   RequestResult result_;
   std::string text_;
   std::vector<int32_t> tokens_, top_tokens_;  // with logprobs: each token and its top one
   std::vector<float> logprobs_;
+  std::vector<size_t> step_tokens_;
+  size_t tokens_at_step_end_ = 0;
 
  private:
   int cancel_after_;
