@@ -129,7 +129,7 @@ void register_all() {
           benchmark::RegisterBenchmark(
               ("Gemm/" + isa + "/" + name + "/" + shape + "/" + where).c_str(), BM_PackedGemm,
               table, type, rows, cols, copies)
-              ->ArgsProduct({{1, 2, 3, 4, 5, 6, 8, 16, 64, 512}, {1, 2}})
+              ->ArgsProduct({{1, 2, 3, 4, 5, 6, 8, 16, 17, 24, 32, 64, 512}, {1, 2}})
               ->ArgNames({"tokens", "threads"})
               ->UseRealTime();
         }
