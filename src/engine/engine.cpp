@@ -923,18 +923,22 @@ void Engine::record_step_time(double seconds) {
   if (rows > kTimedRows) return;
   const auto r = static_cast<size_t>(rows);
   constexpr double kWeight = 0.1;  // recent steps count more: the machine's load changes
+  // A row count that went stale starts over: its mean is from another batch.
+  if (timed_steps_ - step_last_timed_[r] > kStaleTimedSteps) step_samples_[r] = 0;
   step_seconds_[r] =
       step_samples_[r] == 0 ? seconds : step_seconds_[r] + kWeight * (seconds - step_seconds_[r]);
   step_samples_[r] += 1;
+  step_last_timed_[r] = ++timed_steps_;
 }
 
 std::optional<Engine::StepCost> Engine::step_cost() const {
   // A least-squares line through the decayed mean step time of every row count measured
-  // often enough. With a draft model every step carries drafts, so one-row steps are rare:
-  // the line's value at one row stands in for them.
+  // often enough and lately. With a draft model every step carries drafts, so one-row steps are
+  // rare: the line's value at one row stands in for them.
   double n = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
   for (int r = 1; r <= kTimedRows; ++r) {
-    if (step_samples_[r] < kEnoughSamples) continue;
+    if (step_samples_[r] < kEnoughSamples || timed_steps_ - step_last_timed_[r] > kStaleTimedSteps)
+      continue;
     n += 1;
     sx += r;
     sy += step_seconds_[r];

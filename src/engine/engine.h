@@ -182,9 +182,17 @@ class Engine {
   };
   std::vector<GrammarFillRow> grammar_fill_rows_;  // [max_seqs] beside grammar_fills_
   static constexpr int kTimedRows = 32;
-  static constexpr int kEnoughSamples = 8;    // a row count's steps timed before step_cost uses it
+  static constexpr int kEnoughSamples = 8;  // a row count's steps timed before step_cost uses it
+  // A row count not timed in the last this many timed steps leaves step_cost's fit: the batch
+  // it came from has gone, and its steps say little about the widths in use now (F16's steps
+  // are memory-bound at a few rows and compute-bound at 16: a line through both drew the
+  // slope of a full batch, and a server that had been loaded drafted for one user at half
+  // the rate it should).
+  static constexpr int64_t kStaleTimedSteps = 64;
   double step_seconds_[kTimedRows + 1] = {};  // decayed mean duration of decode steps by rows
   int step_samples_[kTimedRows + 1] = {};
+  int64_t step_last_timed_[kTimedRows + 1] = {};  // timed_steps_ when the row count last ran
+  int64_t timed_steps_ = 0;
   uint64_t next_id_ = 1;
   uint64_t target_file_bytes_;  // the model's file size: its cost against the draft's at first
   int64_t peak_kv_bytes_ = 0;
