@@ -920,42 +920,12 @@ void Engine::record_step_time(double seconds) {
     if (s.num_new_tokens != 1 + s.seq->num_draft) return;
     rows += s.num_new_tokens;
   }
-  if (rows > kTimedRows) return;
-  const auto r = static_cast<size_t>(rows);
-  constexpr double kWeight = 0.1;  // recent steps count more: the machine's load changes
-  // A row count that went stale starts over: its mean is from another batch.
-  if (timed_steps_ - step_last_timed_[r] > kStaleTimedSteps) step_samples_[r] = 0;
-  step_seconds_[r] =
-      step_samples_[r] == 0 ? seconds : step_seconds_[r] + kWeight * (seconds - step_seconds_[r]);
-  step_samples_[r] += 1;
-  step_last_timed_[r] = ++timed_steps_;
-}
-
-std::optional<Engine::StepCost> Engine::step_cost() const {
-  // A least-squares line through the decayed mean step time of every row count measured
-  // often enough and lately. With a draft model every step carries drafts, so one-row steps are
-  // rare: the line's value at one row stands in for them.
-  double n = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
-  for (int r = 1; r <= kTimedRows; ++r) {
-    if (step_samples_[r] < kEnoughSamples || timed_steps_ - step_last_timed_[r] > kStaleTimedSteps)
-      continue;
-    n += 1;
-    sx += r;
-    sy += step_seconds_[r];
-    sxx += static_cast<double>(r) * r;
-    sxy += r * step_seconds_[r];
-  }
-  const double spread = n * sxx - sx * sx;
-  if (n < 2 || spread <= 0) return std::nullopt;
-  const double slope = (n * sxy - sx * sy) / spread;
-  const double one_row = (sy - slope * sx) / n + slope;
-  if (one_row <= 0) return std::nullopt;
-  return StepCost{one_row, std::max(slope, 0.0)};
+  step_costs_.record(rows, seconds);
 }
 
 double Engine::draft_model_cost() const {
   if (!draft_ || draft_->step_seconds() == 0 || !config_.spec.measure_row_cost) return 0;
-  const std::optional<StepCost> cost = step_cost();
+  const std::optional<StepCostModel::Cost> cost = step_costs_.cost();
   // Until the engine has timed its own steps, the draft's size against the target's stands
   // in for their time (decode reads every weight once per step).
   const double one_row = cost ? cost->one_row : 0;
@@ -965,7 +935,7 @@ double Engine::draft_model_cost() const {
 
 double Engine::draft_row_cost() const {
   if (!config_.spec.measure_row_cost) return config_.spec.row_cost;
-  const std::optional<StepCost> cost = step_cost();
+  const std::optional<StepCostModel::Cost> cost = step_costs_.cost();
   if (!cost) return config_.spec.row_cost;
   return std::clamp(cost->per_row / cost->one_row, 0.0, 10.0);
 }
@@ -1010,11 +980,11 @@ int64_t Engine::propose_drafts(Active& active, int64_t budget, int64_t other_row
       k = n;
     }
   }
-  if (!step_cost() && config_.spec.measure_row_cost && k < active.spec_max) {
+  if (!step_costs_.cost() && config_.spec.measure_row_cost && k < active.spec_max) {
     // The fit needs steps of two widths: once this width is timed often enough, draft one
     // more, so that a cost guessed too high cannot keep drafting at one width for good.
     const int64_t rows = static_cast<int64_t>(scheduled_.size()) + std::max(k, 1);
-    if (rows <= kTimedRows && step_samples_[rows] >= kEnoughSamples) k = std::max(k, 1) + 1;
+    if (step_costs_.timed_enough(rows)) k = std::max(k, 1) + 1;
   }
   // A draft model has no free check: alone, a sequence drafts at least one token so that its
   // acceptance stays known; in a batch that does not pay, it drafts nothing. Nor does it in a

@@ -19,6 +19,7 @@
 #include "engine/scheduler.h"
 #include "engine/sequence.h"
 #include "engine/speculative.h"
+#include "engine/step_cost_model.h"
 #include "gguf/gguf.h"
 #include "kv/kv_cache.h"
 #include "kv/prefix_cache.h"
@@ -111,14 +112,7 @@ class Engine {
   // Appends up to `budget` draft tokens to a decoding sequence, as many as pay in a step that
   // has `other_rows` rows besides this sequence's; returns how many.
   int64_t propose_drafts(Active& active, int64_t budget, int64_t other_rows);
-  // Decode step time as a line in its row count, fitted to the measured steps (null until two
-  // row counts have enough samples).
-  struct StepCost {
-    double one_row;  // seconds of a one-row step
-    double per_row;  // seconds each further row adds
-  };
-  std::optional<StepCost> step_cost() const;
-  // A draft row's cost relative to a one-row decode step: from step_cost() once it is known,
+  // A draft row's cost relative to a one-row decode step: from step_costs_ once it is known,
   // else the configured guess.
   double draft_row_cost() const;
   // The draft model's cost per drafted token relative to a one-row decode step (0 without one).
@@ -181,18 +175,7 @@ class Engine {
     size_t scheduled_index;  // its logits: runner_->logits_for(scheduled_index)
   };
   std::vector<GrammarFillRow> grammar_fill_rows_;  // [max_seqs] beside grammar_fills_
-  static constexpr int kTimedRows = 32;
-  static constexpr int kEnoughSamples = 8;  // a row count's steps timed before step_cost uses it
-  // A row count not timed in the last this many timed steps leaves step_cost's fit: the batch
-  // it came from has gone, and its steps say little about the widths in use now (F16's steps
-  // are memory-bound at a few rows and compute-bound at 16: a line through both drew the
-  // slope of a full batch, and a server that had been loaded drafted for one user at half
-  // the rate it should).
-  static constexpr int64_t kStaleTimedSteps = 64;
-  double step_seconds_[kTimedRows + 1] = {};  // decayed mean duration of decode steps by rows
-  int step_samples_[kTimedRows + 1] = {};
-  int64_t step_last_timed_[kTimedRows + 1] = {};  // timed_steps_ when the row count last ran
-  int64_t timed_steps_ = 0;
+  StepCostModel step_costs_;                       // decode steps timed by their row count
   uint64_t next_id_ = 1;
   uint64_t target_file_bytes_;  // the model's file size: its cost against the draft's at first
   int64_t peak_kv_bytes_ = 0;
