@@ -70,6 +70,9 @@ const WeightKernels* KernelTable::for_weight(DType type) const {
     case DType::IQ4_XS:
       k = &iq4_xs;
       break;
+    case DType::MXFP4:
+      k = &mxfp4;
+      break;
     default:
       return nullptr;
   }
@@ -97,6 +100,7 @@ const KernelTable& reference_kernels() {
     t.q6_k = {DType::Q8_K, ref::quantize_row_q8_k, ref::dot_q6_k_q8_k, ref::dequantize_row_q6_k};
     t.iq4_xs = {DType::Q8_K, ref::quantize_row_q8_k, ref::dot_iq4_xs_q8_k,
                 ref::dequantize_row_iq4_xs};
+    t.mxfp4 = {DType::Q8_0, ref::quantize_row_q8_0, ref::dot_mxfp4_q8_0, ref::dequantize_row_mxfp4};
     t.attention = ref::attention_kernels();
     t.silu_mul = ref::silu_mul;
     t.argmax = ref::argmax;

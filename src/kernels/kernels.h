@@ -94,6 +94,9 @@ struct PackedKernels {
   QuantizeActFn quantize_act_k = nullptr;
   // PackedQ5_1Block: Q4_1's arithmetic (the offset m times the activation's s) on 5-bit q.
   GroupGemmFn q5_1 = nullptr;
+  // PackedMXFP4Block: table values of the nibbles times 32-wide activations (quantize_act, as
+  // llama.cpp pairs MXFP4 with Q8_0), each block's sum scaled by the row's E8M0 scale times d.
+  GroupGemmFn mxfp4 = nullptr;
   // Whether the rows a matmul's caller marks for it (model/batch.h) take the bf16 route; the
   // reference table has the route's kernels but leaves it off (tests turn it on in a copy).
   bool bf16_route = false;
@@ -113,9 +116,9 @@ struct PackedKernels {
 struct KernelTable {
   std::string_view isa;
   WeightKernels q4_0, q4_1, q8_0, f16, bf16, f32;
-  // The formats of downloaded files: Q5_0/IQ4_NL take Q8_0 activations, Q5_1 Q8_1, the
+  // The formats of downloaded files: Q5_0/IQ4_NL/MXFP4 take Q8_0 activations, Q5_1 Q8_1, the
   // 256-wide k-quants and IQ4_XS Q8_K.
-  WeightKernels q5_0, q5_1, iq4_nl, q2_k, q3_k, q4_k, q5_k, q6_k, iq4_xs;
+  WeightKernels q5_0, q5_1, iq4_nl, q2_k, q3_k, q4_k, q5_k, q6_k, iq4_xs, mxfp4;
   AttentionKernels attention;
   // a[i] = silu(a[i]) * b[i] (SwiGLU's gate times up).
   void (*silu_mul)(float* a, const float* b, int64_t n) = nullptr;

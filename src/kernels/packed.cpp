@@ -210,6 +210,18 @@ void pack_iq4xs_block(const uint8_t* const rows[kPackRows], int64_t b, PackedIQ4
   }
 }
 
+// MXFP4: each row's E8M0 byte as it is, its nibbles as Q4_0's (the kernels look the values up).
+// Padding rows get e = 0 (a tiny scale) and nibbles 0, whose value is 0: they add nothing.
+void pack_mxfp4_block(const uint8_t* const rows[kPackRows], int64_t b, PackedMXFP4Block& out) {
+  std::memset(&out, 0, sizeof(out));
+  for (int r = 0; r < kPackRows; ++r) {
+    if (rows[r] == nullptr) continue;
+    const auto& blk = reinterpret_cast<const BlockMXFP4*>(rows[r])[b];
+    out.e[r] = blk.e;
+    interleave_nibbles(out.qs, r, [&](int col) { return q4_value(blk.qs, col); });
+  }
+}
+
 // Value v (0..255) of a GGUF Q6_K super-block, q in [0, 63]: each half of 128 values takes 64
 // ql bytes (low nibbles for its first 64 values, high nibbles for the next 64) and 32 qh bytes
 // (2 bits for each of its 4 runs of 32 values, run s at bits 2s).
@@ -257,6 +269,7 @@ bool PackedWeights::supports(DType type, int64_t cols) {
     case DType::Q5_0:
     case DType::Q5_1:
     case DType::IQ4_NL:
+    case DType::MXFP4:
     case DType::F16:
       return cols % kPackCols == 0;
     case DType::Q4_K:
@@ -305,6 +318,9 @@ std::shared_ptr<const PackedWeights> PackedWeights::pack(DType type, const uint8
     case DType::Q5_1:
       packed->format_ = PackedFormat::Q5_1;
       break;
+    case DType::MXFP4:
+      packed->format_ = PackedFormat::MXFP4;
+      break;
     default:  // Q8_0, Q5_0, IQ4_NL
       packed->format_ = PackedFormat::Q8_0;
   }
@@ -314,7 +330,7 @@ std::shared_ptr<const PackedWeights> PackedWeights::pack(DType type, const uint8
   const size_t bytes =
       static_cast<size_t>(packed->groups_ * packed->blocks_per_row_) * packed->block_bytes();
   // 64-byte alignment: every packed block starts on a cache line (320 and 2368
-  // are multiples of 64; 544 is not, and Q8 kernels load unaligned).
+  // are multiples of 64; 544 and MXFP4's 272 are not, and their kernels load unaligned).
   if (arena != nullptr) {
     packed->data_ = arena->allocate(bytes, 64);
     packed->arena_ = std::move(arena);
@@ -353,6 +369,9 @@ std::shared_ptr<const PackedWeights> PackedWeights::pack(DType type, const uint8
           break;
         case PackedFormat::Q5_1:
           pack_q5_1_block(group_rows, b, reinterpret_cast<PackedQ5_1Block*>(out)[b]);
+          break;
+        case PackedFormat::MXFP4:
+          pack_mxfp4_block(group_rows, b, reinterpret_cast<PackedMXFP4Block*>(out)[b]);
           break;
         default:
           pack_q4_block(type, group_rows, b, reinterpret_cast<PackedQ4Block*>(out)[b]);

@@ -185,9 +185,21 @@ struct PackedQ5_1Block {
 };
 static_assert(sizeof(PackedQ5_1Block) == 384);
 
+// 16 rows x 32 columns of MXFP4 weights: w = e8m0_to_fp32_half(e) * kMxfp4Values[q]. The rows'
+// E8M0 bytes as they are (the kernels make 16 float scales from one 16-byte load); the nibbles
+// as PackedQ4Block's qs, so the Q4 unpacking serves and a byte shuffle looks up the values.
+// As dense as the GGUF blocks (4.25 bits a weight); 272 bytes, so kernels load unaligned.
+struct PackedMXFP4Block {
+  static constexpr int64_t kColumns = kPackCols;  // columns a block covers
+  uint8_t e[kPackRows];                           // E8M0
+  uint8_t qs[4][64];
+};
+static_assert(sizeof(PackedMXFP4Block) == 272);
+
 // Which layout a packed matrix has: Q4_0 and Q4_1 share PackedQ4Block; Q8_0 also holds Q5_0
-// and IQ4_NL weights, whose values are small integers times an fp16 d (exactly).
-enum class PackedFormat { Q4_0, Q4_1, Q8_0, F16, Q4_K, Q5_K, Q6_K, IQ4_XS, Q5_1 };
+// and IQ4_NL weights, whose values are small integers times an fp16 d (exactly). MXFP4's
+// power-of-two scales reach past fp16's range, so it has a layout of its own.
+enum class PackedFormat { Q4_0, Q4_1, Q8_0, F16, Q4_K, Q5_K, Q6_K, IQ4_XS, Q5_1, MXFP4 };
 
 // The 256-wide layouts take activations rounded as Q8_K (one scale per 256 values, the
 // PackedKernels' quantize_act_k); the others one scale per 32 (quantize_act).
@@ -220,6 +232,8 @@ class PackedWeights {
         return sizeof(PackedIQ4XSBlock);
       case PackedFormat::Q5_1:
         return sizeof(PackedQ5_1Block);
+      case PackedFormat::MXFP4:
+        return sizeof(PackedMXFP4Block);
       default:
         return sizeof(PackedQ4Block);
     }
@@ -231,7 +245,8 @@ class PackedWeights {
 
   // True when a matrix of this type and width is multiplied through the packed path.
   static bool supports(DType type, int64_t cols);
-  // Columns one packed block covers: 256 for the k-quant layouts, 32 for the others.
+  // Columns one packed block covers: 256 for the k-quant layouts, 32 for the others (MXFP4
+  // included).
   int64_t block_cols() const {
     switch (format_) {
       case PackedFormat::Q4_K:
@@ -250,7 +265,7 @@ class PackedWeights {
   }
 
   // Repacks rows x cols weights stored as GGUF rows of `type` (Q4_0, Q4_1, Q8_0, Q5_0, Q5_1,
-  // IQ4_NL, Q4_K, Q5_K, Q6_K, IQ4_XS or F16), into
+  // IQ4_NL, Q4_K, Q5_K, Q6_K, IQ4_XS, MXFP4 or F16), into
   // memory from `arena` when given (a model's matrices share one, in huge pages), which the
   // packed matrix keeps alive.
   static std::shared_ptr<const PackedWeights> pack(DType type, const uint8_t* data, int64_t rows,

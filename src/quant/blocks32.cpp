@@ -1,5 +1,6 @@
 // The 32-wide formats. Q4_0..Q5_1 and Q8_0 are plain roundings against the block's extremes
-// (as llama-quantize makes them without an importance matrix); IQ4_NL searches its scale.
+// (as llama-quantize makes them without an importance matrix); IQ4_NL searches its scale;
+// MXFP4 takes a power-of-two scale from the block's largest magnitude.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -142,6 +143,50 @@ void quantize_iq4_nl(const float* x, void* out, int64_t n) {
     blocks[b].d = fp32_to_fp16(d);
     const float inv = d != 0 ? 1.0f / d : 0.0f;
     for (int j = 0; j < kQK; ++j) q[j] = static_cast<uint8_t>(nearest_iq4_level(inv * x[j]));
+    pack_nibbles(q, blocks[b].qs);
+  }
+}
+
+namespace {
+
+// The E8M0 exponent of an MXFP4 block whose largest magnitude is amax: floor(log2(amax)) - 2 +
+// 127, with float's log2 as ggml takes it (just below a power of two log2f rounds up to it, and
+// the exponent with it: the same bytes need the same rounding), so that amax falls in [8, 16)
+// half-scales (12 the largest level); 0 for an all-zero block. Below amax = 2^-125 the value is
+// negative and ggml's cast to uint8_t is out of range: x86 builds wrap it through a 32-bit
+// integer, and so does this.
+uint8_t mxfp4_exponent(float amax) {
+  if (!(amax > 0.0f)) return 0;
+  const float e = std::floor(std::log2(amax)) - 2.0f + 127.0f;
+  return static_cast<uint8_t>(static_cast<int32_t>(e));
+}
+
+// The first of the 16 levels nearest to x at half scale d (ties go to the lower index: +0 before
+// -0, 1 before 2, -1 before -2).
+uint8_t nearest_mxfp4_level(float x, float d) {
+  int best = 0;
+  float best_err = std::fabs(static_cast<float>(kMxfp4Values[0]) * d - x);
+  for (int i = 1; i < 16; ++i) {
+    const float err = std::fabs(static_cast<float>(kMxfp4Values[i]) * d - x);
+    if (err < best_err) {
+      best = i;
+      best_err = err;
+    }
+  }
+  return static_cast<uint8_t>(best);
+}
+
+}  // namespace
+
+void quantize_mxfp4(const float* x, void* out, int64_t n) {
+  auto* blocks = static_cast<BlockMXFP4*>(out);
+  uint8_t q[kQK];
+  for (int64_t b = 0; b < n / kQK; ++b, x += kQK) {
+    float amax = 0;
+    for (int j = 0; j < kQK; ++j) amax = std::max(amax, std::fabs(x[j]));
+    blocks[b].e = mxfp4_exponent(amax);
+    const float d = e8m0_to_fp32_half(blocks[b].e);
+    for (int j = 0; j < kQK; ++j) q[j] = nearest_mxfp4_level(x[j], d);
     pack_nibbles(q, blocks[b].qs);
   }
 }

@@ -43,6 +43,8 @@ QuantizeFn quantizer_for(DType type) {
       return quantize_q8_0;
     case DType::IQ4_NL:
       return quantize_iq4_nl;
+    case DType::MXFP4:
+      return quantize_mxfp4;
     case DType::Q2_K:
       return quantize_q2_k;
     case DType::Q3_K:

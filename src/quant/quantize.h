@@ -16,6 +16,8 @@ void quantize_q5_0(const float* x, void* out, int64_t n);
 void quantize_q5_1(const float* x, void* out, int64_t n);
 void quantize_q8_0(const float* x, void* out, int64_t n);
 void quantize_iq4_nl(const float* x, void* out, int64_t n);
+// MXFP4 byte for byte as ggml's reference quantizer (quantize_row_mxfp4_ref) writes it.
+void quantize_mxfp4(const float* x, void* out, int64_t n);
 
 // The 256-wide k-quants and IQ4_XS (kquants.cpp).
 void quantize_q2_k(const float* x, void* out, int64_t n);

@@ -15,14 +15,18 @@ struct NamedFileType {
 
 // What `inferd quantize` makes, with llama-quantize's aliases.
 constexpr NamedFileType kMixes[] = {
-    {"Q4_0", FileType::Q4_0},     {"Q4_1", FileType::Q4_1},     {"Q5_0", FileType::Q5_0},
-    {"Q5_1", FileType::Q5_1},     {"Q8_0", FileType::Q8_0},     {"Q2_K", FileType::Q2_K},
-    {"Q3_K_S", FileType::Q3_K_S}, {"Q3_K_M", FileType::Q3_K_M}, {"Q3_K_L", FileType::Q3_K_L},
-    {"Q3_K", FileType::Q3_K_M},   {"Q4_K_S", FileType::Q4_K_S}, {"Q4_K_M", FileType::Q4_K_M},
-    {"Q4_K", FileType::Q4_K_M},   {"Q5_K_S", FileType::Q5_K_S}, {"Q5_K_M", FileType::Q5_K_M},
-    {"Q5_K", FileType::Q5_K_M},   {"Q6_K", FileType::Q6_K},     {"IQ4_NL", FileType::IQ4_NL},
-    {"IQ4_XS", FileType::IQ4_XS}, {"F16", FileType::F16},       {"BF16", FileType::BF16},
-    {"F32", FileType::F32},
+    {"Q4_0", FileType::Q4_0},           {"Q4_1", FileType::Q4_1},
+    {"Q5_0", FileType::Q5_0},           {"Q5_1", FileType::Q5_1},
+    {"Q8_0", FileType::Q8_0},           {"Q2_K", FileType::Q2_K},
+    {"Q3_K_S", FileType::Q3_K_S},       {"Q3_K_M", FileType::Q3_K_M},
+    {"Q3_K_L", FileType::Q3_K_L},       {"Q3_K", FileType::Q3_K_M},
+    {"Q4_K_S", FileType::Q4_K_S},       {"Q4_K_M", FileType::Q4_K_M},
+    {"Q4_K", FileType::Q4_K_M},         {"Q5_K_S", FileType::Q5_K_S},
+    {"Q5_K_M", FileType::Q5_K_M},       {"Q5_K", FileType::Q5_K_M},
+    {"Q6_K", FileType::Q6_K},           {"IQ4_NL", FileType::IQ4_NL},
+    {"IQ4_XS", FileType::IQ4_XS},       {"F16", FileType::F16},
+    {"BF16", FileType::BF16},           {"F32", FileType::F32},
+    {"MXFP4_MOE", FileType::MXFP4_MOE},
 };
 
 // Every file type llama.cpp defines, by llama-quantize's name.
@@ -136,10 +140,11 @@ class Rules {
     const F f = ftype_;
     if (role == Role::Output || (tied_embeddings_ && role == Role::TokenEmbd)) {
       // The output projection (or the embedding that doubles as it) gets Q6_K, or Q8_0 when
-      // the rows do not split into the mix's blocks.
-      if (falcon_ || t.shape[0] % block_size(type) != 0) return DType::Q8_0;
+      // the rows do not split into the mix's blocks (or the mix is MXFP4_MOE).
+      if (f == F::MXFP4_MOE || falcon_ || t.shape[0] % block_size(type) != 0) return DType::Q8_0;
       return type != DType::Q8_0 ? DType::Q6_K : type;
     }
+    if (f == F::MXFP4_MOE) return mxfp4_moe_type(t, role);
     if (role == Role::TokenEmbd) return type;
     if (role == Role::AttnV) {
       if (f == F::Q2_K) {
@@ -211,6 +216,16 @@ class Rules {
   }
 
  private:
+  // MXFP4_MOE: the stacked expert tensors (a third dimension over 1) in MXFP4, everything else
+  // in Q8_0. In bailingmoe3 models only the feed-forward ones count as experts (their MLA
+  // projections are 3-D too).
+  DType mxfp4_moe_type(const TensorDesc& t, Role role) const {
+    const bool experts = t.shape.size() > 2 && t.shape[2] > 1;
+    const bool ffn = role == Role::FfnUp || role == Role::FfnGate || role == Role::FfnDown;
+    if (experts && (model_.arch != "bailingmoe3" || ffn)) return DType::MXFP4;
+    return DType::Q8_0;
+  }
+
   // The layer of a per-layer tensor: its position among its kind, or, in MoE models (whose
   // expert tensors need not come in layer order), the number in its name.
   int64_t layer_index(const TensorDesc& t, int64_t counter) const {
@@ -317,6 +332,8 @@ DType default_type(FileType type) {
       return DType::IQ4_NL;
     case FileType::IQ4_XS:
       return DType::IQ4_XS;
+    case FileType::MXFP4_MOE:
+      return DType::MXFP4;
   }
   return DType::F16;
 }

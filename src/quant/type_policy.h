@@ -34,6 +34,7 @@ enum class FileType : uint32_t {
   IQ4_NL = 25,
   IQ4_XS = 30,
   BF16 = 32,
+  MXFP4_MOE = 38,  // MoE expert tensors in MXFP4, the rest Q8_0 (gpt-oss's files)
 };
 
 // The mixes `inferd quantize` makes, by llama-quantize's names (Q4_K, Q5_K, Q3_K are its

@@ -2,6 +2,7 @@
 // they are multiplied with. Byte-exact with the files (static_asserts below).
 #pragma once
 
+#include <bit>
 #include <cstdint>
 
 namespace inferd {
@@ -54,6 +55,23 @@ struct BlockIQ4_NL {
 // The 16 levels of the IQ4 formats (a non-uniform grid).
 inline constexpr int8_t kIq4Values[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
                                           1,    13,   25,   38,  53,  69,  89,  113};
+
+// MXFP4 (gpt-oss's expert weights): x = e8m0_to_fp32_half(e) * kMxfp4Values[q], q a nibble laid
+// out as Q4_0's. The scale is a power of two (E8M0: a float's exponent byte alone).
+struct BlockMXFP4 {
+  uint8_t e;  // E8M0
+  uint8_t qs[kQK / 2];
+};
+// The 16 E2M1 (fp4) values, doubled so that they are integers; the block scale is halved to match.
+inline constexpr int8_t kMxfp4Values[16] = {0, 1,  2,  3,  4,  6,  8,  12,
+                                            0, -1, -2, -3, -4, -6, -8, -12};
+// 2^(e - 127) / 2, the MXFP4 block scale that goes with the doubled values. As a float bit pattern:
+// exponent field e - 1 for e >= 2; e = 0 and 1 give the subnormals 2^-128 and 2^-127 (mantissa
+// bit 21 or 22), which a float holds exactly. e = 255 gives 2^127, not NaN, as ggml reads it.
+constexpr float e8m0_to_fp32_half(uint8_t e) {
+  const uint32_t bits = e < 2 ? uint32_t{0x00200000} << e : static_cast<uint32_t>(e - 1) << 23;
+  return std::bit_cast<float>(bits);
+}
 
 // The k-quants: super-blocks of 256 values in sub-blocks of 16 or 32, each with its own
 // scale (and min) quantized against the super-block's fp16 d (and dmin).
@@ -116,6 +134,7 @@ struct BlockQ8_K {
 static_assert(sizeof(BlockQ5_0) == 22);
 static_assert(sizeof(BlockQ5_1) == 24);
 static_assert(sizeof(BlockIQ4_NL) == 18);
+static_assert(sizeof(BlockMXFP4) == 17);
 static_assert(sizeof(BlockQ2_K) == 84);
 static_assert(sizeof(BlockQ3_K) == 110);
 static_assert(sizeof(BlockQ4_K) == 144);

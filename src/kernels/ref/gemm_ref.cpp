@@ -193,6 +193,31 @@ void gemm_iq4xs_group(const uint8_t* group, int64_t blocks, const ActQ8Block* ac
   }
 }
 
+// MXFP4: the table values of the nibbles summed in integers per block, scaled by the activation's
+// d times the row's power-of-two scale (as llama.cpp's MXFP4 x Q8_0 dot).
+void gemm_mxfp4_group(const uint8_t* group, int64_t blocks, const ActQ8Block* act,
+                      int64_t act_stride, int64_t n_tokens, float* y, int64_t y_stride) {
+  const auto* w = reinterpret_cast<const PackedMXFP4Block*>(group);
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    for (int r = 0; r < kPackRows; ++r) {
+      float acc = 0;
+      for (int64_t b = 0; b < blocks; ++b) {
+        const ActQ8Block& a = act[b * act_stride + t];
+        int32_t isum = 0;
+        for (int c = 0; c < 4; ++c) {
+          for (int k = 0; k < 4; ++k) {
+            const uint8_t byte = w[b].qs[c][r * 4 + k];
+            isum += kMxfp4Values[byte & 0x0F] * a.qs[8 * c + k] +
+                    kMxfp4Values[byte >> 4] * a.qs[8 * c + 4 + k];
+          }
+        }
+        acc += static_cast<float>(isum) * (e8m0_to_fp32_half(w[b].e[r]) * a.d);
+      }
+      y[t * y_stride + r] = acc;
+    }
+  }
+}
+
 // Q6_K: per 16-column sub-block, d * scale * (sum(q * a) - 32 * sum(a)), the offset exact in
 // integers through the activation's half sums.
 void gemm_q6k_group(const uint8_t* group, int64_t blocks, const ActQ8Block* act, int64_t act_stride,
@@ -309,6 +334,7 @@ PackedKernels packed_kernels() {
   k.q5_k = gemm_q5k_group;
   k.q6_k = gemm_q6k_group;
   k.iq4_xs = gemm_iq4xs_group;
+  k.mxfp4 = gemm_mxfp4_group;
   return k;
 }
 

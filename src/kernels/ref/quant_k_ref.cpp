@@ -295,6 +295,21 @@ float dot_iq4_nl_q8_0(int64_t n, const void* w, const void* a) {
   return sum;
 }
 
+// MXFP4 x Q8_0: the integer sum of table values times q per block, scaled by the block's
+// power-of-two scale times the activation's d.
+float dot_mxfp4_q8_0(int64_t n, const void* w, const void* a) {
+  const auto* wb = static_cast<const BlockMXFP4*>(w);
+  const auto* ab = static_cast<const BlockQ8_0*>(a);
+  float sum = 0;
+  for (int64_t b = 0; b < n / kQK; ++b) {
+    int block_sum = 0;
+    for (int j = 0; j < kQK; ++j) block_sum += kMxfp4Values[nibble32(wb[b].qs, j)] * ab[b].qs[j];
+    const float d = fp16_to_fp32(ab[b].d) * e8m0_to_fp32_half(wb[b].e);
+    sum += static_cast<float>(block_sum) * d;
+  }
+  return sum;
+}
+
 float dot_q2_k_q8_k(int64_t n, const void* w, const void* a) {
   return dot_k<BlockQ2_K>(n, w, a);
 }
@@ -343,6 +358,18 @@ void dequantize_row_iq4_nl(const void* row, float* out, int64_t n) {
     const float d = fp16_to_fp32(blocks[b].d);
     for (int j = 0; j < kQK; ++j) {
       out[j] = d * static_cast<float>(kIq4Values[nibble32(blocks[b].qs, j)]);
+    }
+  }
+}
+
+// A power of two times a small integer: every product is exact (subnormal scales included) or
+// overflows to infinity (e >= 254 with the largest values), as gguf-py's does.
+void dequantize_row_mxfp4(const void* row, float* out, int64_t n) {
+  const auto* blocks = static_cast<const BlockMXFP4*>(row);
+  for (int64_t b = 0; b < n / kQK; ++b, out += kQK) {
+    const float d = e8m0_to_fp32_half(blocks[b].e);
+    for (int j = 0; j < kQK; ++j) {
+      out[j] = static_cast<float>(kMxfp4Values[nibble32(blocks[b].qs, j)]) * d;
     }
   }
 }

@@ -407,6 +407,65 @@ void iq4xs_tile(const PackedIQ4XSBlock* w, int64_t blocks, int half, const ActQ8
     for (int h = 0; h < H; ++h) _mm256_storeu_ps(y + t * y_stride + 8 * (half + h), acc[t][h]);
 }
 
+// The E8M0 "half" scales of 8 rows, 2^(e - 128), as floats built from their bits: exponent
+// field e - 1, or for e < 2 the subnormals 2^-128 and 2^-127 (0x00200000 << e).
+inline __m256 e8m0_half_x8(const uint8_t* e) {
+  const __m256i v = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(e)));
+  const __m256i normal = _mm256_slli_epi32(_mm256_sub_epi32(v, _mm256_set1_epi32(1)), 23);
+  const __m256i tiny = _mm256_sllv_epi32(_mm256_set1_epi32(0x00200000), v);
+  const __m256i is_tiny = _mm256_cmpgt_epi32(_mm256_set1_epi32(2), v);
+  return _mm256_castsi256_ps(_mm256_blendv_epi8(normal, tiny, is_tiny));
+}
+
+// MXFP4: IQ4_XS's byte shuffle and sign trick per 32 columns, with the E2M1 table. |w| <= 12, so
+// a maddubs lane is at most 2 * 12 * 127 = 3048 and a block's 8 of them add up in int16
+// (<= 24384) before one widening, as the Q4 tile does.
+template <int NT, int H>
+void mxfp4_tile(const PackedMXFP4Block* w, int64_t blocks, int half, const ActQ8Block* act,
+                int64_t act_stride, float* y, int64_t y_stride) {
+  const __m256i low_nibble = _mm256_set1_epi8(0x0F);
+  const __m256i ones = _mm256_set1_epi16(1);
+  const __m256i table =
+      _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kMxfp4Values)));
+  __m256 acc[NT][H];
+  for (int t = 0; t < NT; ++t)
+    for (int h = 0; h < H; ++h) acc[t][h] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < blocks; ++b) {
+    prefetch_ahead<H, NT>(half, w + b, sizeof(PackedMXFP4Block));
+    __m256i sums[NT][H];  // int16 pairs
+    for (int t = 0; t < NT; ++t)
+      for (int h = 0; h < H; ++h) sums[t][h] = _mm256_setzero_si256();
+    for (int c = 0; c < 4; ++c) {
+      for (int h = 0; h < H; ++h) {
+        const __m256i raw =
+            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[b].qs[c] + 32 * (half + h)));
+        const __m256i lo = _mm256_shuffle_epi8(table, _mm256_and_si256(raw, low_nibble));
+        const __m256i hi =
+            _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(raw, 4), low_nibble));
+        const __m256i lo_abs = _mm256_abs_epi8(lo), hi_abs = _mm256_abs_epi8(hi);
+        for (int t = 0; t < NT; ++t) {
+          const int8_t* q = act[b * act_stride + t].qs + 8 * c;
+          const __m256i p0 = _mm256_maddubs_epi16(lo_abs, _mm256_sign_epi8(broadcast_i32(q), lo));
+          const __m256i p1 =
+              _mm256_maddubs_epi16(hi_abs, _mm256_sign_epi8(broadcast_i32(q + 4), hi));
+          sums[t][h] = _mm256_add_epi16(sums[t][h], _mm256_add_epi16(p0, p1));
+          pin(sums[t][h]);
+        }
+      }
+    }
+    for (int h = 0; h < H; ++h) {
+      const __m256 scale = e8m0_half_x8(w[b].e + 8 * (half + h));
+      for (int t = 0; t < NT; ++t) {
+        const __m256 isum = _mm256_cvtepi32_ps(_mm256_madd_epi16(sums[t][h], ones));
+        const __m256 d = _mm256_mul_ps(scale, _mm256_set1_ps(act[b * act_stride + t].d));
+        acc[t][h] = _mm256_fmadd_ps(isum, d, acc[t][h]);
+      }
+    }
+  }
+  for (int t = 0; t < NT; ++t)
+    for (int h = 0; h < H; ++h) _mm256_storeu_ps(y + t * y_stride + 8 * (half + h), acc[t][h]);
+}
+
 // Signed weights: maddubs takes |w| and the activation with w's sign; one maddubs can reach
 // 2 * 127 * 127, so each is widened to int32 at once.
 template <int NT, int H>
@@ -545,6 +604,14 @@ struct IQ4XSTile {
                    []<int N, int H>(auto... args) { iq4xs_tile<N, H>(args...); });
   }
 };
+template <int NT>
+struct MXFP4Tile {
+  static void run(const PackedMXFP4Block* w, int64_t blocks, const ActQ8Block* act,
+                  int64_t act_stride, float* y, int64_t y_stride) {
+    split_tile<NT>(w, blocks, act, act_stride, y, y_stride,
+                   []<int N, int H>(auto... args) { mxfp4_tile<N, H>(args...); });
+  }
+};
 // Q6_K's unpacking (about 9 instructions a vector of weights) is shared by the tokens of a
 // pass: 6 of them, tiles of up to 12, where the other formats take 4 and 8.
 constexpr int kQ6KPassTokens = 6;
@@ -676,6 +743,7 @@ PackedKernels packed_kernels() {
   // Panels that hold whole tiles of both sizes (the Q6_K tiles' 12 tokens, the others' 8).
   k.act_panel_tokens = std::lcm(kMaxTileTokens, 2 * kQ6KPassTokens);
   k.iq4_xs = run_group_tiles<PackedIQ4XSBlock, IQ4XSTile>;
+  k.mxfp4 = run_group_tiles<PackedMXFP4Block, MXFP4Tile>;
   return k;
 }
 

@@ -350,6 +350,59 @@ void iq4xs_tile(const PackedIQ4XSBlock* w, int64_t blocks, const ActQ8Block* act
   for (int t = 0; t < NT; ++t) _mm512_storeu_ps(y + t * y_stride, acc[t]);
 }
 
+// The E8M0 "half" scales of 16 rows, 2^(e - 128), as floats built from their bits: exponent
+// field e - 1, or for e < 2 the subnormals 2^-128 and 2^-127 (0x00200000 << e).
+inline __m512 e8m0_half_x16(const uint8_t* e) {
+  const __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(e)));
+  const __m512i normal = _mm512_slli_epi32(_mm512_sub_epi32(v, _mm512_set1_epi32(1)), 23);
+  const __m512i tiny = _mm512_sllv_epi32(_mm512_set1_epi32(0x00200000), v);
+  const __mmask16 is_tiny = _mm512_cmplt_epu32_mask(v, _mm512_set1_epi32(2));
+  return _mm512_castsi512_ps(_mm512_mask_blend_epi32(is_tiny, normal, tiny));
+}
+
+// MXFP4: as IQ4_XS per 32 columns, the byte shuffle looking the nibbles up in the table of
+// E2M1 values + 128 (VNNI's unsigned operand); each sum starts at the activation's offset128,
+// which takes the bias off exactly. The block's sum is scaled by the row's E8M0 scale times d.
+template <int NT, Prefetch P = Prefetch::kNextGroup>
+void mxfp4_tile(const PackedMXFP4Block* w, int64_t blocks, const ActQ8Block* act,
+                int64_t act_stride, float* y, int64_t y_stride) {
+  constexpr int kAcc = NT < 4 ? 2 : 1;
+  const __m512i low_nibble = _mm512_set1_epi8(0x0F);
+  // The 16 table entries in each 128-bit lane (the shuffle looks up within lanes).
+  alignas(64) uint8_t shifted[64];
+  for (int i = 0; i < 64; ++i) shifted[i] = static_cast<uint8_t>(kMxfp4Values[i % 16] + 128);
+  const __m512i table = _mm512_load_si512(shifted);
+  __m512 acc[NT];
+  for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < blocks; ++b) {
+    prefetch_for<P, NT>(w + b, blocks);
+    __m512i isum[NT][kAcc];
+    for (int t = 0; t < NT; ++t) {
+      isum[t][0] = _mm512_set1_epi32(act[b * act_stride + t].offset128);
+      if constexpr (kAcc == 2) isum[t][1] = _mm512_setzero_si512();
+    }
+    for (int c = 0; c < 4; ++c) {
+      const __m512i raw = _mm512_loadu_si512(w[b].qs[c]);
+      const __m512i lo = _mm512_shuffle_epi8(table, _mm512_and_si512(raw, low_nibble));
+      const __m512i hi =
+          _mm512_shuffle_epi8(table, _mm512_and_si512(_mm512_srli_epi16(raw, 4), low_nibble));
+      for (int t = 0; t < NT; ++t) {
+        const int8_t* q = act[b * act_stride + t].qs + 8 * c;
+        isum[t][0] = _mm512_dpbusd_epi32(isum[t][0], lo, broadcast_i32(q));
+        isum[t][kAcc - 1] = _mm512_dpbusd_epi32(isum[t][kAcc - 1], hi, broadcast_i32(q + 4));
+      }
+    }
+    const __m512 scale = e8m0_half_x16(w[b].e);
+    for (int t = 0; t < NT; ++t) {
+      __m512i s = isum[t][0];
+      if constexpr (kAcc == 2) s = _mm512_add_epi32(s, isum[t][1]);
+      const __m512 d = _mm512_mul_ps(scale, _mm512_set1_ps(act[b * act_stride + t].d));
+      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), d, acc[t]);
+    }
+  }
+  for (int t = 0; t < NT; ++t) _mm512_storeu_ps(y + t * y_stride, acc[t]);
+}
+
 // Weights stored as q + 128 are VNNI's unsigned operand as they are; the offset comes off as
 // 128 * sum(activation) per block, in integers.
 template <int NT, Prefetch P = Prefetch::kNextGroup>
@@ -496,6 +549,21 @@ struct IQ4XSTile {
   }
 };
 template <int NT>
+struct MXFP4Tile {
+  static void run(const PackedMXFP4Block* w, int64_t blocks, const ActQ8Block* act,
+                  int64_t act_stride, float* y, int64_t y_stride) {
+    mxfp4_tile<NT>(w, blocks, act, act_stride, y, y_stride);
+  }
+  static void run_cached(const PackedMXFP4Block* w, int64_t blocks, const ActQ8Block* act,
+                         int64_t act_stride, float* y, int64_t y_stride) {
+    mxfp4_tile<NT, Prefetch::kNone>(w, blocks, act, act_stride, y, y_stride);
+  }
+  static void run_small_step(const PackedMXFP4Block* w, int64_t blocks, const ActQ8Block* act,
+                             int64_t act_stride, float* y, int64_t y_stride) {
+    mxfp4_tile<NT, Prefetch::kAhead>(w, blocks, act, act_stride, y, y_stride);
+  }
+};
+template <int NT>
 struct Q6KTile {
   static void run(const PackedQ6KBlock* w, int64_t blocks, const ActQ8Block* act,
                   int64_t act_stride, float* y, int64_t y_stride) {
@@ -614,6 +682,7 @@ PackedKernels packed_kernels() {
   k.q5_k = run_group_tiles<PackedQ5KBlock, Q5KTile>;
   k.q6_k = run_group_tiles<PackedQ6KBlock, Q6KTile>;
   k.iq4_xs = run_group_tiles<PackedIQ4XSBlock, IQ4XSTile>;
+  k.mxfp4 = run_group_tiles<PackedMXFP4Block, MXFP4Tile>;
   return k;
 }
 
