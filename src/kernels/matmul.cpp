@@ -68,6 +68,7 @@ void call_group_kernel(const PackedWeights& p, int64_t g, int64_t n_groups, cons
                                : format == PackedFormat::Q6_K   ? table.packed.q6_k
                                : format == PackedFormat::IQ4_XS ? table.packed.iq4_xs
                                : format == PackedFormat::Q5_1   ? table.packed.q5_1
+                               : format == PackedFormat::MXFP4  ? table.packed.mxfp4
                                                                 : table.packed.q8_0;
     const int64_t act_blocks = in.cols / kPackCols;
     kernel(p.group(g), blocks, in.act + act_block_index(t0, 0, in.act_panel, act_blocks),
@@ -315,6 +316,141 @@ void dequantize_row(const WeightMatrix& w, int64_t r, float* out, const KernelTa
   const WeightKernels* k = table.for_weight(w.type);
   if (k == nullptr) fail("dequantize: weight type {} is not supported yet", dtype_name(w.type));
   k->dequantize(w.row(r), out, w.cols);
+}
+
+}  // namespace inferd::kernels
+
+namespace inferd::kernels {
+namespace {
+
+// The most distinct inputs one matmul_grouped call converts (every expert of a layer, twice
+// over for a file whose gate and up take different activation roundings).
+constexpr size_t kMaxGroupedInputs = 1024;
+
+// How an item's input is converted: not at all (F16 groups read floats), to the 32-wide int8
+// blocks, or to the 256-wide k-quant rounding (uses_q8k_activations).
+enum class InputKind { kFloat, kInt8, kInt8K };
+
+InputKind input_kind(const WeightMatrix& w) {
+  if (w.packed->format() == PackedFormat::F16) return InputKind::kFloat;
+  return uses_q8k_activations(w.packed->format()) ? InputKind::kInt8K : InputKind::kInt8;
+}
+
+// The int8 panel of an input of n tokens, as matmul_packed picks it: one padded panel when the
+// rows fit in one of the table's panels, else the table's.
+int64_t panel_of(int64_t n, const KernelTable& table) {
+  const int64_t panel_tokens = table.packed.act_panel_tokens;
+  return panel_tokens == 0 || n <= panel_tokens ? n + kActPaddingTokens : panel_tokens;
+}
+
+}  // namespace
+
+int64_t grouped_scratch_tokens(int64_t rows, int64_t inputs) {
+  // Each input rounds its tokens up to whole panels plus padding: at most kMaxActPanelTokens.
+  return rows + inputs * std::max(kActPaddingTokens, kMaxActPanelTokens);
+}
+
+void matmul_grouped(std::span<const GroupedProduct> items, ActivationScratch& scratch,
+                    ThreadPool& pool, const KernelTable& table) {
+  if (items.empty()) return;
+  const int64_t cols = items[0].w->cols, blocks = cols / kPackCols;
+  for (const GroupedProduct& item : items)
+    if (item.w->cols != cols) fail("matmul_grouped: weights of {} and {} columns", cols, item.w->cols);
+  // Weights without a packed layout go row by row (they convert their own input), before the
+  // packed items take the scratch.
+  for (const GroupedProduct& item : items)
+    if (item.w->packed == nullptr && item.n_tokens > 0)
+      matmul_rows(*item.w, item.x, item.n_tokens, item.y, scratch, pool, table);
+
+  // The distinct inputs and where each one's int8 blocks go in the scratch.
+  struct Input {
+    const float* x;
+    int64_t n_tokens;
+    InputKind kind;
+    int64_t panel;
+    size_t offset;  // bytes into the scratch
+  };
+  std::array<Input, kMaxGroupedInputs> inputs;
+  std::array<uint16_t, kMaxGroupedInputs> input_of;  // items[i] reads inputs[input_of[i]]
+  if (items.size() > kMaxGroupedInputs) fail("matmul_grouped: more than {} items", kMaxGroupedInputs);
+  size_t n_inputs = 0, bytes = 0;
+  int64_t rows_to_convert = 0, total_groups = 0, group_bytes = 0, token_groups = 0;
+  for (size_t i = 0; i < items.size(); ++i) {
+    const GroupedProduct& item = items[i];
+    if (item.w->packed == nullptr || item.n_tokens == 0) continue;
+    const InputKind kind = input_kind(*item.w);
+    size_t j = 0;
+    while (j < n_inputs && !(inputs[j].x == item.x && inputs[j].n_tokens == item.n_tokens &&
+                             inputs[j].kind == kind))
+      ++j;
+    if (j == n_inputs) {
+      Input& in = inputs[n_inputs++];
+      in = {item.x, item.n_tokens, kind, panel_of(item.n_tokens, table), bytes};
+      if (kind != InputKind::kFloat) {
+        const int64_t panels = (item.n_tokens + in.panel - 1) / in.panel;
+        bytes += (static_cast<size_t>(panels * in.panel * blocks) * sizeof(ActQ8Block) + 63) / 64 * 64;
+        rows_to_convert += item.n_tokens;
+      }
+    }
+    input_of[i] = static_cast<uint16_t>(j);
+    const PackedWeights& p = *item.w->packed;
+    total_groups += p.groups();
+    token_groups += p.groups() * item.n_tokens;
+    group_bytes = std::max<int64_t>(group_bytes, p.blocks_per_row() * p.block_bytes());
+  }
+  if (total_groups == 0) return;
+  check_scratch(scratch, bytes, rows_to_convert, cols);
+
+  // Converts every int8 input's rows in one region: row r of the concatenated inputs.
+  const auto convert = [&](int64_t begin, int64_t end) {
+    size_t j = 0;
+    int64_t first = 0;  // the concatenated index of inputs[j]'s first row
+    for (int64_t r = begin; r < end; ++r) {
+      while (inputs[j].kind == InputKind::kFloat || r >= first + inputs[j].n_tokens) {
+        if (inputs[j].kind != InputKind::kFloat) first += inputs[j].n_tokens;
+        ++j;
+      }
+      const Input& in = inputs[j];
+      const int64_t t = r - first;
+      auto* act = reinterpret_cast<ActQ8Block*>(scratch.data() + in.offset);
+      const QuantizeActFn quantize =
+          in.kind == InputKind::kInt8K ? table.packed.quantize_act_k : table.packed.quantize_act;
+      quantize(in.x + t * cols, act + act_block_index(t, 0, in.panel, blocks), cols, in.panel);
+    }
+  };
+  if (rows_to_convert <= kSerialQuantizeTokens) {
+    convert(0, rows_to_convert);
+  } else {
+    pool.parallel_for(rows_to_convert, 1, convert);
+  }
+
+  // Groups [begin, end) of the items' groups laid end to end.
+  const auto run_groups = [&](int64_t begin, int64_t end) {
+    int64_t first = 0;
+    for (size_t i = 0; i < items.size() && first < end; ++i) {
+      const GroupedProduct& item = items[i];
+      if (item.w->packed == nullptr || item.n_tokens == 0) continue;
+      const PackedWeights& p = *item.w->packed;
+      const int64_t lo = std::max(begin, first), hi = std::min(end, first + p.groups());
+      if (lo < hi) {
+        const Input& in = inputs[input_of[i]];
+        const PackedInput packed_in{
+            item.x,
+            in.kind == InputKind::kFloat
+                ? nullptr
+                : reinterpret_cast<const ActQ8Block*>(scratch.data() + in.offset),
+            in.panel, nullptr, cols, item.n_tokens};
+        run_packed_groups(p, lo - first, hi - first, packed_in, item.n_tokens, item.y, table);
+      }
+      first += p.groups();
+    }
+  };
+  // Chunks as matmul_packed sizes them, for the mean tokens a group is multiplied by.
+  const int64_t mean_tokens = std::max<int64_t>(1, token_groups / total_groups);
+  const int64_t min_chunk =
+      (kMinChunkBytes + group_bytes * mean_tokens - 1) / (group_bytes * mean_tokens);
+  const int64_t chunk = std::max(min_chunk, total_groups / (pool.num_threads() * kChunksPerThread));
+  pool.parallel_for_chunks(total_groups, chunk, run_groups);
 }
 
 }  // namespace inferd::kernels

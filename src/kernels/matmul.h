@@ -68,6 +68,28 @@ void matmul_many(std::span<const MatmulTarget> targets, const float* x, int64_t 
                  ActivationScratch& scratch, ThreadPool& pool,
                  const KernelTable& table = active_kernels(), int64_t bf16_from = kNoBf16Rows);
 
+// One product of a grouped matmul: y = W x for its own input rows (an expert and the tokens
+// routed to it).
+struct GroupedProduct {
+  const WeightMatrix* w;
+  const float* x;  // [n_tokens, w->cols]
+  int64_t n_tokens;
+  float* y;  // [n_tokens, w->rows]
+};
+
+// Scratch a matmul_grouped call may need: `rows` input rows in all (their sum over the distinct
+// inputs) spread over at most `inputs` distinct inputs, of up to `max_cols` values.
+int64_t grouped_scratch_tokens(int64_t rows, int64_t inputs);
+
+// Every product of `items`, all of the same cols, in one parallel region: the weights of all of
+// them are split over the threads together, so a decode step that touches a few experts keeps
+// every core streaming instead of paying a region (and a ramp-up) per expert. Products that
+// share an input (the same x and n_tokens, such as an expert's gate and up) convert it once.
+// Int8 rows only (no bf16 route): a token's result does not depend on what it is batched with.
+// Items whose weights have no packed layout run row by row after the others.
+void matmul_grouped(std::span<const GroupedProduct> items, ActivationScratch& scratch,
+                    ThreadPool& pool, const KernelTable& table = active_kernels());
+
 // Copies row r of a weight matrix into floats (embedding look-up).
 void dequantize_row(const WeightMatrix& w, int64_t r, float* out,
                     const KernelTable& table = active_kernels());

@@ -41,7 +41,8 @@ struct DecoderLayer {
   const float* k_norm = nullptr;
   const float* post_attn_norm = nullptr;
   const float* post_ffn_norm = nullptr;
-  bool sliding = false;                      // attends over a window of recent keys only
+  std::optional<MoeLayer> moe;  // experts instead of w_gate/w_up/w_down (ArchSpec::moe)
+  bool sliding = false;         // attends over a window of recent keys only
   const kernels::RopeTable* rope = nullptr;  // the model's table for this layer
 };
 
@@ -81,6 +82,7 @@ class Decoder final : public Model {
       config_.sliding_window = spec_.sliding_window;
       config_.sliding_layers = spec_.sliding_layers;
     }
+    if (spec_.moe) moe_config_ = MoeConfig::from_gguf(file, *spec_.moe, c.n_ff);
     WeightLoader w(file);
     const int64_t q_dim = int64_t{c.n_heads} * c.head_dim;
     const int64_t kv_dim = int64_t{c.n_kv_heads} * c.head_dim;
@@ -103,8 +105,10 @@ class Decoder final : public Model {
         layer.wv = w.matrix(p + "attn_v.weight", kv_dim, c.n_embd);
       }
       layer.wo = w.matrix(p + "attn_output.weight", c.n_embd, q_dim);
-      layer.ffn_norm = w.vector(p + "ffn_norm.weight", c.n_embd);
-      if (spec_.fused_projections && !w.has(p + "ffn_gate.weight")) {
+      layer.ffn_norm = w.vector(p + spec_.ffn_norm + ".weight", c.n_embd);
+      if (moe_config_ && moe_config_->moe_layer(i)) {
+        layer.moe = load_moe_layer(w, p, *moe_config_, *spec_.moe, c.n_embd);
+      } else if (spec_.fused_projections && !w.has(p + "ffn_gate.weight")) {
         const std::string up = p + "ffn_up.weight";  // rows [gate; up]
         layer.w_gate = w.matrix_rows(up, 0, c.n_ff, 2 * int64_t{c.n_ff}, c.n_embd);
         layer.w_up = w.matrix_rows(up, c.n_ff, c.n_ff, 2 * int64_t{c.n_ff}, c.n_embd);
@@ -112,7 +116,7 @@ class Decoder final : public Model {
         layer.w_gate = w.matrix(p + "ffn_gate.weight", c.n_ff, c.n_embd);
         layer.w_up = w.matrix(p + "ffn_up.weight", c.n_ff, c.n_embd);
       }
-      layer.w_down = w.matrix(p + "ffn_down.weight", c.n_embd, c.n_ff);
+      if (!layer.moe) layer.w_down = w.matrix(p + "ffn_down.weight", c.n_embd, c.n_ff);
       layer.bq = w.optional_vector(p + "attn_q.bias", q_dim);
       layer.bk = w.optional_vector(p + "attn_k.bias", kv_dim);
       layer.bv = w.optional_vector(p + "attn_v.bias", kv_dim);
@@ -248,11 +252,17 @@ class Decoder final : public Model {
     ws_.v = floats(T * kv_dim);
     ws_.attn = floats(T * q_dim);
     ws_.proj = floats(T * c.n_embd);
-    ws_.gate = floats(T * c.n_ff);
-    ws_.up = floats(T * c.n_ff);
+    const bool any_dense = std::any_of(layers_.begin(), layers_.end(),
+                                       [](const DecoderLayer& l) { return !l.moe; });
+    if (any_dense) {
+      ws_.gate = floats(T * c.n_ff);
+      ws_.up = floats(T * c.n_ff);
+    }
+    if (moe_config_) moe_ = std::make_unique<MoeBlock>(*moe_config_, c.n_embd, max_tokens_);
     ws_.last = floats(T * c.n_embd);
     ws_.slots = ws_.memory.allocate_array<int64_t>(kv::kMaxKvGroups * T);
-    ws_.scratch.reserve(max_tokens_, std::max<int64_t>({c.n_embd, c.n_ff, int64_t(q_dim)}));
+    ws_.scratch.reserve(max_tokens_,
+                        std::max<int64_t>({c.n_embd, any_dense ? c.n_ff : 0, int64_t(q_dim)}));
     ws_.memory.prefault();  // every forward pass uses it: fault it in now, not in the first one
   }
 
@@ -385,6 +395,24 @@ class Decoder final : public Model {
       kernels::rms_norm(&ws.x[t * c.n_embd], layer.ffn_norm, &ws.h[t * c.n_embd], c.n_embd,
                         c.rms_eps);
     });
+    if (layer.moe) {
+      moe_->forward(*layer.moe, ws.h.data(), T, ws.proj.data(), pool);  // [T, n_embd]
+    } else {
+      dense_feed_forward(layer, T, bf16_from, pool);
+    }
+    if (layer.post_ffn_norm) {
+      per_token(pool, T, [&](int64_t t) {
+        float* out = &ws.proj[t * c.n_embd];
+        kernels::rms_norm(out, layer.post_ffn_norm, out, c.n_embd, c.rms_eps);
+      });
+    }
+  }
+
+  // ws.proj[T, n_embd] = the gated feed-forward of ws.h.
+  void dense_feed_forward(const DecoderLayer& layer, int64_t T, int64_t bf16_from,
+                          ThreadPool& pool) {
+    const ModelConfig& c = config_;
+    DecoderWorkspace& ws = ws_;
     const kernels::MatmulTarget gate_up[] = {{&layer.w_gate, ws.gate.data()},  // [T, n_ff]
                                              {&layer.w_up, ws.up.data()}};     // [T, n_ff]
     kernels::matmul_many(gate_up, ws.h.data(), T, ws.scratch, pool, kernels::active_kernels(),
@@ -398,12 +426,6 @@ class Decoder final : public Model {
     });
     kernels::matmul(layer.w_down, ws.gate.data(), T, ws.proj.data(), ws.scratch,  // [T, n_embd]
                     pool, kernels::active_kernels(), bf16_from);
-    if (layer.post_ffn_norm) {
-      per_token(pool, T, [&](int64_t t) {
-        float* out = &ws.proj[t * c.n_embd];
-        kernels::rms_norm(out, layer.post_ffn_norm, out, c.n_embd, c.rms_eps);
-      });
-    }
   }
 
   // The final hidden states of the rows asked for (embeddings): the last layer's residual add
@@ -453,6 +475,8 @@ class Decoder final : public Model {
   const float* output_norm_;  // [n_embd]
   WeightMatrix output_;       // [n_vocab, n_embd], token_embd_ when tied
   std::vector<DecoderLayer> layers_;
+  std::optional<MoeConfig> moe_config_;  // ArchSpec::moe's, as the file sets it
+  std::unique_ptr<MoeBlock> moe_;        // the MoE layers' work buffers
   kernels::RopeTable rope_;
   kernels::RopeTable rope_sliding_;  // sliding layers' own RoPE (ArchSpec), when they have one
   DecoderWorkspace ws_;

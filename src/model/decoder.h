@@ -5,11 +5,14 @@
 #pragma once
 
 #include <memory>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "gguf/gguf.h"
 #include "model/config.h"
 #include "model/model.h"
+#include "model/moe.h"
 
 namespace inferd::model {
 
@@ -46,6 +49,11 @@ struct ArchSpec {
   // RoPE of the sliding layers when it differs from the others (Gemma 3): base and linear scale.
   float sliding_rope_base = 0;  // 0: the model's rope.freq_base
   float sliding_rope_scale = 1.0f;
+  // Mixture-of-experts feed-forward (model/moe.h) on every layer from
+  // `leading_dense_block_count` on; absent: every layer is dense.
+  std::optional<MoeSpec> moe;
+  // The name of the feed-forward's input norm (gpt-oss calls it post_attention_norm).
+  std::string ffn_norm = "ffn_norm";
 };
 
 // Which layers slide, as llama.cpp reads it: `<arch>.attention.sliding_window_pattern` as one

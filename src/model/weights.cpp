@@ -68,6 +68,55 @@ kernels::WeightMatrix WeightLoader::matrix_rows(const std::string& name, int64_t
   return w;
 }
 
+std::vector<kernels::WeightMatrix> WeightLoader::expert_matrices(const std::string& name,
+                                                                 int64_t n_experts,
+                                                                 int64_t row_begin, int64_t rows,
+                                                                 int64_t rows_per_expert,
+                                                                 int64_t cols) const {
+  const gguf::TensorInfo& t = find(name);
+  if (t.shape.size() != 3 || t.shape[0] != uint64_t(cols) ||
+      t.shape[1] != uint64_t(rows_per_expert) || t.shape[2] != uint64_t(n_experts)) {
+    fail("{}: tensor '{}' has shape {}, expected [{}, {}, {}]", file_.name(), name,
+         t.shape_string(), cols, rows_per_expert, n_experts);
+  }
+  if (row_begin < 0 || rows <= 0 || row_begin + rows > rows_per_expert)
+    fail("{}: rows {}..{} of tensor '{}' are outside its {} an expert", file_.name(), row_begin,
+         row_begin + rows, name, rows_per_expert);
+  if (kernels::active_kernels().for_weight(t.type) == nullptr) {
+    fail("{}: tensor '{}' has type {}, which inferd cannot multiply yet", file_.name(), name,
+         dtype_name(t.type));
+  }
+  const auto row_size = static_cast<size_t>(*row_bytes(t.type, cols));
+  std::vector<kernels::WeightMatrix> experts(static_cast<size_t>(n_experts));
+  for (int64_t e = 0; e < n_experts; ++e) {
+    kernels::WeightMatrix& w = experts[static_cast<size_t>(e)];
+    w.type = t.type;
+    w.rows = rows;
+    w.cols = cols;
+    w.row_bytes = row_size;
+    w.data = t.data + static_cast<size_t>(e * rows_per_expert + row_begin) * row_size;
+    if (kernels::PackedWeights::supports(t.type, cols) && rows > 1)
+      w.packed = kernels::PackedWeights::pack(t.type, w.data, rows, cols, w.row_bytes, arena_);
+  }
+  return experts;
+}
+
+const float* WeightLoader::expert_vectors(const std::string& name, int64_t n_experts,
+                                          int64_t n) const {
+  const gguf::TensorInfo& t = find(name);
+  if (t.shape.size() != 2 || t.shape[0] != uint64_t(n) || t.shape[1] != uint64_t(n_experts)) {
+    fail("{}: tensor '{}' has shape {}, expected [{}, {}]", file_.name(), name, t.shape_string(), n,
+         n_experts);
+  }
+  if (t.type != DType::F32) {
+    fail("{}: tensor '{}' has type {}, expected F32", file_.name(), name, dtype_name(t.type));
+  }
+  if (reinterpret_cast<uintptr_t>(t.data) % alignof(float) != 0) {
+    fail("{}: tensor '{}' data is not 4-byte aligned", file_.name(), name);
+  }
+  return reinterpret_cast<const float*>(t.data);
+}
+
 const float* WeightLoader::vector(const std::string& name, int64_t n) const {
   const gguf::TensorInfo& t = find(name);
   if (t.shape.size() != 1 || t.shape[0] != uint64_t(n)) {

@@ -8,6 +8,7 @@
 #include <memory>
 #include <string>
 #include <unordered_set>
+#include <vector>
 
 #include "gguf/gguf.h"
 #include "kernels/matmul.h"
@@ -27,6 +28,15 @@ class WeightLoader {
   // the parts of a fused tensor (Phi-3's attn_qkv and gate/up ffn_up).
   kernels::WeightMatrix matrix_rows(const std::string& name, int64_t row_begin, int64_t rows,
                                     int64_t total_rows, int64_t cols) const;
+  // Rows [row_begin, row_begin + rows) of each expert's [rows_per_expert, cols] matrix in a 3-D
+  // tensor of n_experts of them (GGUF shape [cols, rows_per_expert, n_experts]), as one matrix
+  // an expert: merged expert tensors (ffn_gate_exps, ffn_up_exps, ffn_down_exps; the gate and
+  // up halves of ffn_gate_up_exps).
+  std::vector<kernels::WeightMatrix> expert_matrices(const std::string& name, int64_t n_experts,
+                                                     int64_t row_begin, int64_t rows,
+                                                     int64_t rows_per_expert, int64_t cols) const;
+  // An F32 [n_experts, n] table (GGUF [n, n_experts]): the experts' biases, row e for expert e.
+  const float* expert_vectors(const std::string& name, int64_t n_experts, int64_t n) const;
   // An F32 vector of n values (norm weights).
   const float* vector(const std::string& name, int64_t n) const;
   // The same for a tensor that a file may leave out (biases): nullptr when absent.

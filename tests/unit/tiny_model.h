@@ -28,6 +28,13 @@ struct TinyLlamaSpec {
   // A SentencePiece vocabulary of n_vocab tokens (<unk>, <s> = BOS, </s> = EOS, then pieces
   // "▁a", "b", "c", ...), so the file also runs through the engine.
   bool with_tokenizer = false;
+  // Mixtral-style experts instead of the dense feed-forward (n_experts > 0): a router
+  // `ffn_gate_inp` (F32) and n_experts SwiGLU experts of n_ff, as merged 3-D tensors
+  // (`ffn_{gate,up,down}_exps`) or, with per_expert_tensors, Mixtral's older
+  // `ffn_{gate,up,down}.E.weight`. identical_experts gives every expert the same weights.
+  int n_experts = 0, n_experts_used = 0;
+  bool per_expert_tensors = false;
+  bool identical_experts = false;
 };
 
 inline std::vector<uint8_t> encode_rows(DType type, const std::vector<float>& values) {
@@ -53,6 +60,40 @@ inline std::vector<uint8_t> encode_rows(DType type, const std::vector<float>& va
   return out;
 }
 
+// A layer's router and experts (TinyLlamaSpec::n_experts), drawn with `random(n, scale)`.
+template <typename Random>
+void add_experts(gguf::GgufWriter& w, const TinyLlamaSpec& s, const std::string& p,
+                 Random& random) {
+  const auto E = static_cast<size_t>(s.n_embd), F = static_cast<size_t>(s.n_ff),
+             X = static_cast<size_t>(s.n_experts);
+  w.add_tensor(p + "ffn_gate_inp.weight", DType::F32, {E, X},
+               encode_rows(DType::F32, random(X * E, 0.5f)));
+  // Each expert's [rows, cols] matrix, the same for all with identical_experts.
+  std::vector<std::vector<float>> gate, up, down;
+  for (size_t x = 0; x < X; ++x) {
+    const bool fresh = x == 0 || !s.identical_experts;
+    gate.push_back(fresh ? random(F * E, 0.2f) : gate[0]);
+    up.push_back(fresh ? random(F * E, 0.2f) : up[0]);
+    down.push_back(fresh ? random(E * F, 0.2f) : down[0]);
+  }
+  const auto add = [&](const std::string& name, const std::vector<std::vector<float>>& experts,
+                       size_t rows, size_t cols) {
+    if (s.per_expert_tensors) {
+      for (size_t x = 0; x < X; ++x)
+        w.add_tensor(p + name + "." + std::to_string(x) + ".weight", s.matrix_type, {cols, rows},
+                     encode_rows(s.matrix_type, experts[x]));
+      return;
+    }
+    std::vector<float> all;
+    for (const auto& e : experts) all.insert(all.end(), e.begin(), e.end());
+    w.add_tensor(p + name + "_exps.weight", s.matrix_type, {cols, rows, X},
+                 encode_rows(s.matrix_type, all));
+  };
+  add("ffn_gate", gate, F, E);
+  add("ffn_up", up, F, E);
+  add("ffn_down", down, E, F);
+}
+
 inline std::vector<uint8_t> make_tiny_llama(const TinyLlamaSpec& s) {
   std::mt19937 rng(s.seed);
   std::normal_distribution<float> dist(0.0f, 1.0f);
@@ -73,6 +114,10 @@ inline std::vector<uint8_t> make_tiny_llama(const TinyLlamaSpec& s) {
   w.set_f32("llama.rope.freq_base", 10000.0f);
   w.set_f32("llama.attention.layer_norm_rms_epsilon", 1e-5f);
   w.set_u32("llama.vocab_size", s.n_vocab);
+  if (s.n_experts > 0) {
+    w.set_u32("llama.expert_count", s.n_experts);
+    w.set_u32("llama.expert_used_count", s.n_experts_used);
+  }
   if (s.linear_rope_factor > 0) {
     w.set_string("llama.rope.scaling.type", "linear");
     w.set_f32("llama.rope.scaling.factor", s.linear_rope_factor);
@@ -120,6 +165,10 @@ inline std::vector<uint8_t> make_tiny_llama(const TinyLlamaSpec& s) {
     matrix(p + "attn_v.weight", KV, E, 0.3f);
     matrix(p + "attn_output.weight", E, Q, 0.2f);
     norm(p + "ffn_norm.weight");
+    if (s.n_experts > 0) {
+      add_experts(w, s, p, random);
+      continue;
+    }
     matrix(p + "ffn_gate.weight", F, E, 0.2f);
     matrix(p + "ffn_up.weight", F, E, 0.2f);
     matrix(p + "ffn_down.weight", E, F, 0.2f);

@@ -1,0 +1,351 @@
+#include "model/moe.h"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <limits>
+
+#include "kernels/ops.h"
+#include "util/error.h"
+
+namespace inferd::model {
+namespace {
+
+// Experts a layer may have: the routing of one token keeps a score per expert on the stack.
+constexpr int kMaxExperts = 512;
+// Tokens the MoE buffers hold at once: longer batches (prompts) run in chunks of this many, each
+// reading the experts it touches once. Sized so that a 30B-A3B layer's buffers stay ~50 MB.
+constexpr int64_t kMaxChunkTokens = 256;
+
+// A per-layer key (a scalar, or an array with one value per layer): its one value; arrays
+// whose values differ are refused (per-layer expert shapes are not implemented).
+std::optional<int64_t> uniform_int(const gguf::GgufFile& file, const std::string& key) {
+  const gguf::Value* value = file.find(key);
+  if (value == nullptr) return std::nullopt;
+  if (const gguf::Array* values = value->as_array()) {
+    std::optional<int64_t> first;
+    for (const gguf::Value& v : values->items) {
+      const std::optional<int64_t> x = v.as_int();
+      if (!x) fail("{}: '{}' holds a value that is not an integer", file.name(), key);
+      if (first && *first != *x)
+        fail("{}: '{}' differs between layers ({} and {}): per-layer values are not supported",
+             file.name(), key, *first, *x);
+      first = x;
+    }
+    return first;
+  }
+  return value->as_int();
+}
+
+// Refuses a key whose presence (with a value that is not `neutral`) changes the computation.
+void refuse_unless(const gguf::GgufFile& file, const std::string& key, double neutral,
+                   const char* what) {
+  const gguf::Value* v = file.find(key);
+  if (v == nullptr) return;
+  bool is_neutral = true;
+  if (const gguf::Array* values = v->as_array()) {
+    for (const gguf::Value& item : values->items)
+      is_neutral = is_neutral && item.as_float().value_or(neutral + 1) == neutral;
+  } else {
+    is_neutral = v->as_float().value_or(neutral + 1) == neutral;
+  }
+  if (!is_neutral)
+    fail("{}: '{}' = {} ({}) is not supported", file.name(), key, v->to_string(), what);
+}
+
+int checked_count(const gguf::GgufFile& file, const std::string& key, int64_t v, int64_t max) {
+  if (v <= 0 || v > max) fail("{}: '{}' = {} is out of range (1..{})", file.name(), key, v, max);
+  return static_cast<int>(v);
+}
+
+float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
+
+// softmax of x[0..n) in place, as ggml computes it (max subtracted, the sum in double).
+void softmax(float* x, int n) {
+  const float max = *std::max_element(x, x + n);
+  double sum = 0;
+  for (int i = 0; i < n; ++i) {
+    x[i] = std::exp(x[i] - max);
+    sum += x[i];
+  }
+  const auto inv = static_cast<float>(1.0 / sum);
+  for (int i = 0; i < n; ++i) x[i] *= inv;
+}
+
+}  // namespace
+
+MoeConfig MoeConfig::from_gguf(const gguf::GgufFile& file, const MoeSpec& spec, int n_ff) {
+  const std::string a = file.architecture() + ".";
+  MoeConfig c;
+  c.n_experts = checked_count(file, a + "expert_count", file.require_int(a + "expert_count"),
+                              kMaxExperts);
+  const std::optional<int64_t> used = uniform_int(file, a + "expert_used_count");
+  if (!used) fail("{}: required key '{}' is missing", file.name(), a + "expert_used_count");
+  c.n_used = checked_count(file, a + "expert_used_count", *used, c.n_experts);
+  const std::optional<int64_t> ff = uniform_int(file, a + "expert_feed_forward_length");
+  c.n_ff_expert = checked_count(file, a + "expert_feed_forward_length",
+                                ff && *ff > 0            ? *ff
+                                : spec.expert_ff_is_ff ? n_ff
+                                                         : n_ff / c.n_used,
+                                int64_t{1} << 20);
+  if (spec.shared_expert) {
+    const int64_t shared = file.get_int(a + "expert_shared_feed_forward_length").value_or(0);
+    c.n_ff_shared = checked_count(file, a + "expert_shared_feed_forward_length",
+                                  shared > 0 ? shared : n_ff, int64_t{1} << 20);
+  } else {
+    refuse_unless(file, a + "expert_shared_count", 0, "shared experts in this architecture");
+    refuse_unless(file, a + "expert_shared_feed_forward_length", 0,
+                  "shared experts in this architecture");
+  }
+  c.leading_dense = static_cast<int>(file.get_int(a + "leading_dense_block_count").value_or(0));
+  c.gating = spec.gating;
+  if (const std::optional<int64_t> g = file.get_int(a + "expert_gating_func")) {
+    if (*g < 1 || *g > 3)
+      fail("{}: '{}' = {} is not supported (1 softmax, 2 sigmoid, 3 softmax of the chosen)",
+           file.name(), a + "expert_gating_func", *g);
+    c.gating = static_cast<ExpertGating>(*g);
+  }
+  c.normalize_weights =
+      file.get_bool(a + "expert_weights_norm").value_or(spec.normalize_weights);
+  const double scale = file.get_float(a + "expert_weights_scale").value_or(0.0);
+  c.weights_scale = scale == 0.0 ? 1.0f : static_cast<float>(scale);
+  c.activation = spec.activation;
+  // What the MoE block does not implement changes which experts run or what they compute.
+  refuse_unless(file, a + "expert_group_count", 1, "grouped expert selection");
+  refuse_unless(file, a + "expert_group_used_count", 0, "grouped expert selection");
+  refuse_unless(file, a + "swiglu_clamp_exp", 0, "clamped expert SwiGLU");
+  refuse_unless(file, a + "swiglu_clamp_shexp", 0, "clamped shared-expert SwiGLU");
+  refuse_unless(file, a + "expert_chunk_feed_forward_length", 0, "chunked experts");
+  refuse_unless(file, a + "expert_latent_length", 0, "latent experts");
+  refuse_unless(file, a + "moe_latent_size", 0, "latent experts");
+  refuse_unless(file, a + "experts_per_group", 0, "grouped experts");
+  refuse_unless(file, a + "expert_group_scale", 0, "grouped experts");
+  refuse_unless(file, a + "moe_every_n_layers", 0, "interleaved dense and MoE layers");
+  return c;
+}
+
+MoeLayer load_moe_layer(const WeightLoader& w, const std::string& p, const MoeConfig& c,
+                        const MoeSpec& spec, int n_embd) {
+  MoeLayer m;
+  const int64_t E = c.n_experts, F = c.n_ff_expert;
+  m.router = w.matrix(p + "ffn_gate_inp.weight", E, n_embd);
+  m.selection_bias = w.optional_vector(p + "exp_probs_b.bias", E);
+  if (w.has(p + "ffn_gate_up_exps.weight")) {  // per expert: rows [gate; up]
+    const std::string name = p + "ffn_gate_up_exps.weight";
+    m.gate = w.expert_matrices(name, E, 0, F, 2 * F, n_embd);
+    m.up = w.expert_matrices(name, E, F, F, 2 * F, n_embd);
+    m.down = w.expert_matrices(p + "ffn_down_exps.weight", E, 0, n_embd, n_embd, F);
+  } else if (w.has(p + "ffn_up_exps.weight")) {
+    m.gate = w.expert_matrices(p + "ffn_gate_exps.weight", E, 0, F, F, n_embd);
+    m.up = w.expert_matrices(p + "ffn_up_exps.weight", E, 0, F, F, n_embd);
+    m.down = w.expert_matrices(p + "ffn_down_exps.weight", E, 0, n_embd, n_embd, F);
+  } else {  // Mixtral's older files: one 2-D tensor per expert
+    for (int64_t e = 0; e < E; ++e) {
+      m.gate.push_back(w.matrix(fmt::format("{}ffn_gate.{}.weight", p, e), F, n_embd));
+      m.up.push_back(w.matrix(fmt::format("{}ffn_up.{}.weight", p, e), F, n_embd));
+      m.down.push_back(w.matrix(fmt::format("{}ffn_down.{}.weight", p, e), n_embd, F));
+    }
+  }
+  if (spec.biases) {
+    m.router_bias = w.vector(p + "ffn_gate_inp.bias", E);
+    m.gate_bias = w.expert_vectors(p + "ffn_gate_exps.bias", E, F);
+    m.up_bias = w.expert_vectors(p + "ffn_up_exps.bias", E, F);
+    m.down_bias = w.expert_vectors(p + "ffn_down_exps.bias", E, n_embd);
+  }
+  if (c.n_ff_shared > 0) {
+    m.shared_gate = w.matrix(p + "ffn_gate_shexp.weight", c.n_ff_shared, n_embd);
+    m.shared_up = w.matrix(p + "ffn_up_shexp.weight", c.n_ff_shared, n_embd);
+    m.shared_down = w.matrix(p + "ffn_down_shexp.weight", n_embd, c.n_ff_shared);
+    m.shared_gate_inp = w.matrix(p + "ffn_gate_inp_shexp.weight", 1, n_embd);
+  }
+  return m;
+}
+
+MoeBlock::MoeBlock(const MoeConfig& config, int n_embd, int64_t max_tokens)
+    : config_(config), n_embd_(n_embd), chunk_tokens_(std::min(max_tokens, kMaxChunkTokens)) {
+  const auto C = static_cast<size_t>(chunk_tokens_);
+  const auto N = C * static_cast<size_t>(config.n_used);
+  const auto floats = [&](size_t n) { return memory_.allocate_array<float>(n); };
+  const auto ints = [&](size_t n) { return memory_.allocate_array<int32_t>(n); };
+  logits_ = floats(C * static_cast<size_t>(config.n_experts));
+  selected_ = ints(N);
+  weights_ = floats(N);
+  row_of_ = ints(N);
+  expert_rows_ = ints(static_cast<size_t>(config.n_experts) + 1);
+  xs_ = floats(N * static_cast<size_t>(n_embd));
+  gate_ = floats(N * static_cast<size_t>(config.n_ff_expert));
+  up_ = floats(N * static_cast<size_t>(config.n_ff_expert));
+  down_ = floats(N * static_cast<size_t>(n_embd));
+  if (config.n_ff_shared > 0) {
+    shared_gate_ = floats(C * static_cast<size_t>(config.n_ff_shared));
+    shared_up_ = floats(C * static_cast<size_t>(config.n_ff_shared));
+    shared_down_ = floats(C * static_cast<size_t>(n_embd));
+    shared_scale_ = floats(C);
+  }
+  memory_.prefault();
+  items_.reserve(2 * static_cast<size_t>(config.n_experts) + 2);
+  const int64_t widest = std::max({int64_t{n_embd}, int64_t{config.n_ff_expert},
+                                   int64_t{config.n_ff_shared}, int64_t{config.n_experts}});
+  // Rows: every slot's, the shared expert's, and padding for each distinct input.
+  scratch_.reserve(
+      kernels::grouped_scratch_tokens(static_cast<int64_t>(N + C), 2 * int64_t{config.n_experts} + 2),
+      widest);
+}
+
+void MoeBlock::forward(const MoeLayer& layer, const float* h, int64_t n_tokens, float* out,
+                       ThreadPool& pool) {
+  for (int64_t t0 = 0; t0 < n_tokens; t0 += chunk_tokens_) {
+    const int64_t count = std::min(chunk_tokens_, n_tokens - t0);
+    run_chunk(layer, h + t0 * n_embd_, count, out + t0 * n_embd_, pool);
+  }
+}
+
+// Router logits -> each token's experts and weights (selected_, weights_), then the slots sorted
+// by expert: expert_rows_[e] .. expert_rows_[e + 1] are expert e's rows, row_of_ each slot's.
+void MoeBlock::route(const MoeLayer& layer, int64_t n_tokens) {
+  const MoeConfig& c = config_;
+  const int E = c.n_experts, K = c.n_used;
+  std::fill(expert_rows_.begin(), expert_rows_.end(), 0);
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    float* logits = &logits_[static_cast<size_t>(t * E)];
+    if (layer.router_bias) kernels::add_inplace(logits, layer.router_bias, E);
+    // probs: what the weights are taken from; score: what the choice is made on.
+    std::array<float, kMaxExperts> score;
+    if (c.gating == ExpertGating::kSoftmax) softmax(logits, E);
+    if (c.gating == ExpertGating::kSigmoid)
+      for (int e = 0; e < E; ++e) logits[e] = sigmoid(logits[e]);
+    for (int e = 0; e < E; ++e)
+      score[static_cast<size_t>(e)] = logits[e] + (layer.selection_bias ? layer.selection_bias[e] : 0);
+    std::array<int32_t, kMaxExperts> order;
+    for (int e = 0; e < E; ++e) order[static_cast<size_t>(e)] = e;
+    std::partial_sort(order.begin(), order.begin() + K, order.begin() + E, [&](int32_t x, int32_t y) {
+      const float sx = score[static_cast<size_t>(x)], sy = score[static_cast<size_t>(y)];
+      return sx > sy || (sx == sy && x < y);
+    });
+    int32_t* sel = &selected_[static_cast<size_t>(t * K)];
+    float* wt = &weights_[static_cast<size_t>(t * K)];
+    for (int k = 0; k < K; ++k) {
+      sel[k] = order[static_cast<size_t>(k)];
+      wt[k] = logits[sel[k]];
+      ++expert_rows_[static_cast<size_t>(sel[k]) + 1];
+    }
+    if (c.gating == ExpertGating::kSoftmaxWeight) softmax(wt, K);
+    if (c.normalize_weights) {
+      float sum = 0;
+      for (int k = 0; k < K; ++k) sum += wt[k];
+      sum = std::max(sum, 6.103515625e-5f);  // as llama.cpp: the smallest normal fp16
+      for (int k = 0; k < K; ++k) wt[k] /= sum;
+    }
+    if (c.weights_scale != 1.0f)
+      for (int k = 0; k < K; ++k) wt[k] *= c.weights_scale;
+  }
+  for (int e = 0; e < E; ++e) expert_rows_[static_cast<size_t>(e) + 1] += expert_rows_[static_cast<size_t>(e)];
+  // Each slot's row: experts in order, the tokens of an expert in batch order.
+  std::array<int32_t, kMaxExperts> next;
+  std::copy_n(expert_rows_.begin(), E, next.begin());
+  for (int64_t s = 0; s < n_tokens * K; ++s)
+    row_of_[static_cast<size_t>(s)] = next[static_cast<size_t>(selected_[static_cast<size_t>(s)])]++;
+}
+
+void MoeBlock::run_chunk(const MoeLayer& layer, const float* h, int64_t n_tokens, float* out,
+                         ThreadPool& pool) {
+  const MoeConfig& c = config_;
+  const int E = c.n_experts, K = c.n_used, F = c.n_ff_expert;
+  const int64_t D = n_embd_;
+  kernels::matmul(layer.router, h, n_tokens, logits_.data(), scratch_, pool);  // [T, E]
+  route(layer, n_tokens);
+  // A decode step's tokens all go to each expert they chose, in order: one token reads h as
+  // it is; otherwise the inputs are gathered expert by expert.
+  const bool gather = n_tokens > 1;
+  if (gather) {
+    for (int64_t s = 0; s < n_tokens * K; ++s)
+      std::copy_n(h + (s / K) * D, D, &xs_[static_cast<size_t>(row_of_[static_cast<size_t>(s)] * D)]);
+  }
+  items_.clear();
+  for (int e = 0; e < E; ++e) {
+    const int64_t r0 = expert_rows_[static_cast<size_t>(e)], n = expert_rows_[static_cast<size_t>(e) + 1] - r0;
+    if (n == 0) continue;
+    const float* x = gather ? &xs_[static_cast<size_t>(r0 * D)] : h;
+    items_.push_back({&layer.gate[static_cast<size_t>(e)], x, n, &gate_[static_cast<size_t>(r0 * F)]});
+    items_.push_back({&layer.up[static_cast<size_t>(e)], x, n, &up_[static_cast<size_t>(r0 * F)]});
+  }
+  const int64_t S = c.n_ff_shared;
+  if (S > 0) {
+    items_.push_back({&layer.shared_gate, h, n_tokens, shared_gate_.data()});
+    items_.push_back({&layer.shared_up, h, n_tokens, shared_up_.data()});
+  }
+  kernels::matmul_grouped(items_, scratch_, pool);
+  // Biases and the activation, row by row; rows know their expert through expert_rows_.
+  const int64_t rows = n_tokens * K;
+  pool.parallel_for(rows, 4, [&](int64_t begin, int64_t end) {
+    int e = 0;
+    for (int64_t r = begin; r < end; ++r) {
+      while (r >= expert_rows_[static_cast<size_t>(e) + 1]) ++e;
+      float* g = &gate_[static_cast<size_t>(r * F)];
+      float* u = &up_[static_cast<size_t>(r * F)];
+      if (layer.gate_bias) kernels::add_inplace(g, layer.gate_bias + int64_t{e} * F, F);
+      if (layer.up_bias) kernels::add_inplace(u, layer.up_bias + int64_t{e} * F, F);
+      if (c.activation == ExpertActivation::kSwigluOai) {
+        constexpr float kAlpha = 1.702f, kLimit = 7.0f;
+        for (int i = 0; i < F; ++i) {
+          const float x = std::min(g[i], kLimit);
+          const float y = std::clamp(u[i], -kLimit, kLimit);
+          g[i] = x / (1.0f + std::exp(kAlpha * -x)) * (y + 1.0f);
+        }
+      } else {
+        kernels::silu_mul(g, u, F);
+      }
+    }
+  });
+  items_.clear();
+  for (int e = 0; e < E; ++e) {
+    const int64_t r0 = expert_rows_[static_cast<size_t>(e)], n = expert_rows_[static_cast<size_t>(e) + 1] - r0;
+    if (n > 0)
+      items_.push_back({&layer.down[static_cast<size_t>(e)], &gate_[static_cast<size_t>(r0 * F)], n,
+                        &down_[static_cast<size_t>(r0 * D)]});
+  }
+  kernels::matmul_grouped(items_, scratch_, pool);
+  if (S > 0) shared_expert(layer, h, n_tokens, pool);
+  // out[t] = sum over its slots, in slot order as llama.cpp adds them, of weight * expert output.
+  pool.parallel_for(n_tokens, 4, [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) {
+      float* o = out + t * D;
+      for (int k = 0; k < K; ++k) {
+        const auto s = static_cast<size_t>(t * K + k);
+        const int32_t r = row_of_[s];
+        const float* d = &down_[static_cast<size_t>(r * D)];
+        const float* bias =
+            layer.down_bias ? layer.down_bias + int64_t{selected_[s]} * D : nullptr;
+        const float wt = weights_[s];
+        for (int64_t i = 0; i < D; ++i) {
+          const float v = (bias ? d[i] + bias[i] : d[i]) * wt;
+          o[i] = k == 0 ? v : o[i] + v;
+        }
+      }
+      if (S > 0) {
+        const float scale = shared_scale_[static_cast<size_t>(t)];
+        const float* sd = &shared_down_[static_cast<size_t>(t * D)];
+        for (int64_t i = 0; i < D; ++i) o[i] += sd[i] * scale;
+      }
+    }
+  });
+}
+
+// The shared expert's output and its sigmoid gate of each token (shared_down_, shared_scale_),
+// from the gate and up products the grouped matmul made beside the routed experts'.
+void MoeBlock::shared_expert(const MoeLayer& layer, const float* h, int64_t n_tokens,
+                             ThreadPool& pool) {
+  const int64_t S = config_.n_ff_shared;
+  pool.parallel_for(n_tokens, 4, [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t)
+      kernels::silu_mul(&shared_gate_[static_cast<size_t>(t * S)],
+                        &shared_up_[static_cast<size_t>(t * S)], S);
+  });
+  kernels::matmul(layer.shared_down, shared_gate_.data(), n_tokens, shared_down_.data(), scratch_,
+                  pool);  // [T, n_embd]
+  kernels::matmul(layer.shared_gate_inp, h, n_tokens, shared_scale_.data(), scratch_, pool);
+  for (int64_t t = 0; t < n_tokens; ++t)
+    shared_scale_[static_cast<size_t>(t)] = sigmoid(shared_scale_[static_cast<size_t>(t)]);
+}
+
+}  // namespace inferd::model

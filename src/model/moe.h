@@ -1,0 +1,123 @@
+// The mixture-of-experts feed-forward block (Mixtral, Qwen2-MoE, Qwen3-MoE, gpt-oss): a router
+// scores every expert for each token, the top expert_used_count are run and their outputs summed
+// with the router's weights; optionally a shared expert that every token runs. Owns the MoE
+// hyperparameters (read from `<arch>.expert_*`), each layer's expert weights and the work
+// buffers of one forward pass; the decoder (model/decoder.cpp) calls it where a dense layer
+// runs its gated feed-forward.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "gguf/gguf.h"
+#include "kernels/matmul.h"
+#include "model/weights.h"
+#include "util/huge_pages.h"
+#include "util/thread_pool.h"
+
+namespace inferd::model {
+
+// How router logits become the experts' weights (llama.cpp's expert_gating_func values 1-3).
+enum class ExpertGating {
+  kSoftmax = 1,        // softmax over all experts, the top k's probabilities
+  kSigmoid = 2,        // sigmoid of each logit
+  kSoftmaxWeight = 3,  // top k by logit, then a softmax over those k (gpt-oss)
+};
+
+enum class ExpertActivation {
+  kSilu,       // silu(gate) * up
+  kSwigluOai,  // min(gate, 7) * sigmoid(1.702 min(gate, 7)) * (clamp(up, -7, 7) + 1) (gpt-oss)
+};
+
+// What an architecture fixes about its experts; keys in the file override the first two.
+struct MoeSpec {
+  ExpertGating gating = ExpertGating::kSoftmax;
+  bool normalize_weights = false;  // divide the top k's weights by their sum
+  ExpertActivation activation = ExpertActivation::kSilu;
+  bool biases = false;  // a bias on the router and on every expert matrix (gpt-oss)
+  // ffn_{gate,up,down}_shexp run by every token, scaled by sigmoid(ffn_gate_inp_shexp . x)
+  // (Qwen2-MoE); Mixtral-style files have none.
+  bool shared_expert = false;
+  // Without `expert_feed_forward_length` an expert is `feed_forward_length` wide (Mixtral), or
+  // that divided by expert_used_count (the Qwen MoE files), as llama.cpp reads each.
+  bool expert_ff_is_ff = false;
+};
+
+struct MoeConfig {
+  int n_experts = 0;
+  int n_used = 0;             // experts each token runs
+  int n_ff_expert = 0;        // an expert's feed-forward size
+  int n_ff_shared = 0;        // the shared expert's (0: none)
+  int leading_dense = 0;      // layers [0, leading_dense) are dense
+  ExpertGating gating = ExpertGating::kSoftmax;
+  bool normalize_weights = false;
+  float weights_scale = 1.0f;  // the top k's weights times this
+  ExpertActivation activation = ExpertActivation::kSilu;
+
+  // Reads `<arch>.expert_*` with the spec's defaults. Keys that change the computation and
+  // that inferd does not implement (expert groups, clamped SwiGLU limits, latent experts...)
+  // are an inferd::Error naming them. `n_ff` is `feed_forward_length` (the fallback expert size
+  // n_ff / n_used, as llama.cpp takes it).
+  static MoeConfig from_gguf(const gguf::GgufFile& file, const MoeSpec& spec, int n_ff);
+  bool moe_layer(int layer) const { return layer >= leading_dense; }
+};
+
+// One MoE layer's weights; every expert a matrix of its own, packed like dense weights.
+struct MoeLayer {
+  kernels::WeightMatrix router;         // [n_experts, n_embd]
+  const float* router_bias = nullptr;   // [n_experts] added to the logits (gpt-oss)
+  const float* selection_bias = nullptr;  // [n_experts] exp_probs_b: changes the choice only
+  std::vector<kernels::WeightMatrix> gate, up;  // [n_experts] of [n_ff_expert, n_embd]
+  std::vector<kernels::WeightMatrix> down;      // [n_experts] of [n_embd, n_ff_expert]
+  const float* gate_bias = nullptr;  // [n_experts, n_ff_expert]
+  const float* up_bias = nullptr;    // [n_experts, n_ff_expert]
+  const float* down_bias = nullptr;  // [n_experts, n_embd]
+  // The shared expert (MoeConfig::n_ff_shared > 0).
+  kernels::WeightMatrix shared_gate, shared_up;  // [n_ff_shared, n_embd]
+  kernels::WeightMatrix shared_down;             // [n_embd, n_ff_shared]
+  kernels::WeightMatrix shared_gate_inp;         // [1, n_embd]
+};
+
+// Loads the MoE tensors of layer prefix `p` ("blk.N."): merged 3-D expert tensors
+// (ffn_{gate,up,down}_exps, or ffn_gate_up_exps with [gate; up] per expert), or Mixtral's
+// older per-expert 2-D tensors ffn_{gate,up,down}.E.weight.
+MoeLayer load_moe_layer(const WeightLoader& w, const std::string& p, const MoeConfig& c,
+                        const MoeSpec& spec, int n_embd);
+
+// Work buffers of the MoE block for up to max_tokens tokens per forward, allocated once.
+class MoeBlock {
+ public:
+  MoeBlock(const MoeConfig& config, int n_embd, int64_t max_tokens);
+  // out[T, n_embd] = the MoE feed-forward of h[T, n_embd]. No allocation.
+  void forward(const MoeLayer& layer, const float* h, int64_t n_tokens, float* out,
+               ThreadPool& pool);
+  const MoeConfig& config() const { return config_; }
+
+ private:
+  void route(const MoeLayer& layer, int64_t n_tokens);
+  void run_chunk(const MoeLayer& layer, const float* h, int64_t n_tokens, float* out,
+                 ThreadPool& pool);
+  void shared_expert(const MoeLayer& layer, const float* h, int64_t n_tokens, ThreadPool& pool);
+
+  MoeConfig config_;
+  int n_embd_;
+  int64_t chunk_tokens_;  // tokens the buffers hold; longer batches run in chunks
+  HugePageArena memory_;
+  std::span<float> logits_;         // [C, n_experts]
+  std::span<int32_t> selected_;     // [C, n_used] expert of each slot
+  std::span<float> weights_;        // [C, n_used]
+  std::span<int32_t> row_of_;       // [C, n_used] the slot's row in the expert-sorted buffers
+  std::span<int32_t> expert_rows_;  // [n_experts + 1] first sorted row of each expert
+  std::span<float> xs_;             // [C * n_used, n_embd] inputs sorted by expert
+  std::span<float> gate_, up_;      // [C * n_used, n_ff_expert]
+  std::span<float> down_;           // [C * n_used, n_embd]
+  std::span<float> shared_gate_, shared_up_;  // [C, n_ff_shared]
+  std::span<float> shared_down_;              // [C, n_embd]
+  std::span<float> shared_scale_;             // [C]
+  std::vector<kernels::GroupedProduct> items_;  // reserved for every expert and the shared one
+  kernels::ActivationScratch scratch_;
+};
+
+}  // namespace inferd::model

@@ -1,0 +1,341 @@
+// The mixture-of-experts block (model/moe.h): its routing and expert sums against a plain
+// double-precision reference for every gating function and option an architecture can switch
+// on; and, through whole tiny models, that a batch gives the same logits in any split, that
+// Mixtral's per-expert tensors equal the merged ones, that identical experts reduce to the dense
+// feed-forward, and that keys and tensors the block does not implement stop the load by name.
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "gguf/gguf_writer.h"
+#include "kernels/ref/quant_ref.h"
+#include "model/moe.h"
+#include "model/registry.h"
+#include "random_data.h"
+#include "tiny_model.h"
+#include "util/error.h"
+
+namespace inferd::model {
+namespace {
+
+// An F32 matrix that owns its values; `w` views them (no packed layout: the row path).
+struct F32Matrix {
+  std::vector<float> v;
+  kernels::WeightMatrix w;
+  F32Matrix(int64_t rows, int64_t cols, uint32_t seed, float scale)
+      : v(testing::random_floats(rows * cols, seed, scale)) {
+    w = {DType::F32, rows, cols, static_cast<size_t>(cols) * 4,
+         reinterpret_cast<const uint8_t*>(v.data()), nullptr};
+  }
+  double dot(int64_t r, const std::vector<double>& x) const {
+    double s = 0;
+    for (int64_t i = 0; i < w.cols; ++i) s += double(v[static_cast<size_t>(r * w.cols + i)]) * x[static_cast<size_t>(i)];
+    return s;
+  }
+};
+
+struct Options {
+  ExpertGating gating = ExpertGating::kSoftmax;
+  bool normalize = false;
+  float scale = 1.0f;
+  ExpertActivation activation = ExpertActivation::kSilu;
+  bool biases = false, selection_bias = false, shared = false;
+};
+
+// A hand-built layer of E experts of F, hidden D, with the reference computation beside it.
+struct Fixture {
+  static constexpr int D = 64, F = 48, E = 6, K = 2, S = 40;
+  Options o;
+  MoeConfig config;
+  F32Matrix router{E, D, 1, 0.6f};
+  std::vector<F32Matrix> gate, up, down;
+  F32Matrix shared_gate{S, D, 70, 0.2f}, shared_up{S, D, 71, 0.2f}, shared_down{D, S, 72, 0.2f},
+      shared_gate_inp{1, D, 73, 0.3f};
+  std::vector<float> router_bias = testing::random_floats(E, 80, 0.5f);
+  std::vector<float> selection_bias = testing::random_floats(E, 81, 0.8f);
+  std::vector<float> gate_bias = testing::random_floats(E * F, 82, 0.3f);
+  std::vector<float> up_bias = testing::random_floats(E * F, 83, 0.3f);
+  std::vector<float> down_bias = testing::random_floats(E * D, 84, 0.3f);
+  MoeLayer layer;
+
+  explicit Fixture(Options options) : o(options) {
+    config.n_experts = E;
+    config.n_used = K;
+    config.n_ff_expert = F;
+    config.n_ff_shared = o.shared ? S : 0;
+    config.gating = o.gating;
+    config.normalize_weights = o.normalize;
+    config.weights_scale = o.scale;
+    config.activation = o.activation;
+    for (int e = 0; e < E; ++e) {
+      gate.emplace_back(F, D, 10 + e, 0.2f);
+      up.emplace_back(F, D, 20 + e, 0.2f);
+      down.emplace_back(D, F, 30 + e, 0.2f);
+    }
+    layer.router = router.w;
+    for (int e = 0; e < E; ++e) {
+      layer.gate.push_back(gate[static_cast<size_t>(e)].w);
+      layer.up.push_back(up[static_cast<size_t>(e)].w);
+      layer.down.push_back(down[static_cast<size_t>(e)].w);
+    }
+    if (o.biases) {
+      layer.router_bias = router_bias.data();
+      layer.gate_bias = gate_bias.data();
+      layer.up_bias = up_bias.data();
+      layer.down_bias = down_bias.data();
+    }
+    if (o.selection_bias) layer.selection_bias = selection_bias.data();
+    if (o.shared) {
+      layer.shared_gate = shared_gate.w;
+      layer.shared_up = shared_up.w;
+      layer.shared_down = shared_down.w;
+      layer.shared_gate_inp = shared_gate_inp.w;
+    }
+  }
+
+  static double silu(double x) { return x / (1 + std::exp(-x)); }
+
+  // The block's output for one token, in double.
+  std::vector<double> reference(const float* h) const {
+    const std::vector<double> x(h, h + D);
+    std::vector<double> logit(E), prob(E), score(E);
+    for (int e = 0; e < E; ++e) logit[e] = router.dot(e, x) + (o.biases ? router_bias[e] : 0);
+    if (o.gating == ExpertGating::kSoftmax) {
+      const double m = *std::max_element(logit.begin(), logit.end());
+      double sum = 0;
+      for (int e = 0; e < E; ++e) sum += prob[e] = std::exp(logit[e] - m);
+      for (double& p : prob) p /= sum;
+    } else if (o.gating == ExpertGating::kSigmoid) {
+      for (int e = 0; e < E; ++e) prob[e] = 1 / (1 + std::exp(-logit[e]));
+    } else {
+      prob = logit;
+    }
+    for (int e = 0; e < E; ++e) score[e] = prob[e] + (o.selection_bias ? selection_bias[e] : 0);
+    std::vector<int> order(E);
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return score[a] > score[b]; });
+    std::vector<double> wt(K);
+    for (int k = 0; k < K; ++k) wt[k] = prob[order[k]];
+    if (o.gating == ExpertGating::kSoftmaxWeight) {
+      const double m = *std::max_element(wt.begin(), wt.end());
+      double sum = 0;
+      for (double& w : wt) sum += w = std::exp(w - m);
+      for (double& w : wt) w /= sum;
+    }
+    if (o.normalize) {
+      const double sum = std::accumulate(wt.begin(), wt.end(), 0.0);
+      for (double& w : wt) w /= sum;
+    }
+    for (double& w : wt) w *= o.scale;
+    std::vector<double> out(D, 0.0);
+    for (int k = 0; k < K; ++k) {
+      const auto e = static_cast<size_t>(order[k]);
+      std::vector<double> act(F);
+      for (int i = 0; i < F; ++i) {
+        double g = gate[e].dot(i, x) + (o.biases ? gate_bias[e * F + i] : 0);
+        double u = up[e].dot(i, x) + (o.biases ? up_bias[e * F + i] : 0);
+        if (o.activation == ExpertActivation::kSwigluOai) {
+          g = std::min(g, 7.0);
+          u = std::clamp(u, -7.0, 7.0);
+          act[i] = g / (1 + std::exp(-1.702 * g)) * (u + 1);
+        } else {
+          act[i] = silu(g) * u;
+        }
+      }
+      for (int j = 0; j < D; ++j)
+        out[j] += wt[k] * (down[e].dot(j, act) + (o.biases ? down_bias[e * D + j] : 0));
+    }
+    if (o.shared) {
+      std::vector<double> act(S);
+      for (int i = 0; i < S; ++i) act[i] = silu(shared_gate.dot(i, x)) * shared_up.dot(i, x);
+      const double g = 1 / (1 + std::exp(-shared_gate_inp.dot(0, x)));
+      for (int j = 0; j < D; ++j) out[j] += g * shared_down.dot(j, act);
+    }
+    return out;
+  }
+};
+
+void expect_block_matches_reference(const Options& options, const char* what) {
+  Fixture f(options);
+  constexpr int64_t T = 37;
+  const auto h = testing::random_floats(T * Fixture::D, 5);
+  ThreadPool pool(2);
+  MoeBlock block(f.config, Fixture::D, 16);  // 37 tokens in chunks of 16
+  std::vector<float> out(T * Fixture::D, 99.0f);
+  block.forward(f.layer, h.data(), T, out.data(), pool);
+  double max_diff = 0, max_abs = 0;
+  for (int64_t t = 0; t < T; ++t) {
+    const auto want = f.reference(&h[static_cast<size_t>(t * Fixture::D)]);
+    for (int j = 0; j < Fixture::D; ++j) {
+      max_diff = std::max(max_diff, std::fabs(want[j] - out[static_cast<size_t>(t * Fixture::D + j)]));
+      max_abs = std::max(max_abs, std::fabs(want[j]));
+    }
+  }
+  EXPECT_GT(max_abs, 0.05) << what;  // the block computes something
+  EXPECT_LT(max_diff, 1e-4 * std::max(1.0, max_abs)) << what;
+  // One token alone gets the same output as inside the batch (decode takes the no-gather path).
+  std::vector<float> one(Fixture::D);
+  block.forward(f.layer, &h[5 * Fixture::D], 1, one.data(), pool);
+  for (int j = 0; j < Fixture::D; ++j) EXPECT_EQ(one[static_cast<size_t>(j)], out[static_cast<size_t>(5 * Fixture::D + j)]) << what;
+}
+
+TEST(MoeBlock, SoftmaxTopKRenormalised) {  // Mixtral, Qwen3-MoE
+  expect_block_matches_reference({.normalize = true}, "softmax, normalized");
+}
+
+TEST(MoeBlock, SoftmaxWithSharedExpert) {  // Qwen2-MoE
+  expect_block_matches_reference({.shared = true}, "softmax, shared expert");
+}
+
+TEST(MoeBlock, SoftmaxOfTheChosenWithBiasesAndClampedSwiglu) {  // gpt-oss
+  expect_block_matches_reference({.gating = ExpertGating::kSoftmaxWeight, .activation = ExpertActivation::kSwigluOai, .biases = true},
+                                 "softmax weight, biases, swiglu oai");
+}
+
+TEST(MoeBlock, SigmoidWithSelectionBiasAndScale) {  // DeepSeek-V3-style routing
+  expect_block_matches_reference({.gating = ExpertGating::kSigmoid, .normalize = true, .scale = 2.5f, .selection_bias = true},
+                                 "sigmoid, selection bias, scale");
+}
+
+// --- whole tiny models (the llama architecture with experts: Mixtral) ---
+
+std::vector<float> run_logits(Model& model, const std::vector<int32_t>& tokens, int64_t chunk) {
+  kv::KvCache cache(model.kv_config(64, 4));
+  ThreadPool pool(2);
+  const kv::BlockTables tables = cache.allocate_sequence(static_cast<int64_t>(tokens.size()));
+  std::vector<float> logits(static_cast<size_t>(model.config().n_vocab));
+  for (int64_t start = 0; start < static_cast<int64_t>(tokens.size()); start += chunk) {
+    const int64_t n = std::min<int64_t>(chunk, static_cast<int64_t>(tokens.size()) - start);
+    std::vector<int32_t> pos, rows{static_cast<int32_t>(n - 1)};
+    for (int64_t i = 0; i < n; ++i) pos.push_back(static_cast<int32_t>(start + i));
+    BatchSequence seq{0, n, &tables};
+    Batch batch{{tokens.data() + start, static_cast<size_t>(n)}, pos, {&seq, 1}, rows};
+    model.forward(batch, cache, logits.data(), pool);
+  }
+  return logits;
+}
+
+std::vector<int32_t> some_tokens(int n) {
+  std::vector<int32_t> out;
+  for (int i = 0; i < n; ++i) out.push_back((i * 29 + 7) % 96);
+  return out;
+}
+
+testing::TinyLlamaSpec mixtral_spec(DType type) {
+  testing::TinyLlamaSpec s;
+  s.matrix_type = type;
+  s.n_experts = 8;
+  s.n_experts_used = 2;
+  return s;
+}
+
+TEST(MoeModel, AnySplitOfTheBatchGivesTheSameLogits) {
+  for (const DType type : {DType::F32, DType::Q8_0, DType::F16}) {
+    const auto bytes = testing::make_tiny_llama(mixtral_spec(type));
+    auto file = gguf::GgufFile::parse(bytes);
+    auto model = load_model(file, {64, 256});
+    const auto tokens = some_tokens(27);
+    const auto whole = run_logits(*model, tokens, 27);
+    for (const int64_t chunk : {1, 4, 13}) {
+      const auto part = run_logits(*model, tokens, chunk);
+      for (size_t i = 0; i < whole.size(); ++i)
+        ASSERT_NEAR(part[i], whole[i], 1e-4f) << dtype_name(type) << " chunk " << chunk;
+    }
+  }
+}
+
+TEST(MoeModel, PerExpertTensorsEqualMergedOnes) {
+  auto spec = mixtral_spec(DType::Q8_0);
+  const auto merged_bytes = testing::make_tiny_llama(spec);
+  spec.per_expert_tensors = true;
+  const auto split_bytes = testing::make_tiny_llama(spec);
+  auto merged_file = gguf::GgufFile::parse(merged_bytes), split_file = gguf::GgufFile::parse(split_bytes);
+  auto merged = load_model(merged_file, {64, 256}), split = load_model(split_file, {64, 256});
+  const auto tokens = some_tokens(9);
+  EXPECT_EQ(run_logits(*merged, tokens, 9), run_logits(*split, tokens, 9));
+}
+
+// With every expert the same and the top two renormalised to sum to 1, the block is the dense
+// feed-forward of those weights: the expert plumbing (gather, grouped products, weighted sum)
+// must add nothing of its own.
+TEST(MoeModel, IdenticalExpertsEqualTheDenseFeedForward) {
+  auto spec = mixtral_spec(DType::F32);
+  spec.identical_experts = true;
+  const auto moe_bytes = testing::make_tiny_llama(spec);
+  auto moe_file = gguf::GgufFile::parse(moe_bytes);
+  auto moe = load_model(moe_file, {64, 256});
+  // The dense twin: the same tensors with expert 0's matrices as ffn_{gate,up,down}.weight.
+  gguf::GgufWriter w;
+  for (const auto& [key, value] : moe_file.metadata())
+    if (key.find("expert") == std::string::npos) w.set(key, value);
+  for (const gguf::TensorInfo& t : moe_file.tensors()) {
+    if (t.name.find("ffn_gate_inp") != std::string::npos) continue;
+    const size_t pos = t.name.find("_exps");
+    if (pos == std::string::npos) {
+      w.add_tensor(t.name, t.type, t.shape, std::vector<uint8_t>(t.data, t.data + t.num_bytes));
+      continue;
+    }
+    const size_t one = t.num_bytes / t.shape[2];
+    w.add_tensor(t.name.substr(0, pos) + t.name.substr(pos + 5), t.type, {t.shape[0], t.shape[1]},
+                 std::vector<uint8_t>(t.data, t.data + one));
+  }
+  const auto dense_bytes = w.build();
+  auto dense_file = gguf::GgufFile::parse(dense_bytes);
+  auto dense = load_model(dense_file, {64, 256});
+  const auto tokens = some_tokens(11);
+  const auto a = run_logits(*moe, tokens, 11), b = run_logits(*dense, tokens, 11);
+  for (size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(a[i], b[i], 1e-4f) << "logit " << i;
+}
+
+void expect_load_error(const std::vector<uint8_t>& bytes, const std::string& needle) {
+  auto file = gguf::GgufFile::parse(bytes);
+  try {
+    load_model(file, {});
+    ADD_FAILURE() << "loaded; expected an error naming " << needle;
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+  }
+}
+
+// Re-encodes a file with one more metadata key.
+std::vector<uint8_t> with_key(const std::vector<uint8_t>& bytes, const std::string& key, uint32_t value) {
+  auto file = gguf::GgufFile::parse(bytes);
+  gguf::GgufWriter w;
+  for (const auto& [k, v] : file.metadata())
+    if (k != key) w.set(k, v);
+  w.set_u32(key, value);
+  for (const gguf::TensorInfo& t : file.tensors())
+    w.add_tensor(t.name, t.type, t.shape, std::vector<uint8_t>(t.data, t.data + t.num_bytes));
+  return w.build();
+}
+
+TEST(MoeModel, UnimplementedKeysAndMissingTensorsAreNamed) {
+  const auto bytes = testing::make_tiny_llama(mixtral_spec(DType::F32));
+  expect_load_error(with_key(bytes, "llama.expert_group_count", 4), "llama.expert_group_count");
+  expect_load_error(with_key(bytes, "llama.swiglu_clamp_exp", 7), "llama.swiglu_clamp_exp");
+  expect_load_error(with_key(bytes, "llama.expert_shared_count", 1), "llama.expert_shared_count");
+  expect_load_error(with_key(bytes, "llama.expert_gating_func", 4), "llama.expert_gating_func");
+  expect_load_error(with_key(bytes, "llama.expert_used_count", 9), "llama.expert_used_count");
+  // A neutral value of a refused key is accepted (converters write expert_group_count = 1).
+  auto file_bytes = with_key(bytes, "llama.expert_group_count", 1);
+  auto file = gguf::GgufFile::parse(file_bytes);
+  EXPECT_NO_THROW(load_model(file, {}));
+  // A file without its experts: the missing tensor is named.
+  auto spec = mixtral_spec(DType::F32);
+  spec.per_expert_tensors = true;
+  const auto split = testing::make_tiny_llama(spec);
+  auto split_file = gguf::GgufFile::parse(split);
+  gguf::GgufWriter w;
+  for (const auto& [k, v] : split_file.metadata()) w.set(k, v);
+  for (const gguf::TensorInfo& t : split_file.tensors())
+    if (t.name != "blk.1.ffn_up.5.weight")
+      w.add_tensor(t.name, t.type, t.shape, std::vector<uint8_t>(t.data, t.data + t.num_bytes));
+  expect_load_error(w.build(), "blk.1.ffn_up.5.weight");
+}
+
+}  // namespace
+}  // namespace inferd::model
