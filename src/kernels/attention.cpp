@@ -73,6 +73,18 @@ struct RowState {
   float sum = 0;
 };
 
+// What a row's accumulated values are multiplied by at the end: 1 / its softmax denominator.
+// A sink logit (AttentionShape::sinks) joins that denominator without adding a value: with
+// m' = max(m, sink), the keys' weights (made relative to m) take exp(m - m') and the sink adds
+// exp(sink - m'). Done once after the last chunk rather than in it, so the result does not
+// depend on where chunks start; a sink of -inf leaves exactly 1 / sum.
+float output_scale(const RowState& state, const float* sink) {
+  if (sink == nullptr) return 1.0f / state.sum;
+  const float max = std::max(state.max, *sink);
+  const float correction = std::exp(state.max - max);
+  return correction / (state.sum * correction + std::exp(*sink - max));
+}
+
 }  // namespace
 
 int attention_tile_tokens(const AttentionShape& shape) {
@@ -189,8 +201,10 @@ void attend_tile(const AttentionTile& tile, const kv::KvCache& cache, int layer,
   for (int t = 0; t < tile.n_tokens; ++t) {
     for (int g = 0; g < group; ++g) {
       const int r = t * group + g;
-      float* dst = tile.out + t * q_stride + int64_t{tile.kv_head * group + g} * head_dim;
-      const float inv = 1.0f / state[r].sum;
+      const int head = tile.kv_head * group + g;
+      float* dst = tile.out + t * q_stride + int64_t{head} * head_dim;
+      const float inv =
+          output_scale(state[r], shape.sinks != nullptr ? &shape.sinks[head] : nullptr);
       for (int d = 0; d < head_dim; ++d) dst[d] = acc[r * head_dim + d] * inv;
     }
   }

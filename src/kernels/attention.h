@@ -21,6 +21,11 @@ struct AttentionShape {
   int window = 0;
   // Soft-capped scores (Gemma 2): softcap * tanh(scale * q.k / softcap); 0: plain scale * q.k.
   float softcap = 0;
+  // Attention sinks (gpt-oss `attn_sinks`), [n_heads] or null: one learned logit per query head
+  // that joins the softmax's denominator as it is (not scaled, not soft-capped, seen by every
+  // query whatever its window) but carries no value, so a head can attend to "nothing". Finite
+  // or -inf (-inf: no sink).
+  const float* sinks = nullptr;
 };
 
 // One unit of attention work: the query heads of one kv head, for up to

@@ -1,6 +1,8 @@
 #include "kernels/ops.h"
 
+#include <algorithm>
 #include <cmath>
+#include <numbers>
 
 #include "kernels/kernels.h"
 #include "util/error.h"
@@ -44,8 +46,49 @@ void scale_inplace(float* a, float s, int64_t n) {
   for (int64_t i = 0; i < n; ++i) a[i] *= s;
 }
 
+namespace {
+
+// The pair index (fractional) whose frequency turns `turns` times over the original context:
+// base^(-2i/rot_dims) * original_context = 2 pi turns, solved for i. In float, as ggml.
+float yarn_correction_dim(int rot_dims, int64_t original_context, float turns, float base) {
+  return static_cast<float>(rot_dims) *
+         std::log(static_cast<float>(original_context) / (turns * 2 * std::numbers::pi_v<float>)) /
+         (2 * std::log(base));
+}
+
+// Per rotated pair, how much of its original (unscaled) angle YaRN keeps: ext_factor below the
+// low correction dim, 0 above the high one, a linear ramp between (ggml's rope_yarn_ramp, with
+// its floor of 0.001 on the ramp's width). [rot_dims / 2]
+std::vector<float> yarn_extrapolation_mix(int rot_dims, float freq_base, const YarnScaling& yarn) {
+  float low = yarn_correction_dim(rot_dims, yarn.original_context, yarn.beta_fast, freq_base);
+  float high = yarn_correction_dim(rot_dims, yarn.original_context, yarn.beta_slow, freq_base);
+  if (yarn.round_dims) {
+    low = std::floor(low);
+    high = std::ceil(high);
+  }
+  low = std::max(0.0f, low);
+  high = std::min(static_cast<float>(rot_dims - 1), high);
+  std::vector<float> mix(static_cast<size_t>(rot_dims / 2));
+  for (int i = 0; i < rot_dims / 2; ++i) {
+    const float y = (static_cast<float>(i) - low) / std::max(0.001f, high - low);
+    mix[static_cast<size_t>(i)] = (1 - std::min(1.0f, std::max(0.0f, y))) * yarn.ext_factor;
+  }
+  return mix;
+}
+
+void check_yarn(const YarnScaling& yarn, float freq_scale) {
+  if (yarn.ext_factor == 0.0f) return;
+  if (yarn.original_context <= 0 || !(freq_scale > 0.0f) || !(yarn.beta_fast > 0.0f) ||
+      !(yarn.beta_slow > 0.0f)) {
+    fail("rope: YaRN needs a positive original context ({}), scale ({}) and betas ({}, {})",
+         yarn.original_context, freq_scale, yarn.beta_fast, yarn.beta_slow);
+  }
+}
+
+}  // namespace
+
 RopeTable::RopeTable(int64_t max_positions, int rot_dims, float freq_base, float freq_scale,
-                     std::span<const float> freq_factors, float mscale)
+                     std::span<const float> freq_factors, float mscale, const YarnScaling& yarn)
     : max_positions_(max_positions), rot_dims_(rot_dims) {
   if (rot_dims <= 0 || rot_dims % 2 != 0)
     fail("rope: dimension count {} must be even and positive", rot_dims);
@@ -55,6 +98,11 @@ RopeTable::RopeTable(int64_t max_positions, int rot_dims, float freq_base, float
   for (const float f : freq_factors) {
     if (!(f > 0.0f) || !std::isfinite(f)) fail("rope: frequency factor {} is not positive", f);
   }
+  check_yarn(yarn, freq_scale);
+  const bool use_yarn = yarn.ext_factor != 0.0f;
+  const std::vector<float> mix =
+      use_yarn ? yarn_extrapolation_mix(rot_dims, freq_base, yarn) : std::vector<float>();
+  if (use_yarn) mscale *= 1.0f + 0.1f * std::log(1.0f / freq_scale);
   cos_.resize(static_cast<size_t>(max_positions * half));
   sin_.resize(cos_.size());
   const float theta_scale = std::pow(freq_base, -2.0f / static_cast<float>(rot_dims));
@@ -62,9 +110,13 @@ RopeTable::RopeTable(int64_t max_positions, int rot_dims, float freq_base, float
     float theta = static_cast<float>(p);
     for (int i = 0; i < half; ++i) {
       // As ggml: the factor divides the unscaled angle, then the linear scale applies.
-      const float angle =
-          freq_scale *
-          (freq_factors.empty() ? theta : theta / freq_factors[static_cast<size_t>(i)]);
+      const float original =
+          freq_factors.empty() ? theta : theta / freq_factors[static_cast<size_t>(i)];
+      float angle = freq_scale * original;
+      if (use_yarn) {
+        const float m = mix[static_cast<size_t>(i)];
+        angle = angle * (1 - m) + original * m;
+      }
       cos_[static_cast<size_t>(p * half + i)] = std::cos(angle) * mscale;
       sin_[static_cast<size_t>(p * half + i)] = std::sin(angle) * mscale;
       theta *= theta_scale;

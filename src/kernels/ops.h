@@ -21,6 +21,22 @@ void add_inplace(float* a, const float* b, int64_t n);
 // a[i] *= s
 void scale_inplace(float* a, float s, int64_t n);
 
+// YaRN context extension (`rope.scaling.type` yarn: gpt-oss, long-context Qwen), as ggml
+// computes it. Pairs that turn many times within the original context keep their angle (they
+// encode local order, which interpolation would blur); pairs that turn less than once are fully
+// interpolated (freq_scale x angle); between the two "correction dims" the angle blends
+// linearly by pair index, and cos and sin grow by 1 + 0.1 ln(1 / freq_scale).
+struct YarnScaling {
+  float ext_factor = 0.0f;       // weight of the blend toward the original angles; 0: YaRN off
+  float beta_fast = 32.0f;       // pairs turning more than beta_fast times keep their angle...
+  float beta_slow = 1.0f;        // ...fewer than beta_slow times: fully interpolated
+  int64_t original_context = 0;  // the context trained before the extension (n_ctx_orig)
+  // true: the low correction dim floored and the high one ceiled, as ggml does for every model
+  // (gpt-oss included, in the llama.cpp we compare with). false: both as computed, as HF does
+  // for configs with `truncate: false` (gpt-oss's own).
+  bool round_dims = true;
+};
+
 // Rotary embedding tables: cos/sin of pos * theta_i for every position, precomputed once.
 // theta_i = base^(-2i/rot_dims) / scale; the products are accumulated the way ggml does
 // (repeated multiplication in float) so rotations agree with llama.cpp to the last bit.
@@ -29,9 +45,12 @@ class RopeTable {
   RopeTable() = default;
   // freq_factors, when given, holds rot_dims / 2 divisors of the pairs' frequencies (Llama 3.x
   // and LongRoPE files carry them as `rope_freqs.weight`): theta_i / freq_factors[i].
-  // mscale multiplies every cos and sin (LongRoPE's attention factor; 1 elsewhere).
+  // mscale multiplies every cos and sin (ggml's attn_factor: LongRoPE's attention factor,
+  // `rope.scaling.attn_factor`; 1 elsewhere); YaRN, when on, multiplies them by its own
+  // 1 + 0.1 ln(1 / freq_scale) as well.
   RopeTable(int64_t max_positions, int rot_dims, float freq_base, float freq_scale,
-            std::span<const float> freq_factors = {}, float mscale = 1.0f);
+            std::span<const float> freq_factors = {}, float mscale = 1.0f,
+            const YarnScaling& yarn = {});
   // Rotates the first rot_dims of each of n_heads vectors of head_dim at `pos`.
   // Normal mode pairs (2i, 2i+1) (llama); neox mode pairs (i, i + rot_dims/2) (gemma, qwen).
   void apply_normal(float* x, int n_heads, int head_dim, int64_t pos) const;

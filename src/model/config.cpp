@@ -1,5 +1,7 @@
 #include "model/config.h"
 
+#include <cmath>
+
 #include "util/error.h"
 
 namespace inferd::model {
@@ -9,6 +11,37 @@ int positive_int(const gguf::GgufFile& file, const std::string& key) {
   int64_t v = file.require_int(key);
   if (v <= 0 || v > (int64_t{1} << 30)) fail("{}: '{}' = {} is out of range", file.name(), key, v);
   return static_cast<int>(v);
+}
+
+// The `rope.scaling.*` keys (`a` ends in "rope.scaling."), as llama.cpp reads and defaults them:
+// linear and yarn take `factor`; yarn also `original_context_length` (default: the trained
+// context) and, where the file has them, `yarn_beta_fast` / `yarn_beta_slow` (default 32 and 1).
+// Any other type fails by name rather than running with the wrong positions.
+void read_rope_scaling(const gguf::GgufFile& file, const std::string& a, ModelConfig& c) {
+  const std::string type = file.get_string(a + "type").value_or("none");
+  const float attn_factor = static_cast<float>(file.get_float(a + "attn_factor").value_or(1.0));
+  c.rope_attn_factor = attn_factor;
+  if (type == "none") return;
+  if (type != "linear" && type != "yarn")
+    fail("{}: rope scaling '{}' is not supported yet (none, linear, yarn)", file.name(), type);
+  const double factor = file.require_float(a + "factor");
+  if (!(factor > 0)) fail("{}: rope.scaling.factor {} must be positive", file.name(), factor);
+  c.rope_freq_scale = static_cast<float>(1.0 / factor);
+  if (type == "linear") return;
+  kernels::YarnScaling& yarn = c.rope_yarn;
+  yarn.ext_factor = 1.0f;
+  yarn.original_context = file.get_int(a + "original_context_length").value_or(c.context_length);
+  yarn.beta_fast = static_cast<float>(file.get_float(a + "yarn_beta_fast").value_or(32.0));
+  yarn.beta_slow = static_cast<float>(file.get_float(a + "yarn_beta_slow").value_or(1.0));
+  if (yarn.original_context <= 0 || !(yarn.beta_fast > 0) || !(yarn.beta_slow > 0)) {
+    fail("{}: YaRN original context {} and betas {}, {} must be positive", file.name(),
+         yarn.original_context, yarn.beta_fast, yarn.beta_slow);
+  }
+  // llama.cpp's cparams: get_mscale(factor, 1) cancelled by the 1 + 0.1 ln(factor) that ggml's
+  // rope multiplies in itself, then the file's attention factor; in float, in that order.
+  const float scale = 1.0f / c.rope_freq_scale;
+  const float mscale = scale <= 1.0f ? 1.0f : 0.1f * std::log(scale) + 1.0f;
+  c.rope_attn_factor = mscale * (1.0f / (1.0f + 0.1f * std::log(scale))) * attn_factor;
 }
 
 }  // namespace
@@ -53,14 +86,7 @@ ModelConfig ModelConfig::from_gguf(const gguf::GgufFile& file) {
   c.rms_eps =
       static_cast<float>(file.get_float(a + "attention.layer_norm_rms_epsilon").value_or(1e-5));
   c.rope_freq_base = static_cast<float>(file.get_float(a + "rope.freq_base").value_or(10000.0));
-  std::string scaling = file.get_string(a + "rope.scaling.type").value_or("none");
-  if (scaling == "linear") {
-    double factor = file.require_float(a + "rope.scaling.factor");
-    if (factor <= 0) fail("{}: rope.scaling.factor {} must be positive", file.name(), factor);
-    c.rope_freq_scale = static_cast<float>(1.0 / factor);
-  } else if (scaling != "none") {
-    fail("{}: rope scaling '{}' is not supported yet (only none and linear)", file.name(), scaling);
-  }
+  read_rope_scaling(file, a + "rope.scaling.", c);
   const gguf::Array* tokens = file.get_array("tokenizer.ggml.tokens");
   c.n_vocab = tokens != nullptr ? static_cast<int>(tokens->items.size())
                                 : positive_int(file, a + "vocab_size");

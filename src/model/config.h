@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "gguf/gguf.h"
+#include "kernels/ops.h"
 
 namespace inferd::model {
 
@@ -26,7 +27,14 @@ struct ModelConfig {
   float rms_eps = 1e-5f;
   int rope_dims = 0;
   float rope_freq_base = 10000.0f;
-  float rope_freq_scale = 1.0f;  // 1 / linear scaling factor
+  float rope_freq_scale = 1.0f;  // 1 / `rope.scaling.factor` (linear and YaRN scaling)
+  // `rope.scaling.type` yarn: ext_factor 1, the original context and the betas (ext_factor 0,
+  // off, for the other types). Goes to kernels::RopeTable as it is.
+  kernels::YarnScaling rope_yarn;
+  // What multiplies RoPE's cos and sin (RopeTable's mscale), as llama.cpp's yarn_attn_factor:
+  // the file's `rope.scaling.attn_factor` (1 if absent), for YaRN times get_mscale(factor) /
+  // (1 + 0.1 ln factor), which is 1 up to rounding since the table applies YaRN's own factor.
+  float rope_attn_factor = 1.0f;
   RopeMode rope_mode = RopeMode::kNormal;
   // Sliding-window attention, set by the architecture: on the layers flagged here (empty: none)
   // a query at position p sees keys p - sliding_window + 1 .. p only.

@@ -237,11 +237,13 @@ TEST(AttentionKernels, RoundToFp16MatchesReference) {
 }
 
 // Plain causal softmax attention over q, k, v (rounded to f16 first when round_f16), in double;
-// with a window, only keys pos - window + 1 .. pos; with a softcap, scores c * tanh(s / c).
+// with a window, only keys pos - window + 1 .. pos; with a softcap, scores c * tanh(s / c); with
+// sinks ([n_heads]), head h's softmax also takes sinks[h] as one more logit, of no value.
 std::vector<double> naive_attention(const std::vector<float>& q, const std::vector<float>& k,
                                     const std::vector<float>& v, int64_t pos, int n_heads,
                                     int n_kv_heads, int head_dim, float scale,
-                                    bool round_f16 = true, int window = 0, float softcap = 0) {
+                                    bool round_f16 = true, int window = 0, float softcap = 0,
+                                    const float* sinks = nullptr) {
   auto r16 = [round_f16](float x) {
     return round_f16 ? double(fp16_to_fp32(fp32_to_fp16(x))) : double(x);
   };
@@ -259,7 +261,9 @@ std::vector<double> naive_attention(const std::vector<float>& q, const std::vect
       w[j] = softcap > 0 ? softcap * std::tanh(s * scale / softcap) : s * scale;
       max = std::max(max, w[j]);
     }
+    if (sinks != nullptr) max = std::max(max, double(sinks[h]));
     for (int64_t j = first; j <= pos; ++j) sum += (w[j] = std::exp(w[j] - max));
+    if (sinks != nullptr) sum += std::exp(double(sinks[h]) - max);
     for (int64_t j = first; j <= pos; ++j)
       for (int d = 0; d < head_dim; ++d)
         out[h * head_dim + d] += w[j] / sum * r16(v[j * kv_dim + kvh * head_dim + d]);
@@ -407,8 +411,10 @@ TEST(Attention, TokenOutputDoesNotDependOnItsTile) {
       const int q_dim = n_heads * head_dim;
       write_random_kv(cache, block_table, n_tokens, 30);
       auto q = random_floats(int64_t{n_tokens} * q_dim, 32, 2.0f);
+      const auto sinks = random_floats(n_heads, 33, 3.0f);
       for (const int window : {0, 300}) {
-        const AttentionShape shape{n_heads, n_kv_heads, head_dim, 0.125f, window};
+        AttentionShape shape{n_heads, n_kv_heads, head_dim, 0.125f, window};
+        if (window > 0) shape.sinks = sinks.data();  // sliding with sinks, as gpt-oss has them
         for (const KernelTable* table : available_kernels()) {
           const std::vector<float> tiled =
               attend_tiles(q, n_tokens, shape, cache, *table, [&](int) { return block_table; });
@@ -467,6 +473,41 @@ TEST(Attention, Q8CacheStoresEachValueWithinHalfAStep) {
   EXPECT_EQ(cache.key_scales(0, 1, 0)[pos + 1], 0.0f);
 }
 
+// K and V ([n_tokens, n_kv_heads * head_dim], as written by write_random_kv) as layer 0 of
+// `cache` holds them, read back: dequantized Q8_0, or rounded to f16 (the reference rounds the
+// queries too when the keys are F16, as the tiles do).
+std::pair<std::vector<float>, std::vector<float>> held_kv(const kv::KvCache& cache,
+                                                          const std::vector<int32_t>& block_table,
+                                                          const std::vector<float>& k,
+                                                          const std::vector<float>& v) {
+  const int n_kv_heads = cache.config().n_kv_heads, head_dim = cache.config().head_dim;
+  const int kv_dim = n_kv_heads * head_dim, block_size = cache.block_size();
+  const auto n_tokens = static_cast<int>(k.size()) / kv_dim;
+  std::vector<float> k_held = k, v_held = v;
+  for (int t = 0; t < n_tokens; ++t) {
+    const int32_t block = block_table[static_cast<size_t>(t / block_size)];
+    const int pos = t % block_size;
+    for (int h = 0; h < n_kv_heads; ++h) {
+      for (int d = 0; d < head_dim; ++d) {
+        const auto i = static_cast<size_t>(t * kv_dim + h * head_dim + d);
+        if (cache.key_type() == DType::Q8_0) {
+          k_held[i] = cache.key_scales(0, block, h)[d / 32 * block_size + pos] *
+                      cache.keys_q8(0, block, h)[d * block_size + pos];
+        } else {
+          k_held[i] = fp16_to_fp32(fp32_to_fp16(k[i]));
+        }
+        if (cache.value_type() == DType::Q8_0) {
+          v_held[i] = cache.value_scales(0, block, h)[pos * (head_dim / 32) + d / 32] *
+                      cache.values_q8(0, block, h)[pos * head_dim + d];
+        } else {
+          v_held[i] = fp16_to_fp32(fp32_to_fp16(v[i]));
+        }
+      }
+    }
+  }
+  return {std::move(k_held), std::move(v_held)};
+}
+
 // With Q8_0 keys and values the tiles compute attention over what the cache holds: plain
 // softmax attention over the dequantized K and V (queries as they are).
 TEST(Attention, TilesWithQ8CacheMatchPlainSoftmaxAttention) {
@@ -480,33 +521,10 @@ TEST(Attention, TilesWithQ8CacheMatchPlainSoftmaxAttention) {
       kv::KvCache cache({1, n_kv_heads, head_dim, block_size, n_blocks, key_type, value_type});
       std::vector<int32_t> block_table;
       for (int b = 0; b < n_blocks; ++b) block_table.push_back((b * 7 + 3) % n_blocks);
-      const int kv_dim = n_kv_heads * head_dim, q_dim = n_heads * head_dim;
+      const int q_dim = n_heads * head_dim;
       const auto [k, v] = write_random_kv(cache, block_table, n_tokens, 30);
       auto q = random_floats(int64_t{n_tokens} * q_dim, 32, 2.0f);
-      // What the cache holds, read back: dequantized Q8_0, or f16-rounded (by the reference
-      // below, which then also rounds the queries as the tiles do for F16 keys).
-      std::vector<float> k_held = k, v_held = v;
-      for (int t = 0; t < n_tokens; ++t) {
-        const int32_t block = block_table[static_cast<size_t>(t / block_size)];
-        const int pos = t % block_size;
-        for (int h = 0; h < n_kv_heads; ++h) {
-          for (int d = 0; d < head_dim; ++d) {
-            const auto i = static_cast<size_t>(t * kv_dim + h * head_dim + d);
-            if (key_type == DType::Q8_0) {
-              k_held[i] = cache.key_scales(0, block, h)[d / 32 * block_size + pos] *
-                          cache.keys_q8(0, block, h)[d * block_size + pos];
-            } else {
-              k_held[i] = fp16_to_fp32(fp32_to_fp16(k[i]));
-            }
-            if (value_type == DType::Q8_0) {
-              v_held[i] = cache.value_scales(0, block, h)[pos * (head_dim / 32) + d / 32] *
-                          cache.values_q8(0, block, h)[pos * head_dim + d];
-            } else {
-              v_held[i] = fp16_to_fp32(fp32_to_fp16(v[i]));
-            }
-          }
-        }
-      }
+      const auto [k_held, v_held] = held_kv(cache, block_table, k, v);
       const AttentionShape shape{n_heads, n_kv_heads, head_dim, 1.0f / std::sqrt(float(head_dim))};
       for (const KernelTable* table : available_kernels()) {
         const std::vector<float> out =
@@ -523,6 +541,109 @@ TEST(Attention, TilesWithQ8CacheMatchPlainSoftmaxAttention) {
                 << block_size << " token " << t << " value " << i;
         }
       }
+    }
+  }
+}
+
+// Attention sinks (gpt-oss): per query head one logit that joins the softmax without a value,
+// on every ISA, with F16 and Q8_0 KV, full and sliding, against the plain computation. Odd head
+// counts (7 = MHA, 9 on 3, 5 on 1 = MQA-like) and lengths; 300 tokens span several key chunks.
+// The softcap case checks that the sink enters as it is, neither scaled nor capped.
+TEST(Attention, SinksMatchPlainSoftmaxAttention) {
+  const int head_dim = 64;
+  for (const auto [n_heads, n_kv_heads, block_size, n_tokens] :
+       {AttentionCase{7, 7, 16, 37}, AttentionCase{9, 3, 8, 300}, AttentionCase{5, 1, 16, 45}}) {
+    const int n_blocks = (n_tokens + block_size - 1) / block_size + 3;
+    auto sinks = random_floats(n_heads, 50, 4.0f);  // [n_heads]
+    sinks[1] = 12.0f;  // above most scores, so that head's outputs shrink
+    for (const DType type : {DType::F16, DType::Q8_0}) {
+      kv::KvCache cache({1, n_kv_heads, head_dim, block_size, n_blocks, type, type});
+      std::vector<int32_t> block_table;
+      for (int b = 0; b < n_blocks; ++b) block_table.push_back((b * 7 + 3) % n_blocks);
+      const int q_dim = n_heads * head_dim;
+      const auto [k, v] = write_random_kv(cache, block_table, n_tokens, 51);
+      const auto [k_held, v_held] = held_kv(cache, block_table, k, v);
+      auto q = random_floats(int64_t{n_tokens} * q_dim, 53, 2.0f);  // [n_tokens, q_dim]
+      for (const auto& [window, softcap] :
+           {std::pair{0, 0.0f}, std::pair{13, 0.0f}, std::pair{128, 0.0f}, std::pair{21, 3.0f}}) {
+        AttentionShape shape{n_heads, n_kv_heads, head_dim, 1.0f / std::sqrt(float(head_dim)),
+                             window,  softcap};
+        shape.sinks = sinks.data();
+        const int step = n_tokens > 100 ? 7 : 1;
+        std::vector<std::vector<double>> want;  // [checked tokens][q_dim]
+        for (int t = 0; t < n_tokens; t += step) {
+          std::vector<float> qt(q.begin() + t * q_dim, q.begin() + (t + 1) * q_dim);
+          if (type == DType::F16)
+            for (float& x : qt) x = fp16_to_fp32(fp32_to_fp16(x));
+          want.push_back(naive_attention(qt, k_held, v_held, t, n_heads, n_kv_heads, head_dim,
+                                         shape.scale, false, window, softcap, sinks.data()));
+        }
+        for (const KernelTable* table : available_kernels()) {
+          const std::vector<float> out =
+              attend_tiles(q, n_tokens, shape, cache, *table, [&](int) { return block_table; });
+          for (int t = 0; t < n_tokens; t += step) {
+            for (int i = 0; i < q_dim; ++i)
+              ASSERT_NEAR(out[static_cast<size_t>(t * q_dim + i)],
+                          want[static_cast<size_t>(t / step)][static_cast<size_t>(i)], 2e-5)
+                  << table->isa << " " << dtype_name(type) << " heads " << n_heads << "/"
+                  << n_kv_heads << " window " << window << " softcap " << softcap << " token " << t
+                  << " value " << i;
+          }
+        }
+      }
+    }
+  }
+}
+
+// Tokens 0..n_tokens-1 of random q, k, v (9 query heads on 3 kv heads) attended through
+// `shape` on one ISA; the sink-only tests below need no more than this.
+std::vector<float> attend_random(const AttentionShape& shape, DType type, int n_tokens,
+                                 const KernelTable& table) {
+  const int block_size = 16, n_blocks = (n_tokens + block_size - 1) / block_size;
+  kv::KvCache cache({1, shape.n_kv_heads, shape.head_dim, block_size, n_blocks, type, type});
+  std::vector<int32_t> block_table;
+  for (int b = 0; b < n_blocks; ++b) block_table.push_back(b);
+  write_random_kv(cache, block_table, n_tokens, 60);
+  auto q = random_floats(int64_t{n_tokens} * shape.n_heads * shape.head_dim, 62, 2.0f);
+  return attend_tiles(q, n_tokens, shape, cache, table, [&](int) { return block_table; });
+}
+
+// A sink of -inf takes no weight: the output is the same bits as without sinks.
+TEST(Attention, SinkOfMinusInfinityIsNoSink) {
+  const int n_heads = 9, n_kv_heads = 3, head_dim = 64, n_tokens = 70;
+  const std::vector<float> none(n_heads, -std::numeric_limits<float>::infinity());
+  for (const DType type : {DType::F16, DType::Q8_0}) {
+    for (const int window : {0, 13}) {
+      AttentionShape shape{n_heads, n_kv_heads, head_dim, 0.125f, window};
+      for (const KernelTable* table : available_kernels()) {
+        const std::vector<float> plain = attend_random(shape, type, n_tokens, *table);
+        shape.sinks = none.data();
+        const std::vector<float> with_sinks = attend_random(shape, type, n_tokens, *table);
+        shape.sinks = nullptr;
+        EXPECT_EQ(0, std::memcmp(plain.data(), with_sinks.data(), plain.size() * sizeof(float)))
+            << table->isa << " " << dtype_name(type) << " window " << window;
+      }
+    }
+  }
+}
+
+// A growing sink takes more and more of the weight: the outputs shrink toward 0, and a sink far
+// above every score leaves exactly 0 (all the weight on it, and it has no value).
+TEST(Attention, HugeSinkDrivesOutputToZero) {
+  const int n_heads = 9, n_kv_heads = 3, head_dim = 64, n_tokens = 40;
+  for (const DType type : {DType::F16, DType::Q8_0}) {
+    for (const KernelTable* table : available_kernels()) {
+      float previous = std::numeric_limits<float>::infinity();
+      for (const float sink : {0.0f, 10.0f, 20.0f, 40.0f, 1e4f}) {
+        const std::vector<float> sinks(n_heads, sink);
+        const AttentionShape shape{n_heads, n_kv_heads, head_dim, 0.125f, 0, 0.0f, sinks.data()};
+        const std::vector<float> out = attend_random(shape, type, n_tokens, *table);
+        float largest = 0;
+        for (const float x : out) largest = std::max(largest, std::fabs(x));
+        EXPECT_LT(largest, previous) << table->isa << " " << dtype_name(type) << " sink " << sink;
+        previous = largest;
+      }
+      EXPECT_EQ(previous, 0.0f) << table->isa << " " << dtype_name(type);
     }
   }
 }
