@@ -271,7 +271,7 @@ struct HttpServer::Impl {
       g.channels.push_back(channel);
       g.choices.emplace_back();
       g.done.push_back(false);
-      if (g.request.split_reasoning) g.reasoning.emplace_back(g.request.reasoning_open);
+      if (g.request.split_reasoning) g.reasoning.push_back(reasoning_splitter(g.request));
     }
     return loop.submit(std::move(r));
   }

@@ -299,9 +299,24 @@ void check_model(const json& body, const ParseContext& ctx) {
                  "model", "invalid_request_error", "model_not_found");
 }
 
+namespace {
+
+// gpt-oss's template ends a conversation that ends with the assistant with <|return|>, as its
+// training data does; a prompt goes on after it, so the turn ends with <|end|> as in the rest
+// of the history (llama-server does the same).
+void end_harmony_turn(std::string& prompt) {
+  constexpr std::string_view kReturn = "<|return|>";
+  const size_t at = prompt.rfind(kReturn);
+  if (at != std::string::npos) prompt.replace(at, kReturn.size(), "<|end|>");
+}
+
+}  // namespace
+
 std::string render_chat_prompt(const json& body, const ParseContext& ctx) {
   json messages = parse_messages(body);
   prepare_tool_history(messages);
+  const bool harmony = ctx.tool_format == ToolCallFormat::kHarmony;
+  if (harmony) prepare_harmony_history(messages);
   const ToolRequest tools = parse_tools(body);
   // A conversation that ends with an assistant message without tool calls asks for that message
   // to be continued (llama-server's "prefill"; vLLM's continue_final_message): the template
@@ -322,10 +337,14 @@ std::string render_chat_prompt(const json& body, const ParseContext& ctx) {
       prefill = last["content"].get<std::string>();
     messages.erase(messages.end() - 1);
     add_generation_prompt = true;  // the assistant's opening, then its text to continue
+    // gpt-oss's opening leaves the channel to the model: the text continues the final answer.
+    if (harmony) prefill = "<|channel|>final<|message|>" + prefill;
   }
   try {
-    return ctx.render_chat(messages, tools.active() ? tools.tools : json(), add_generation_prompt) +
-           prefill;
+    std::string prompt =
+        ctx.render_chat(messages, tools.active() ? tools.tools : json(), add_generation_prompt);
+    if (harmony && !add_generation_prompt) end_harmony_turn(prompt);
+    return prompt + prefill;
   } catch (const Error& e) {
     bad("messages", fmt::format("the chat template failed: {}", e.what()));
   }
@@ -436,6 +455,12 @@ std::optional<structured::GrammarSpec> parse_output_constraint(const json& body,
   return found;
 }
 
+ReasoningSplitter reasoning_splitter(const CompletionRequest& request) {
+  if (request.tool_format != ToolCallFormat::kHarmony)
+    return ReasoningSplitter(request.reasoning_open);
+  return ReasoningSplitter::harmony(request.prompt_text, request.tools.active());
+}
+
 CompletionRequest parse_completion(const json& body, bool chat, const ParseContext& ctx) {
   if (!body.is_object()) bad("", "the request body must be a JSON object");
   check_model(body, ctx);
@@ -445,8 +470,10 @@ CompletionRequest parse_completion(const json& body, bool chat, const ParseConte
   const int32_t n_vocab = ctx.tokenizer->vocab().size();
   if (chat) {
     out.prompt_text = render_chat_prompt(body, ctx);
+    // gpt-oss always writes channels: auto splits them.
+    const bool thinks = ctx.template_thinks || ctx.tool_format == ToolCallFormat::kHarmony;
     out.split_reasoning = ctx.reasoning_format == ReasoningFormat::kDeepseek ||
-                          (ctx.reasoning_format == ReasoningFormat::kAuto && ctx.template_thinks);
+                          (ctx.reasoning_format == ReasoningFormat::kAuto && thinks);
     const size_t end = out.prompt_text.find_last_not_of(" \t\r\n");
     out.reasoning_open = out.split_reasoning && end != std::string::npos && end + 1 >= 7 &&
                          out.prompt_text.compare(end + 1 - 7, 7, "<think>") == 0;

@@ -88,8 +88,8 @@ struct CompletionRequest {
   int32_t logprobs = -1;  // alternatives per token; -1: no logprobs
   std::string model;
   std::string prompt_text;  // the prompt as text (chat: the rendered template)
-  // Chat answers of thinking models: <think>...</think> goes to reasoning_content; the rendered
-  // prompt may already have opened the block.
+  // Chat answers of thinking models: <think>...</think> (gpt-oss: the analysis channel) goes to
+  // reasoning_content; the rendered prompt may already have opened the block.
   bool split_reasoning = false;
   bool reasoning_open = false;
   // Chat with tools: the answer is parsed for calls in `tool_format` when tools.active().
@@ -97,6 +97,10 @@ struct CompletionRequest {
   ToolCallFormat tool_format = ToolCallFormat::kGeneric;
   engine::Request request;  // prompt ids, sampling, max_tokens, stop, ignore_eos, logprobs
 };
+
+// The splitter of one choice's output into reasoning and content, for a request with
+// split_reasoning: <think> tags, or gpt-oss's channels read from the end of its prompt.
+ReasoningSplitter reasoning_splitter(const CompletionRequest& request);
 
 // Parses /v1/completions (chat = false) or /v1/chat/completions (chat = true).
 // The prompt text a chat body's "messages" render to (the BOS the tokenizer adds left out);

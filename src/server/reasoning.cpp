@@ -29,7 +29,15 @@ ReasoningFormat parse_reasoning_format(std::string_view name) {
 ReasoningSplitter::ReasoningSplitter(bool in_reasoning)
     : state_(in_reasoning ? State::kInside : State::kBefore) {}
 
+ReasoningSplitter ReasoningSplitter::harmony(std::string_view prompt, bool keep_calls) {
+  ReasoningSplitter out;
+  out.harmony_.emplace(keep_calls);
+  out.harmony_->prime(prompt);
+  return out;
+}
+
 ReasoningSplitter::Pieces ReasoningSplitter::push(std::string_view text) {
+  if (harmony_) return harmony_->push(text);
   Pieces out;
   std::string buffer = held_ + std::string(text);
   held_.clear();
@@ -85,6 +93,7 @@ ReasoningSplitter::Pieces ReasoningSplitter::push(std::string_view text) {
 }
 
 ReasoningSplitter::Pieces ReasoningSplitter::flush() {
+  if (harmony_) return harmony_->flush();
   Pieces out;
   if (state_ == State::kInside) {
     out.reasoning = std::move(held_);

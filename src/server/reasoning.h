@@ -1,11 +1,15 @@
 // Reasoning split: thinking models (DeepSeek-R1 distills, Qwen3, QwQ) write their thoughts
 // between <think> and </think> before the answer. The OpenAI-style API returns them apart:
 // message.reasoning_content and message.content (delta.reasoning_content while streaming), as
-// llama-server's --reasoning-format deepseek and vLLM's reasoning parsers do.
+// llama-server's --reasoning-format deepseek and vLLM's reasoning parsers do. gpt-oss writes
+// them in channels instead (server/harmony.h), which the same splitter routes.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <string_view>
+
+#include "server/harmony.h"
 
 namespace inferd::server {
 
@@ -25,10 +29,11 @@ class ReasoningSplitter {
   // `in_reasoning`: the prompt already opened the block (templates that end the generation
   // prompt with "<think>\n"), so the output starts inside it.
   explicit ReasoningSplitter(bool in_reasoning = false);
+  // gpt-oss's channels instead of tags (server/harmony.h), after `prompt`; `keep_calls`: tool
+  // calls stay in the content for the tool-call parser.
+  static ReasoningSplitter harmony(std::string_view prompt, bool keep_calls);
 
-  struct Pieces {
-    std::string reasoning, content;
-  };
+  using Pieces = SplitText;
   Pieces push(std::string_view text);
   // What is held back at the end of the output (an unfinished tag is text after all).
   Pieces flush();
@@ -38,6 +43,7 @@ class ReasoningSplitter {
   State state_;
   std::string held_;     // text that may be the start of the tag the state waits for
   bool leading_ = true;  // at the start of the answer: whitespace after </think> is dropped
+  std::optional<HarmonySplitter> harmony_;  // set: it splits instead
 };
 
 }  // namespace inferd::server

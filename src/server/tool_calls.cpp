@@ -4,6 +4,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "server/harmony.h"
+
 namespace inferd::server {
 namespace {
 
@@ -204,6 +206,8 @@ ParsedAnswer parse_generic(std::string_view text) {
 }  // namespace
 
 ToolCallFormat detect_tool_call_format(std::string_view source) {
+  // gpt-oss: its channel markers are its own, and its tool section names no other format.
+  if (is_harmony_template(source)) return ToolCallFormat::kHarmony;
   if (source.find("<tool_call>") != std::string_view::npos) return ToolCallFormat::kHermes;
   if (source.find("[TOOL_CALLS]") != std::string_view::npos) return ToolCallFormat::kMistral;
   if (source.find("<|python_tag|>") != std::string_view::npos ||
@@ -220,6 +224,8 @@ ParsedAnswer parse_tool_calls(std::string_view text, ToolCallFormat format) {
       return parse_llama3(text);
     case ToolCallFormat::kMistral:
       return parse_mistral(text);
+    case ToolCallFormat::kHarmony:
+      return parse_harmony_calls(text);
     case ToolCallFormat::kGeneric:
       return parse_generic(text);
   }

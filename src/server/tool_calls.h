@@ -14,6 +14,7 @@ enum class ToolCallFormat {
   kHermes,   // <tool_call>{"name": ..., "arguments": {...}}</tool_call> (Qwen 2.5/3, Hermes)
   kLlama3,   // {"name": ..., "parameters": {...}}, optionally after <|python_tag|> (Llama 3.1+)
   kMistral,  // [TOOL_CALLS][{"name": ..., "arguments": {...}}, ...] (Mistral v3 and later)
+  kHarmony,  // <|channel|>commentary to=functions.NAME <|constrain|>json<|message|>{...} (gpt-oss)
   kGeneric,  // {"tool_calls": [{"name": ..., "arguments": {...}}]} (any other model)
 };
 

@@ -13,18 +13,42 @@ using json = nlohmann::ordered_json;
   throw ApiError(400, message, param);
 }
 
+// The schema of a function's arguments. A function without parameters takes none: {}.
+json parameters_schema(const json& function) {
+  if (function.contains("parameters")) return function["parameters"];
+  return {{"type", "object"}, {"properties", json::object()}, {"additionalProperties", false}};
+}
+
 // The JSON object one call of `function` is, in the family's spelling of the arguments key.
 json call_schema(const json& function, const char* arguments_key) {
-  // A function without parameters takes none: its arguments are {}.
-  json parameters = function.contains("parameters") ? function["parameters"]
-                                                    : json{{"type", "object"},
-                                                           {"properties", json::object()},
-                                                           {"additionalProperties", false}};
   return {{"type", "object"},
           {"properties",
-           {{"name", {{"const", function["name"]}}}, {arguments_key, std::move(parameters)}}},
+           {{"name", {{"const", function["name"]}}}, {arguments_key, parameters_schema(function)}}},
           {"required", {"name", arguments_key}},
           {"additionalProperties", false}};
+}
+
+// gpt-oss is free to reason first (an analysis message, as it is trained to), then writes one
+// call as harmony frames it: a commentary message to functions.NAME whose body is the arguments.
+// The call then ends with <|call|>, an end-of-generation token the finished grammar allows. One
+// call per turn, parallel or not: gpt-oss stops at <|call|> and its template renders one.
+structured::GrammarSpec harmony_call_grammar(const ToolRequest& tools) {
+  structured::GrammarSpec spec;
+  spec.kind = structured::GrammarSpec::Kind::kAnyOf;
+  spec.lead =
+      "root ::= (\"<|channel|>analysis<|message|>\" thought \"<|end|><|start|>assistant\")?\n"
+      "thought ::= ([^<] | \"<\" [^|])*";
+  for (const json& tool : tools.tools) {
+    const json& function = tool["function"];
+    if (tools.choice == ToolChoice::kNamed && function["name"] != tools.name) continue;
+    structured::GrammarSpec call;
+    call.kind = structured::GrammarSpec::Kind::kJsonSchema;
+    call.text = parameters_schema(function).dump();
+    call.prefix = fmt::format("<|channel|>commentary to=functions.{} <|constrain|>json<|message|>",
+                              function["name"].get<std::string>());
+    spec.alternatives.push_back(std::move(call));
+  }
+  return spec;
 }
 
 }  // namespace
@@ -93,6 +117,7 @@ ToolRequest parse_tools(const json& body) {
 }
 
 structured::GrammarSpec tool_call_grammar(const ToolRequest& tools, ToolCallFormat format) {
+  if (format == ToolCallFormat::kHarmony) return harmony_call_grammar(tools);
   const char* arguments_key = format == ToolCallFormat::kLlama3 ? "parameters" : "arguments";
   json options = json::array();
   for (const json& tool : tools.tools) {
@@ -119,6 +144,8 @@ structured::GrammarSpec tool_call_grammar(const ToolRequest& tools, ToolCallForm
       spec.prefix = "[TOOL_CALLS]";
       break;
     }
+    case ToolCallFormat::kHarmony:  // its own kind of grammar, above
+      break;
     case ToolCallFormat::kGeneric: {
       json list = {{"type", "array"}, {"items", one}, {"minItems", 1}};
       if (!several) list["maxItems"] = 1;

@@ -31,7 +31,7 @@ ToolRequest parse_tools(const nlohmann::ordered_json& body);
 
 // The output constraint of tool_choice "required" or a named function, in the model family's
 // call syntax: one call (several when parallel and not named) whose arguments follow the
-// function's parameters schema.
+// function's parameters schema. gpt-oss (harmony): one call, after its reasoning if it gives any.
 structured::GrammarSpec tool_call_grammar(const ToolRequest& tools, ToolCallFormat format);
 
 // Assistant turns of the history carry tool_calls whose arguments are JSON text (OpenAI's

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <limits>
 #include <mutex>
+#include <optional>
 
 #include <nlohmann/json.hpp>
 
@@ -77,6 +78,50 @@ struct GrammarCompiler::Impl {
   std::mutex mutex;  // one compilation at a time (each uses `threads` already)
 };
 
+namespace {
+
+// A kJsonSchema spec as a grammar still to compile: its prefix, the JSON, its suffix.
+xgrammar::Grammar json_grammar(const GrammarSpec& spec, const std::string& schema_text) {
+  const std::optional<int> whitespace =
+      spec.any_whitespace ? std::optional<int>(kMaxWhitespace) : std::nullopt;
+  std::vector<xgrammar::Grammar> parts;
+  if (!spec.prefix.empty())
+    parts.push_back(xgrammar::Grammar::FromEBNF("root ::= " + ebnf_literal(spec.prefix)));
+  parts.push_back(xgrammar::Grammar::FromJSONSchema(schema_text, spec.any_whitespace, std::nullopt,
+                                                    std::nullopt, /*strict_mode=*/true,
+                                                    whitespace));
+  if (!spec.suffix.empty())
+    parts.push_back(xgrammar::Grammar::FromEBNF("root ::= " + ebnf_literal(spec.suffix)));
+  return parts.size() == 1 ? parts[0] : xgrammar::Grammar::Concat(parts);
+}
+
+// A JSON Schema as the grammar engine gets it: checked, and reduced to what it enforces.
+std::string prepared_schema(const std::string& text) {
+  nlohmann::ordered_json schema;
+  try {
+    schema = nlohmann::ordered_json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    fail("the JSON schema is not valid JSON: {}", e.what());
+  }
+  return prepare_json_schema(schema).dump();
+}
+
+// kAnyOf: the union of its alternatives, after its lead.
+xgrammar::Grammar any_of_grammar(const GrammarSpec& spec) {
+  if (spec.alternatives.empty()) fail("the list of alternatives is empty");
+  std::vector<xgrammar::Grammar> options;
+  for (const GrammarSpec& alternative : spec.alternatives) {
+    if (alternative.kind != GrammarSpec::Kind::kJsonSchema)
+      fail("an alternative of a grammar must be a JSON schema");
+    options.push_back(json_grammar(alternative, prepared_schema(alternative.text)));
+  }
+  xgrammar::Grammar body = options.size() == 1 ? options[0] : xgrammar::Grammar::Union(options);
+  if (spec.lead.empty()) return body;
+  return xgrammar::Grammar::Concat({xgrammar::Grammar::FromEBNF(spec.lead), body});
+}
+
+}  // namespace
+
 GrammarCompiler::GrammarCompiler(const tokenizer::Tokenizer& tokenizer, int32_t n_vocab,
                                  int threads)
     : impl_(std::make_unique<Impl>(tokenizer, n_vocab, threads)), n_vocab_(n_vocab) {}
@@ -85,16 +130,7 @@ GrammarCompiler::~GrammarCompiler() = default;
 
 std::shared_ptr<const CompiledGrammar> GrammarCompiler::compile(const GrammarSpec& spec) const {
   using Kind = GrammarSpec::Kind;
-  std::string schema_text;
-  if (spec.kind == Kind::kJsonSchema) {
-    nlohmann::ordered_json schema;
-    try {
-      schema = nlohmann::ordered_json::parse(spec.text);
-    } catch (const nlohmann::json::exception& e) {
-      fail("the JSON schema is not valid JSON: {}", e.what());
-    }
-    schema_text = prepare_json_schema(schema).dump();
-  }
+  const std::string schema_text = spec.kind == Kind::kJsonSchema ? prepared_schema(spec.text) : "";
   if (spec.kind == Kind::kChoice && spec.choices.empty()) fail("the list of choices is empty");
   if ((spec.kind == Kind::kRegex || spec.kind == Kind::kEbnf) && spec.text.empty())
     fail("the {} is empty", spec.kind == Kind::kRegex ? "regular expression" : "grammar");
@@ -113,17 +149,8 @@ std::shared_ptr<const CompiledGrammar> GrammarCompiler::compile(const GrammarSpe
           if (spec.prefix.empty() && spec.suffix.empty()) {
             return c.CompileJSONSchema(schema_text, spec.any_whitespace, std::nullopt, std::nullopt,
                                        /*strict_mode=*/true, whitespace);
-          } else {
-            std::vector<xgrammar::Grammar> parts;
-            if (!spec.prefix.empty())
-              parts.push_back(xgrammar::Grammar::FromEBNF("root ::= " + ebnf_literal(spec.prefix)));
-            parts.push_back(xgrammar::Grammar::FromJSONSchema(schema_text, spec.any_whitespace,
-                                                              std::nullopt, std::nullopt,
-                                                              /*strict_mode=*/true, whitespace));
-            if (!spec.suffix.empty())
-              parts.push_back(xgrammar::Grammar::FromEBNF("root ::= " + ebnf_literal(spec.suffix)));
-            return c.CompileGrammar(xgrammar::Grammar::Concat(parts));
           }
+          return c.CompileGrammar(json_grammar(spec, schema_text));
         case Kind::kRegex:
           return c.CompileRegex(spec.text);
         case Kind::kChoice: {
@@ -134,6 +161,8 @@ std::shared_ptr<const CompiledGrammar> GrammarCompiler::compile(const GrammarSpe
         }
         case Kind::kEbnf:
           return c.CompileGrammar(spec.text, "root");
+        case Kind::kAnyOf:
+          return c.CompileGrammar(any_of_grammar(spec));
       }
       fail("unknown grammar kind");
     }();

@@ -24,6 +24,7 @@ struct GrammarSpec {
     kRegex,       // `text` is a regular expression the whole output matches
     kChoice,      // exactly one of `choices`
     kEbnf,        // `text` is a grammar in GBNF / XGrammar EBNF, start rule `root`
+    kAnyOf,       // one of `alternatives` (each a kJsonSchema spec), after `lead`
   };
   Kind kind = Kind::kJsonObject;
   std::string text;
@@ -33,6 +34,11 @@ struct GrammarSpec {
   bool any_whitespace = false;
   // kJsonSchema: literal text before and after the JSON (a tool call's tags).
   std::string prefix{}, suffix{};
+  // kAnyOf: the choices (one tool call of several functions, each with its own tags) and what
+  // may come before the chosen one, as an EBNF grammar with start rule `root` ("": nothing; a
+  // model's reasoning before the call it is made to write).
+  std::vector<GrammarSpec> alternatives{};
+  std::string lead{};
 };
 
 // A grammar compiled against one vocabulary; shared by every request that uses it.

@@ -126,6 +126,7 @@ Vocab::Vocab(VocabData data)
     fail("tokenizer.ggml.add_eos_token is true but tokenizer.ggml.eos_token_id is not set");
   }
   find_end_tokens();
+  apply_harmony_rules();
   apply_name_rules(data.name);
 }
 
@@ -231,6 +232,27 @@ void Vocab::find_end_tokens() {
   add(special_.eom);
   for (std::string_view text : kEndOfTurnTexts) add(find(text));
   add(find("<|eom_id|>"));
+  std::sort(eog_ids_.begin(), eog_ids_.end());
+}
+
+// gpt-oss's vocabulary (o200k_harmony), as the reference reads it. A message's frame
+// (<|start|>, <|channel|>, <|message|>, <|constrain|>) is text the answer keeps, since the
+// server reads the channels from it. With <|return|> and <|call|> there, those two end the turn
+// and <|end|> only ends one message of it (reasoning, then the answer), so it is kept too. The
+// EOT id found by text may stay <|end|>; it only ever served to fill the end-of-generation list.
+void Vocab::apply_harmony_rules() {
+  for (std::string_view text : {"<|channel|>", "<|message|>", "<|start|>", "<|constrain|>"}) {
+    if (const int32_t id = find(text); id != kNoToken) types_[id] = TokenType::kUserDefined;
+  }
+  const int32_t turn_end = find("<|return|>"), call = find("<|call|>"), end = find("<|end|>");
+  if (turn_end == kNoToken || call == kNoToken) return;
+  for (const int32_t id : {turn_end, call}) {
+    if (!is_eog(id)) eog_ids_.push_back(id);
+  }
+  if (end != kNoToken) {
+    std::erase(eog_ids_, end);
+    types_[end] = TokenType::kUserDefined;
+  }
   std::sort(eog_ids_.begin(), eog_ids_.end());
 }
 

@@ -107,7 +107,8 @@ class Vocab {
   bool add_space_prefix() const { return add_space_prefix_; }
   // Special-token splitting drops the whitespace right after this token (reference: RSTRIP).
   bool strips_right(int32_t id) const { return !strips_right_.empty() && strips_right_.at(id); }
-  // Tokens that end generation: EOS, EOT, EOM and the usual end markers found by text.
+  // Tokens that end generation: EOS, EOT, EOM and the usual end markers found by text
+  // (gpt-oss: <|return|> and <|call|>, not <|end|>).
   const std::vector<int32_t>& eog_ids() const { return eog_ids_; }
   bool is_eog(int32_t id) const;
 
@@ -122,6 +123,7 @@ class Vocab {
   void promote_control_texts();
   void index_merges(const std::vector<std::string>& merges);
   void find_end_tokens();
+  void apply_harmony_rules();
   void apply_name_rules(std::string_view name);
 
   std::string model_;

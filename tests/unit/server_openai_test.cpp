@@ -86,6 +86,60 @@ TEST_F(OpenAiParse, AFinalAssistantMessageIsContinued) {
             "continue_final_message");
 }
 
+TEST_F(OpenAiParse, HarmonyHistoryContinuationAndSplit) {
+  // A harmony-shaped stand-in for gpt-oss's template: thinking, content, <|return|> at the end
+  // of a conversation that ends with the assistant.
+  ParseContext c = ctx();
+  c.tool_format = ToolCallFormat::kHarmony;
+  c.render_chat = [](const json& messages, const json&, bool add_generation_prompt) {
+    std::string s;
+    for (size_t i = 0; i < messages.size(); ++i) {
+      const json& m = messages[i];
+      s += "<|start|>" + m["role"].get<std::string>();
+      if (m.contains("thinking")) s += "[" + m["thinking"].get<std::string>() + "]";
+      s += "<|message|>" + (m.contains("content") ? m["content"].get<std::string>() : "(none)");
+      const bool ends = i + 1 == messages.size() && !add_generation_prompt;
+      s += ends && m["role"] == "assistant" ? "<|return|>" : "<|end|>";
+    }
+    return add_generation_prompt ? s + "<|start|>assistant" : s;
+  };
+  const json user = {{"role", "user"}, {"content", "Hi"}};
+  const json call = {
+      {"id", "c1"}, {"type", "function"}, {"function", {{"name", "f"}, {"arguments", "{}"}}}};
+  // reasoning_content is the template's `thinking`; with calls it replaces the content.
+  json body = {
+      {"messages", json::array({user,
+                                {{"role", "assistant"},
+                                 {"content", "Calling."},
+                                 {"reasoning_content", "Use f."},
+                                 {"tool_calls", json::array({call})}},
+                                {{"role", "tool"}, {"tool_call_id", "c1"}, {"content", "42"}}})}};
+  EXPECT_EQ(render_chat_prompt(body, c),
+            "<|start|>user<|message|>Hi<|end|><|start|>assistant[Use f.]<|message|>(none)<|end|>"
+            "<|start|>tool<|message|>42<|end|><|start|>assistant");
+  // A continued answer goes on in the final channel.
+  body = {{"messages", json::array({user, {{"role", "assistant"}, {"content", "Bonj"}}})}};
+  EXPECT_EQ(render_chat_prompt(body, c),
+            "<|start|>user<|message|>Hi<|end|><|start|>assistant<|channel|>final<|message|>Bonj");
+  // A prompt that ends with the assistant's turn ends it as the history does, not as training.
+  body["continue_final_message"] = false;
+  body["add_generation_prompt"] = false;
+  EXPECT_EQ(render_chat_prompt(body, c),
+            "<|start|>user<|message|>Hi<|end|><|start|>assistant<|message|>Bonj<|end|>");
+  // The channels are split by default, and the splitter reads them.
+  const json ask = {{"messages", json::array({user})}};
+  CompletionRequest r = parse_completion(ask, true, c);
+  EXPECT_TRUE(r.split_reasoning);
+  ReasoningSplitter split = reasoning_splitter(r);
+  const ReasoningSplitter::Pieces p = split.push(
+      "<|channel|>analysis<|message|>Greet.<|end|><|start|>assistant<|channel|>final<|message|>"
+      "Hey");
+  EXPECT_EQ(p.reasoning, "Greet.");
+  EXPECT_EQ(p.content + split.flush().content, "Hey");
+  c.reasoning_format = ReasoningFormat::kNone;
+  EXPECT_FALSE(parse_completion(ask, true, c).split_reasoning);
+}
+
 TEST_F(OpenAiParse, DefaultsFollowOpenAi) {
   const CompletionRequest r = parse_completion({{"prompt", "abc"}}, false, ctx());
   EXPECT_EQ(r.request.max_tokens, 16);

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "server/tool_calls.h"
+#include "tokenizer/builtin_templates.h"
 
 namespace inferd::server {
 namespace {
@@ -83,6 +84,51 @@ TEST(ToolCalls, GenericJson) {
                "{\"response\": \"hello\"}");
 }
 
+TEST(ToolCalls, HarmonyCommentaryToFunctions) {
+  const std::string call =
+      "<|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json"
+      "<|message|>{\"location\": \"Paris\"}<|call|>";
+  // As the reasoning splitter leaves an answer: a preamble, then the call in its frame.
+  expect_calls(parse_tool_calls("Let me check." + call, ToolCallFormat::kHarmony),
+               {{"get_weather", {{"location", "Paris"}}}}, "Let me check.");
+  // The raw output (no reasoning split): the call comes out, the rest stays as written.
+  expect_calls(parse_tool_calls("<|channel|>analysis<|message|>Need it.<|end|>" + call,
+                                ToolCallFormat::kHarmony),
+               {{"get_weather", {{"location", "Paris"}}}},
+               "<|channel|>analysis<|message|>Need it.<|end|>");
+  expect_calls(
+      parse_tool_calls("<|channel|>commentary to=functions.f <|constrain|>json<|message|>"
+                       "{\"a\":[1,\"<|call|>\"]",
+                       ToolCallFormat::kHarmony),
+      {},
+      "<|channel|>commentary to=functions.f <|constrain|>json<|message|>{\"a\":[1,\"<|call|>\"]");
+  // The recipient in the role header, as the template renders past calls; two calls.
+  expect_calls(parse_tool_calls("<|start|>assistant to=functions.f<|channel|>commentary json"
+                                "<|message|>{}<|call|>" +
+                                    call,
+                                ToolCallFormat::kHarmony),
+               {{"f", json::object()}, {"get_weather", {{"location", "Paris"}}}}, "");
+  // Arguments that are not a JSON object, and calls to what is not a function, stay text.
+  const std::string broken =
+      "<|start|>assistant<|channel|>commentary to=functions.f <|constrain|>json<|message|>{oops"
+      "<|call|>";
+  expect_calls(parse_tool_calls(broken, ToolCallFormat::kHarmony), {}, broken);
+  const std::string browser =
+      "<|start|>assistant<|channel|>analysis to=browser.search<|message|>{}<|call|>";
+  expect_calls(parse_tool_calls(browser, ToolCallFormat::kHarmony), {}, browser);
+  expect_calls(parse_tool_calls(" Just text. ", ToolCallFormat::kHarmony), {}, "Just text.");
+}
+
+TEST(ToolCalls, HarmonyTemplatesAreDetected) {
+  EXPECT_EQ(detect_tool_call_format("{{ '<|start|>assistant<|channel|>final<|message|>' }}"),
+            ToolCallFormat::kHarmony);
+  // inferd's `--chat-template gpt-oss`: frames without channels; the model writes those.
+  EXPECT_EQ(detect_tool_call_format(*tokenizer::builtin_template_source("gpt-oss")),
+            ToolCallFormat::kHarmony);
+  EXPECT_EQ(detect_tool_call_format(*tokenizer::builtin_template_source("chatml")),
+            ToolCallFormat::kGeneric);
+}
+
 TEST(ToolCalls, FormatFromRealTemplates) {
   const char* src = std::getenv("INFERD_LLAMA_SRC");
   if (src == nullptr) GTEST_SKIP() << "INFERD_LLAMA_SRC not set";
@@ -95,6 +141,8 @@ TEST(ToolCalls, FormatFromRealTemplates) {
       {"meta-llama-Llama-3.3-70B-Instruct.jinja", ToolCallFormat::kLlama3},
       {"mistralai-Mistral-Nemo-Instruct-2407.jinja", ToolCallFormat::kMistral},
       {"google-gemma-2-2b-it.jinja", ToolCallFormat::kGeneric},
+      {"openai-gpt-oss-120b.jinja", ToolCallFormat::kHarmony},
+      {"muse-glimmer.jinja", ToolCallFormat::kGeneric},  // <|start|> and <|message|>, not harmony
   };
   for (const auto& [file, format] : cases) {
     std::ifstream in(dir / file);

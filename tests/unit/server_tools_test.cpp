@@ -8,6 +8,7 @@
 #include "grammar_walk.h"
 #include "server/openai_request.h"
 #include "server/openai_response.h"
+#include "server/reasoning.h"
 #include "server/tools.h"
 #include "tokenizer/toy_vocab.h"
 
@@ -96,6 +97,126 @@ TEST_F(ForcedCalls, EveryFormatParsesBackToDeclaredCalls) {
       EXPECT_GE(walks, 6) << int(format);
     }
   }
+}
+
+// gpt-oss's vocabulary: the harmony frame as tokens, <|return|> and <|call|> ending the turn.
+std::unique_ptr<tokenizer::Tokenizer> harmony_tokenizer() {
+  return tokenizer::Tokenizer::from_vocab(tokenizer::Vocab(tokenizer::make_toy_vocab(
+      {.pre = "gpt-4o",
+       .control = {"<s>", "</s>", "<|return|>", "<|call|>", "<|start|>", "<|channel|>",
+                   "<|message|>", "<|constrain|>", "<|end|>"}})));
+}
+
+// What the server makes of a harmony answer: the channels split as it streams, the calls parsed
+// from the content at the end.
+ParsedAnswer harmony_answer(const std::string& text, std::string* reasoning = nullptr) {
+  ReasoningSplitter split = ReasoningSplitter::harmony("<|start|>assistant", true);
+  ReasoningSplitter::Pieces p = split.push(text);
+  const ReasoningSplitter::Pieces tail = split.flush();
+  if (reasoning != nullptr) *reasoning = p.reasoning + tail.reasoning;
+  return parse_tool_calls(p.content + tail.content, ToolCallFormat::kHarmony);
+}
+
+TEST(ForcedCallsHarmony, TheGrammarWritesCallsTheParserReadsBack) {
+  const auto tok = harmony_tokenizer();
+  const structured::GrammarCompiler compiler(*tok, tok->vocab().size(), 1);
+  for (const json& choice :
+       {json("required"), json{{"type", "function"}, {"function", {{"name", "get_weather"}}}}}) {
+    const ToolRequest tools = parse_tools({{"tools", kTools}, {"tool_choice", choice}});
+    const structured::GrammarSpec spec = tool_call_grammar(tools, ToolCallFormat::kHarmony);
+    int walks = 0, reasoned = 0;
+    for (uint32_t seed = 0; seed < 24; ++seed) {
+      const auto text = structured::random_walk(compiler, *tok, spec, seed, 800);
+      if (!text) continue;  // a walk lost in its reasoning
+      ++walks;
+      std::string reasoning;
+      const ParsedAnswer parsed = harmony_answer(*text, &reasoning);
+      reasoned += text->starts_with("<|channel|>analysis");
+      ASSERT_EQ(parsed.calls.size(), 1u) << *text;
+      EXPECT_EQ(parsed.content, "") << *text;
+      const ToolCall& call = parsed.calls[0];
+      const json args = json::parse(call.arguments);
+      if (call.name == "get_weather") {
+        EXPECT_TRUE(args.at("city").is_string()) << *text;
+        EXPECT_TRUE(args.at("days").get<int>() >= 1 && args["days"].get<int>() <= 7) << *text;
+      } else {
+        EXPECT_EQ(tools.choice, ToolChoice::kRequired);
+        EXPECT_EQ(call.name, "now") << *text;
+        EXPECT_EQ(args, json::object());
+      }
+    }
+    EXPECT_GE(walks, 8);
+    EXPECT_GE(reasoned, 1);  // reasoning first is allowed, and split out
+  }
+}
+
+TEST(ForcedCallsHarmony, TheModelsOwnWritingIsAccepted) {
+  // What gpt-oss writes, token by token as its tokenizer splits it, walks the grammar to its end.
+  const auto tok = harmony_tokenizer();
+  const structured::GrammarCompiler compiler(*tok, tok->vocab().size(), 1);
+  const ToolRequest tools = parse_tools({{"tools", kTools}, {"tool_choice", "required"}});
+  const std::string call =
+      "<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>"
+      "{\"city\": \"Oslo\", \"days\": 2}";
+  for (const std::string& text :
+       {call,
+        "<|channel|>analysis<|message|>User asks about a < b.<|end|><|start|>assistant" + call}) {
+    structured::GrammarMatcher m(
+        compiler.compile(tool_call_grammar(tools, ToolCallFormat::kHarmony)));
+    for (const int32_t id : tok->encode(text, false, true)) ASSERT_TRUE(m.accept(id)) << text;
+    ASSERT_TRUE(m.accept(tok->vocab().find("<|call|>"))) << text;  // the end of the turn
+    EXPECT_TRUE(m.terminated());
+    std::string reasoning;
+    const ParsedAnswer parsed = harmony_answer(text, &reasoning);
+    ASSERT_EQ(parsed.calls.size(), 1u);
+    EXPECT_EQ(json::parse(parsed.calls[0].arguments), json({{"city", "Oslo"}, {"days", 2}}));
+  }
+  // A plain answer is not a call.
+  structured::GrammarMatcher m(
+      compiler.compile(tool_call_grammar(tools, ToolCallFormat::kHarmony)));
+  bool refused = false;
+  for (const int32_t id : tok->encode("<|channel|>final<|message|>Hi", false, true))
+    refused = refused || !m.accept(id);
+  EXPECT_TRUE(refused);
+}
+
+TEST(Tools, HarmonyResponsesCarryReasoningAndToolCalls) {
+  const auto tok = harmony_tokenizer();
+  CompletionRequest request;
+  request.chat = true;
+  request.model = "gpt-oss";
+  request.tools = parse_tools({{"tools", kTools}});
+  request.tool_format = ToolCallFormat::kHarmony;
+  request.prompt_text = "<|start|>user<|message|>Weather?<|end|><|start|>assistant";
+  const ResponseWriter writer(request, *tok, "chatcmpl-9", 0);
+  // The answer as the server collects it: split as it streams, in pieces.
+  const std::string output =
+      "<|channel|>analysis<|message|>Need weather.<|end|><|start|>assistant<|channel|>commentary "
+      "to=functions.get_weather <|constrain|>json<|message|>{\"city\":\"Rome\",\"days\":2}";
+  ReasoningSplitter split = reasoning_splitter(request);
+  ChoiceOutput c;
+  for (size_t at = 0; at < output.size(); at += 7) {
+    const ReasoningSplitter::Pieces p = split.push(std::string_view(output).substr(at, 7));
+    c.reasoning += p.reasoning;
+    c.text += p.content;
+  }
+  const ReasoningSplitter::Pieces tail = split.flush();
+  c.reasoning += tail.reasoning;
+  c.text += tail.content;
+  c.finish_reason = "stop";
+  const json full = writer.full({c});
+  const json& message = full["choices"][0]["message"];
+  EXPECT_EQ(message["reasoning_content"], "Need weather.");
+  EXPECT_TRUE(message["content"].is_null());
+  ASSERT_EQ(message["tool_calls"].size(), 1u);
+  EXPECT_EQ(message["tool_calls"][0]["function"]["name"], "get_weather");
+  EXPECT_EQ(json::parse(message["tool_calls"][0]["function"]["arguments"].get<std::string>()),
+            json({{"city", "Rome"}, {"days", 2}}));
+  EXPECT_EQ(full["choices"][0]["finish_reason"], "tool_calls");
+  const std::vector<json> chunks = writer.final_tool_chunks(0, c);
+  ASSERT_EQ(chunks.size(), 2u);  // the call, then the finish
+  EXPECT_EQ(chunks[0]["choices"][0]["delta"]["tool_calls"][0]["function"]["name"], "get_weather");
+  EXPECT_EQ(chunks[1]["choices"][0]["finish_reason"], "tool_calls");
 }
 
 TEST(Tools, HistoryArgumentsBecomeObjects) {

@@ -1,6 +1,7 @@
 // Vocab: built from plain data or a GGUF file, and the errors that name what is wrong.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -46,6 +47,35 @@ TEST(TokenizerVocab, IndexesTokensAndMerges) {
   EXPECT_TRUE(v.is_control(0));
   EXPECT_FALSE(v.is_control(v.find("a")));
   EXPECT_TRUE(v.is_eog(1));
+}
+
+TEST(TokenizerVocab, HarmonyEndsTurnsAtReturnAndCallAndKeepsTheMessageFrame) {
+  // gpt-oss's vocabulary as llama.cpp reads it: <|end|> ends a message within the turn (the
+  // reasoning, before the answer), so generation goes on; the frame is text of the output.
+  const std::vector<std::string> frame = {"<|start|>", "<|channel|>", "<|message|>",
+                                          "<|constrain|>", "<|end|>"};
+  std::vector<std::string> control = {"<|endoftext|>", "<|return|>", "<|call|>"};
+  control.insert(control.end(), frame.begin(), frame.end());
+  const Vocab v(make_toy_vocab({.pre = "gpt-4o", .control = control}));
+  EXPECT_TRUE(v.is_eog(v.find("<|return|>")));
+  EXPECT_TRUE(v.is_eog(v.find("<|call|>")));
+  EXPECT_TRUE(v.is_eog(v.find("<|endoftext|>")));
+  for (const std::string& text : frame) {
+    EXPECT_FALSE(v.is_eog(v.find(text))) << text;
+    EXPECT_EQ(v.type(v.find(text)), TokenType::kUserDefined) << text;
+  }
+  EXPECT_TRUE(std::is_sorted(v.eog_ids().begin(), v.eog_ids().end()));
+  // The detokenizer shows the frame and hides the turn's end.
+  const auto tok =
+      Tokenizer::from_vocab(Vocab(make_toy_vocab({.pre = "gpt-4o", .control = control})));
+  const std::vector<int32_t> ids =
+      tok->encode("<|channel|>final<|message|>Hi<|end|><|return|>", false, true);
+  EXPECT_EQ(tok->decode(ids, true), "<|channel|>final<|message|>Hi<|end|>");
+
+  // Elsewhere <|end|> still ends the turn (Phi-3).
+  const Vocab phi(make_toy_vocab({.control = {"<s>", "</s>", "<|end|>"}}));
+  EXPECT_TRUE(phi.is_eog(phi.find("<|end|>")));
+  EXPECT_TRUE(phi.is_control(phi.find("<|end|>")));
 }
 
 TEST(TokenizerVocab, DefaultBosFollowsModelAndPre) {
