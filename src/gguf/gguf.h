@@ -141,6 +141,11 @@ class GgufFile {
 
   const std::vector<TensorInfo>& tensors() const { return tensors_; }
   const TensorInfo* find_tensor(std::string_view name) const;
+  // Lets the pages of [p, p + n), bytes of this file's tensors, go from memory when the file is
+  // mapped (MappedFile::release_pages); nothing for bytes a caller owns.
+  void release_pages(const uint8_t* p, size_t n) const {
+    if (file_) file_->release_pages(p, n);
+  }
 
  private:
   friend class Parser;

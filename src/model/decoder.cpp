@@ -41,6 +41,7 @@ struct DecoderLayer {
   const float* k_norm = nullptr;
   const float* post_attn_norm = nullptr;
   const float* post_ffn_norm = nullptr;
+  const float* attn_sinks = nullptr;  // [n_heads] ArchSpec::attention_sinks
   std::optional<MoeLayer> moe;  // experts instead of w_gate/w_up/w_down (ArchSpec::moe)
   bool sliding = false;         // attends over a window of recent keys only
   const kernels::RopeTable* rope = nullptr;  // the model's table for this layer
@@ -86,6 +87,7 @@ class Decoder final : public Model {
     WeightLoader w(file);
     const int64_t q_dim = int64_t{c.n_heads} * c.head_dim;
     const int64_t kv_dim = int64_t{c.n_kv_heads} * c.head_dim;
+    w.keep_rows("token_embd.weight");  // looked up row by row
     token_embd_ = w.matrix("token_embd.weight", c.n_vocab, c.n_embd);
     output_norm_ = w.vector("output_norm.weight", c.n_embd);
     output_ = w.has("output.weight") ? w.matrix("output.weight", c.n_vocab, c.n_embd) : token_embd_;
@@ -125,6 +127,7 @@ class Decoder final : public Model {
         layer.q_norm = w.vector(p + "attn_q_norm.weight", c.head_dim);
         layer.k_norm = w.vector(p + "attn_k_norm.weight", c.head_dim);
       }
+      if (spec_.attention_sinks) layer.attn_sinks = w.vector(p + "attn_sinks.weight", c.n_heads);
       if (spec_.post_norms) {
         layer.post_attn_norm = w.vector(p + "post_attention_norm.weight", c.n_embd);
         layer.post_ffn_norm = w.vector(p + "post_ffw_norm.weight", c.n_embd);
@@ -135,7 +138,7 @@ class Decoder final : public Model {
     const float* freq_factors =
         spec_.rope_freq_factors ? w.optional_vector("rope_freqs.weight", c.rope_dims / 2) : nullptr;
     const int64_t max_context = options.max_context > 0 ? options.max_context : c.context_length;
-    float rope_mscale = 1.0f;
+    float rope_mscale = c.rope_attn_factor;  // llama.cpp's yarn_attn_factor (model/config.h)
     if (spec_.long_rope) {
       const std::string a = c.architecture + ".rope.scaling.";
       const int64_t original =
@@ -143,14 +146,13 @@ class Decoder final : public Model {
       const float* long_factors = w.optional_vector("rope_factors_long.weight", c.rope_dims / 2);
       const float* short_factors = w.optional_vector("rope_factors_short.weight", c.rope_dims / 2);
       freq_factors = max_context > original ? long_factors : short_factors;
-      rope_mscale = static_cast<float>(file.get_float(a + "attn_factor").value_or(1.0));
     }
     w.check_all_used();
     rope_ = kernels::RopeTable(max_context, c.rope_dims, c.rope_freq_base, c.rope_freq_scale,
                                freq_factors
                                    ? std::span<const float>(freq_factors, size_t(c.rope_dims / 2))
                                    : std::span<const float>(),
-                               rope_mscale);
+                               rope_mscale, c.rope_yarn);
     const bool own_sliding_rope =
         (spec_.sliding_rope_base > 0 && spec_.sliding_rope_base != c.rope_freq_base) ||
         spec_.sliding_rope_scale != c.rope_freq_scale;
@@ -158,7 +160,7 @@ class Decoder final : public Model {
       rope_sliding_ = kernels::RopeTable(
           max_context, c.rope_dims,
           spec_.sliding_rope_base > 0 ? spec_.sliding_rope_base : c.rope_freq_base,
-          spec_.sliding_rope_scale);
+          spec_.sliding_rope_scale, {}, c.rope_attn_factor, c.rope_yarn);
     }
     for (DecoderLayer& layer : layers_)
       layer.rope = layer.sliding && own_sliding_rope ? &rope_sliding_ : &rope_;
@@ -307,7 +309,8 @@ class Decoder final : public Model {
                                         c.head_dim,
                                         spec_.attention_scale,
                                         layer.sliding ? spec_.sliding_window : 0,
-                                        spec_.attention_softcap};
+                                        spec_.attention_softcap,
+                                        layer.attn_sinks};
     attend_all(batch, cache, l, shape, pool);
     kernels::matmul(layer.wo, ws.attn.data(), T, ws.proj.data(), ws.scratch, pool,  // [T, n_embd]
                     kernels::active_kernels(), batch.bf16_rows_begin);

@@ -39,6 +39,9 @@ struct ArchSpec {
   // Fused projections (Phi-3): attn_qkv.weight [q; k; v] instead of three tensors, and an
   // ffn_up.weight of 2 * n_ff rows [gate; up] instead of ffn_gate + ffn_up.
   bool fused_projections = false;
+  // attn_sinks.weight: one learned logit per query head that joins every softmax's
+  // denominator and carries no value (gpt-oss).
+  bool attention_sinks = false;
   float attention_scale = 0;    // scores = q.k * this; 0: 1 / sqrt(head_dim)
   float attention_softcap = 0;  // scores = c * tanh(scores / c) before the softmax; 0: none
   float final_softcap = 0;      // logits = c * tanh(logits / c); 0: none

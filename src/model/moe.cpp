@@ -84,9 +84,9 @@ MoeConfig MoeConfig::from_gguf(const gguf::GgufFile& file, const MoeSpec& spec, 
   c.n_used = checked_count(file, a + "expert_used_count", *used, c.n_experts);
   const std::optional<int64_t> ff = uniform_int(file, a + "expert_feed_forward_length");
   c.n_ff_expert = checked_count(file, a + "expert_feed_forward_length",
-                                ff && *ff > 0            ? *ff
-                                : spec.expert_ff_is_ff ? n_ff
-                                                         : n_ff / c.n_used,
+                                spec.expert_ff_is_ff ? n_ff
+                                : ff && *ff > 0      ? *ff
+                                                     : n_ff / c.n_used,
                                 int64_t{1} << 20);
   if (spec.shared_expert) {
     const int64_t shared = file.get_int(a + "expert_shared_feed_forward_length").value_or(0);

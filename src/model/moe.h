@@ -40,8 +40,9 @@ struct MoeSpec {
   // ffn_{gate,up,down}_shexp run by every token, scaled by sigmoid(ffn_gate_inp_shexp . x)
   // (Qwen2-MoE); Mixtral-style files have none.
   bool shared_expert = false;
-  // Without `expert_feed_forward_length` an expert is `feed_forward_length` wide (Mixtral), or
-  // that divided by expert_used_count (the Qwen MoE files), as llama.cpp reads each.
+  // An expert is `feed_forward_length` wide, whatever `expert_feed_forward_length` says
+  // (Mixtral under the llama architecture, as llama.cpp reads it); otherwise that key, or
+  // without it feed_forward_length / expert_used_count (the Qwen MoE files).
   bool expert_ff_is_ff = false;
 };
 

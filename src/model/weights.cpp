@@ -63,8 +63,10 @@ kernels::WeightMatrix WeightLoader::matrix_rows(const std::string& name, int64_t
   w.data = t.data + static_cast<size_t>(row_begin) * w.row_bytes;
   // Repacked once here so every matmul streams SIMD-friendly 16-row groups; the original rows
   // stay in the file's map for embedding look-ups.
-  if (kernels::PackedWeights::supports(t.type, cols) && rows > 1)
+  if (kernels::PackedWeights::supports(t.type, cols) && rows > 1) {
     w.packed = kernels::PackedWeights::pack(t.type, w.data, rows, cols, w.row_bytes, arena_);
+    if (!keep_rows_.contains(name)) file_.release_pages(w.data, static_cast<size_t>(rows) * w.row_bytes);
+  }
   return w;
 }
 
@@ -95,8 +97,10 @@ std::vector<kernels::WeightMatrix> WeightLoader::expert_matrices(const std::stri
     w.cols = cols;
     w.row_bytes = row_size;
     w.data = t.data + static_cast<size_t>(e * rows_per_expert + row_begin) * row_size;
-    if (kernels::PackedWeights::supports(t.type, cols) && rows > 1)
+    if (kernels::PackedWeights::supports(t.type, cols) && rows > 1) {
       w.packed = kernels::PackedWeights::pack(t.type, w.data, rows, cols, w.row_bytes, arena_);
+      file_.release_pages(w.data, static_cast<size_t>(rows) * row_size);
+    }
   }
   return experts;
 }

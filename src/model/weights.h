@@ -22,6 +22,10 @@ class WeightLoader {
       : file_(file), arena_(std::make_shared<HugePageArena>()) {}
 
   bool has(const std::string& name) const { return file_.find_tensor(name) != nullptr; }
+  // Once packed, a matrix's rows in the file are let go of (GgufFile::release_pages): the map
+  // reads them again only if touched. Call this first for a tensor whose rows are read as they
+  // are (the token embeddings: one row per token looked up).
+  void keep_rows(const std::string& name) { keep_rows_.insert(name); }
   // A [rows, cols] matrix (GGUF shape [cols, rows]) whose type the kernels can multiply.
   kernels::WeightMatrix matrix(const std::string& name, int64_t rows, int64_t cols) const;
   // Rows [row_begin, row_begin + rows) of a [total_rows, cols] matrix, as a matrix of its own:
@@ -50,6 +54,7 @@ class WeightLoader {
   const gguf::TensorInfo& find(const std::string& name) const;
   const gguf::GgufFile& file_;
   mutable std::unordered_set<std::string> used_;
+  std::unordered_set<std::string> keep_rows_;
   // The packed matrices of one model, together in huge pages (util/huge_pages.h).
   std::shared_ptr<HugePageArena> arena_;
 };

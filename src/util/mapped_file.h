@@ -21,6 +21,10 @@ class MappedFile {
   MappedFile& operator=(const MappedFile&) = delete;
 
   std::span<const uint8_t> bytes() const { return {data_, size_}; }
+  // Drops this process's pages of the whole pages inside [p, p + n) (a range of bytes()): they
+  // stop counting in its memory and are read from the file again if touched. For weights that
+  // were copied out (repacked): a model that fills most of RAM must not hold both copies.
+  void release_pages(const uint8_t* p, size_t n) const;
   const std::string& path() const { return path_; }
 
  private:
