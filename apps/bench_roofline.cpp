@@ -2,18 +2,45 @@
 
 #include <fmt/format.h>
 
+#include <cctype>
+#include <string>
+
 namespace inferd::app {
+
+namespace {
+
+// Whether a tensor holds routed experts: merged (`blk.N.ffn_gate_exps.weight`, 3-D) or one
+// expert's matrix in Mixtral's older files (`blk.N.ffn_up.E.weight`).
+bool routed_experts(const gguf::TensorInfo& t) {
+  if (t.shape.size() == 3 && t.name.find("_exps.") != std::string::npos) return true;
+  const size_t ffn = t.name.find(".ffn_");
+  if (ffn == std::string::npos) return false;
+  const size_t dot = t.name.find('.', ffn + 1);
+  return dot != std::string::npos && dot + 1 < t.name.size() &&
+         std::isdigit(static_cast<unsigned char>(t.name[dot + 1]));
+}
+
+}  // namespace
 
 ModelFootprint model_footprint(const gguf::GgufFile& file) {
   ModelFootprint f;
   const bool tied = file.find_tensor("output.weight") == nullptr;
+  // A decode token reads expert_used_count of expert_count routed experts per layer.
+  const std::string a = file.architecture() + ".";
+  const int64_t experts = file.get_int(a + "expert_count").value_or(0);
+  const double active = experts > 0 ? double(file.get_int(a + "expert_used_count").value_or(experts)) /
+                                          double(experts)
+                                    : 1.0;
   for (const gguf::TensorInfo& t : file.tensors()) {
     f.total_bytes += t.num_bytes;
     f.parameters += t.num_elements();
-    // Decode reads every 2-D matrix once per token. The embedding table is only looked up
-    // (one row) unless it doubles as the output matrix.
+    // Decode reads every 2-D matrix once per token, and its share of the routed experts. The
+    // embedding table is only looked up (one row) unless it doubles as the output matrix.
     const bool embedding = t.name == "token_embd.weight";
-    if (t.shape.size() == 2 && (!embedding || tied)) {
+    if (routed_experts(t)) {
+      f.matmul_bytes += static_cast<uint64_t>(double(t.num_bytes) * active);
+      f.matmul_parameters += static_cast<uint64_t>(double(t.num_elements()) * active);
+    } else if (t.shape.size() == 2 && (!embedding || tied)) {
       f.matmul_bytes += t.num_bytes;
       f.matmul_parameters += t.num_elements();
     }

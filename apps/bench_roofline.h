@@ -17,7 +17,9 @@ namespace inferd::app {
 struct ModelFootprint {
   uint64_t total_bytes = 0;        // all tensors
   uint64_t parameters = 0;         // all tensor elements
-  uint64_t matmul_bytes = 0;       // 2-D weights a decode step streams (output once even when tied)
+  // Weights a decode step of one token streams: every 2-D matrix (the output once even when
+  // tied) and, of a mixture of experts, expert_used_count / expert_count of the routed experts.
+  uint64_t matmul_bytes = 0;
   uint64_t matmul_parameters = 0;  // their elements: 2 FLOPs each per token
 };
 

@@ -36,6 +36,11 @@ struct Batch {
   // vocabulary projection) is wanted (embeddings), and where it goes: [hidden_rows.size(), n_embd].
   std::span<const int32_t> hidden_rows{};
   float* hidden = nullptr;
+  // Optional, out: [n_tokens] each token's smallest routing margin over the mixture-of-experts
+  // layers (model/moe.h), +inf for a dense model. Two engines whose float orders differ may
+  // choose different experts where it is near 0 (a near-tie), as they may pick different
+  // greedy tokens where two logits nearly tie: the model tests use it to tell those apart.
+  float* routing_margins = nullptr;
 
   int64_t num_tokens() const { return static_cast<int64_t>(tokens.size()); }
 };

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <optional>
 #include <span>
 #include <vector>
@@ -189,12 +190,14 @@ class Decoder final : public Model {
         kernels::scale_inplace(row, std::sqrt(static_cast<float>(c.n_embd)), c.n_embd);
     }
     place_tokens(batch, cache);
+    if (batch.routing_margins != nullptr)
+      std::fill_n(batch.routing_margins, T, std::numeric_limits<float>::infinity());
     // Each block leaves its output in ws.proj; the residual add happens in the next block's
     // first per-token pass (and for the logit rows before the final norm), so it costs no
     // serial pass of its own.
     for (int l = 0; l < c.n_layers; ++l) {
       attention_block(l, batch, cache, pool);
-      feed_forward_block(l, T, batch.bf16_rows_begin, pool);
+      feed_forward_block(l, T, batch.bf16_rows_begin, pool, batch.routing_margins);
     }
     if (!batch.hidden_rows.empty()) compute_hidden(batch, pool);
     compute_logits(batch, logits, pool);
@@ -389,7 +392,8 @@ class Decoder final : public Model {
   }
 
   // Rows from bf16_from on may take the bf16 route (model/batch.h).
-  void feed_forward_block(int l, int64_t T, int64_t bf16_from, ThreadPool& pool) {
+  void feed_forward_block(int l, int64_t T, int64_t bf16_from, ThreadPool& pool,
+                          float* routing_margins) {
     const ModelConfig& c = config_;
     const DecoderLayer& layer = layers_[static_cast<size_t>(l)];
     DecoderWorkspace& ws = ws_;
@@ -399,7 +403,8 @@ class Decoder final : public Model {
                         c.rms_eps);
     });
     if (layer.moe) {
-      moe_->forward(*layer.moe, ws.h.data(), T, ws.proj.data(), pool);  // [T, n_embd]
+      moe_->forward(*layer.moe, ws.h.data(), T, ws.proj.data(), pool,  // [T, n_embd]
+                    routing_margins);
     } else {
       dense_feed_forward(layer, T, bf16_from, pool);
     }

@@ -13,9 +13,10 @@ namespace {
 
 // Experts a layer may have: the routing of one token keeps a score per expert on the stack.
 constexpr int kMaxExperts = 512;
-// Tokens the MoE buffers hold at once: longer batches (prompts) run in chunks of this many, each
-// reading the experts it touches once. Sized so that a 30B-A3B layer's buffers stay ~50 MB.
-constexpr int64_t kMaxChunkTokens = 256;
+// Tokens the MoE buffers hold at once: longer batches run in chunks of this many, each reading
+// the experts it touches once. At 512 a 30B-A3B model's buffers take ~100 MB, and a 512-token
+// prompt step reads each expert once per layer.
+constexpr int64_t kMaxChunkTokens = 512;
 
 // A per-layer key (a scalar, or an array with one value per layer): its one value; arrays
 // whose values differ are refused (per-layer expert shapes are not implemented).
@@ -193,16 +194,17 @@ MoeBlock::MoeBlock(const MoeConfig& config, int n_embd, int64_t max_tokens)
 }
 
 void MoeBlock::forward(const MoeLayer& layer, const float* h, int64_t n_tokens, float* out,
-                       ThreadPool& pool) {
+                       ThreadPool& pool, float* margins) {
   for (int64_t t0 = 0; t0 < n_tokens; t0 += chunk_tokens_) {
     const int64_t count = std::min(chunk_tokens_, n_tokens - t0);
-    run_chunk(layer, h + t0 * n_embd_, count, out + t0 * n_embd_, pool);
+    run_chunk(layer, h + t0 * n_embd_, count, out + t0 * n_embd_, pool,
+              margins ? margins + t0 : nullptr);
   }
 }
 
 // Router logits -> each token's experts and weights (selected_, weights_), then the slots sorted
 // by expert: expert_rows_[e] .. expert_rows_[e + 1] are expert e's rows, row_of_ each slot's.
-void MoeBlock::route(const MoeLayer& layer, int64_t n_tokens) {
+void MoeBlock::route(const MoeLayer& layer, int64_t n_tokens, float* margins) {
   const MoeConfig& c = config_;
   const int E = c.n_experts, K = c.n_used;
   std::fill(expert_rows_.begin(), expert_rows_.end(), 0);
@@ -218,10 +220,19 @@ void MoeBlock::route(const MoeLayer& layer, int64_t n_tokens) {
       score[static_cast<size_t>(e)] = logits[e] + (layer.selection_bias ? layer.selection_bias[e] : 0);
     std::array<int32_t, kMaxExperts> order;
     for (int e = 0; e < E; ++e) order[static_cast<size_t>(e)] = e;
-    std::partial_sort(order.begin(), order.begin() + K, order.begin() + E, [&](int32_t x, int32_t y) {
+    // The first K + 1 in order: the chosen, then the best of the rest (for the margin).
+    const int sorted = std::min(K + 1, E);
+    std::partial_sort(order.begin(), order.begin() + sorted, order.begin() + E, [&](int32_t x, int32_t y) {
       const float sx = score[static_cast<size_t>(x)], sy = score[static_cast<size_t>(y)];
       return sx > sy || (sx == sy && x < y);
     });
+    if (margins != nullptr && K < E) {
+      const float last = score[static_cast<size_t>(order[static_cast<size_t>(K - 1)])];
+      const float next = score[static_cast<size_t>(order[static_cast<size_t>(K)])];
+      const bool log_ratio = c.gating == ExpertGating::kSoftmax && layer.selection_bias == nullptr;
+      const float margin = log_ratio ? std::log(last) - std::log(next) : last - next;
+      margins[t] = std::min(margins[t], margin);
+    }
     int32_t* sel = &selected_[static_cast<size_t>(t * K)];
     float* wt = &weights_[static_cast<size_t>(t * K)];
     for (int k = 0; k < K; ++k) {
@@ -248,12 +259,12 @@ void MoeBlock::route(const MoeLayer& layer, int64_t n_tokens) {
 }
 
 void MoeBlock::run_chunk(const MoeLayer& layer, const float* h, int64_t n_tokens, float* out,
-                         ThreadPool& pool) {
+                         ThreadPool& pool, float* margins) {
   const MoeConfig& c = config_;
   const int E = c.n_experts, K = c.n_used, F = c.n_ff_expert;
   const int64_t D = n_embd_;
   kernels::matmul(layer.router, h, n_tokens, logits_.data(), scratch_, pool);  // [T, E]
-  route(layer, n_tokens);
+  route(layer, n_tokens, margins);
   // A decode step's tokens all go to each expert they chose, in order: one token reads h as
   // it is; otherwise the inputs are gathered expert by expert.
   const bool gather = n_tokens > 1;

@@ -91,15 +91,18 @@ MoeLayer load_moe_layer(const WeightLoader& w, const std::string& p, const MoeCo
 class MoeBlock {
  public:
   MoeBlock(const MoeConfig& config, int n_embd, int64_t max_tokens);
-  // out[T, n_embd] = the MoE feed-forward of h[T, n_embd]. No allocation.
+  // out[T, n_embd] = the MoE feed-forward of h[T, n_embd]. No allocation. With `margins`
+  // ([T]), each token's value is lowered to this layer's routing margin when smaller: the gap
+  // between the last chosen expert and the best one left out, in logits for softmax gating
+  // (log-probability ratio) and in the selection score otherwise.
   void forward(const MoeLayer& layer, const float* h, int64_t n_tokens, float* out,
-               ThreadPool& pool);
+               ThreadPool& pool, float* margins = nullptr);
   const MoeConfig& config() const { return config_; }
 
  private:
-  void route(const MoeLayer& layer, int64_t n_tokens);
+  void route(const MoeLayer& layer, int64_t n_tokens, float* margins);
   void run_chunk(const MoeLayer& layer, const float* h, int64_t n_tokens, float* out,
-                 ThreadPool& pool);
+                 ThreadPool& pool, float* margins);
   void shared_expert(const MoeLayer& layer, const float* h, int64_t n_tokens, ThreadPool& pool);
 
   MoeConfig config_;

@@ -29,6 +29,9 @@
 namespace inferd::testing {
 namespace {
 
+// A routing margin (model/batch.h) below this, in logits, is a near-tie between two experts.
+constexpr float kRoutingNearTie = 0.03f;
+
 class ArchitectureTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(ArchitectureTest, NextTokenDistributionMatchesLlamaCpp) {
@@ -58,19 +61,25 @@ TEST_P(ArchitectureTest, NextTokenDistributionMatchesLlamaCpp) {
   const std::vector<float> self = llama_self_noise(golden, golden_fa);
   ASSERT_FALSE(self.empty());
   const float self_max = *std::max_element(self.begin(), self.end());
+  const float self_prob_max = llama_self_prob_noise(golden, golden_fa);
   const double self_mean = std::accumulate(self.begin(), self.end(), 0.0) / double(self.size());
   std::vector<float> ours;
   float max_prob_diff = 0;  // of the top-10 probabilities
-  int positions = 0, same_top1 = 0;
+  int positions = 0, same_top1 = 0, routing_ties = 0;
   for (const auto& c : golden["cases"]) {
     const auto& top = c["top_logprobs"];
     const auto prompt = c["prompt_ids"].get<std::vector<int32_t>>();
     const auto generated = c["generated_ids"].get<std::vector<int32_t>>();
-    const auto lps = logprobs_along(*model, prompt, generated, top.size());
+    std::vector<float> margins;
+    const auto lps = logprobs_along(*model, prompt, generated, top.size(), &margins);
     const auto f16_lps = f16_model ? logprobs_along(*f16_model, prompt, generated, top.size())
                                    : std::vector<std::vector<float>>();
     for (size_t p = 0; p < top.size(); ++p) {
       if (top[p].empty()) continue;  // llama-server sent no probabilities there (make-golden)
+      if (margins[p] < kRoutingNearTie) {  // the engines may run different experts here
+        ++routing_ties;
+        continue;
+      }
       const std::vector<float>& lp = lps[p];
       const auto best = static_cast<int32_t>(std::max_element(lp.begin(), lp.end()) - lp.begin());
       const int32_t theirs = top[p][0][0];
@@ -96,15 +105,20 @@ TEST_P(ArchitectureTest, NextTokenDistributionMatchesLlamaCpp) {
     }
   }
   ASSERT_FALSE(ours.empty());
+  // Routing near-ties are rare: most positions must be compared.
+  EXPECT_LE(routing_ties * 5, positions + routing_ties) << name << ": " << routing_ties
+                                                        << " positions at routing near-ties";
   const float our_max = *std::max_element(ours.begin(), ours.end());
   const double our_mean = std::accumulate(ours.begin(), ours.end(), 0.0) / double(ours.size());
   std::printf(
       "[ arch     ] %-14s top-1 %d/%d; %zu top-10 logprobs: mean |diff| %.4f, max %.4f; llama.cpp "
-      "fa on vs off: mean %.4f, max %.4f; largest probability difference %.4f\n",
+      "fa on vs off: mean %.4f, max %.4f; largest probability difference %.4f (llama.cpp's "
+      "own %.4f); %d positions skipped at routing near-ties\n",
       name.c_str(), same_top1, positions, ours.size(), our_mean, our_max, self_mean, self_max,
-      max_prob_diff);
-  // The bar for every family: top-10 probabilities within 0.05 of llama.cpp's.
-  EXPECT_LT(max_prob_diff, 0.05f) << name;
+      max_prob_diff, self_prob_max, routing_ties);
+  // Top-10 probabilities within 0.05 of llama.cpp's, or of 1.5x its own spread where that is
+  // wider (its flash-attention paths differ by more than 0.05 on some files).
+  EXPECT_LT(max_prob_diff, std::max(0.05f, 1.5f * self_prob_max)) << name;
   const bool k_quants = name.find("_K") != std::string::npos;
   EXPECT_LT(our_mean, (k_quants ? 2.0 : 1.25) * self_mean + 0.005) << name;
   EXPECT_LT(our_max, (k_quants ? 2.5f : 1.5f) * self_max + 0.02f) << name;

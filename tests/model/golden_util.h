@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <span>
 #include <string>
@@ -42,7 +43,8 @@ inline std::vector<float> log_softmax(std::span<const float> logits) {
 inline std::vector<std::vector<float>> logprobs_along(model::Model& model,
                                                       const std::vector<int32_t>& prompt,
                                                       const std::vector<int32_t>& forced,
-                                                      size_t positions) {
+                                                      size_t positions,
+                                                      std::vector<float>* margins = nullptr) {
   std::vector<int32_t> tokens = prompt;
   tokens.insert(tokens.end(), forced.begin(), forced.begin() + static_cast<long>(positions - 1));
   const int n = static_cast<int>(tokens.size());
@@ -56,7 +58,17 @@ inline std::vector<std::vector<float>> logprobs_along(model::Model& model,
   std::vector<float> logits(rows.size() * static_cast<size_t>(n_vocab));
   model::BatchSequence seq{0, n, &tables};
   ThreadPool pool(2);
-  model.forward({tokens, pos, {&seq, 1}, rows}, cache, logits.data(), pool);
+  model::Batch batch{tokens, pos, {&seq, 1}, rows};
+  // Each position's routing margin (model/batch.h), the smallest over the MoE layers of its own
+  // token: a near-tie there, where two engines may run different experts, moves the
+  // distribution by nats (one in an earlier token reaches it through attention, diluted).
+  std::vector<float> token_margins(static_cast<size_t>(n));
+  if (margins != nullptr) batch.routing_margins = token_margins.data();
+  model.forward(batch, cache, logits.data(), pool);
+  if (margins != nullptr) {
+    margins->clear();
+    for (const int32_t row : rows) margins->push_back(token_margins[static_cast<size_t>(row)]);
+  }
   std::vector<std::vector<float>> out;
   for (size_t r = 0; r < rows.size(); ++r) {
     out.push_back(log_softmax(
@@ -83,6 +95,26 @@ inline std::vector<float> llama_self_noise(const nlohmann::json& a, const nlohma
     }
   }
   return diffs;
+}
+
+// The largest |difference| of top-10 probabilities between two llama.cpp runs, over the
+// positions llama_self_noise compares.
+inline float llama_self_prob_noise(const nlohmann::json& a, const nlohmann::json& b) {
+  float largest = 0;
+  for (size_t i = 0; i < a["cases"].size(); ++i) {
+    const auto& x = a["cases"][i];
+    const auto& y = b["cases"][i];
+    for (size_t p = 0; p < x["top_logprobs"].size() && p < y["top_logprobs"].size(); ++p) {
+      if (p > 0 && x["generated_ids"][p - 1] != y["generated_ids"][p - 1]) break;
+      std::map<int32_t, float> other;
+      for (const auto& e : y["top_logprobs"][p]) other[e[0]] = e[1];
+      for (const auto& e : x["top_logprobs"][p]) {
+        if (other.count(e[0]))
+          largest = std::max(largest, std::fabs(std::exp(float(e[1])) - std::exp(other[e[0]])));
+      }
+    }
+  }
+  return largest;
 }
 
 }  // namespace inferd::testing

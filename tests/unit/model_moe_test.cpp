@@ -11,6 +11,7 @@
 
 #include <gtest/gtest.h>
 
+#include "bench_roofline.h"
 #include "gguf/gguf_writer.h"
 #include "kernels/ref/quant_ref.h"
 #include "model/moe.h"
@@ -335,6 +336,27 @@ TEST(MoeModel, UnimplementedKeysAndMissingTensorsAreNamed) {
     if (t.name != "blk.1.ffn_up.5.weight")
       w.add_tensor(t.name, t.type, t.shape, std::vector<uint8_t>(t.data, t.data + t.num_bytes));
   expect_load_error(w.build(), "blk.1.ffn_up.5.weight");
+}
+
+// inferd bench's roofline counts what a decode token reads: of the routed experts only its
+// expert_used_count of expert_count, merged or per-expert tensors alike; routers in full.
+TEST(MoeModel, DecodeBytesCountOnlyTheActiveExperts) {
+  auto spec = mixtral_spec(DType::Q8_0);  // 8 experts, 2 used
+  for (const bool per_expert : {false, true}) {
+    spec.per_expert_tensors = per_expert;
+    const auto bytes = testing::make_tiny_llama(spec);
+    auto file = gguf::GgufFile::parse(bytes);
+    uint64_t experts = 0, other_matrices = 0;
+    for (const gguf::TensorInfo& t : file.tensors()) {
+      const bool expert = t.name.find("_exps") != std::string::npos ||
+                          (t.name.find(".ffn_") != std::string::npos && t.name.find("ffn_norm") == std::string::npos &&
+                           t.name.find("ffn_gate_inp") == std::string::npos);
+      if (expert) experts += t.num_bytes;
+      else if (t.shape.size() == 2) other_matrices += t.num_bytes;  // tied: the embedding is the output
+    }
+    const app::ModelFootprint f = app::model_footprint(file);
+    EXPECT_EQ(f.matmul_bytes, other_matrices + experts / 4) << (per_expert ? "per-expert" : "merged");
+  }
 }
 
 }  // namespace
