@@ -149,6 +149,7 @@ class Decoder final : public Model {
       freq_factors = max_context > original ? long_factors : short_factors;
     }
     w.check_all_used();
+    weights_memory_ = w.memory();
     rope_ = kernels::RopeTable(max_context, c.rope_dims, c.rope_freq_base, c.rope_freq_scale,
                                freq_factors
                                    ? std::span<const float>(freq_factors, size_t(c.rope_dims / 2))
@@ -483,6 +484,7 @@ class Decoder final : public Model {
   const float* output_norm_;  // [n_embd]
   WeightMatrix output_;       // [n_vocab, n_embd], token_embd_ when tied
   std::vector<DecoderLayer> layers_;
+  std::shared_ptr<HugePageArena> weights_memory_;  // what the pointers above point into
   std::optional<MoeConfig> moe_config_;  // ArchSpec::moe's, as the file sets it
   std::unique_ptr<MoeBlock> moe_;        // the MoE layers' work buffers
   kernels::RopeTable rope_;

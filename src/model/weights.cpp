@@ -3,6 +3,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <cstring>
 #include <vector>
 
 #include "util/error.h"
@@ -63,10 +64,9 @@ kernels::WeightMatrix WeightLoader::matrix_rows(const std::string& name, int64_t
   w.data = t.data + static_cast<size_t>(row_begin) * w.row_bytes;
   // Repacked once here so every matmul streams SIMD-friendly 16-row groups; the original rows
   // stay in the file's map for embedding look-ups.
-  if (kernels::PackedWeights::supports(t.type, cols) && rows > 1) {
+  if (kernels::PackedWeights::supports(t.type, cols) && rows > 1)
     w.packed = kernels::PackedWeights::pack(t.type, w.data, rows, cols, w.row_bytes, arena_);
-    if (!keep_rows_.contains(name)) file_.release_pages(w.data, static_cast<size_t>(rows) * w.row_bytes);
-  }
+  if (!keep_rows_.contains(name)) w.data = take_out(w.data, static_cast<size_t>(rows) * w.row_bytes, w.packed == nullptr);
   return w;
 }
 
@@ -97,10 +97,9 @@ std::vector<kernels::WeightMatrix> WeightLoader::expert_matrices(const std::stri
     w.cols = cols;
     w.row_bytes = row_size;
     w.data = t.data + static_cast<size_t>(e * rows_per_expert + row_begin) * row_size;
-    if (kernels::PackedWeights::supports(t.type, cols) && rows > 1) {
+    if (kernels::PackedWeights::supports(t.type, cols) && rows > 1)
       w.packed = kernels::PackedWeights::pack(t.type, w.data, rows, cols, w.row_bytes, arena_);
-      file_.release_pages(w.data, static_cast<size_t>(rows) * row_size);
-    }
+    w.data = take_out(w.data, static_cast<size_t>(rows) * row_size, w.packed == nullptr);
   }
   return experts;
 }
@@ -115,10 +114,7 @@ const float* WeightLoader::expert_vectors(const std::string& name, int64_t n_exp
   if (t.type != DType::F32) {
     fail("{}: tensor '{}' has type {}, expected F32", file_.name(), name, dtype_name(t.type));
   }
-  if (reinterpret_cast<uintptr_t>(t.data) % alignof(float) != 0) {
-    fail("{}: tensor '{}' data is not 4-byte aligned", file_.name(), name);
-  }
-  return reinterpret_cast<const float*>(t.data);
+  return reinterpret_cast<const float*>(take_out(t.data, t.num_bytes, true));
 }
 
 const float* WeightLoader::vector(const std::string& name, int64_t n) const {
@@ -129,10 +125,18 @@ const float* WeightLoader::vector(const std::string& name, int64_t n) const {
   if (t.type != DType::F32) {
     fail("{}: tensor '{}' has type {}, expected F32", file_.name(), name, dtype_name(t.type));
   }
-  if (reinterpret_cast<uintptr_t>(t.data) % alignof(float) != 0) {
-    fail("{}: tensor '{}' data is not 4-byte aligned", file_.name(), name);
+  return reinterpret_cast<const float*>(take_out(t.data, t.num_bytes, true));
+}
+
+const uint8_t* WeightLoader::take_out(const uint8_t* data, size_t bytes, bool copy) const {
+  const uint8_t* kept = data;
+  if (copy) {
+    uint8_t* to = arena_->allocate(bytes, 64);
+    std::memcpy(to, data, bytes);
+    kept = to;
   }
-  return reinterpret_cast<const float*>(t.data);
+  file_.release_pages(data, bytes);
+  return kept;
 }
 
 }  // namespace inferd::model

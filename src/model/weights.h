@@ -22,9 +22,12 @@ class WeightLoader {
       : file_(file), arena_(std::make_shared<HugePageArena>()) {}
 
   bool has(const std::string& name) const { return file_.find_tensor(name) != nullptr; }
-  // Once packed, a matrix's rows in the file are let go of (GgufFile::release_pages): the map
-  // reads them again only if touched. Call this first for a tensor whose rows are read as they
-  // are (the token embeddings: one row per token looked up).
+  // What the model reads of the file is moved out of its map at load: packed matrices are
+  // repacked, every other tensor (norms, biases, F32 routers, types without a packed layout)
+  // is copied into the model's memory, and the file's pages are let go of
+  // (GgufFile::release_pages). A model that fills most of RAM then never holds two copies, and
+  // no decode step faults a page back in from the file after the kernel evicted it. Call this
+  // first for a tensor whose rows are read in place (the token embeddings: one row a token).
   void keep_rows(const std::string& name) { keep_rows_.insert(name); }
   // A [rows, cols] matrix (GGUF shape [cols, rows]) whose type the kernels can multiply.
   kernels::WeightMatrix matrix(const std::string& name, int64_t rows, int64_t cols) const;
@@ -47,11 +50,17 @@ class WeightLoader {
   const float* optional_vector(const std::string& name, int64_t n) const {
     return has(name) ? vector(name, n) : nullptr;
   }
+  // The memory the weights handed out live in (packed matrices, copied vectors): a model keeps
+  // it for as long as it uses them.
+  std::shared_ptr<HugePageArena> memory() const { return arena_; }
   // Fails naming the file's tensors that no call above took: call once all are loaded.
   void check_all_used() const;
 
  private:
   const gguf::TensorInfo& find(const std::string& name) const;
+  // `bytes` of the file at `data`, copied into the arena when `copy` (else already repacked),
+  // then released from the map; returns where the model reads them from now.
+  const uint8_t* take_out(const uint8_t* data, size_t bytes, bool copy) const;
   const gguf::GgufFile& file_;
   mutable std::unordered_set<std::string> used_;
   std::unordered_set<std::string> keep_rows_;
