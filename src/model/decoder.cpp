@@ -88,7 +88,8 @@ class Decoder final : public Model {
     WeightLoader w(file);
     const int64_t q_dim = int64_t{c.n_heads} * c.head_dim;
     const int64_t kv_dim = int64_t{c.n_kv_heads} * c.head_dim;
-    w.keep_rows("token_embd.weight");  // looked up row by row
+    // Looked up row by row; multiplied too when the output is tied to it.
+    w.keep_rows("token_embd.weight", !w.has("output.weight"));
     token_embd_ = w.matrix("token_embd.weight", c.n_vocab, c.n_embd);
     output_norm_ = w.vector("output_norm.weight", c.n_embd);
     output_ = w.has("output.weight") ? w.matrix("output.weight", c.n_vocab, c.n_embd) : token_embd_;

@@ -62,11 +62,14 @@ kernels::WeightMatrix WeightLoader::matrix_rows(const std::string& name, int64_t
   w.cols = cols;
   w.row_bytes = static_cast<size_t>(*row_bytes(t.type, cols));
   w.data = t.data + static_cast<size_t>(row_begin) * w.row_bytes;
-  // Repacked once here so every matmul streams SIMD-friendly 16-row groups; the original rows
-  // stay in the file's map for embedding look-ups.
-  if (kernels::PackedWeights::supports(t.type, cols) && rows > 1)
+  // Repacked once here so every matmul streams SIMD-friendly 16-row groups; the rows of a
+  // table looked up in place stay in the file's map (keep_rows).
+  const auto kept = keep_rows_.find(name);
+  const bool multiplied = kept == keep_rows_.end() || kept->second;
+  if (multiplied && kernels::PackedWeights::supports(t.type, cols) && rows > 1)
     w.packed = kernels::PackedWeights::pack(t.type, w.data, rows, cols, w.row_bytes, arena_);
-  if (!keep_rows_.contains(name)) w.data = take_out(w.data, static_cast<size_t>(rows) * w.row_bytes, w.packed == nullptr);
+  if (kept == keep_rows_.end())
+    w.data = take_out(w.data, static_cast<size_t>(rows) * w.row_bytes, w.packed == nullptr);
   return w;
 }
 

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
@@ -27,8 +28,9 @@ class WeightLoader {
   // is copied into the model's memory, and the file's pages are let go of
   // (GgufFile::release_pages). A model that fills most of RAM then never holds two copies, and
   // no decode step faults a page back in from the file after the kernel evicted it. Call this
-  // first for a tensor whose rows are read in place (the token embeddings: one row a token).
-  void keep_rows(const std::string& name) { keep_rows_.insert(name); }
+  // first for a tensor whose rows are read in place (the token embeddings: one row a token);
+  // it is packed only when it is `multiplied` too (an output tied to the embeddings).
+  void keep_rows(const std::string& name, bool multiplied) { keep_rows_[name] = multiplied; }
   // A [rows, cols] matrix (GGUF shape [cols, rows]) whose type the kernels can multiply.
   kernels::WeightMatrix matrix(const std::string& name, int64_t rows, int64_t cols) const;
   // Rows [row_begin, row_begin + rows) of a [total_rows, cols] matrix, as a matrix of its own:
@@ -63,7 +65,7 @@ class WeightLoader {
   const uint8_t* take_out(const uint8_t* data, size_t bytes, bool copy) const;
   const gguf::GgufFile& file_;
   mutable std::unordered_set<std::string> used_;
-  std::unordered_set<std::string> keep_rows_;
+  std::unordered_map<std::string, bool> keep_rows_;  // name -> also multiplied
   // The packed matrices of one model, together in huge pages (util/huge_pages.h).
   std::shared_ptr<HugePageArena> arena_;
 };

@@ -77,10 +77,10 @@ inline std::vector<std::vector<float>> logprobs_along(model::Model& model,
   return out;
 }
 
-// |difference| of top-10 log-probabilities between two llama.cpp runs, over the positions
-// both reached with the same tokens (entries below -8 nats, the far tail, are skipped).
-inline std::vector<float> llama_self_noise(const nlohmann::json& a, const nlohmann::json& b) {
-  std::vector<float> diffs;
+// Calls fn(lp_a, lp_b) for each token in the top-10 of both of two llama.cpp runs, over the
+// positions both reached with the same tokens.
+template <typename Fn>
+void for_each_shared_logprob(const nlohmann::json& a, const nlohmann::json& b, Fn fn) {
   for (size_t i = 0; i < a["cases"].size(); ++i) {
     const auto& x = a["cases"][i];
     const auto& y = b["cases"][i];
@@ -88,32 +88,28 @@ inline std::vector<float> llama_self_noise(const nlohmann::json& a, const nlohma
       if (p > 0 && x["generated_ids"][p - 1] != y["generated_ids"][p - 1]) break;
       std::map<int32_t, float> other;
       for (const auto& e : y["top_logprobs"][p]) other[e[0]] = e[1];
-      for (const auto& e : x["top_logprobs"][p]) {
-        const float lp = e[1];
-        if (lp >= -8.0f && other.count(e[0])) diffs.push_back(std::fabs(lp - other[e[0]]));
-      }
+      for (const auto& e : x["top_logprobs"][p])
+        if (other.count(e[0])) fn(float(e[1]), other[e[0]]);
     }
   }
+}
+
+// |difference| of top-10 log-probabilities between two llama.cpp runs (entries below -8 nats,
+// the far tail, are skipped).
+inline std::vector<float> llama_self_noise(const nlohmann::json& a, const nlohmann::json& b) {
+  std::vector<float> diffs;
+  for_each_shared_logprob(a, b, [&](float x, float y) {
+    if (x >= -8.0f) diffs.push_back(std::fabs(x - y));
+  });
   return diffs;
 }
 
-// The largest |difference| of top-10 probabilities between two llama.cpp runs, over the
-// positions llama_self_noise compares.
+// The largest |difference| of top-10 probabilities between two llama.cpp runs.
 inline float llama_self_prob_noise(const nlohmann::json& a, const nlohmann::json& b) {
   float largest = 0;
-  for (size_t i = 0; i < a["cases"].size(); ++i) {
-    const auto& x = a["cases"][i];
-    const auto& y = b["cases"][i];
-    for (size_t p = 0; p < x["top_logprobs"].size() && p < y["top_logprobs"].size(); ++p) {
-      if (p > 0 && x["generated_ids"][p - 1] != y["generated_ids"][p - 1]) break;
-      std::map<int32_t, float> other;
-      for (const auto& e : y["top_logprobs"][p]) other[e[0]] = e[1];
-      for (const auto& e : x["top_logprobs"][p]) {
-        if (other.count(e[0]))
-          largest = std::max(largest, std::fabs(std::exp(float(e[1])) - std::exp(other[e[0]])));
-      }
-    }
-  }
+  for_each_shared_logprob(a, b, [&](float x, float y) {
+    largest = std::max(largest, std::fabs(std::exp(x) - std::exp(y)));
+  });
   return largest;
 }
 

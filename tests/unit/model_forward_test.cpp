@@ -11,38 +11,13 @@
 #include "model/registry.h"
 #include "random_data.h"
 #include "tiny_model.h"
+#include "tiny_runner.h"
 #include "util/error.h"
 
 namespace inferd::model {
 namespace {
 
-// Runs `tokens` of one sequence through the model in pieces of `chunk` tokens, starting at an
-// empty cache, and returns the logits after the last token.
-class Runner {
- public:
-  Runner(Model& model, int32_t num_blocks, DType kv_type = DType::F16)
-      : model_(model), cache_(model.kv_config(num_blocks, 4, kv_type, kv_type)), pool_(2) {}
-
-  kv::BlockTables new_sequence(int64_t max_tokens) { return cache_.allocate_sequence(max_tokens); }
-
-  std::vector<float> run(const std::vector<int32_t>& tokens, int64_t chunk) {
-    const kv::BlockTables tables = new_sequence(static_cast<int64_t>(tokens.size()));
-    std::vector<float> logits(static_cast<size_t>(model_.config().n_vocab));
-    for (int64_t start = 0; start < static_cast<int64_t>(tokens.size()); start += chunk) {
-      const int64_t n = std::min<int64_t>(chunk, static_cast<int64_t>(tokens.size()) - start);
-      std::vector<int32_t> pos, rows{static_cast<int32_t>(n - 1)};
-      for (int64_t i = 0; i < n; ++i) pos.push_back(static_cast<int32_t>(start + i));
-      BatchSequence seq{0, n, &tables};
-      Batch batch{{tokens.data() + start, static_cast<size_t>(n)}, pos, {&seq, 1}, rows};
-      model_.forward(batch, cache_, logits.data(), pool_);
-    }
-    return logits;
-  }
-
-  Model& model_;
-  kv::KvCache cache_;
-  ThreadPool pool_;
-};
+using testing::Runner;
 
 std::vector<int32_t> prompt(int n, int seed) {
   std::vector<int32_t> out;

@@ -18,6 +18,7 @@
 #include "model/registry.h"
 #include "random_data.h"
 #include "tiny_model.h"
+#include "tiny_runner.h"
 #include "util/error.h"
 
 namespace inferd::model {
@@ -204,20 +205,10 @@ TEST(MoeBlock, SigmoidWithSelectionBiasAndScale) {  // DeepSeek-V3-style routing
 
 // --- whole tiny models (the llama architecture with experts: Mixtral) ---
 
+// The logits after `tokens` fed in chunks, from an empty cache of its own.
 std::vector<float> run_logits(Model& model, const std::vector<int32_t>& tokens, int64_t chunk) {
-  kv::KvCache cache(model.kv_config(64, 4));
-  ThreadPool pool(2);
-  const kv::BlockTables tables = cache.allocate_sequence(static_cast<int64_t>(tokens.size()));
-  std::vector<float> logits(static_cast<size_t>(model.config().n_vocab));
-  for (int64_t start = 0; start < static_cast<int64_t>(tokens.size()); start += chunk) {
-    const int64_t n = std::min<int64_t>(chunk, static_cast<int64_t>(tokens.size()) - start);
-    std::vector<int32_t> pos, rows{static_cast<int32_t>(n - 1)};
-    for (int64_t i = 0; i < n; ++i) pos.push_back(static_cast<int32_t>(start + i));
-    BatchSequence seq{0, n, &tables};
-    Batch batch{{tokens.data() + start, static_cast<size_t>(n)}, pos, {&seq, 1}, rows};
-    model.forward(batch, cache, logits.data(), pool);
-  }
-  return logits;
+  testing::Runner runner(model, 64);
+  return runner.run(tokens, chunk);
 }
 
 std::vector<int32_t> some_tokens(int n) {
