@@ -454,6 +454,13 @@ void serve(ServeArgs args) {
   fmt::print(stderr, "[inferd] model {} ({} threads, context {}, up to {} sequences, KV {}/{})\n",
              model_id, config.threads, loop.context(), config.max_seqs,
              dtype_name(config.kv_key_type), dtype_name(config.kv_value_type));
+  if (loop.kv_blocks_capped()) {
+    fmt::print(stderr,
+               "[inferd] the KV cache for {} sequences of {} tokens does not fit in the memory "
+               "left after the model: it holds {} blocks of {} tokens (--max-seqs, -c or --parallel "
+               "set what it must hold)\n",
+               config.max_seqs, loop.context(), loop.kv_blocks(), config.block_size);
+  }
   http.listen();
   g_server = nullptr;
   g_tools = nullptr;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <fstream>
 #include <limits>
 #include <utility>
 
@@ -116,7 +117,39 @@ int64_t resolve_context(const EngineConfig& config, int64_t model_context) {
   return config.context;
 }
 
+// The memory the kernel could give this process now without swapping (MemAvailable), or -1.
+int64_t available_memory_bytes() {
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key;
+  int64_t kib = 0;
+  std::string unit;
+  while (meminfo >> key >> kib >> unit)
+    if (key == "MemAvailable:") return kib * 1024;
+  return -1;
+}
+
 }  // namespace
+
+// The default KV pool (max_seqs sequences of the whole context) of a large model can exceed the
+// machine's memory: 16 sequences of 4096 tokens of the 30B-A3B shape are 6.4 GB on top of its
+// 18 GB of weights, and the pool is faulted in at start-up, so the kernel killed the server.
+// A pool that would leave less than kKvHeadroom of the available memory is cut to what fits
+// (at least one whole sequence; sequences beyond it wait or are preempted, as with any full
+// pool), and kv_blocks_capped() says so. An explicit kv_blocks is taken as it is.
+int32_t Engine::fit_kv_blocks(int32_t wanted, int64_t blocks_per_seq) {
+  constexpr int64_t kKvHeadroom = int64_t{1} << 30;
+  const int64_t available = available_memory_bytes();
+  if (available < 0) return wanted;
+  kv::KvCacheConfig one = model_->kv_config(1, config_.block_size, config_.kv_key_type,
+                                            config_.kv_value_type);
+  one.num_sliding_blocks = one.sliding_layers.empty() ? 0 : 1;
+  const int64_t block_bytes = kv::KvCache(one).bytes();  // a block of every group
+  const int64_t fit = std::max<int64_t>((available - kKvHeadroom) / std::max<int64_t>(block_bytes, 1),
+                                        blocks_per_seq);
+  if (fit >= wanted) return wanted;
+  kv_blocks_capped_ = true;
+  return static_cast<int32_t>(fit);
+}
 
 Engine::Engine(const gguf::GgufFile& file, const EngineConfig& config)
     : config_(config), target_file_bytes_(file.file_size()) {
@@ -127,8 +160,10 @@ Engine::Engine(const gguf::GgufFile& file, const EngineConfig& config)
   options.max_context = config_.context;
   model_ = model::load_model(file, options);
   const int64_t blocks_per_seq = (config_.context + config.block_size - 1) / config.block_size;
-  if (config_.kv_blocks == 0)
+  if (config_.kv_blocks == 0) {
     config_.kv_blocks = static_cast<int32_t>(blocks_per_seq * config.max_seqs);
+    config_.kv_blocks = fit_kv_blocks(config_.kv_blocks, blocks_per_seq);
+  }
   if (config_.kv_blocks < blocks_per_seq) {
     fail("KV cache of {} blocks cannot hold one sequence of {} tokens ({} blocks of {})",
          config_.kv_blocks, config_.context, blocks_per_seq, config.block_size);

@@ -73,6 +73,9 @@ class Engine {
   const tokenizer::Tokenizer& tokenizer() const { return *tokenizer_; }
   const model::ModelConfig& model_config() const { return model_->config(); }
   const EngineConfig& config() const { return config_; }
+  // Whether the default KV pool was cut to fit the machine's available memory (config().kv_blocks
+  // says how many blocks it has).
+  bool kv_blocks_capped() const { return kv_blocks_capped_; }
   const kv::KvCache& kv_cache() const { return *cache_; }
   size_t num_running() const { return scheduler_->num_running(); }
   size_t num_waiting() const { return scheduler_->num_waiting(); }
@@ -95,6 +98,7 @@ class Engine {
   bool grammar_masks_overlap() const { return mask_prefetcher_ != nullptr; }
 
  private:
+  int32_t fit_kv_blocks(int32_t wanted, int64_t blocks_per_seq);
   struct Active;
   struct BeamState;
   using Clock = std::chrono::steady_clock;
@@ -147,6 +151,7 @@ class Engine {
   void finish_grammar_masks();
 
   EngineConfig config_;
+  bool kv_blocks_capped_ = false;
   std::unique_ptr<tokenizer::Tokenizer> tokenizer_;
   std::unique_ptr<model::Model> model_;
   std::unique_ptr<kv::KvCache> cache_;

@@ -35,6 +35,9 @@ class EngineLoop {
   const tokenizer::Tokenizer& tokenizer() const { return engine_.tokenizer(); }
   const model::ModelConfig& model_config() const { return engine_.model_config(); }
   int64_t context() const { return engine_.config().context; }
+  // The KV pool's blocks, and whether the default pool was cut to fit the machine's memory.
+  int32_t kv_blocks() const { return engine_.config().kv_blocks; }
+  bool kv_blocks_capped() const { return engine_.kv_blocks_capped(); }
 
  private:
   void run();
