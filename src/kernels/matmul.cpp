@@ -323,9 +323,9 @@ void dequantize_row(const WeightMatrix& w, int64_t r, float* out, const KernelTa
 namespace inferd::kernels {
 namespace {
 
-// The most distinct inputs one matmul_grouped call converts (every expert of a layer, twice
-// over for a file whose gate and up take different activation roundings).
-constexpr size_t kMaxGroupedInputs = 1024;
+// The most items (and so distinct inputs) one matmul_grouped call takes: the gate and up of
+// every expert of a layer of 512 (model/moe.cpp's kMaxExperts) and of a shared expert.
+constexpr size_t kMaxGroupedInputs = 2 * 512 + 2;
 
 // How an item's input is converted: not at all (F16 groups read floats), to the 32-wide int8
 // blocks, or to the 256-wide k-quant rounding (uses_q8k_activations).
