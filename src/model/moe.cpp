@@ -216,8 +216,11 @@ void MoeBlock::route(const MoeLayer& layer, int64_t n_tokens, float* margins) {
     if (c.gating == ExpertGating::kSoftmax) softmax(logits, E);
     if (c.gating == ExpertGating::kSigmoid)
       for (int e = 0; e < E; ++e) logits[e] = sigmoid(logits[e]);
-    for (int e = 0; e < E; ++e)
-      score[static_cast<size_t>(e)] = logits[e] + (layer.selection_bias ? layer.selection_bias[e] : 0);
+    for (int e = 0; e < E; ++e) {
+      const float v = logits[e] + (layer.selection_bias ? layer.selection_bias[e] : 0);
+      // A NaN (from an overflowing activation) would break the sort's ordering: it loses.
+      score[static_cast<size_t>(e)] = std::isnan(v) ? -std::numeric_limits<float>::infinity() : v;
+    }
     std::array<int32_t, kMaxExperts> order;
     for (int e = 0; e < E; ++e) order[static_cast<size_t>(e)] = e;
     // The first K + 1 in order: the chosen, then the best of the rest (for the margin).
