@@ -3,6 +3,7 @@
 // Counting covers every thread (the thread pool's workers too) while the window is open.
 #include <atomic>
 #include <cstdlib>
+#include <filesystem>
 #include <new>
 #include <string>
 #include <thread>
@@ -10,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include "../model/model_fixture.h"
+#include "util/paths.h"
 #include "util/thread_pool.h"
 
 namespace {
@@ -156,6 +158,27 @@ class DecodeAllocTest : public ModelTest {
     return engine::Engine(*file_, config);
   }
 };
+
+// A mixture of experts decodes without allocating too: routing, the grouped expert products
+// and the weighted sums run in buffers sized at load. The random-weight Qwen3-MoE of
+// tests/golden/architectures (16 experts, 4 a token); skipped without it.
+TEST_F(DecodeAllocTest, MixtureOfExpertsDecodeAllocatesNothing) {
+  const std::string path = cache_dir() + "/golden-models/qwen3moe-seed7.Q8_0.gguf";
+  if (!std::filesystem::exists(path))
+    GTEST_SKIP() << path << " is absent (tests/golden/architectures/make-golden --models-only)";
+  const auto moe_file = gguf::GgufFile::open(path);
+  engine::EngineConfig config;
+  config.threads = 2;
+  config.context = 512;
+  config.max_seqs = 4;
+  config.max_batched_tokens = 256;
+  engine::Engine e(moe_file, config);
+  sampling::SamplingParams greedy;
+  greedy.temperature = 0;
+  auto a = submit(e, "Write a long story about a lighthouse keeper.", greedy);
+  auto b = submit(e, "List the rivers of Europe.", greedy);
+  EXPECT_EQ(allocations_in_decode(e, {a, b}), 0);
+}
 
 TEST_F(DecodeAllocTest, GreedyDecodeAllocatesNothing) {
   auto e = make_engine();
