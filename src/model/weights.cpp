@@ -52,10 +52,7 @@ kernels::WeightMatrix WeightLoader::matrix_rows(const std::string& name, int64_t
     fail("{}: rows {}..{} of tensor '{}' are outside its {}", file_.name(), row_begin,
          row_begin + rows, name, total_rows);
   }
-  if (kernels::active_kernels().for_weight(t.type) == nullptr) {
-    fail("{}: tensor '{}' has type {}, which inferd cannot multiply yet", file_.name(), name,
-         dtype_name(t.type));
-  }
+  check_multipliable(t);
   kernels::WeightMatrix w;
   w.type = t.type;
   w.rows = rows;
@@ -87,10 +84,7 @@ std::vector<kernels::WeightMatrix> WeightLoader::expert_matrices(const std::stri
   if (row_begin < 0 || rows <= 0 || row_begin + rows > rows_per_expert)
     fail("{}: rows {}..{} of tensor '{}' are outside its {} an expert", file_.name(), row_begin,
          row_begin + rows, name, rows_per_expert);
-  if (kernels::active_kernels().for_weight(t.type) == nullptr) {
-    fail("{}: tensor '{}' has type {}, which inferd cannot multiply yet", file_.name(), name,
-         dtype_name(t.type));
-  }
+  check_multipliable(t);
   const auto row_size = static_cast<size_t>(*row_bytes(t.type, cols));
   std::vector<kernels::WeightMatrix> experts(static_cast<size_t>(n_experts));
   for (int64_t e = 0; e < n_experts; ++e) {
@@ -129,6 +123,13 @@ const float* WeightLoader::vector(const std::string& name, int64_t n) const {
     fail("{}: tensor '{}' has type {}, expected F32", file_.name(), name, dtype_name(t.type));
   }
   return reinterpret_cast<const float*>(take_out(t.data, t.num_bytes, true));
+}
+
+void WeightLoader::check_multipliable(const gguf::TensorInfo& t) const {
+  if (kernels::active_kernels().for_weight(t.type) == nullptr) {
+    fail("{}: tensor '{}' has type {}, which inferd cannot multiply yet", file_.name(), t.name,
+         dtype_name(t.type));
+  }
 }
 
 const uint8_t* WeightLoader::take_out(const uint8_t* data, size_t bytes, bool copy) const {

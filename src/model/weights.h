@@ -60,6 +60,8 @@ class WeightLoader {
 
  private:
   const gguf::TensorInfo& find(const std::string& name) const;
+  // Fails naming a tensor whose type the kernels cannot multiply.
+  void check_multipliable(const gguf::TensorInfo& t) const;
   // `bytes` of the file at `data`, copied into the arena when `copy` (else already repacked),
   // then released from the map; returns where the model reads them from now.
   const uint8_t* take_out(const uint8_t* data, size_t bytes, bool copy) const;

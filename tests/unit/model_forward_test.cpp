@@ -17,6 +17,7 @@
 namespace inferd::model {
 namespace {
 
+using testing::expect_load_error;
 using testing::Runner;
 
 std::vector<int32_t> prompt(int n, int seed) {
@@ -28,17 +29,6 @@ std::vector<int32_t> prompt(int n, int seed) {
 void expect_close(const std::vector<float>& a, const std::vector<float>& b, float tol) {
   ASSERT_EQ(a.size(), b.size());
   for (size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(a[i], b[i], tol) << "logit " << i;
-}
-
-// Loading `bytes` must fail with an error that contains `needle`.
-void expect_load_error(const std::vector<uint8_t>& bytes, const std::string& needle) {
-  auto file = gguf::GgufFile::parse(bytes);
-  try {
-    load_model(file, {});
-    ADD_FAILURE() << "loaded; expected an error naming " << needle;
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-  }
 }
 
 TEST(LlamaForward, ChunkedAndTokenByTokenMatchOneBatch) {

@@ -24,6 +24,8 @@
 namespace inferd::model {
 namespace {
 
+using testing::expect_load_error;
+
 // An F32 matrix that owns its values; `w` views them (no packed layout: the row path).
 struct F32Matrix {
   std::vector<float> v;
@@ -251,6 +253,18 @@ TEST(MoeModel, PerExpertTensorsEqualMergedOnes) {
   EXPECT_EQ(run_logits(*merged, tokens, 9), run_logits(*split, tokens, 9));
 }
 
+// A writer holding `file`'s metadata and tensors, less the keys and tensors `drop` names.
+template <typename Drop>
+gguf::GgufWriter copy_of(const gguf::GgufFile& file, Drop drop) {
+  gguf::GgufWriter w;
+  for (const auto& [key, value] : file.metadata())
+    if (!drop(key)) w.set(key, value);
+  for (const gguf::TensorInfo& t : file.tensors())
+    if (!drop(t.name))
+      w.add_tensor(t.name, t.type, t.shape, std::vector<uint8_t>(t.data, t.data + t.num_bytes));
+  return w;
+}
+
 // With every expert the same and the top two renormalised to sum to 1, the block is the dense
 // feed-forward of those weights: the expert plumbing (gather, grouped products, weighted sum)
 // must add nothing of its own.
@@ -261,16 +275,13 @@ TEST(MoeModel, IdenticalExpertsEqualTheDenseFeedForward) {
   auto moe_file = gguf::GgufFile::parse(moe_bytes);
   auto moe = load_model(moe_file, {64, 256});
   // The dense twin: the same tensors with expert 0's matrices as ffn_{gate,up,down}.weight.
-  gguf::GgufWriter w;
-  for (const auto& [key, value] : moe_file.metadata())
-    if (key.find("expert") == std::string::npos) w.set(key, value);
+  gguf::GgufWriter w = copy_of(moe_file, [](const std::string& name) {
+    return name.find("expert") != std::string::npos || name.find("ffn_gate_inp") != std::string::npos ||
+           name.find("_exps") != std::string::npos;
+  });
   for (const gguf::TensorInfo& t : moe_file.tensors()) {
-    if (t.name.find("ffn_gate_inp") != std::string::npos) continue;
     const size_t pos = t.name.find("_exps");
-    if (pos == std::string::npos) {
-      w.add_tensor(t.name, t.type, t.shape, std::vector<uint8_t>(t.data, t.data + t.num_bytes));
-      continue;
-    }
+    if (pos == std::string::npos) continue;
     const size_t one = t.num_bytes / t.shape[2];
     w.add_tensor(t.name.substr(0, pos) + t.name.substr(pos + 5), t.type, {t.shape[0], t.shape[1]},
                  std::vector<uint8_t>(t.data, t.data + one));
@@ -283,25 +294,11 @@ TEST(MoeModel, IdenticalExpertsEqualTheDenseFeedForward) {
   for (size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(a[i], b[i], 1e-4f) << "logit " << i;
 }
 
-void expect_load_error(const std::vector<uint8_t>& bytes, const std::string& needle) {
-  auto file = gguf::GgufFile::parse(bytes);
-  try {
-    load_model(file, {});
-    ADD_FAILURE() << "loaded; expected an error naming " << needle;
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-  }
-}
-
 // Re-encodes a file with one more metadata key.
 std::vector<uint8_t> with_key(const std::vector<uint8_t>& bytes, const std::string& key, uint32_t value) {
   auto file = gguf::GgufFile::parse(bytes);
-  gguf::GgufWriter w;
-  for (const auto& [k, v] : file.metadata())
-    if (k != key) w.set(k, v);
+  gguf::GgufWriter w = copy_of(file, [&](const std::string& name) { return name == key; });
   w.set_u32(key, value);
-  for (const gguf::TensorInfo& t : file.tensors())
-    w.add_tensor(t.name, t.type, t.shape, std::vector<uint8_t>(t.data, t.data + t.num_bytes));
   return w.build();
 }
 
@@ -321,12 +318,8 @@ TEST(MoeModel, UnimplementedKeysAndMissingTensorsAreNamed) {
   spec.per_expert_tensors = true;
   const auto split = testing::make_tiny_llama(spec);
   auto split_file = gguf::GgufFile::parse(split);
-  gguf::GgufWriter w;
-  for (const auto& [k, v] : split_file.metadata()) w.set(k, v);
-  for (const gguf::TensorInfo& t : split_file.tensors())
-    if (t.name != "blk.1.ffn_up.5.weight")
-      w.add_tensor(t.name, t.type, t.shape, std::vector<uint8_t>(t.data, t.data + t.num_bytes));
-  expect_load_error(w.build(), "blk.1.ffn_up.5.weight");
+  const auto without = [](const std::string& name) { return name == "blk.1.ffn_up.5.weight"; };
+  expect_load_error(copy_of(split_file, without).build(), "blk.1.ffn_up.5.weight");
 }
 
 // inferd bench's roofline counts what a decode token reads: of the routed experts only its

@@ -1,13 +1,19 @@
-// Runner: a model's logits for one sequence fed in chunks, from an empty cache (the forward
-// tests of the dense and the mixture-of-experts decoder share it).
+// What the forward tests of the dense and the mixture-of-experts decoder share: Runner (a
+// model's logits for one sequence fed in chunks, from an empty cache) and expect_load_error.
 #pragma once
 
 #include <algorithm>
 #include <cstdint>
+#include <string>
 #include <vector>
 
+#include <gtest/gtest.h>
+
+#include "gguf/gguf.h"
 #include "kv/kv_cache.h"
 #include "model/model.h"
+#include "model/registry.h"
+#include "util/error.h"
 #include "util/thread_pool.h"
 
 namespace inferd::testing {
@@ -39,5 +45,16 @@ class Runner {
   kv::KvCache cache_;
   ThreadPool pool_;
 };
+
+// Loading `bytes` must fail with an error that contains `needle`.
+inline void expect_load_error(const std::vector<uint8_t>& bytes, const std::string& needle) {
+  auto file = gguf::GgufFile::parse(bytes);
+  try {
+    model::load_model(file, {});
+    ADD_FAILURE() << "loaded; expected an error naming " << needle;
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+  }
+}
 
 }  // namespace inferd::testing
