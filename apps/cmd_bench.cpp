@@ -6,12 +6,14 @@
 #include <cmath>
 #include <ctime>
 #include <numeric>
+#include <optional>
 #include <random>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "bench_roofline.h"
+#include "cuda/device_info.h"
 #include "commands.h"
 #include "generation_options.h"
 #include "kernels/cpu_features.h"
@@ -32,6 +34,7 @@ struct BenchArgs {
   bool json = false;
   DType kv_key_type = DType::F16;
   DType kv_value_type = DType::F16;
+  model::Device device = model::Device::kCpu;
 };
 
 using Clock = std::chrono::steady_clock;
@@ -99,7 +102,8 @@ TestResult run_test(model::Model& model, kv::KvCache& cache, ThreadPool& pool,
 }
 
 nlohmann::json to_json(const TestResult& t, const model::Model& model, const std::string& path,
-                       uint64_t model_bytes, uint64_t params, int threads) {
+                       uint64_t model_bytes, uint64_t params, int threads,
+                       const std::string& backend) {
   const double tokens = static_cast<double>((t.n_prompt + t.n_gen) * t.n_parallel);
   std::vector<double> ts, ns;
   for (double s : t.seconds) {
@@ -121,7 +125,7 @@ nlohmann::json to_json(const TestResult& t, const model::Model& model, const std
   std::strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
   return {{"build_commit", "inferd"},
           {"cpu_info", kernels::cpu_features().describe()},
-          {"backends", fmt::format("CPU ({})", kernels::active_kernels().isa)},
+          {"backends", backend},
           {"model_filename", path},
           {"model_type", model.config().architecture},
           {"model_size", model_bytes},
@@ -149,7 +153,11 @@ void bench(const BenchArgs& args) {
   const int64_t context = args.n_depth + std::max<int64_t>(args.n_prompt, args.n_gen) + 16;
   const int64_t max_batch =
       std::max({args.n_prompt, args.n_depth * args.n_parallel, args.n_parallel, int64_t{1}});
-  auto model = model::load_model(file, {max_batch, context});
+  const bool cuda = args.device == model::Device::kCuda;
+  std::optional<cuda::DeviceInfo> device;
+  if (cuda) device = cuda::probe_device();
+  auto model = model::load_model(
+      file, {max_batch, context, cuda ? model::Device::kCuda : model::Device::kCpu});
   const int block = 16;
   const auto blocks = static_cast<int32_t>((context + block - 1) / block);
   kv::KvCache cache(model->kv_config(blocks * static_cast<int32_t>(args.n_parallel), block,
@@ -168,9 +176,22 @@ void bench(const BenchArgs& args) {
     results.push_back(
         run_test(*model, cache, pool, tables, 0, args.n_gen, args.n_depth, args.repetitions));
   for (const TestResult& t : results) {
-    out.push_back(to_json(t, *model, path, footprint.total_bytes, footprint.parameters, threads));
+    out.push_back(to_json(t, *model, path, footprint.total_bytes, footprint.parameters, threads,
+                          device ? fmt::format("CUDA ({})", device->name)
+                                 : fmt::format("CPU ({})", kernels::active_kernels().isa)));
   }
-  add_roofline(footprint, *model, cache, out, measure_read_bandwidth(pool));
+  if (device) {
+    // The bound of a decode step on the device: its weights and KV over the device's measured
+    // copy bandwidth (bytes read + written).
+    kernels::ReadBandwidth copy;
+    copy.best_bytes_per_second = copy.median_bytes_per_second = device->copy_bytes_per_second;
+    copy.buffer_bytes = device->copy_buffer_bytes;
+    copy.passes = device->copy_passes;
+    copy.isa = "cuda device-to-device copy";
+    add_roofline(footprint, *model, cache, out, copy);
+  } else {
+    add_roofline(footprint, *model, cache, out, measure_read_bandwidth(pool));
+  }
   if (args.json) {
     fmt::print("{}\n", out.dump(2));
     return;
@@ -214,6 +235,7 @@ void register_bench(CLI::App& app) {
       ->check(CLI::Range(1, 1000));
   cmd->add_flag("--json", args->json, "Print a JSON list with llama-bench's fields");
   add_kv_type_options(*cmd, args->kv_key_type, args->kv_value_type);
+  add_device_option(*cmd, args->device);
   cmd->callback([args] { bench(*args); });
 }
 

@@ -45,6 +45,7 @@ struct ServeArgs {
   std::string served_model_name;
   std::string chat_template;
   DType kv_key_type = DType::F16;
+  model::Device device = model::Device::kCpu;
   DType kv_value_type = DType::F16;
   bool swa_full = false;
   engine::SpeculativeConfig spec;
@@ -174,7 +175,6 @@ void add_llama_server_flags(CLI::App& cmd, ServeArgs& args) {
                             "--flash-attn",
                             "--threads-batch",
                             "--numa",
-                            "--device",
                             "--split-mode",
                             "--tensor-split",
                             "--main-gpu",
@@ -358,6 +358,7 @@ void serve(ServeArgs args) {
   config.swa_full = args.swa_full;
   config.prefix_caching = !args.no_prefix_cache;
   config.spec = args.spec;
+  config.device = args.device;
   config.grammar_thread = args.grammar_thread;
   // Names the API answers to: --served-model-name / --alias, comma-separated (the first is
   // the one reported), else the file's name.
@@ -554,6 +555,7 @@ void register_serve(CLI::App& app) {
   add_swa_full_option(*cmd, args->swa_full);
   add_spec_options(*cmd, args->spec);
   add_grammar_thread_option(*cmd, args->grammar_thread);
+  add_device_option(*cmd, args->device);
   add_sampling_options(*cmd, args->sampling);
   cmd->add_flag("--embedding,--embeddings", args->embedding,
                 "Serve embeddings: POST /v1/embeddings, /embeddings, /embedding (the prompt's "

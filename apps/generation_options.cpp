@@ -28,6 +28,19 @@ int ThreadOptions::count() const {
   return threads > 0 ? threads : default_threads();
 }
 
+void add_device_option(CLI::App& cmd, model::Device& device) {
+  // llama.cpp's names too: "none" (no GPU) and "CUDA0" (its first CUDA device).
+  cmd.add_option("--device", device,
+                 "Where the model runs: cpu, or cuda (one NVIDIA GPU; llama.cpp's none and CUDA0 "
+                 "are taken too)")
+      ->transform(CLI::CheckedTransformer(
+          std::map<std::string, model::Device>{{"cpu", model::Device::kCpu},
+                                               {"none", model::Device::kCpu},
+                                               {"cuda", model::Device::kCuda},
+                                               {"cuda0", model::Device::kCuda}},
+          CLI::ignore_case));
+}
+
 void add_kv_type_options(CLI::App& cmd, DType& key_type, DType& value_type) {
   const auto add = [&cmd](const std::string& name, DType& type, const std::string& help) {
     cmd.add_option_function<std::string>(
@@ -135,6 +148,7 @@ void GenerationOptions::add_to(CLI::App& cmd) {
   add_prefix_cache_option(cmd, no_prefix_cache);
   add_spec_options(cmd, spec);
   add_grammar_thread_option(cmd, grammar_thread);
+  add_device_option(cmd, device);
   auto* schema = cmd.add_option("-j,--json-schema,--json-schema-file", json_schema,
                                 "Constrain the output to a JSON schema (inline JSON or a file)");
   auto* gbnf = cmd.add_option("--grammar,--grammar-file", grammar,
@@ -198,6 +212,7 @@ engine::EngineConfig GenerationOptions::engine_config() const {
   config.swa_full = swa_full;
   config.prefix_caching = !no_prefix_cache;
   config.spec = spec;
+  config.device = device;
   config.grammar_thread = grammar_thread;
   return config;
 }

@@ -40,6 +40,7 @@ struct GenerationOptions {
   bool no_prefix_cache = false;
   engine::SpeculativeConfig spec;
   engine::GrammarThread grammar_thread = engine::GrammarThread::kAuto;
+  model::Device device = model::Device::kCpu;
   // Structured output (structured/grammar.h): at most one of these.
   std::string json_schema;  // a JSON schema, inline or a file's path
   std::string grammar;      // a GBNF grammar, inline or a file's path
@@ -65,6 +66,9 @@ void add_kv_type_options(CLI::App& cmd, DType& key_type, DType& value_type);
 void add_swa_full_option(CLI::App& cmd, bool& swa_full);
 // --no-prefix-cache: every request computes its whole prompt (kv/prefix_cache.h).
 void add_prefix_cache_option(CLI::App& cmd, bool& no_prefix_cache);
+
+// --device cpu|cuda: where the model runs (model::Device; cuda: one GPU, src/cuda/).
+void add_device_option(CLI::App& cmd, model::Device& device);
 
 // --grammar-thread auto|on|off (engine::GrammarThread).
 void add_grammar_thread_option(CLI::App& cmd, engine::GrammarThread& grammar_thread);

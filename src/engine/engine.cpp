@@ -138,7 +138,9 @@ int64_t available_memory_bytes() {
 // pool), and kv_blocks_capped() says so. An explicit kv_blocks is taken as it is.
 int32_t Engine::fit_kv_blocks(int32_t wanted, int64_t blocks_per_seq) {
   constexpr int64_t kKvHeadroom = int64_t{1} << 30;
-  const int64_t available = available_memory_bytes();
+  // On a device the blocks take device memory: what the executor leaves for them (model.h).
+  const int64_t device = model_->device_memory_for_kv();
+  const int64_t available = device >= 0 ? device + kKvHeadroom : available_memory_bytes();
   if (available < 0) return wanted;
   kv::KvCacheConfig one = model_->kv_config(1, config_.block_size, config_.kv_key_type,
                                             config_.kv_value_type);
@@ -158,6 +160,7 @@ Engine::Engine(const gguf::GgufFile& file, const EngineConfig& config)
   options.max_batch_tokens = config.max_batched_tokens;
   config_.context = resolve_context(config, model::ModelConfig::from_gguf(file).context_length);
   options.max_context = config_.context;
+  options.device = config.device;
   model_ = model::load_model(file, options);
   const int64_t blocks_per_seq = (config_.context + config.block_size - 1) / config.block_size;
   if (config_.kv_blocks == 0) {
@@ -213,8 +216,9 @@ Engine::Engine(const gguf::GgufFile& file, const EngineConfig& config)
   finished_ids_.reserve(static_cast<size_t>(config.max_seqs));
   beam_steps_.reserve(static_cast<size_t>(config.max_seqs));
   fork_logits_.resize(static_cast<size_t>(model_->config().n_vocab));
-  scheduler_->set_block_copier([cache = cache_.get()](size_t group, int32_t from, int32_t to) {
-    cache->copy_block(group, from, to);
+  scheduler_->set_block_copier([model = model_.get(), cache = cache_.get()](
+                                   size_t group, int32_t from, int32_t to) {
+    model->copy_kv_block(*cache, group, from, to);
   });
 }
 

@@ -53,6 +53,7 @@ struct EngineConfig {
   // Speculative decoding (engine/speculative.h); off by default.
   SpeculativeConfig spec;
   GrammarThread grammar_thread = GrammarThread::kAuto;
+  model::Device device = model::Device::kCpu;  // where the target model runs
 };
 
 class Engine {

@@ -56,6 +56,9 @@ class RopeTable {
   void apply_normal(float* x, int n_heads, int head_dim, int64_t pos) const;
   void apply_neox(float* x, int n_heads, int head_dim, int64_t pos) const;
   int64_t max_positions() const { return max_positions_; }
+  // The tables themselves, [max_positions, rot_dims / 2] each (a device executor uploads them).
+  std::span<const float> cos_values() const { return cos_; }
+  std::span<const float> sin_values() const { return sin_; }
 
  private:
   int64_t max_positions_ = 0;

@@ -107,6 +107,7 @@ KvCache::KvCache(const KvCacheConfig& config) : config_(config) {
         static_cast<size_t>(group.n_layers) * heads * (key_block_bytes_ + value_block_bytes_);
     const size_t records =
         static_cast<size_t>(group.n_layers) * static_cast<size_t>(group.pool.num_blocks()) * heads;
+    if (!config.host_storage) continue;
     try {
       storage_[g].keys = HugePageBuffer(records * key_block_bytes_);
       storage_[g].values = HugePageBuffer(records * value_block_bytes_);
@@ -165,6 +166,7 @@ BlockTables KvCache::allocate_sequence(int64_t n_positions) {
 
 void KvCache::copy_block(size_t group, int32_t from, int32_t to) {
   if (group >= groups_.size()) fail("KV cache: no group {}", group);
+  if (!config_.host_storage) fail("KV cache: its blocks are not stored here (copy_block)");
   const int32_t n = groups_[group].pool.num_blocks();
   if (from < 0 || from >= n || to < 0 || to >= n)
     fail("KV cache: copy of block {} to {} outside the {} blocks of group {}", from, to, n, group);

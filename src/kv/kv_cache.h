@@ -76,6 +76,9 @@ struct KvCacheConfig {
   std::vector<bool> sliding_layers = {};
   int sliding_window = 0;
   int32_t num_sliding_blocks = 0;
+  // false: no K/V storage here, only the groups' pools (a device executor keeps the blocks,
+  // model/model.h); write, copy_block and the block accessors must not be called.
+  bool host_storage = true;
 };
 
 class KvCache {

@@ -518,6 +518,7 @@ std::vector<bool> sliding_layer_pattern(const gguf::GgufFile& file, int n_layers
 
 std::unique_ptr<Model> make_decoder(const gguf::GgufFile& file, const ModelOptions& options,
                                     ArchSpec spec) {
+  if (options.device == Device::kCuda) return make_cuda_decoder(file, options, std::move(spec));
   return std::make_unique<Decoder>(file, options, std::move(spec));
 }
 

@@ -65,9 +65,15 @@ struct ArchSpec {
 std::vector<bool> sliding_layer_pattern(const gguf::GgufFile& file, int n_layers,
                                         int default_period);
 
-// Builds the decoder for `file` with the architecture's spec. Every tensor of the file must be
-// one the spec uses, or loading fails naming it (weights.h).
+// Builds the decoder for `file` with the architecture's spec, on the executor of
+// options.device. Every tensor of the file must be one the spec uses, or loading fails naming
+// it (weights.h).
 std::unique_ptr<Model> make_decoder(const gguf::GgufFile& file, const ModelOptions& options,
                                     ArchSpec spec);
+
+// The same decoder run by the CUDA executor (src/cuda/cuda_decoder.cpp); in a build without
+// CUDA (INFERD_CUDA off) an inferd::Error saying so.
+std::unique_ptr<Model> make_cuda_decoder(const gguf::GgufFile& file, const ModelOptions& options,
+                                         ArchSpec spec);
 
 }  // namespace inferd::model

@@ -13,9 +13,13 @@
 
 namespace inferd::model {
 
+// Where the forward pass runs: this process's CPU cores, or one CUDA device (src/cuda/).
+enum class Device { kCpu, kCuda };
+
 struct ModelOptions {
   int64_t max_batch_tokens = 512;  // work buffers are sized for this many tokens per forward
   int64_t max_context = 0;         // 0: the model's trained context
+  Device device = Device::kCpu;
 };
 
 class Model {
@@ -25,13 +29,23 @@ class Model {
   // Runs the batch through the model, writing its K/V into `cache` at the blocks of the
   // sequences' tables, and fills logits: [batch.logit_rows.size(), n_vocab]. Does not allocate.
   virtual void forward(const Batch& batch, kv::KvCache& cache, float* logits, ThreadPool& pool) = 0;
+  // Whether the K/V of `cache`'s blocks live in the executor's device memory (the cache then
+  // keeps only the block tables and pools: KvCacheConfig::host_storage false).
+  virtual bool kv_on_device() const { return false; }
+  // Device bytes the KV blocks may take (kv_on_device executors), -1 when not on a device.
+  virtual int64_t device_memory_for_kv() const { return -1; }
+  // Copies block `from` of KV group `group` to block `to` (a beam's copy-on-write).
+  virtual void copy_kv_block(kv::KvCache& cache, size_t group, int32_t from, int32_t to) {
+    cache.copy_block(group, from, to);
+  }
   // A KV cache shape that fits this model, its sliding-window layers in a group of their own
   // with as many blocks as the full-attention group (callers may give it fewer).
   kv::KvCacheConfig kv_config(int32_t num_blocks, int block_size = 16, DType key_type = DType::F16,
                               DType value_type = DType::F16) const {
     const ModelConfig& c = config();
-    return {c.n_layers, c.n_kv_heads, c.head_dim,       block_size,       num_blocks,
-            key_type,   value_type,   c.sliding_layers, c.sliding_window, num_blocks};
+    return {c.n_layers, c.n_kv_heads,     c.head_dim,       block_size, num_blocks,
+            key_type,   value_type,       c.sliding_layers, c.sliding_window, num_blocks,
+            !kv_on_device()};
   }
 };
 
