@@ -12,6 +12,7 @@
 #include <cublas_v2.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdlib>
 #include <cstdio>
@@ -221,6 +222,73 @@ class DeviceArena {
   DeviceBuffer memory_;
 };
 
+// INFERD_CUDA_PROFILE=1: device time per section of the forward pass (events between the
+// sections; steps run without graphs), printed to stderr when the model is destroyed, per step
+// and separately for decode-sized and batched steps.
+class SectionProfile {
+ public:
+  enum Section { kEmbed, kNorm, kQkv, kRope, kAttention, kOut, kGateUp, kDown, kLogits, kCount };
+  static constexpr const char* kNames[kCount] = {"embed",  "norms",  "q/k/v",  "rope+kv",
+                                                 "attention", "out proj", "gate/up", "down",
+                                                 "logits"};
+  bool on() const { return on_; }
+  void enable(cudaStream_t stream) {
+    on_ = true;
+    stream_ = stream;
+    events_.resize(4096);
+    for (cudaEvent_t& e : events_) check(cudaEventCreate(&e), "creating a profile event");
+  }
+  ~SectionProfile() {
+    if (!on_) return;
+    for (int kind = 0; kind < 2; ++kind) {
+      if (steps_[kind] == 0) continue;
+      double total = 0;
+      for (double ms : ms_[kind]) total += ms;
+      std::fprintf(stderr, "inferd: CUDA profile, %s steps (%d): %.3f ms per step:",
+                   kind == 0 ? "decode-sized" : "batched", steps_[kind], total / steps_[kind]);
+      for (int sct = 0; sct < kCount; ++sct)
+        std::fprintf(stderr, " %s %.3f", kNames[sct], ms_[kind][sct] / steps_[kind]);
+      std::fprintf(stderr, "\n");
+    }
+    for (cudaEvent_t e : events_) cudaEventDestroy(e);
+  }
+  void begin() {
+    if (!on_) return;
+    used_ = 0;
+    record(kCount);
+  }
+  // Ends the section that began at the previous mark.
+  void mark(Section section) {
+    if (on_) record(section);
+  }
+  void finish(bool batched) {
+    if (!on_) return;
+    check(cudaEventSynchronize(events_[size_t(used_ - 1)]), "profiling a step");
+    for (int i = 1; i < used_; ++i) {
+      float ms = 0;
+      check(cudaEventElapsedTime(&ms, events_[size_t(i - 1)], events_[size_t(i)]), "profiling");
+      ms_[batched][sections_[size_t(i)]] += ms;
+    }
+    ++steps_[batched];
+  }
+
+ private:
+  static void check(cudaError_t status, const char* what) { cuda::check(status, what); }
+  void record(int section) {
+    if (used_ >= int(events_.size())) return;
+    check(cudaEventRecord(events_[size_t(used_)], stream_), "recording a profile event");
+    sections_[size_t(used_)] = section;
+    ++used_;
+  }
+  bool on_ = false;
+  cudaStream_t stream_ = nullptr;
+  std::vector<cudaEvent_t> events_;
+  std::array<int, 4096> sections_{};
+  int used_ = 0;
+  double ms_[2][kCount] = {};
+  int steps_[2] = {};
+};
+
 class CudaDecoder final : public Model {
  public:
   CudaDecoder(const gguf::GgufFile& file, const ModelOptions& options, ArchSpec spec)
@@ -242,6 +310,8 @@ class CudaDecoder final : public Model {
       config_.sliding_layers = spec_.sliding_layers;
     }
     check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "creating a stream");
+    check(cudaDeviceGetAttribute(&multiprocessors_, cudaDevAttrMultiProcessorCount, 0),
+          "reading the device's multiprocessor count");
     check_cublas(cublasCreate(&cublas_), "creating the handle");
     check_cublas(cublasSetStream(cublas_, stream_), "setting the stream");
     load_weights(file, options);
@@ -250,6 +320,12 @@ class CudaDecoder final : public Model {
     print_memory();
     const char* graphs = std::getenv("INFERD_CUDA_GRAPHS");  // 0: launch kernels one by one
     use_graphs_ = graphs == nullptr || std::string(graphs) != "0";
+    // INFERD_CUDA_GEMV_SPLIT=1: a warp a row in the matrix-vector kernels (kernels.cuh).
+    if (const char* split = std::getenv("INFERD_CUDA_GEMV_SPLIT")) cuda::set_gemv_split(std::atoi(split));
+    if (const char* p = std::getenv("INFERD_CUDA_PROFILE"); p != nullptr && std::string(p) == "1") {
+      profile_.enable(stream_);
+      use_graphs_ = false;
+    }
   }
 
   ~CudaDecoder() override {
@@ -317,7 +393,9 @@ class CudaDecoder final : public Model {
       }
       check(cudaGraphLaunch(it->second.get(), stream_), "launching a step's graph");
     } else {
+      profile_.begin();
       run_layers(step, T, R);
+      profile_.finish(T > kGemvTokens);
     }
     if (!batch.hidden_rows.empty()) {
       if (batch.hidden == nullptr) fail("batch asks for hidden states without a buffer for them");
@@ -345,8 +423,19 @@ class CudaDecoder final : public Model {
     size_t attention_tokens[kv::kMaxKvGroups] = {};
     size_t tables[kv::kMaxKvGroups] = {};
     int max_chunks[kv::kMaxKvGroups] = {};
+    int keys_per_block = cuda::kAttentionChunk;
     size_t bytes = 0;
   };
+
+  // Keys per attention block: a decode step has a few (token, kv head) pairs, too few blocks to
+  // fill the device unless each one's keys are split finer.
+  int keys_per_block(int64_t T) const {
+    return T <= kFineSplitTokens && T * config_.n_kv_heads < 2 * multiprocessors_
+               ? kFineSplitKeys
+               : cuda::kAttentionChunk;
+  }
+  static constexpr int64_t kFineSplitTokens = 32;
+  static constexpr int kFineSplitKeys = 64;
 
   struct Staging {
     cuda::PinnedBuffer host;
@@ -365,6 +454,7 @@ class CudaDecoder final : public Model {
     cuda::embed_rows(token_embd_, staged<int32_t>(step.tokens), T,
                      spec_.scale_embedding ? std::sqrt(static_cast<float>(c.n_embd)) : 1.0f, ws_.x,
                      stream_);
+    profile_.mark(SectionProfile::kEmbed);
     for (int l = 0; l < c.n_layers; ++l) {
       attention_block(l, step, T);
       feed_forward_block(l, T);
@@ -375,6 +465,7 @@ class CudaDecoder final : public Model {
       matmul(output_, ws_.last, R, ws_.logits);
       if (spec_.final_softcap > 0)
         cuda::softcap(ws_.logits, R * c.n_vocab, spec_.final_softcap, stream_);
+      profile_.mark(SectionProfile::kLogits);
     }
   }
 
@@ -455,6 +546,7 @@ class CudaDecoder final : public Model {
       auto* att = at(step.attention_tokens[g], static_cast<cuda::AttentionToken*>(nullptr));
       auto* tables = at(step.tables[g], static_cast<int32_t*>(nullptr));
       const int window = cache.groups()[g].window;
+      step.keys_per_block = keys_per_block(T);
       int32_t table_offset = 0;
       int64_t covered = 0;
       int max_chunks = 0;
@@ -471,15 +563,15 @@ class CudaDecoder final : public Model {
             fail("no KV block for position {} in KV group {}", pos, g);
           slots[t] = int64_t{table[i]} * block_size + pos % block_size;
           att[t] = {pos, table_offset};
-          max_chunks = std::max(max_chunks, (pos + 1 - first + cuda::kAttentionChunk - 1) /
-                                                cuda::kAttentionChunk);
+          max_chunks = std::max(max_chunks, (pos + 1 - first + step.keys_per_block - 1) /
+                                                step.keys_per_block);
         }
         table_offset += static_cast<int32_t>(table.size());
       }
       if (covered != T) fail("batch sequences cover {} of its {} tokens", covered, T);
-      if (max_chunks > max_chunks_)
-        fail("a query sees {} chunks of keys, above the {} the attention scratch holds",
-             max_chunks, max_chunks_);
+      if (cuda::attention_scratch_floats(T, c.n_heads, c.head_dim, max_chunks) > scratch_floats_)
+        fail("{} tokens seeing {} chunks of keys are more than the attention scratch holds", T,
+             max_chunks);
       step.max_chunks[g] = max_chunks;
     }
     return step;
@@ -633,7 +725,13 @@ class CudaDecoder final : public Model {
     const auto T = static_cast<size_t>(max_tokens_);
     const size_t q_dim = size_t(c.n_heads) * c.head_dim, kv_dim = size_t(c.n_kv_heads) * c.head_dim;
     const size_t max_cols = std::max({size_t(c.n_embd), size_t(c.n_ff), q_dim});
-    max_chunks_ = static_cast<int>((max_positions_ + cuda::kAttentionChunk - 1) / cuda::kAttentionChunk);
+    // The most partial results an attention call writes: the largest batch in chunks of
+    // kAttentionChunk keys, or a decode-sized one in finer chunks (keys_per_block).
+    const auto chunks = [&](int keys) { return int((max_positions_ + keys - 1) / keys); };
+    scratch_floats_ = std::max(
+        cuda::attention_scratch_floats(max_tokens_, c.n_heads, c.head_dim, chunks(cuda::kAttentionChunk)),
+        cuda::attention_scratch_floats(std::min(max_tokens_, kFineSplitTokens), c.n_heads,
+                                       c.head_dim, chunks(kFineSplitKeys)));
     DeviceArena& a = arena_;
     a.plan(&ws_.x, T * c.n_embd);
     a.plan(&ws_.h, T * c.n_embd);
@@ -650,8 +748,7 @@ class CudaDecoder final : public Model {
     a.plan(&ws_.xq_scales, T * max_cols / 32);
     a.plan(&ws_.x_f16, T * max_cols);
     a.plan(&ws_.w_f16, size_t(kDequantSliceValues));
-    a.plan(&ws_.attention_scratch,
-           cuda::attention_scratch_floats(max_tokens_, c.n_heads, c.head_dim, max_chunks_));
+    a.plan(&ws_.attention_scratch, scratch_floats_);
     a.allocate();
   }
 
@@ -782,8 +879,10 @@ class CudaDecoder final : public Model {
     const CudaLayer& layer = layers_[size_t(l)];
     const int64_t q_dim = int64_t{c.n_heads} * c.head_dim, kv_dim = int64_t{c.n_kv_heads} * c.head_dim;
     Input in = norm_input(l > 0 ? ws_.proj : nullptr, layer.attn_norm, T, layer.wq);
+    profile_.mark(SectionProfile::kNorm);
     const Target qkv[] = {{&layer.wq, ws_.q}, {&layer.wk, ws_.k}, {&layer.wv, ws_.v}};
     matmul(qkv, in);
+    profile_.mark(SectionProfile::kQkv);
     if (layer.bq) cuda::add_bias(ws_.q, layer.bq, T, q_dim, stream_);
     if (layer.bk) cuda::add_bias(ws_.k, layer.bk, T, kv_dim, stream_);
     if (layer.bv) cuda::add_bias(ws_.v, layer.bv, T, kv_dim, stream_);
@@ -799,12 +898,16 @@ class CudaDecoder final : public Model {
                         staged<int64_t>(step.slots[g]), T, c.n_heads, kv_layout_, c.rope_dims,
                         spec_.rope_mode == RopeMode::kNeox, rope.cos.get<float>(),
                         rope.sin.get<float>(), k_cache(l), v_cache(l), stream_);
+    profile_.mark(SectionProfile::kRope);
     const cuda::AttentionParams params{c.n_heads, spec_.attention_scale, spec_.attention_softcap,
-                                       layer.sliding ? spec_.sliding_window : 0};
+                                       layer.sliding ? spec_.sliding_window : 0,
+                                       step.keys_per_block};
     cuda::paged_attention(ws_.q, staged<cuda::AttentionToken>(step.attention_tokens[g]),
                           staged<int32_t>(step.tables[g]), T, params, kv_layout_, k_cache(l),
                           v_cache(l), step.max_chunks[g], ws_.attention_scratch, ws_.attn, stream_);
+    profile_.mark(SectionProfile::kAttention);
     matmul(layer.wo, ws_.attn, T, ws_.proj);
+    profile_.mark(SectionProfile::kOut);
     if (layer.bo) cuda::add_bias(ws_.proj, layer.bo, T, c.n_embd, stream_);
     if (layer.post_attn_norm)
       cuda::add_rms_norm(ws_.proj, nullptr, layer.post_attn_norm, ws_.proj, T, c.n_embd, c.rms_eps,
@@ -815,9 +918,12 @@ class CudaDecoder final : public Model {
     const ModelConfig& c = config_;
     const CudaLayer& layer = layers_[size_t(l)];
     Input in = norm_input(ws_.proj, layer.ffn_norm, T, layer.w_gate);
+    profile_.mark(SectionProfile::kNorm);
     const Target gate_up[] = {{&layer.w_gate, ws_.gate}, {&layer.w_up, ws_.up}};
     matmul(gate_up, in, /*glu=*/true);  // ws_.gate = act(gate) * up
+    profile_.mark(SectionProfile::kGateUp);
     matmul(layer.w_down, ws_.gate, T, ws_.proj);
+    profile_.mark(SectionProfile::kDown);
     if (layer.post_ffn_norm)
       cuda::add_rms_norm(ws_.proj, nullptr, layer.post_ffn_norm, ws_.proj, T, c.n_embd, c.rms_eps,
                          stream_);
@@ -829,7 +935,8 @@ class CudaDecoder final : public Model {
   ArchSpec spec_;
   int64_t max_tokens_;
   int64_t max_positions_ = 0;
-  int max_chunks_ = 0;
+  size_t scratch_floats_ = 0;  // the attention scratch (partial results of chunks of keys)
+  int multiprocessors_ = 0;
   cudaStream_t stream_ = nullptr;
   cublasHandle_t cublas_ = nullptr;
   std::vector<DeviceBuffer> weights_;
@@ -867,6 +974,7 @@ class CudaDecoder final : public Model {
   std::vector<size_t> kv_offsets_;  // per layer: its keys' first half in kv_memory_
   DeviceBuffer kv_memory_;
   bool use_graphs_ = true;
+  SectionProfile profile_;
   std::map<GraphKey, GraphExec> graphs_;  // decode steps by shape
 };
 

@@ -184,8 +184,8 @@ constexpr int kGemvWarps = 4;  // rows per thread block, a warp each
 // row, two units at a time so that both units' loads are in flight together; the warp sums.
 template <WeightType kType, int kTokens>
 __device__ __forceinline__ void row_dot_int8(const uint8_t* wr, int64_t cols, const int8_t* xq,
-                                             const float2* xs, float (&acc)[kTokens]) {
-  const int lane = threadIdx.x % 32;
+                                             const float2* xs, int lane, int lanes,
+                                             float (&acc)[kTokens]) {
   const int64_t units = cols / kUnit;
   const auto unit = [&](int64_t u) {
 #pragma unroll
@@ -197,19 +197,18 @@ __device__ __forceinline__ void row_dot_int8(const uint8_t* wr, int64_t cols, co
     }
   };
   int64_t u = lane;
-  for (; u + 32 < units; u += 64) {
+  for (; u + lanes < units; u += 2 * lanes) {
     unit(u);
-    unit(u + 32);
+    unit(u + lanes);
   }
   if (u < units) unit(u);
 }
 
 template <WeightType kType, int kTokens>
 __device__ __forceinline__ void row_dot_float(const uint8_t* wr, int64_t cols, const float* x,
-                                              float (&acc)[kTokens]) {
-  const int lane = threadIdx.x % 32;
+                                              int lane, int lanes, float (&acc)[kTokens]) {
   // Each lane takes 8 consecutive values (16 bytes of F16/BF16) at a time.
-  for (int64_t c = lane * 8; c < cols; c += 32 * 8) {
+  for (int64_t c = lane * 8; c < cols; c += lanes * 8) {
     float wv[8];
     if constexpr (kType == WeightType::F32) {
       const float4* p = reinterpret_cast<const float4*>(reinterpret_cast<const float*>(wr) + c);
@@ -237,19 +236,22 @@ __device__ __forceinline__ void row_dot_float(const uint8_t* wr, int64_t cols, c
   }
 }
 
+// This thread's share (lane `lane` of `lanes` on the row) of row `row` times the tokens, summed
+// over its warp (the caller sums the warps of a row).
 template <int kTokens>
 __device__ __forceinline__ void row_dot(const GemvMatrix& m, int64_t row, const float* x,
-                                        const int8_t* xq, const float2* xs, float (&acc)[kTokens]) {
+                                        const int8_t* xq, const float2* xs, int lane, int lanes,
+                                        float (&acc)[kTokens]) {
 #pragma unroll
   for (int t = 0; t < kTokens; ++t) acc[t] = 0.0f;
   const uint8_t* wr = m.data + static_cast<size_t>(row) * m.row_bytes;
   switch (m.type) {
-    case WeightType::F32: row_dot_float<WeightType::F32, kTokens>(wr, m.cols, x, acc); break;
-    case WeightType::F16: row_dot_float<WeightType::F16, kTokens>(wr, m.cols, x, acc); break;
-    case WeightType::BF16: row_dot_float<WeightType::BF16, kTokens>(wr, m.cols, x, acc); break;
-    case WeightType::Q8_0: row_dot_int8<WeightType::Q8_0, kTokens>(wr, m.cols, xq, xs, acc); break;
-    case WeightType::Q4_K: row_dot_int8<WeightType::Q4_K, kTokens>(wr, m.cols, xq, xs, acc); break;
-    case WeightType::Q6_K: row_dot_int8<WeightType::Q6_K, kTokens>(wr, m.cols, xq, xs, acc); break;
+    case WeightType::F32: row_dot_float<WeightType::F32, kTokens>(wr, m.cols, x, lane, lanes, acc); break;
+    case WeightType::F16: row_dot_float<WeightType::F16, kTokens>(wr, m.cols, x, lane, lanes, acc); break;
+    case WeightType::BF16: row_dot_float<WeightType::BF16, kTokens>(wr, m.cols, x, lane, lanes, acc); break;
+    case WeightType::Q8_0: row_dot_int8<WeightType::Q8_0, kTokens>(wr, m.cols, xq, xs, lane, lanes, acc); break;
+    case WeightType::Q4_K: row_dot_int8<WeightType::Q4_K, kTokens>(wr, m.cols, xq, xs, lane, lanes, acc); break;
+    case WeightType::Q6_K: row_dot_int8<WeightType::Q6_K, kTokens>(wr, m.cols, xq, xs, lane, lanes, acc); break;
   }
 #pragma unroll
   for (int t = 0; t < kTokens; ++t) acc[t] = warp_sum(acc[t]);
@@ -264,41 +266,76 @@ __device__ __forceinline__ float gated(float g, float u, bool gelu) {
 }
 
 // One launch for every matrix of `p` (their blocks of rows one after another); with p.glu, one
-// warp computes row r of matrix 0 (gate) and of matrix 1 (up) and writes act(gate) * up.
-template <int kTokens>
-__global__ void __launch_bounds__(kGemvWarps * 32) gemv_kernel(const __grid_constant__ GemvParams p, const float* x,
-                                                               const int8_t* xq, const float2* xs) {
+// row's threads compute row r of matrix 0 (gate) and of matrix 1 (up) and write act(gate) * up.
+// kSplit warps share a row (1: a warp a row, kGemvWarps rows a block; kGemvWarps: the whole
+// block on one row, summed through shared memory): more loads in flight per row.
+template <int kTokens, int kSplit>
+__global__ void __launch_bounds__(kGemvWarps * 32)
+    gemv_kernel(const __grid_constant__ GemvParams p, const float* x, const int8_t* xq,
+                const float2* xs) {
+  constexpr int kRowsPerBlock = kGemvWarps / kSplit;
   int k = 0;
   while (k + 1 < p.count && blockIdx.x >= p.first_block[k + 1]) ++k;
-  const int64_t row = (blockIdx.x - p.first_block[k]) * static_cast<int64_t>(kGemvWarps) + threadIdx.x / 32;
+  const int warp = threadIdx.x / 32;
+  const int64_t row =
+      (blockIdx.x - p.first_block[k]) * static_cast<int64_t>(kRowsPerBlock) + warp / kSplit;
   const GemvMatrix& m = p.m[k];
-  if (row >= m.rows) return;
-  float acc[kTokens];
-  row_dot<kTokens>(m, row, x, xq, xs, acc);
-  if (p.glu) {
-    float up[kTokens];
-    row_dot<kTokens>(p.m[1], row, x, xq, xs, up);
+  const bool active = row < m.rows;
+  const int lane = (warp % kSplit) * 32 + static_cast<int>(threadIdx.x % 32);
+  float acc[kTokens], up[kTokens];
 #pragma unroll
-    for (int t = 0; t < kTokens; ++t) acc[t] = gated(acc[t], up[t], p.gelu);
+  for (int t = 0; t < kTokens; ++t) acc[t] = up[t] = 0.0f;
+  if (active) {
+    row_dot<kTokens>(m, row, x, xq, xs, lane, kSplit * 32, acc);
+    if (p.glu) row_dot<kTokens>(p.m[1], row, x, xq, xs, lane, kSplit * 32, up);
   }
-  if (threadIdx.x % 32 == 0) {
+  if constexpr (kSplit > 1) {  // the row's warps' sums, added by its first warp
+    __shared__ float acc_s[kGemvWarps][kTokens], up_s[kGemvWarps][kTokens];
+    if (threadIdx.x % 32 == 0) {
 #pragma unroll
-    for (int t = 0; t < kTokens; ++t) m.y[t * m.ldy + row] = acc[t];
+      for (int t = 0; t < kTokens; ++t) acc_s[warp][t] = acc[t], up_s[warp][t] = up[t];
+    }
+    __syncthreads();
+    if (warp % kSplit != 0) return;
+#pragma unroll
+    for (int t = 0; t < kTokens; ++t) {
+      float a = 0, u = 0;
+      for (int w = 0; w < kSplit; ++w) a += acc_s[warp + w][t], u += up_s[warp + w][t];
+      acc[t] = a;
+      up[t] = u;
+    }
+  }
+  if (!active || threadIdx.x % 32 != 0) return;
+#pragma unroll
+  for (int t = 0; t < kTokens; ++t)
+    m.y[t * m.ldy + row] = p.glu ? gated(acc[t], up[t], p.gelu) : acc[t];
+}
+
+template <int kSplit>
+void launch_gemv_split(const GemvParams& p, int64_t n, const float* x, const int8_t* xq,
+                       const float2* xs, cudaStream_t stream) {
+  const auto blocks = static_cast<unsigned>(p.first_block[p.count]);
+  constexpr int kThreads = kGemvWarps * 32;
+  switch (n) {
+    case 1: gemv_kernel<1, kSplit><<<blocks, kThreads, 0, stream>>>(p, x, xq, xs); break;
+    case 2: gemv_kernel<2, kSplit><<<blocks, kThreads, 0, stream>>>(p, x, xq, xs); break;
+    case 3: gemv_kernel<3, kSplit><<<blocks, kThreads, 0, stream>>>(p, x, xq, xs); break;
+    case 4: gemv_kernel<4, kSplit><<<blocks, kThreads, 0, stream>>>(p, x, xq, xs); break;
+    case 5: gemv_kernel<5, kSplit><<<blocks, kThreads, 0, stream>>>(p, x, xq, xs); break;
+    case 6: gemv_kernel<6, kSplit><<<blocks, kThreads, 0, stream>>>(p, x, xq, xs); break;
+    case 7: gemv_kernel<7, kSplit><<<blocks, kThreads, 0, stream>>>(p, x, xq, xs); break;
+    default: gemv_kernel<8, kSplit><<<blocks, kThreads, 0, stream>>>(p, x, xq, xs); break;
   }
 }
 
+int g_gemv_split = kGemvWarps;  // set_gemv_split()
+
 void launch_gemv(const GemvParams& p, int64_t n, const float* x, const int8_t* xq,
                  const float2* xs, cudaStream_t stream) {
-  const auto blocks = static_cast<unsigned>(p.first_block[p.count]);
-  switch (n) {
-    case 1: gemv_kernel<1><<<blocks, kGemvWarps * 32, 0, stream>>>(p, x, xq, xs); break;
-    case 2: gemv_kernel<2><<<blocks, kGemvWarps * 32, 0, stream>>>(p, x, xq, xs); break;
-    case 3: gemv_kernel<3><<<blocks, kGemvWarps * 32, 0, stream>>>(p, x, xq, xs); break;
-    case 4: gemv_kernel<4><<<blocks, kGemvWarps * 32, 0, stream>>>(p, x, xq, xs); break;
-    case 5: gemv_kernel<5><<<blocks, kGemvWarps * 32, 0, stream>>>(p, x, xq, xs); break;
-    case 6: gemv_kernel<6><<<blocks, kGemvWarps * 32, 0, stream>>>(p, x, xq, xs); break;
-    case 7: gemv_kernel<7><<<blocks, kGemvWarps * 32, 0, stream>>>(p, x, xq, xs); break;
-    default: gemv_kernel<8><<<blocks, kGemvWarps * 32, 0, stream>>>(p, x, xq, xs); break;
+  if (g_gemv_split == 1) {
+    launch_gemv_split<1>(p, n, x, xq, xs, stream);
+  } else {
+    launch_gemv_split<kGemvWarps>(p, n, x, xq, xs, stream);
   }
 }
 
@@ -459,10 +496,10 @@ constexpr int kAttentionThreads = 128;
 constexpr int kMaxGroupHeads = 16;   // query heads per kv head
 constexpr int kMaxHeadDim = 256;
 
-__device__ __forceinline__ void keys_seen(const AttentionToken& tok, int window, int& first,
-                                          int& n_chunks) {
-  first = window > 0 ? max(0, tok.position - window + 1) : 0;
-  n_chunks = (tok.position + 1 - first + kAttentionChunk - 1) / kAttentionChunk;
+__device__ __forceinline__ void keys_seen(const AttentionToken& tok, const AttentionParams& p,
+                                          int& first, int& n_chunks) {
+  first = p.window > 0 ? max(0, tok.position - p.window + 1) : 0;
+  n_chunks = (tok.position + 1 - first + p.keys_per_block - 1) / p.keys_per_block;
 }
 
 // One thread block: query token blockIdx.x, kv head blockIdx.y, chunk blockIdx.z of its keys.
@@ -476,11 +513,11 @@ __global__ void __launch_bounds__(kAttentionThreads)
   const int t = blockIdx.x, kvh = blockIdx.y, chunk = blockIdx.z;
   const AttentionToken tok = tokens[t];
   int first, n_chunks;
-  keys_seen(tok, params.window, first, n_chunks);
+  keys_seen(tok, params, first, n_chunks);
   if (chunk >= n_chunks) return;
   const int D = kv.head_dim, G = params.n_heads / kv.n_kv_heads;
-  const int p0 = first + chunk * kAttentionChunk;
-  const int n = min(kAttentionChunk, tok.position + 1 - p0);
+  const int p0 = first + chunk * params.keys_per_block;
+  const int n = min(params.keys_per_block, tok.position + 1 - p0);
 
   __shared__ float q_s[kMaxGroupHeads * kMaxHeadDim];
   __shared__ float s_s[kMaxGroupHeads * kAttentionChunk];
@@ -538,8 +575,16 @@ __global__ void __launch_bounds__(kAttentionThreads)
   __syncthreads();
   for (int i = threadIdx.x; i < G * D; i += blockDim.x) {
     const int g = i / D, d = i % D;
-    float acc = 0;
-    for (int j = 0; j < n; ++j) acc += s_s[g * kAttentionChunk + j] * __half2float(v_cache[row_s[j] + d]);
+    // Four partial sums: the loads of four keys' values in flight together.
+    float acc4[4] = {0, 0, 0, 0};
+    int j = 0;
+    for (; j + 4 <= n; j += 4) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+        acc4[i] += s_s[g * kAttentionChunk + j + i] * __half2float(v_cache[row_s[j + i] + d]);
+    }
+    for (; j < n; ++j) acc4[0] += s_s[g * kAttentionChunk + j] * __half2float(v_cache[row_s[j] + d]);
+    const float acc = (acc4[0] + acc4[1]) + (acc4[2] + acc4[3]);
     const int h = kvh * G + g;
     if (direct_out != nullptr) {  // the only chunk: the result itself
       direct_out[(static_cast<int64_t>(t) * params.n_heads + h) * D + d] = acc / l_s[g];
@@ -559,7 +604,7 @@ __global__ void attention_combine_kernel(const AttentionToken* tokens, Attention
                                          int D, int max_chunks, const float* partial, float* out) {
   const int t = blockIdx.x, h = blockIdx.y;
   int first, n_chunks;
-  keys_seen(tokens[t], params.window, first, n_chunks);
+  keys_seen(tokens[t], params, first, n_chunks);
   const float* part = partial + (static_cast<int64_t>(t) * params.n_heads + h) * max_chunks * (D + 2);
   float m = -FLT_MAX;
   for (int c = 0; c < n_chunks; ++c) m = fmaxf(m, part[c * (D + 2) + D]);
@@ -679,12 +724,17 @@ void gemv_many(const GemvTarget* targets, int count, const float* x, QuantizedAc
       p.m[k] = {w.type, w.rows, w.cols, w.row_bytes, w.data, targets[k].y + t0 * targets[k].ldy,
                 targets[k].ldy};
       // With glu only matrix 0's rows are walked (matrix 1 rides along).
-      const int64_t blocks = glu && k > 0 ? 0 : (w.rows + kGemvWarps - 1) / kGemvWarps;
+      const int64_t rows_per_block = kGemvWarps / g_gemv_split;
+      const int64_t blocks = glu && k > 0 ? 0 : (w.rows + rows_per_block - 1) / rows_per_block;
       p.first_block[k + 1] = p.first_block[k] + blocks;
     }
     launch_gemv(p, n, x + t0 * cols, qx.values ? qx.values + t0 * cols : nullptr,
                 qx.scales ? qx.scales + t0 * (cols / kUnit) : nullptr, stream);
   }
+}
+
+void set_gemv_split(int warps_per_row) {
+  g_gemv_split = warps_per_row == 1 ? 1 : kGemvWarps;
 }
 
 void gemv(const DeviceMatrix& w, const float* x, QuantizedActivations qx, int64_t n_tokens,

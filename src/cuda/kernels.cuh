@@ -88,6 +88,10 @@ struct GemvTarget {
 void gemv_many(const GemvTarget* targets, int count, const float* x, QuantizedActivations qx,
                int64_t n_tokens, bool glu, bool gelu, cudaStream_t stream);
 
+// How many warps share a row in the matrix-vector kernels: 1 (a warp a row) or 4 (a block a
+// row, the default). For measuring the two (tests/cuda); not for use while kernels run.
+void set_gemv_split(int warps_per_row);
+
 // y[t, r] = w[r, :] . x[t, :], kGemvMaxTokens tokens per launch. Int8 types read `qx` (from
 // quantize_activations of x); float types read x. y has row stride ldy.
 void gemv(const DeviceMatrix& w, const float* x, QuantizedActivations qx, int64_t n_tokens,
@@ -145,9 +149,12 @@ struct AttentionParams {
   float scale = 0;    // scores = q.k * scale
   float softcap = 0;  // 0: none
   int window = 0;     // 0: all keys up to the query's position
+  // Keys one thread block scores before its partial result is written (at most
+  // kAttentionChunk): fewer when the batch has too few (token, kv head) pairs to fill the device.
+  int keys_per_block = 256;
 };
 
-// Positions of keys one attention block scores before its partial result is written.
+// The most keys one attention block scores before its partial result is written.
 constexpr int kAttentionChunk = 256;
 
 // Scratch an attention call needs: n_tokens * n_heads * max_chunks * (head_dim + 2) floats.
@@ -155,8 +162,8 @@ size_t attention_scratch_floats(int64_t n_tokens, int n_heads, int head_dim, int
 
 // out[t, h * head_dim ...] = softmax(q k^T) v over the keys the token sees (positions
 // <= its own, within the window), read through the block tables: split into chunks of
-// kAttentionChunk keys (flash-decoding), each a thread block, then combined. max_chunks: the
-// most chunks any token of the batch has (ceil(keys seen / kAttentionChunk)).
+// params.keys_per_block keys (flash-decoding), each a thread block, then combined. max_chunks:
+// the most chunks any token of the batch has (ceil(keys seen / keys_per_block)).
 void paged_attention(const float* q, const AttentionToken* tokens, const int32_t* tables,
                      int64_t n_tokens, const AttentionParams& params, const KvLayout& kv,
                      const uint16_t* k_cache, const uint16_t* v_cache, int max_chunks,

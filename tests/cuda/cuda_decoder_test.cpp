@@ -80,8 +80,9 @@ TEST(CudaDecoder, GreedyTokensMatchTheCpu) {
   constexpr int kPrompt = 40, kSteps = 32;
   constexpr int64_t kContext = 256;
   // The CPU's logit of its own greedy token minus its logit of the CUDA's choice, at a step
-  // where they differ, in units of the CPU logits' standard deviation: below this, a near-tie.
-  constexpr double kNearTie = 0.02;
+  // where they differ, in units of the rms difference between the engines' logits there: below
+  // this, a near-tie.
+  constexpr double kNearTie = 4.0;
   for (const std::string& path : paths) {
     SCOPED_TRACE(path);
     const gguf::GgufFile file = gguf::GgufFile::open(path);
@@ -111,10 +112,17 @@ TEST(CudaDecoder, GreedyTokensMatchTheCpu) {
     for (int s = 0; s < kSteps; ++s) {
       const int32_t tc = argmax(lc), tg = argmax(lg);
       if (tc != tg) {
-        const double gap = (lc[size_t(tc)] - lc[size_t(tg)]) / stddev(lc);
-        std::printf("[gpu-check] %s: greedy parts at step %d: cpu %d, cuda %d, cpu gap %.4g std\n",
-                    path.c_str(), s, tc, tg, gap);
-        EXPECT_LT(gap, kNearTie) << "the greedy tokens part where the CPU's choice is clear";
+        // The engines round differently (activation quantization per 32 values here, per 256
+        // for the CPU's K-quant kernels; bf16 against f16 prompts), so their logits differ by a
+        // noise of some rms; a choice within a few times that noise is a near-tie.
+        double noise = 0;
+        for (size_t i = 0; i < lc.size(); ++i) noise += double(lc[i] - lg[i]) * (lc[i] - lg[i]);
+        noise = std::sqrt(noise / double(lc.size()));
+        const double gap = lc[size_t(tc)] - lc[size_t(tg)];
+        std::printf("[gpu-check] %s: greedy parts at step %d: cpu %d, cuda %d, cpu gap %.4g = %.3g "
+                    "x the rms difference of the two engines' logits (%.3g)\n",
+                    path.c_str(), s, tc, tg, gap, gap / noise, noise);
+        EXPECT_LT(gap, kNearTie * noise) << "the greedy tokens part where the CPU's choice is clear";
         break;
       }
       ++same;

@@ -226,6 +226,9 @@ TEST(CudaKernels, ActivationQuantizationMatchesItsDefinition) {
 // each activation to its block's scale d_x (error at most d_x / 2), so their bound is
 // sum over blocks of d_x / 2 * sum |w| in the block, plus float rounding.
 TEST(CudaKernels, MatrixVectorProductsMatchTheCpu) {
+  for (const int split : {1, 4}) {
+  set_gemv_split(split);
+  SCOPED_TRACE(std::to_string(split) + " warps a row");
   for (const WeightType type : kAllTypes) {
     for (const int64_t n : {1, 3, 8, 11}) {
       SCOPED_TRACE(std::string(type_name(type)) + " tokens " + std::to_string(n));
@@ -264,13 +267,17 @@ TEST(CudaKernels, MatrixVectorProductsMatchTheCpu) {
       }
     }
   }
+  }
+  set_gemv_split(4);
 }
 
 // Several matrices in one launch give what each gives alone, and the fused gate/up (glu) gives
 // act(gate x) * (up x).
 TEST(CudaKernels, ManyMatricesAndGluInOneLaunch) {
+  for (const int split : {1, 4}) {
+  set_gemv_split(split);
   for (const int64_t n : {1, 5, 9}) {
-    SCOPED_TRACE("tokens " + std::to_string(n));
+    SCOPED_TRACE("tokens " + std::to_string(n) + ", " + std::to_string(split) + " warps a row");
     const int64_t cols = 512;
     const HostMatrix a = random_matrix(WeightType::Q4_K, 96, cols),
                      b = random_matrix(WeightType::Q6_K, 33, cols),
@@ -324,6 +331,8 @@ TEST(CudaKernels, ManyMatricesAndGluInOneLaunch) {
       }
     }
   }
+  }
+  set_gemv_split(4);
 }
 
 // The norm's fused quantization equals quantize_activations of its output.
@@ -472,7 +481,9 @@ TEST(CudaKernels, PagedAttentionMatchesAReference) {
     // Twice: with the long sequence (chunks combined), and without it (one chunk, written
     // directly).
     for (const bool long_context : {true, false}) {
-    SCOPED_TRACE(long_context ? "three chunks" : "one chunk");
+    for (const int keys_per_block : {256, 64}) {
+    SCOPED_TRACE(std::string(long_context ? "with" : "without") + " the long sequence, " +
+                 std::to_string(keys_per_block) + " keys a block");
     std::vector<AttentionToken> tokens = {{700, 0}, {40, 45}, {41, 45}, {42, 45}, {43, 45}, {44, 45}};
     if (!long_context) tokens.erase(tokens.begin());
     const auto T = int64_t(tokens.size());
@@ -485,8 +496,8 @@ TEST(CudaKernels, PagedAttentionMatchesAReference) {
                        dv = upload(vc);
     const KvLayout kv{cs.n_kv, cs.D, bs, 0};
     const float scale = 1.0f / std::sqrt(float(cs.D));
-    const AttentionParams params{cs.n_heads, scale, cs.softcap, cs.window};
-    const int max_chunks = long_context ? (700 + 1 + kAttentionChunk - 1) / kAttentionChunk : 1;
+    const AttentionParams params{cs.n_heads, scale, cs.softcap, cs.window, keys_per_block};
+    const int max_chunks = ((long_context ? 700 : 44) + 1 + keys_per_block - 1) / keys_per_block;
     const DeviceBuffer scratch(attention_scratch_floats(T, cs.n_heads, cs.D, max_chunks) * 4);
     const DeviceBuffer out = poisoned(size_t(T * cs.n_heads * cs.D) * 4);
     paged_attention(dq.get<float>(), dt.get<AttentionToken>(), dtab.get<int32_t>(), T, params, kv,
@@ -526,6 +537,7 @@ TEST(CudaKernels, PagedAttentionMatchesAReference) {
       }
     }
     }
+    }
   }
 }
 
@@ -547,6 +559,96 @@ TEST(CudaKernels, ArgmaxTakesTheFirstOfTies) {
     EXPECT_EQ(got[size_t(r)], want) << "row " << r;
   }
   EXPECT_EQ(got[0], 5);
+}
+
+// Speed of the decode kernels on Llama-3.1-8B's shapes (scripts/gpu-check runs it with
+// --gtest_also_run_disabled_tests): device time per call from events over 200 calls, and the
+// bytes of weights (or K/V) read per second.
+TEST(CudaKernels, DISABLED_DecodeKernelSpeed) {
+  const auto time_us = [](auto&& launch) {
+    cudaEvent_t a, b;
+    check(cudaEventCreate(&a), "event");
+    check(cudaEventCreate(&b), "event");
+    for (int i = 0; i < 10; ++i) launch();
+    check(cudaEventRecord(a), "event");
+    constexpr int kCalls = 200;
+    for (int i = 0; i < kCalls; ++i) launch();
+    check(cudaEventRecord(b), "event");
+    check(cudaEventSynchronize(b), "event");
+    float ms = 0;
+    check(cudaEventElapsedTime(&ms, a, b), "event");
+    check(cudaGetLastError(), "launch");
+    cudaEventDestroy(a);
+    cudaEventDestroy(b);
+    return double(ms) * 1e3 / kCalls;
+  };
+  const int64_t hidden = 4096, ffn = 14336;
+  const std::vector<float> x = random_floats(size_t(ffn));
+  const DeviceBuffer dx = upload(x), values{size_t(ffn)}, scales{size_t(ffn / 32) * 8};
+  const QuantizedActivations q{values.get<int8_t>(), scales.get<float2>()};
+  quantize_activations(dx.get<float>(), 1, ffn, q, nullptr);
+  const DeviceBuffer y{size_t(ffn) * 4 * 2};
+  struct Shape {
+    const char* name;
+    WeightType type;
+    int64_t rows, cols;
+    bool glu;
+  };
+  for (const Shape sh : {Shape{"q 4096x4096 Q4_K", WeightType::Q4_K, hidden, hidden, false},
+                         Shape{"gate+up 2x14336x4096 Q4_K (glu)", WeightType::Q4_K, ffn, hidden, true},
+                         Shape{"down 4096x14336 Q4_K", WeightType::Q4_K, hidden, ffn, false},
+                         Shape{"down 4096x14336 Q6_K", WeightType::Q6_K, hidden, ffn, false},
+                         Shape{"output 128256x4096 Q6_K", WeightType::Q6_K, 128256, hidden, false},
+                         Shape{"down 4096x14336 Q8_0", WeightType::Q8_0, hidden, ffn, false},
+                         Shape{"down 4096x14336 F16", WeightType::F16, hidden, ffn, false}}) {
+    const HostMatrix m = random_matrix(sh.type, sh.rows, sh.cols);
+    const DeviceBuffer w = upload(m.bytes), w2 = upload(m.bytes);
+    const GemvTarget targets[2] = {{to_device(m, w), y.get<float>(), sh.rows},
+                                   {to_device(m, w2), y.get<float>() + ffn, sh.rows}};
+    for (const int split : {1, 4}) {
+      set_gemv_split(split);
+      const double us = time_us([&] {
+        gemv_many(targets, sh.glu ? 2 : 1, dx.get<float>(), q, 1, sh.glu, false, nullptr);
+      });
+      const double bytes = double(m.bytes.size()) * (sh.glu ? 2 : 1);
+      std::printf("[gpu-speed] gemv %s, %d warps a row: %.1f us, %.0f GB/s of weights\n", sh.name,
+                  split, us, bytes / us / 1e3);
+    }
+    set_gemv_split(4);
+  }
+  const DeviceBuffer normed{size_t(hidden) * 4}, weight = upload(random_floats(size_t(hidden)));
+  std::printf("[gpu-speed] add_rms_norm + quantize 1x4096: %.1f us\n", time_us([&] {
+                add_rms_norm(dx.get<float>(), nullptr, weight.get<float>(), normed.get<float>(), 1,
+                             hidden, 1e-5f, nullptr, q);
+              }));
+  std::printf("[gpu-speed] quantize 1x14336: %.1f us\n",
+              time_us([&] { quantize_activations(dx.get<float>(), 1, ffn, q, nullptr); }));
+  // Attention of one token over 128 and 4096 keys, 32 query heads on 8 kv heads of 128.
+  const int bs = 16, n_kv = 8, D = 128;
+  for (const int context : {128, 4096}) {
+    for (const int keys : {256, 64}) {
+      const int blocks = context / bs;
+      std::vector<int32_t> table(static_cast<size_t>(blocks));
+      for (int i = 0; i < blocks; ++i) table[size_t(i)] = i;
+      const std::vector<AttentionToken> tok = {{context - 1, 0}};
+      const DeviceBuffer dt = upload(tok), dtab = upload(table);
+      const DeviceBuffer kc(size_t(blocks) * n_kv * bs * D * 2), vc(kc.bytes());
+      check(cudaMemset(kc.get(), 0x11, kc.bytes()), "fill");
+      check(cudaMemset(vc.get(), 0x11, vc.bytes()), "fill");
+      const DeviceBuffer dq = upload(random_floats(size_t(32 * D))), out(size_t(32 * D) * 4);
+      const int chunks = (context + keys - 1) / keys;
+      const DeviceBuffer scratch(attention_scratch_floats(1, 32, D, chunks) * 4);
+      const AttentionParams params{32, 0.088f, 0.0f, 0, keys};
+      const KvLayout kv{n_kv, D, bs, 0};
+      const double us = time_us([&] {
+        paged_attention(dq.get<float>(), dt.get<AttentionToken>(), dtab.get<int32_t>(), 1, params,
+                        kv, kc.get<uint16_t>(), vc.get<uint16_t>(), chunks, scratch.get<float>(),
+                        out.get<float>(), nullptr);
+      });
+      std::printf("[gpu-speed] attention 1 token, %d keys, %d keys a block: %.1f us, %.0f GB/s of K/V\n",
+                  context, keys, us, double(kc.bytes() * 2) / us / 1e3);
+    }
+  }
 }
 
 }  // namespace
