@@ -152,7 +152,10 @@ class DeviceWeightLoader {
   }
 
   const void* keep(const void* host, size_t bytes) {
-    DeviceBuffer& b = buffers_.emplace_back(bytes);
+    // kWeightPadding bytes more: the Q6_K kernel's aligned loads read up to 3 bytes past a
+    // 2-byte aligned run (kernels.cu, load_words_a2).
+    DeviceBuffer& b = buffers_.emplace_back(bytes + cuda::kWeightPadding);
+    cuda::check(cudaMemset(b.get(), 0, b.bytes()), "clearing weights");
     cuda::check(cudaMemcpy(b.get(), host, bytes, cudaMemcpyHostToDevice), "uploading weights");
     bytes_ += bytes;
     return b.get();
@@ -301,6 +304,9 @@ class CudaDecoder final : public Model {
     if (spec_.attention_scale <= 0)
       spec_.attention_scale = 1.0f / std::sqrt(static_cast<float>(config_.head_dim));
     const ModelConfig& c = config_;
+    if (c.head_dim % 8 != 0)
+      fail("{}: head size {} is not a multiple of 8 (the CUDA attention kernel's loads)",
+           file.name(), c.head_dim);
     if (c.head_dim > 256 || c.n_heads / c.n_kv_heads > 16)
       fail("{}: head size {} with {} query heads per kv head is beyond the CUDA attention kernel "
            "(256 and 16)",
@@ -434,8 +440,8 @@ class CudaDecoder final : public Model {
                ? kFineSplitKeys
                : cuda::kAttentionChunk;
   }
-  static constexpr int64_t kFineSplitTokens = 32;
-  static constexpr int kFineSplitKeys = 64;
+  static constexpr int64_t kFineSplitTokens = 8;
+  static constexpr int kFineSplitKeys = 32;
 
   struct Staging {
     cuda::PinnedBuffer host;

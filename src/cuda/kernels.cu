@@ -27,9 +27,6 @@ __device__ __forceinline__ int load_i32_a2(const uint8_t* p) {
   const auto* h = reinterpret_cast<const uint16_t*>(p);
   return static_cast<int>(static_cast<uint32_t>(h[0]) | (static_cast<uint32_t>(h[1]) << 16));
 }
-__device__ __forceinline__ int load_i32_a4(const uint8_t* p) {
-  return *reinterpret_cast<const int*>(p);
-}
 
 __device__ __forceinline__ float warp_sum(float v) {
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
@@ -132,58 +129,22 @@ __global__ void quantize_kernel(const float* x, int64_t blocks, int8_t* values, 
   if (lane == 0) scales[b] = make_float2(d, d * sum);
 }
 
-// The int8 dot of weight unit u (its 8 packed words from the row) with the activation block:
-// returns the unit's contribution to the row's dot product.
-template <WeightType kType>
-__device__ __forceinline__ float unit_dot(const uint8_t* row, int64_t u, const int* xq, float2 xs) {
-  if constexpr (kType == WeightType::Q8_0) {
-    const uint8_t* b = row + u * 34;
-    int dot = 0;
+// Q8_0's int8 dot of weight block u with activation block u: its contribution to the row's dot.
+__device__ __forceinline__ float q8_0_block_dot(const uint8_t* row, int64_t u, const int* xq,
+                                                float2 xs) {
+  const uint8_t* b = row + u * 34;
+  int dot = 0;
 #pragma unroll
-    for (int i = 0; i < 8; ++i) dot = __dp4a(load_i32_a2(b + 2 + 4 * i), xq[i], dot);
-    return half_bits_to_float(load_u16(b)) * xs.x * static_cast<float>(dot);
-  } else if constexpr (kType == WeightType::Q4_K) {
-    const uint8_t* b = row + (u / 8) * 144;
-    const int s = static_cast<int>(u % 8);
-    const int shift = 4 * (s % 2);
-    const uint8_t* qs = b + 16 + 32 * (s / 2);
-    int dot = 0;
-#pragma unroll
-    for (int i = 0; i < 8; ++i)
-      dot = __dp4a((load_i32_a4(qs + 4 * i) >> shift) & 0x0F0F0F0F, xq[i], dot);
-    int sc, m;
-    q4k_scale_min(b + 4, s, sc, m);
-    const float d = half_bits_to_float(load_u16(b)), dmin = half_bits_to_float(load_u16(b + 2));
-    return d * static_cast<float>(sc) * xs.x * static_cast<float>(dot) -
-           dmin * static_cast<float>(m) * xs.y;
-  } else {  // Q6_K
-    const uint8_t* b = row + (u / 8) * 210;
-    const int s = static_cast<int>(u % 8), h = s / 4, k = s % 4;
-    const uint8_t* ql = b + 64 * h + 32 * (k & 1);
-    const uint8_t* qh = b + 128 + 32 * h;
-    const int nshift = 4 * (k >> 1), hshift = 2 * k;
-    int dot[2] = {0, 0};
-#pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      const int lo = (load_i32_a2(ql + 4 * i) >> nshift) & 0x0F0F0F0F;
-      const int hi = ((load_i32_a2(qh + 4 * i) >> hshift) & 0x03030303) << 4;
-      const int w = static_cast<int>(__vsubss4(static_cast<unsigned>(lo | hi), 0x20202020u));
-      dot[i / 4] = __dp4a(w, xq[i], dot[i / 4]);
-    }
-    const auto* sc = reinterpret_cast<const int8_t*>(b + 192) + 8 * h + 2 * k;
-    const float d = half_bits_to_float(load_u16(b + 208));
-    return d * xs.x *
-           (static_cast<float>(sc[0]) * static_cast<float>(dot[0]) +
-            static_cast<float>(sc[1]) * static_cast<float>(dot[1]));
-  }
+  for (int i = 0; i < 8; ++i) dot = __dp4a(load_i32_a2(b + 2 + 4 * i), xq[i], dot);
+  return half_bits_to_float(load_u16(b)) * xs.x * static_cast<float>(dot);
 }
 
 constexpr int kGemvWarps = 4;  // rows per thread block, a warp each
 
-// Row `row` of one matrix times kTokens activations: each lane takes every 32nd unit of the
-// row, two units at a time so that both units' loads are in flight together; the warp sums.
-template <WeightType kType, int kTokens>
-__device__ __forceinline__ void row_dot_int8(const uint8_t* wr, int64_t cols, const int8_t* xq,
+// A Q8_0 row times kTokens activations: each lane takes every `lanes`-th block of the row, two
+// blocks at a time so that both blocks' loads are in flight together.
+template <int kTokens>
+__device__ __forceinline__ void row_dot_q8_0(const uint8_t* wr, int64_t cols, const int8_t* xq,
                                              const float2* xs, int lane, int lanes,
                                              float (&acc)[kTokens]) {
   const int64_t units = cols / kUnit;
@@ -193,7 +154,7 @@ __device__ __forceinline__ void row_dot_int8(const uint8_t* wr, int64_t cols, co
       const int4* xv = reinterpret_cast<const int4*>(xq + t * cols + u * kUnit);
       const int4 a = xv[0], b = xv[1];
       const int x8[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
-      acc[t] += unit_dot<kType>(wr, u, x8, xs[t * units + u]);
+      acc[t] += q8_0_block_dot(wr, u, x8, xs[t * units + u]);
     }
   };
   int64_t u = lane;
@@ -238,6 +199,127 @@ __device__ __forceinline__ void row_dot_float(const uint8_t* wr, int64_t cols, c
 
 // This thread's share (lane `lane` of `lanes` on the row) of row `row` times the tokens, summed
 // over its warp (the caller sums the warps of a row).
+// N consecutive 4-byte words at p, which is only 2-byte aligned (Q6_K's 210-byte blocks): N + 1
+// aligned loads, each pair joined by a funnel shift.
+template <int N>
+__device__ __forceinline__ void load_words_a2(const uint8_t* p, int (&out)[N]) {
+  const auto addr = reinterpret_cast<uintptr_t>(p);
+  const auto* w = reinterpret_cast<const unsigned*>(addr & ~uintptr_t{3});
+  const unsigned shift = static_cast<unsigned>(addr & 3) * 8;
+  unsigned words[N + 1];
+#pragma unroll
+  for (int i = 0; i <= N; ++i) words[i] = shift == 0 && i == N ? 0u : w[i];
+#pragma unroll
+  for (int i = 0; i < N; ++i) out[i] = static_cast<int>(__funnelshift_r(words[i], words[i + 1], shift));
+}
+
+// The 8 int8 words of activation block b of token t, and its scales.
+__device__ __forceinline__ void load_x_block(const int8_t* xq, int64_t b, int (&x8)[8]) {
+  const int4* xv = reinterpret_cast<const int4*>(xq + b * kUnit);
+  const int4 a = xv[0], c = xv[1];
+  x8[0] = a.x, x8[1] = a.y, x8[2] = a.z, x8[3] = a.w;
+  x8[4] = c.x, x8[5] = c.y, x8[6] = c.z, x8[7] = c.w;
+}
+
+// Byte j (0..11) of Q4_K's scales, held in the words y, z, w of the block's first 16 bytes
+// (selects, not an indexed array, so that nothing goes to local memory).
+__device__ __forceinline__ int q4k_scale_byte(const int4& head, int j) {
+  const unsigned w = static_cast<unsigned>(j < 4 ? head.y : (j < 8 ? head.z : head.w));
+  return static_cast<int>((w >> (8 * (j & 3))) & 0xFF);
+}
+
+__device__ __forceinline__ void q4k_scale_min_words(const int4& head, int j, int& sc, int& m) {
+  if (j < 4) {
+    sc = q4k_scale_byte(head, j) & 63;
+    m = q4k_scale_byte(head, j + 4) & 63;
+  } else {
+    sc = (q4k_scale_byte(head, j + 4) & 0xF) | ((q4k_scale_byte(head, j - 4) >> 6) << 4);
+    m = (q4k_scale_byte(head, j + 4) >> 4) | ((q4k_scale_byte(head, j) >> 6) << 4);
+  }
+}
+
+// Q4_K, a pair of sub-blocks (64 values: both nibbles of 32 bytes of qs) a lane at a time: the
+// block's header (d, dmin, 12 scale bytes: 16 bytes) and the pair's qs in three 16-byte loads.
+template <int kTokens>
+__device__ __forceinline__ void row_dot_q4k(const uint8_t* wr, int64_t cols, const int8_t* xq,
+                                            const float2* xs, int lane, int lanes,
+                                            float (&acc)[kTokens]) {
+  const int64_t pairs = cols / 64, units = cols / kUnit;
+  for (int64_t pr = lane; pr < pairs; pr += lanes) {
+    const uint8_t* b = wr + (pr / 4) * 144;
+    const int pair = static_cast<int>(pr % 4);
+    const int4 head = *reinterpret_cast<const int4*>(b);
+    const int4* qv = reinterpret_cast<const int4*>(b + 16 + 32 * pair);
+    const int4 q0 = qv[0], q1 = qv[1];
+    const int qs[8] = {q0.x, q0.y, q0.z, q0.w, q1.x, q1.y, q1.z, q1.w};
+    const float d = half_bits_to_float(static_cast<uint16_t>(head.x & 0xFFFF));
+    const float dmin = half_bits_to_float(static_cast<uint16_t>(static_cast<unsigned>(head.x) >> 16));
+    int sc0, m0, sc1, m1;
+    q4k_scale_min_words(head, 2 * pair, sc0, m0);
+    q4k_scale_min_words(head, 2 * pair + 1, sc1, m1);
+    const int64_t u0 = pr * 2;  // the activation blocks of the two sub-blocks
+#pragma unroll
+    for (int t = 0; t < kTokens; ++t) {
+      int x0[8], x1[8];
+      load_x_block(xq + t * cols, u0, x0);
+      load_x_block(xq + t * cols, u0 + 1, x1);
+      int dot0 = 0, dot1 = 0;
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        dot0 = __dp4a(qs[i] & 0x0F0F0F0F, x0[i], dot0);
+        dot1 = __dp4a((qs[i] >> 4) & 0x0F0F0F0F, x1[i], dot1);
+      }
+      const float2 s0 = xs[t * units + u0], s1 = xs[t * units + u0 + 1];
+      acc[t] += d * (static_cast<float>(sc0) * s0.x * static_cast<float>(dot0) +
+                     static_cast<float>(sc1) * s1.x * static_cast<float>(dot1)) -
+                dmin * (static_cast<float>(m0) * s0.y + static_cast<float>(m1) * s1.y);
+    }
+  }
+}
+
+// Q6_K, a half super-block (128 values: 64 bytes of ql, 32 of qh, 8 scales) a lane at a time:
+// its four sub-blocks of 32 share those bytes (other nibbles, other bit pairs of qh).
+template <int kTokens>
+__device__ __forceinline__ void row_dot_q6k(const uint8_t* wr, int64_t cols, const int8_t* xq,
+                                            const float2* xs, int lane, int lanes,
+                                            float (&acc)[kTokens]) {
+  const int64_t halves = cols / 128, units = cols / kUnit;
+  for (int64_t hv = lane; hv < halves; hv += lanes) {
+    const uint8_t* b = wr + (hv / 2) * 210;
+    const int h = static_cast<int>(hv % 2);
+    int ql[16], qh[8], sc_words[2];
+    load_words_a2(b + 64 * h, ql);
+    load_words_a2(b + 128 + 32 * h, qh);
+    load_words_a2(b + 192 + 8 * h, sc_words);
+    // Scale j of the half: byte j % 4 of word j / 4, as int8.
+    const auto sc = [&](int j) {
+      return static_cast<float>(static_cast<int8_t>(sc_words[j / 4] >> (8 * (j % 4))));
+    };
+    const float d = half_bits_to_float(load_u16(b + 208));
+    const int64_t u0 = hv * 4;
+#pragma unroll
+    for (int t = 0; t < kTokens; ++t) {
+      float sum = 0;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        int x8[8];
+        load_x_block(xq + t * cols, u0 + k, x8);
+        int dot[2] = {0, 0};
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+          const int lo = (ql[(k & 1) * 8 + i] >> (4 * (k >> 1))) & 0x0F0F0F0F;
+          const int hi = ((qh[i] >> (2 * k)) & 0x03030303) << 4;
+          const int w = static_cast<int>(__vsubss4(static_cast<unsigned>(lo | hi), 0x20202020u));
+          dot[i / 4] = __dp4a(w, x8[i], dot[i / 4]);
+        }
+        sum += xs[t * units + u0 + k].x *
+               (sc(2 * k) * static_cast<float>(dot[0]) + sc(2 * k + 1) * static_cast<float>(dot[1]));
+      }
+      acc[t] += d * sum;
+    }
+  }
+}
+
 template <int kTokens>
 __device__ __forceinline__ void row_dot(const GemvMatrix& m, int64_t row, const float* x,
                                         const int8_t* xq, const float2* xs, int lane, int lanes,
@@ -249,9 +331,9 @@ __device__ __forceinline__ void row_dot(const GemvMatrix& m, int64_t row, const 
     case WeightType::F32: row_dot_float<WeightType::F32, kTokens>(wr, m.cols, x, lane, lanes, acc); break;
     case WeightType::F16: row_dot_float<WeightType::F16, kTokens>(wr, m.cols, x, lane, lanes, acc); break;
     case WeightType::BF16: row_dot_float<WeightType::BF16, kTokens>(wr, m.cols, x, lane, lanes, acc); break;
-    case WeightType::Q8_0: row_dot_int8<WeightType::Q8_0, kTokens>(wr, m.cols, xq, xs, lane, lanes, acc); break;
-    case WeightType::Q4_K: row_dot_int8<WeightType::Q4_K, kTokens>(wr, m.cols, xq, xs, lane, lanes, acc); break;
-    case WeightType::Q6_K: row_dot_int8<WeightType::Q6_K, kTokens>(wr, m.cols, xq, xs, lane, lanes, acc); break;
+    case WeightType::Q8_0: row_dot_q8_0<kTokens>(wr, m.cols, xq, xs, lane, lanes, acc); break;
+    case WeightType::Q4_K: row_dot_q4k<kTokens>(wr, m.cols, xq, xs, lane, lanes, acc); break;
+    case WeightType::Q6_K: row_dot_q6k<kTokens>(wr, m.cols, xq, xs, lane, lanes, acc); break;
   }
 #pragma unroll
   for (int t = 0; t < kTokens; ++t) acc[t] = warp_sum(acc[t]);
@@ -328,7 +410,7 @@ void launch_gemv_split(const GemvParams& p, int64_t n, const float* x, const int
   }
 }
 
-int g_gemv_split = kGemvWarps;  // set_gemv_split()
+int g_gemv_split = 1;  // set_gemv_split()
 
 void launch_gemv(const GemvParams& p, int64_t n, const float* x, const int8_t* xq,
                  const float2* xs, cudaStream_t stream) {
@@ -449,47 +531,36 @@ __device__ __forceinline__ int64_t kv_index(const KvLayout& kv, int64_t slot, in
   return ((block * kv.n_kv_heads + head) * kv.block_size + offset) * kv.head_dim;
 }
 
+// One thread block per (token, head): blockIdx.y < n_heads rotates query head blockIdx.y; the
+// others rotate key head blockIdx.y - n_heads and store it and its value head in the caches.
 __global__ void rope_store_kv_kernel(float* q, float* k, const float* v, const int32_t* positions,
                                      const int64_t* slots, int n_heads, KvLayout kv, int rot_dims,
                                      bool neox, const float* cos_table, const float* sin_table,
                                      __half* k_cache, __half* v_cache) {
   const int64_t t = blockIdx.x;
   const int D = kv.head_dim, half = rot_dims / 2;
+  const bool is_k = static_cast<int>(blockIdx.y) >= n_heads;
+  const int h = is_k ? static_cast<int>(blockIdx.y) - n_heads : static_cast<int>(blockIdx.y);
   const float* c = cos_table + static_cast<int64_t>(positions[t]) * half;
   const float* s = sin_table + static_cast<int64_t>(positions[t]) * half;
-  const int64_t slot = slots[t];
-  float* qt = q + t * n_heads * D;
-  float* kt = k + t * kv.n_kv_heads * D;
-  const float* vt = v + t * kv.n_kv_heads * D;
-  // Pairs of every q head, then of every k head (each rotated k pair goes to the cache too).
-  const int q_pairs = n_heads * half, k_pairs = kv.n_kv_heads * half;
-  for (int i = threadIdx.x; i < q_pairs + k_pairs; i += blockDim.x) {
-    const bool is_k = i >= q_pairs;
-    const int j = is_k ? i - q_pairs : i;
-    const int h = j / half, p = j % half;
+  float* head = is_k ? k + (t * kv.n_kv_heads + h) * D : q + (t * n_heads + h) * D;
+  const int64_t base = is_k ? kv_index(kv, slots[t], h) : 0;
+  for (int p = threadIdx.x; p < half; p += blockDim.x) {
     const int i0 = neox ? p : 2 * p, i1 = neox ? p + half : 2 * p + 1;
-    float* head = (is_k ? kt : qt) + h * D;
     const float x0 = head[i0], x1 = head[i1];
     const float r0 = x0 * c[p] - x1 * s[p], r1 = x0 * s[p] + x1 * c[p];
     head[i0] = r0;
     head[i1] = r1;
     if (is_k) {
-      const int64_t base = kv_index(kv, slot, h);
       k_cache[base + i0] = __float2half_rn(r0);
       k_cache[base + i1] = __float2half_rn(r1);
     }
   }
-  // The dimensions RoPE leaves alone, and the values.
-  const int pass = D - rot_dims;
-  for (int i = threadIdx.x; i < kv.n_kv_heads * (pass + D); i += blockDim.x) {
-    const int h = i / (pass + D), d = i % (pass + D);
-    const int64_t base = kv_index(kv, slot, h);
-    if (d < pass) {
-      k_cache[base + rot_dims + d] = __float2half_rn(kt[h * D + rot_dims + d]);
-    } else {
-      v_cache[base + d - pass] = __float2half_rn(vt[h * D + d - pass]);
-    }
-  }
+  if (!is_k) return;
+  // The dimensions RoPE leaves alone, and the value head.
+  const float* vt = v + (t * kv.n_kv_heads + h) * D;
+  for (int d = rot_dims + threadIdx.x; d < D; d += blockDim.x) k_cache[base + d] = __float2half_rn(head[d]);
+  for (int d = threadIdx.x; d < D; d += blockDim.x) v_cache[base + d] = __float2half_rn(vt[d]);
 }
 
 constexpr int kAttentionThreads = 128;
@@ -534,27 +605,41 @@ __global__ void __launch_bounds__(kAttentionThreads)
   }
   __syncthreads();
 
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  constexpr int kWarps = kAttentionThreads / 32;
-  for (int j = warp; j < n; j += kWarps) {
-    float kr[kMaxHeadDim / 32];
+  // Scores: a thread a key, its G dots over D from q in shared memory (the warp reads the same
+  // address: a broadcast) and the key's row in 16-byte loads (head_dim % 8 == 0).
+  for (int j = threadIdx.x; j < n; j += blockDim.x) {
+    const __half* kr = k_cache + row_s[j];
+    float dots[kMaxGroupHeads];
 #pragma unroll
-    for (int i = 0; i < kMaxHeadDim / 32; ++i) {
-      const int d = i * 32 + lane;
-      kr[i] = d < D ? __half2float(k_cache[row_s[j] + d]) : 0.0f;
-    }
-    for (int g = 0; g < G; ++g) {
-      float dot = 0;
+    for (int g = 0; g < kMaxGroupHeads; ++g) dots[g] = 0.0f;
+    for (int d0 = 0; d0 < D; d0 += 8) {
+      const uint4 raw = *reinterpret_cast<const uint4*>(kr + d0);
+      const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
+      float kf[8];
 #pragma unroll
-      for (int i = 0; i < kMaxHeadDim / 32; ++i) {
-        const int d = i * 32 + lane;
-        if (d < D) dot += q_s[g * D + d] * kr[i];
+      for (int i = 0; i < 4; ++i) {
+        kf[2 * i] = half_bits_to_float(static_cast<uint16_t>(words[i] & 0xFFFF));
+        kf[2 * i + 1] = half_bits_to_float(static_cast<uint16_t>(words[i] >> 16));
       }
-      dot = warp_sum(dot) * params.scale;
-      if (params.softcap > 0) dot = params.softcap * tanhf(dot / params.softcap);
-      if (lane == 0) s_s[g * kAttentionChunk + j] = dot;
+#pragma unroll
+      for (int g = 0; g < kMaxGroupHeads; ++g) {
+        if (g < G) {
+#pragma unroll
+          for (int i = 0; i < 8; ++i) dots[g] += q_s[g * D + d0 + i] * kf[i];
+        }
+      }
+    }
+#pragma unroll
+    for (int g = 0; g < kMaxGroupHeads; ++g) {
+      if (g < G) {
+        float score = dots[g] * params.scale;
+        if (params.softcap > 0) score = params.softcap * tanhf(score / params.softcap);
+        s_s[g * kAttentionChunk + j] = score;
+      }
     }
   }
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  constexpr int kWarps = kAttentionThreads / 32;
   __syncthreads();
   for (int g = warp; g < G; g += kWarps) {
     float m = -FLT_MAX;
@@ -751,7 +836,7 @@ void to_f16(const float* x, int64_t n, void* out, cudaStream_t stream) {
 void add_rms_norm(float* x, const float* add, const float* weight, float* out, int64_t rows,
                   int64_t n, float eps, cudaStream_t stream, QuantizedActivations q) {
   if (rows == 0) return;
-  const int threads = n >= 1024 ? 1024 : (n >= 256 ? 256 : 64);
+  const int threads = n >= 256 ? 256 : 64;
   add_rms_norm_kernel<<<static_cast<unsigned>(rows), threads, 0, stream>>>(
       x, add, weight, out, n, eps, q.values, q.scales);
 }
@@ -760,7 +845,7 @@ void gather_add_rms_norm(const float* x, const float* add, const int32_t* rows, 
                          const float* weight, float* out, int64_t n, float eps,
                          cudaStream_t stream) {
   if (n_rows == 0) return;
-  gather_add_rms_norm_kernel<<<static_cast<unsigned>(n_rows), 1024, 0, stream>>>(
+  gather_add_rms_norm_kernel<<<static_cast<unsigned>(n_rows), 256, 0, stream>>>(
       x, add, rows, weight, out, n, eps);
 }
 
@@ -785,7 +870,8 @@ void rope_store_kv(float* q, float* k, const float* v, const int32_t* positions,
                    int rot_dims, bool neox, const float* cos_table, const float* sin_table,
                    uint16_t* k_cache, uint16_t* v_cache, cudaStream_t stream) {
   if (n_tokens == 0) return;
-  rope_store_kv_kernel<<<static_cast<unsigned>(n_tokens), 128, 0, stream>>>(
+  const dim3 grid(static_cast<unsigned>(n_tokens), static_cast<unsigned>(n_heads + kv.n_kv_heads));
+  rope_store_kv_kernel<<<grid, 64, 0, stream>>>(
       q, k, v, positions, slots, n_heads, kv, rot_dims, neox, cos_table, sin_table,
       reinterpret_cast<__half*>(k_cache), reinterpret_cast<__half*>(v_cache));
 }

@@ -18,6 +18,10 @@ enum class WeightType : int { F32, F16, BF16, Q8_0, Q4_K, Q6_K };
 int block_values(WeightType type);
 int block_bytes(WeightType type);
 
+// Bytes a weight matrix's device buffer must have after its last block (the Q6_K kernel's
+// aligned loads may read a few bytes past a block's end).
+constexpr size_t kWeightPadding = 16;
+
 // A weight matrix in device memory: `rows` rows of `cols` values, each row `row_bytes` of
 // GGUF blocks, rows back to back.
 struct DeviceMatrix {
@@ -88,8 +92,8 @@ struct GemvTarget {
 void gemv_many(const GemvTarget* targets, int count, const float* x, QuantizedActivations qx,
                int64_t n_tokens, bool glu, bool gelu, cudaStream_t stream);
 
-// How many warps share a row in the matrix-vector kernels: 1 (a warp a row) or 4 (a block a
-// row, the default). For measuring the two (tests/cuda); not for use while kernels run.
+// How many warps share a row in the matrix-vector kernels: 1 (a warp a row, the default) or 4
+// (a block a row). For measuring the two (tests/cuda); not for use while kernels run.
 void set_gemv_split(int warps_per_row);
 
 // y[t, r] = w[r, :] . x[t, :], kGemvMaxTokens tokens per launch. Int8 types read `qx` (from

@@ -92,12 +92,19 @@ TEST(CudaDecoder, GreedyTokensMatchTheCpu) {
     std::vector<int32_t> prompt(kPrompt);
     for (int32_t& t : prompt) t = token(rng);
     std::vector<float> lc = cpu.step(prompt, 0), lg = gpu.step(prompt, 0);
-    double max_diff = 0;
-    for (size_t i = 0; i < lc.size(); ++i) max_diff = std::max(max_diff, double(std::fabs(lc[i] - lg[i])));
+    double max_diff = 0, rms_diff = 0;
+    for (size_t i = 0; i < lc.size(); ++i) {
+      max_diff = std::max(max_diff, double(std::fabs(lc[i] - lg[i])));
+      rms_diff += double(lc[i] - lg[i]) * (lc[i] - lg[i]);
+    }
+    rms_diff = std::sqrt(rms_diff / double(lc.size()));
     const double sd = stddev(lc);
-    std::printf("[gpu-check] %s: prefill logits max |cpu - cuda| = %.4g (%.3g of their std %.4g)\n",
-                path.c_str(), max_diff, max_diff / sd, sd);
-    EXPECT_LT(max_diff / sd, 0.1) << "prefill logits part beyond rounding";
+    std::printf("[gpu-check] %s: prefill logits |cpu - cuda| rms %.4g, max %.4g (%.3g and %.3g of "
+                "their std %.4g)\n",
+                path.c_str(), rms_diff, max_diff, rms_diff / sd, max_diff / sd, sd);
+    // The engines round activations differently (module comment); a wrong kernel moves logits
+    // by a good part of their spread.
+    EXPECT_LT(rms_diff / sd, 0.05) << "prefill logits part beyond rounding";
     {
       // The cuBLAS route without F16 copies of the weights (dequantized slice by slice) gives
       // the same products.
