@@ -240,84 +240,130 @@ __device__ __forceinline__ void q4k_scale_min_words(const int4& head, int j, int
 
 // Q4_K, a pair of sub-blocks (64 values: both nibbles of 32 bytes of qs) a lane at a time: the
 // block's header (d, dmin, 12 scale bytes: 16 bytes) and the pair's qs in three 16-byte loads.
+struct Q4kPair {
+  int4 head, q0, q1;
+};
+
+__device__ __forceinline__ Q4kPair load_q4k_pair(const uint8_t* wr, int64_t pr) {
+  const uint8_t* b = wr + (pr / 4) * 144;
+  const int4* qv = reinterpret_cast<const int4*>(b + 16 + 32 * (pr % 4));
+  return {*reinterpret_cast<const int4*>(b), qv[0], qv[1]};
+}
+
+template <int kTokens>
+__device__ __forceinline__ void q4k_pair_dot(const Q4kPair& w, int64_t pr, int64_t cols,
+                                             const int8_t* xq, const float2* xs,
+                                             float (&acc)[kTokens]) {
+  const int64_t units = cols / kUnit;
+  const int pair = static_cast<int>(pr % 4);
+  const int qs[8] = {w.q0.x, w.q0.y, w.q0.z, w.q0.w, w.q1.x, w.q1.y, w.q1.z, w.q1.w};
+  const float d = half_bits_to_float(static_cast<uint16_t>(w.head.x & 0xFFFF));
+  const float dmin = half_bits_to_float(static_cast<uint16_t>(static_cast<unsigned>(w.head.x) >> 16));
+  int sc0, m0, sc1, m1;
+  q4k_scale_min_words(w.head, 2 * pair, sc0, m0);
+  q4k_scale_min_words(w.head, 2 * pair + 1, sc1, m1);
+  const int64_t u0 = pr * 2;  // the activation blocks of the two sub-blocks
+#pragma unroll
+  for (int t = 0; t < kTokens; ++t) {
+    int x0[8], x1[8];
+    load_x_block(xq + t * cols, u0, x0);
+    load_x_block(xq + t * cols, u0 + 1, x1);
+    int dot0 = 0, dot1 = 0;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      dot0 = __dp4a(qs[i] & 0x0F0F0F0F, x0[i], dot0);
+      dot1 = __dp4a((qs[i] >> 4) & 0x0F0F0F0F, x1[i], dot1);
+    }
+    const float2 s0 = xs[t * units + u0], s1 = xs[t * units + u0 + 1];
+    acc[t] += d * (static_cast<float>(sc0) * s0.x * static_cast<float>(dot0) +
+                   static_cast<float>(sc1) * s1.x * static_cast<float>(dot1)) -
+              dmin * (static_cast<float>(m0) * s0.y + static_cast<float>(m1) * s1.y);
+  }
+}
+
+// Two pairs an iteration, both loaded before either is used: two rows' worth of loads in flight.
 template <int kTokens>
 __device__ __forceinline__ void row_dot_q4k(const uint8_t* wr, int64_t cols, const int8_t* xq,
                                             const float2* xs, int lane, int lanes,
                                             float (&acc)[kTokens]) {
-  const int64_t pairs = cols / 64, units = cols / kUnit;
-  for (int64_t pr = lane; pr < pairs; pr += lanes) {
-    const uint8_t* b = wr + (pr / 4) * 144;
-    const int pair = static_cast<int>(pr % 4);
-    const int4 head = *reinterpret_cast<const int4*>(b);
-    const int4* qv = reinterpret_cast<const int4*>(b + 16 + 32 * pair);
-    const int4 q0 = qv[0], q1 = qv[1];
-    const int qs[8] = {q0.x, q0.y, q0.z, q0.w, q1.x, q1.y, q1.z, q1.w};
-    const float d = half_bits_to_float(static_cast<uint16_t>(head.x & 0xFFFF));
-    const float dmin = half_bits_to_float(static_cast<uint16_t>(static_cast<unsigned>(head.x) >> 16));
-    int sc0, m0, sc1, m1;
-    q4k_scale_min_words(head, 2 * pair, sc0, m0);
-    q4k_scale_min_words(head, 2 * pair + 1, sc1, m1);
-    const int64_t u0 = pr * 2;  // the activation blocks of the two sub-blocks
-#pragma unroll
-    for (int t = 0; t < kTokens; ++t) {
-      int x0[8], x1[8];
-      load_x_block(xq + t * cols, u0, x0);
-      load_x_block(xq + t * cols, u0 + 1, x1);
-      int dot0 = 0, dot1 = 0;
-#pragma unroll
-      for (int i = 0; i < 8; ++i) {
-        dot0 = __dp4a(qs[i] & 0x0F0F0F0F, x0[i], dot0);
-        dot1 = __dp4a((qs[i] >> 4) & 0x0F0F0F0F, x1[i], dot1);
-      }
-      const float2 s0 = xs[t * units + u0], s1 = xs[t * units + u0 + 1];
-      acc[t] += d * (static_cast<float>(sc0) * s0.x * static_cast<float>(dot0) +
-                     static_cast<float>(sc1) * s1.x * static_cast<float>(dot1)) -
-                dmin * (static_cast<float>(m0) * s0.y + static_cast<float>(m1) * s1.y);
-    }
+  const int64_t pairs = cols / 64;
+  int64_t pr = lane;
+  for (; pr + lanes < pairs; pr += 2 * lanes) {
+    const Q4kPair a = load_q4k_pair(wr, pr), b = load_q4k_pair(wr, pr + lanes);
+    q4k_pair_dot<kTokens>(a, pr, cols, xq, xs, acc);
+    q4k_pair_dot<kTokens>(b, pr + lanes, cols, xq, xs, acc);
   }
+  if (pr < pairs) q4k_pair_dot<kTokens>(load_q4k_pair(wr, pr), pr, cols, xq, xs, acc);
 }
 
 // Q6_K, a half super-block (128 values: 64 bytes of ql, 32 of qh, 8 scales) a lane at a time:
 // its four sub-blocks of 32 share those bytes (other nibbles, other bit pairs of qh).
+struct Q6kHalf {
+  int ql[16], qh[8], sc[2];
+  uint16_t d;
+};
+
+__device__ __forceinline__ Q6kHalf load_q6k_half(const uint8_t* wr, int64_t hv) {
+  const uint8_t* b = wr + (hv / 2) * 210;
+  const int h = static_cast<int>(hv % 2);
+  Q6kHalf w;
+  load_words_a2(b + 64 * h, w.ql);
+  load_words_a2(b + 128 + 32 * h, w.qh);
+  load_words_a2(b + 192 + 8 * h, w.sc);
+  w.d = load_u16(b + 208);
+  return w;
+}
+
+template <int kTokens>
+__device__ __forceinline__ void q6k_half_dot(const Q6kHalf& w, int64_t hv, int64_t cols,
+                                             const int8_t* xq, const float2* xs,
+                                             float (&acc)[kTokens]) {
+  const int64_t units = cols / kUnit;
+  // Scale j of the half: byte j % 4 of word j / 4, as int8.
+  const auto sc = [&](int j) {
+    return static_cast<float>(static_cast<int8_t>(w.sc[j / 4] >> (8 * (j % 4))));
+  };
+  const float d = half_bits_to_float(w.d);
+  const int64_t u0 = hv * 4;
+#pragma unroll
+  for (int t = 0; t < kTokens; ++t) {
+    float sum = 0;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      int x8[8];
+      load_x_block(xq + t * cols, u0 + k, x8);
+      int dot[2] = {0, 0};
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        const int lo = (w.ql[(k & 1) * 8 + i] >> (4 * (k >> 1))) & 0x0F0F0F0F;
+        const int hi = ((w.qh[i] >> (2 * k)) & 0x03030303) << 4;
+        // q in [0, 63] is a positive signed byte: sum (q - 32) x = sum q x - 32 sum x, with no
+        // per-byte subtraction.
+        dot[i / 4] = __dp4a(lo | hi, x8[i], dot[i / 4]);
+      }
+      int xsum[2] = {0, 0};  // sum x over each 16 values (a scale's share)
+#pragma unroll
+      for (int i = 0; i < 8; ++i) xsum[i / 4] = __dp4a(0x01010101, x8[i], xsum[i / 4]);
+      sum += xs[t * units + u0 + k].x *
+             (sc(2 * k) * static_cast<float>(dot[0] - 32 * xsum[0]) +
+              sc(2 * k + 1) * static_cast<float>(dot[1] - 32 * xsum[1]));
+    }
+    acc[t] += d * sum;
+  }
+}
+
 template <int kTokens>
 __device__ __forceinline__ void row_dot_q6k(const uint8_t* wr, int64_t cols, const int8_t* xq,
                                             const float2* xs, int lane, int lanes,
                                             float (&acc)[kTokens]) {
-  const int64_t halves = cols / 128, units = cols / kUnit;
-  for (int64_t hv = lane; hv < halves; hv += lanes) {
-    const uint8_t* b = wr + (hv / 2) * 210;
-    const int h = static_cast<int>(hv % 2);
-    int ql[16], qh[8], sc_words[2];
-    load_words_a2(b + 64 * h, ql);
-    load_words_a2(b + 128 + 32 * h, qh);
-    load_words_a2(b + 192 + 8 * h, sc_words);
-    // Scale j of the half: byte j % 4 of word j / 4, as int8.
-    const auto sc = [&](int j) {
-      return static_cast<float>(static_cast<int8_t>(sc_words[j / 4] >> (8 * (j % 4))));
-    };
-    const float d = half_bits_to_float(load_u16(b + 208));
-    const int64_t u0 = hv * 4;
-#pragma unroll
-    for (int t = 0; t < kTokens; ++t) {
-      float sum = 0;
-#pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        int x8[8];
-        load_x_block(xq + t * cols, u0 + k, x8);
-        int dot[2] = {0, 0};
-#pragma unroll
-        for (int i = 0; i < 8; ++i) {
-          const int lo = (ql[(k & 1) * 8 + i] >> (4 * (k >> 1))) & 0x0F0F0F0F;
-          const int hi = ((qh[i] >> (2 * k)) & 0x03030303) << 4;
-          const int w = static_cast<int>(__vsubss4(static_cast<unsigned>(lo | hi), 0x20202020u));
-          dot[i / 4] = __dp4a(w, x8[i], dot[i / 4]);
-        }
-        sum += xs[t * units + u0 + k].x *
-               (sc(2 * k) * static_cast<float>(dot[0]) + sc(2 * k + 1) * static_cast<float>(dot[1]));
-      }
-      acc[t] += d * sum;
-    }
+  const int64_t halves = cols / 128;
+  int64_t hv = lane;
+  for (; hv + lanes < halves; hv += 2 * lanes) {
+    const Q6kHalf a = load_q6k_half(wr, hv), b = load_q6k_half(wr, hv + lanes);
+    q6k_half_dot<kTokens>(a, hv, cols, xq, xs, acc);
+    q6k_half_dot<kTokens>(b, hv + lanes, cols, xq, xs, acc);
   }
+  if (hv < halves) q6k_half_dot<kTokens>(load_q6k_half(wr, hv), hv, cols, xq, xs, acc);
 }
 
 template <int kTokens>

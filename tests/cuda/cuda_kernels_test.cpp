@@ -567,28 +567,50 @@ TEST(CudaKernels, ArgmaxTakesTheFirstOfTies) {
 // --gtest_also_run_disabled_tests): device time per call from events over 200 calls, and the
 // bytes of weights (or K/V) read per second.
 TEST(CudaKernels, DISABLED_DecodeKernelSpeed) {
-  const auto time_us = [](auto&& launch) {
+  cudaStream_t st;
+  check(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking), "stream");
+  // Device time per call: 100 calls captured in a graph and replayed (no CPU launch cost in
+  // the figure), and the same calls launched one by one (what a step without graphs pays).
+  struct Times {
+    double graph_us, launched_us;
+  };
+  const auto time_us = [&](auto&& launch) {
     cudaEvent_t a, b;
     check(cudaEventCreate(&a), "event");
     check(cudaEventCreate(&b), "event");
+    constexpr int kCalls = 100;
     for (int i = 0; i < 10; ++i) launch();
-    check(cudaEventRecord(a), "event");
-    constexpr int kCalls = 200;
-    for (int i = 0; i < kCalls; ++i) launch();
-    check(cudaEventRecord(b), "event");
-    check(cudaEventSynchronize(b), "event");
     float ms = 0;
+    check(cudaEventRecord(a, st), "event");
+    for (int i = 0; i < kCalls; ++i) launch();
+    check(cudaEventRecord(b, st), "event");
+    check(cudaEventSynchronize(b), "event");
+    check(cudaEventElapsedTime(&ms, a, b), "event");
+    const double launched = double(ms) * 1e3 / kCalls;
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    check(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal), "capture");
+    for (int i = 0; i < kCalls; ++i) launch();
+    check(cudaStreamEndCapture(st, &graph), "capture");
+    check(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
+    check(cudaGraphLaunch(exec, st), "replay");  // warm-up
+    check(cudaEventRecord(a, st), "event");
+    for (int r = 0; r < 3; ++r) check(cudaGraphLaunch(exec, st), "replay");
+    check(cudaEventRecord(b, st), "event");
+    check(cudaEventSynchronize(b), "event");
     check(cudaEventElapsedTime(&ms, a, b), "event");
     check(cudaGetLastError(), "launch");
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
     cudaEventDestroy(a);
     cudaEventDestroy(b);
-    return double(ms) * 1e3 / kCalls;
+    return Times{double(ms) * 1e3 / (3 * kCalls), launched};
   };
   const int64_t hidden = 4096, ffn = 14336;
   const std::vector<float> x = random_floats(size_t(ffn));
   const DeviceBuffer dx = upload(x), values{size_t(ffn)}, scales{size_t(ffn / 32) * 8};
   const QuantizedActivations q{values.get<int8_t>(), scales.get<float2>()};
-  quantize_activations(dx.get<float>(), 1, ffn, q, nullptr);
+  quantize_activations(dx.get<float>(), 1, ffn, q, st);
   const DeviceBuffer y{size_t(ffn) * 4 * 2};
   struct Shape {
     const char* name;
@@ -609,22 +631,26 @@ TEST(CudaKernels, DISABLED_DecodeKernelSpeed) {
                                    {to_device(m, w2), y.get<float>() + ffn, sh.rows}};
     for (const int split : {1, 4}) {
       set_gemv_split(split);
-      const double us = time_us([&] {
-        gemv_many(targets, sh.glu ? 2 : 1, dx.get<float>(), q, 1, sh.glu, false, nullptr);
+      const Times us = time_us([&] {
+        gemv_many(targets, sh.glu ? 2 : 1, dx.get<float>(), q, 1, sh.glu, false, st);
       });
       const double bytes = double(m.bytes.size()) * (sh.glu ? 2 : 1);
-      std::printf("[gpu-speed] gemv %s, %d warps a row: %.1f us, %.0f GB/s of weights\n", sh.name,
-                  split, us, bytes / us / 1e3);
+      std::printf("[gpu-speed] gemv %s, %d warps a row: %.1f us in a graph (%.0f GB/s of weights), "
+                  "%.1f us launched\n",
+                  sh.name, split, us.graph_us, bytes / us.graph_us / 1e3, us.launched_us);
     }
     set_gemv_split(4);
   }
   const DeviceBuffer normed{size_t(hidden) * 4}, weight = upload(random_floats(size_t(hidden)));
-  std::printf("[gpu-speed] add_rms_norm + quantize 1x4096: %.1f us\n", time_us([&] {
-                add_rms_norm(dx.get<float>(), nullptr, weight.get<float>(), normed.get<float>(), 1,
-                             hidden, 1e-5f, nullptr, q);
-              }));
-  std::printf("[gpu-speed] quantize 1x14336: %.1f us\n",
-              time_us([&] { quantize_activations(dx.get<float>(), 1, ffn, q, nullptr); }));
+  const Times norm = time_us([&] {
+    add_rms_norm(dx.get<float>(), nullptr, weight.get<float>(), normed.get<float>(), 1, hidden,
+                 1e-5f, st, q);
+  });
+  std::printf("[gpu-speed] add_rms_norm + quantize 1x4096: %.1f us in a graph, %.1f us launched\n",
+              norm.graph_us, norm.launched_us);
+  const Times quant = time_us([&] { quantize_activations(dx.get<float>(), 1, ffn, q, st); });
+  std::printf("[gpu-speed] quantize 1x14336: %.1f us in a graph, %.1f us launched\n",
+              quant.graph_us, quant.launched_us);
   // Attention of one token over 128 and 4096 keys, 32 query heads on 8 kv heads of 128.
   const int bs = 16, n_kv = 8, D = 128;
   for (const int context : {128, 4096}) {
@@ -642,15 +668,18 @@ TEST(CudaKernels, DISABLED_DecodeKernelSpeed) {
       const DeviceBuffer scratch(attention_scratch_floats(1, 32, D, chunks) * 4);
       const AttentionParams params{32, 0.088f, 0.0f, 0, keys};
       const KvLayout kv{n_kv, D, bs, 0};
-      const double us = time_us([&] {
+      const Times us = time_us([&] {
         paged_attention(dq.get<float>(), dt.get<AttentionToken>(), dtab.get<int32_t>(), 1, params,
                         kv, kc.get<uint16_t>(), vc.get<uint16_t>(), chunks, scratch.get<float>(),
-                        out.get<float>(), nullptr);
+                        out.get<float>(), st);
       });
-      std::printf("[gpu-speed] attention 1 token, %d keys, %d keys a block: %.1f us, %.0f GB/s of K/V\n",
-                  context, keys, us, double(kc.bytes() * 2) / us / 1e3);
+      std::printf("[gpu-speed] attention 1 token, %d keys, %d keys a block: %.1f us in a graph "
+                  "(%.0f GB/s of K/V), %.1f us launched\n",
+                  context, keys, us.graph_us, double(kc.bytes() * 2) / us.graph_us / 1e3,
+                  us.launched_us);
     }
   }
+  cudaStreamDestroy(st);
 }
 
 }  // namespace
