@@ -304,6 +304,9 @@ class CudaDecoder final : public Model {
     if (spec_.attention_scale <= 0)
       spec_.attention_scale = 1.0f / std::sqrt(static_cast<float>(config_.head_dim));
     const ModelConfig& c = config_;
+    if (c.n_embd > cuda::kMaxNormRow || c.n_embd % 32 != 0)
+      fail("{}: hidden size {} is beyond the CUDA norm kernel (a multiple of 32 up to {})",
+           file.name(), c.n_embd, cuda::kMaxNormRow);
     if (c.head_dim % 8 != 0)
       fail("{}: head size {} is not a multiple of 8 (the CUDA attention kernel's loads)",
            file.name(), c.head_dim);

@@ -140,6 +140,10 @@ __device__ __forceinline__ float q8_0_block_dot(const uint8_t* row, int64_t u, c
 }
 
 constexpr int kGemvWarps = 4;  // rows per thread block, a warp each
+// Blocks an SM must hold at once in a one-token product: caps registers at 64 a thread (the
+// type switch and the two pieces in flight would take ~80, leaving 40% of the warps an SM could
+// keep waiting on memory). Products of more tokens get 128 (fewer would spill).
+constexpr int kGemvMinBlocks = 8;
 
 // A Q8_0 row times kTokens activations: each lane takes every `lanes`-th block of the row, two
 // blocks at a time so that both blocks' loads are in flight together.
@@ -398,7 +402,7 @@ __device__ __forceinline__ float gated(float g, float u, bool gelu) {
 // kSplit warps share a row (1: a warp a row, kGemvWarps rows a block; kGemvWarps: the whole
 // block on one row, summed through shared memory): more loads in flight per row.
 template <int kTokens, int kSplit>
-__global__ void __launch_bounds__(kGemvWarps * 32)
+__global__ void __launch_bounds__(kGemvWarps * 32, kTokens == 1 ? kGemvMinBlocks : 4)
     gemv_kernel(const __grid_constant__ GemvParams p, const float* x, const int8_t* xq,
                 const float2* xs) {
   constexpr int kRowsPerBlock = kGemvWarps / kSplit;
@@ -495,35 +499,57 @@ __device__ double block_sum(double v, double* shared) {
   return total;
 }
 
+// One block a row, each thread holding its values (i = thread + k * blockDim) in registers from
+// the load to the store: a single pass over memory with all loads in flight at once (a loop that
+// reloaded x for the scaling and the quantization made three latency-bound passes). Within each
+// k, a warp's 32 values are one quantization block.
+constexpr int kNormMaxPerThread = 16;
+
 __global__ void add_rms_norm_kernel(float* x, const float* add, const float* weight, float* out,
                                     int64_t n, float eps, int8_t* q_values, float2* q_scales) {
   __shared__ double partial[32];
   float* xr = x + blockIdx.x * n;
   float* outr = out + blockIdx.x * n;
+  const int stride = static_cast<int>(blockDim.x);
+  float v[kNormMaxPerThread];
   double sum = 0;
-  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
-    float v = xr[i];
-    if (add != nullptr) {
-      v += add[blockIdx.x * n + i];
-      xr[i] = v;
+#pragma unroll
+  for (int k = 0; k < kNormMaxPerThread; ++k) {
+    const int64_t i = threadIdx.x + static_cast<int64_t>(k) * stride;
+    v[k] = 0.0f;
+    if (i < n) {
+      v[k] = xr[i];
+      if (add != nullptr) v[k] += add[blockIdx.x * n + i];
     }
-    sum += static_cast<double>(v) * v;
+  }
+#pragma unroll
+  for (int k = 0; k < kNormMaxPerThread; ++k) {
+    const int64_t i = threadIdx.x + static_cast<int64_t>(k) * stride;
+    if (i < n) {
+      if (add != nullptr) xr[i] = v[k];
+      sum += static_cast<double>(v[k]) * v[k];
+    }
   }
   const double total = block_sum(sum, partial);
   const float scale = 1.0f / sqrtf(static_cast<float>(total / static_cast<double>(n)) + eps);
-  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) outr[i] = xr[i] * scale * weight[i];
-  if (q_values == nullptr) return;
-  // The normed row quantized for the int8 products, as quantize_kernel does it: a warp a block.
-  __syncthreads();
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  for (int64_t b = warp; b < n / kUnit; b += blockDim.x / 32) {
-    const float v = outr[b * kUnit + lane];
-    const float amax = warp_max(fabsf(v));
+  const int lane = threadIdx.x % 32;
+#pragma unroll
+  for (int k = 0; k < kNormMaxPerThread; ++k) {
+    const int64_t i = threadIdx.x + static_cast<int64_t>(k) * stride;
+    if (k * stride >= n) break;  // the same for the whole block
+    const float y = i < n ? v[k] * scale * weight[i] : 0.0f;
+    if (i < n) outr[i] = y;
+    if (q_values == nullptr) continue;
+    // The warp's 32 values of this k are quantization block i / 32 (n and blockDim are
+    // multiples of 32).
+    const float amax = warp_max(fabsf(y));
     const float d = amax / 127.0f;
-    const int q = amax == 0.0f ? 0 : __float2int_rn(v / d);
-    q_values[blockIdx.x * n + b * kUnit + lane] = static_cast<int8_t>(q);
+    const int q = amax == 0.0f ? 0 : __float2int_rn(y / d);
     const float qsum = warp_sum(static_cast<float>(q));
-    if (lane == 0) q_scales[blockIdx.x * (n / kUnit) + b] = make_float2(d, d * qsum);
+    if (i < n) {
+      q_values[blockIdx.x * n + i] = static_cast<int8_t>(q);
+      if (lane == 0) q_scales[blockIdx.x * (n / kUnit) + i / kUnit] = make_float2(d, d * qsum);
+    }
   }
 }
 
@@ -658,20 +684,29 @@ __global__ void __launch_bounds__(kAttentionThreads)
     float dots[kMaxGroupHeads];
 #pragma unroll
     for (int g = 0; g < kMaxGroupHeads; ++g) dots[g] = 0.0f;
-    for (int d0 = 0; d0 < D; d0 += 8) {
-      const uint4 raw = *reinterpret_cast<const uint4*>(kr + d0);
-      const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
-      float kf[8];
+    // 64 dimensions at a time: their eight 16-byte loads issued before any is used.
+    for (int d64 = 0; d64 < D; d64 += 64) {
+      uint4 raw[8];
 #pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        kf[2 * i] = half_bits_to_float(static_cast<uint16_t>(words[i] & 0xFFFF));
-        kf[2 * i + 1] = half_bits_to_float(static_cast<uint16_t>(words[i] >> 16));
-      }
+      for (int c = 0; c < 8; ++c)
+        if (d64 + 8 * c < D) raw[c] = *reinterpret_cast<const uint4*>(kr + d64 + 8 * c);
 #pragma unroll
-      for (int g = 0; g < kMaxGroupHeads; ++g) {
-        if (g < G) {
+      for (int c = 0; c < 8; ++c) {
+        const int d0 = d64 + 8 * c;
+        if (d0 >= D) break;
+        const uint32_t words[4] = {raw[c].x, raw[c].y, raw[c].z, raw[c].w};
+        float kf[8];
 #pragma unroll
-          for (int i = 0; i < 8; ++i) dots[g] += q_s[g * D + d0 + i] * kf[i];
+        for (int i = 0; i < 4; ++i) {
+          kf[2 * i] = half_bits_to_float(static_cast<uint16_t>(words[i] & 0xFFFF));
+          kf[2 * i + 1] = half_bits_to_float(static_cast<uint16_t>(words[i] >> 16));
+        }
+#pragma unroll
+        for (int g = 0; g < kMaxGroupHeads; ++g) {
+          if (g < G) {
+#pragma unroll
+            for (int i = 0; i < 8; ++i) dots[g] += q_s[g * D + d0 + i] * kf[i];
+          }
         }
       }
     }
@@ -706,16 +741,17 @@ __global__ void __launch_bounds__(kAttentionThreads)
   __syncthreads();
   for (int i = threadIdx.x; i < G * D; i += blockDim.x) {
     const int g = i / D, d = i % D;
-    // Four partial sums: the loads of four keys' values in flight together.
-    float acc4[4] = {0, 0, 0, 0};
+    // Eight partial sums: the loads of eight keys' values in flight together.
+    float acc8[8] = {0, 0, 0, 0, 0, 0, 0, 0};
     int j = 0;
-    for (; j + 4 <= n; j += 4) {
+    for (; j + 8 <= n; j += 8) {
 #pragma unroll
-      for (int i = 0; i < 4; ++i)
-        acc4[i] += s_s[g * kAttentionChunk + j + i] * __half2float(v_cache[row_s[j + i] + d]);
+      for (int i = 0; i < 8; ++i)
+        acc8[i] += s_s[g * kAttentionChunk + j + i] * __half2float(v_cache[row_s[j + i] + d]);
     }
-    for (; j < n; ++j) acc4[0] += s_s[g * kAttentionChunk + j] * __half2float(v_cache[row_s[j] + d]);
-    const float acc = (acc4[0] + acc4[1]) + (acc4[2] + acc4[3]);
+    for (; j < n; ++j) acc8[0] += s_s[g * kAttentionChunk + j] * __half2float(v_cache[row_s[j] + d]);
+    const float acc = ((acc8[0] + acc8[1]) + (acc8[2] + acc8[3])) +
+                      ((acc8[4] + acc8[5]) + (acc8[6] + acc8[7]));
     const int h = kvh * G + g;
     if (direct_out != nullptr) {  // the only chunk: the result itself
       direct_out[(static_cast<int64_t>(t) * params.n_heads + h) * D + d] = acc / l_s[g];
@@ -882,7 +918,9 @@ void to_f16(const float* x, int64_t n, void* out, cudaStream_t stream) {
 void add_rms_norm(float* x, const float* add, const float* weight, float* out, int64_t rows,
                   int64_t n, float eps, cudaStream_t stream, QuantizedActivations q) {
   if (rows == 0) return;
-  const int threads = n >= 256 ? 256 : 64;
+  // Enough threads that each holds at most kNormMaxPerThread values (a multiple of 32).
+  int threads = 32;
+  while (threads < 1024 && int64_t{threads} * kNormMaxPerThread < n) threads *= 2;
   add_rms_norm_kernel<<<static_cast<unsigned>(rows), threads, 0, stream>>>(
       x, add, weight, out, n, eps, q.values, q.scales);
 }

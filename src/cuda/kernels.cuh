@@ -104,7 +104,11 @@ void gemv(const DeviceMatrix& w, const float* x, QuantizedActivations qx, int64_
 // out[n, cols] F16 = x[n, cols] floats.
 void to_f16(const float* x, int64_t n, void* out, cudaStream_t stream);
 
-// If add: x += add. Then out = rms_norm(x) * weight, per row of n (rows of x and out n apart).
+// The longest row add_rms_norm takes.
+constexpr int64_t kMaxNormRow = 16384;
+
+// If add: x += add. Then out = rms_norm(x) * weight, per row of n <= kMaxNormRow (rows of x and
+// out n apart).
 // `out` may be x. With q.values, out is also quantized into q as quantize_activations would
 // (n a multiple of 32): one launch instead of two before the int8 products.
 void add_rms_norm(float* x, const float* add, const float* weight, float* out, int64_t rows,
