@@ -505,14 +505,28 @@ __device__ double block_sum(double v, double* shared) {
 // k, a warp's 32 values are one quantization block.
 constexpr int kNormMaxPerThread = 16;
 
+// Sum of a float over the thread block. Float, not double: the norm of a decode step is one
+// block, on the critical path of every layer, and each thread adds only a few values (ggml's
+// CUDA norm accumulates in float too).
+__device__ float block_sum_float(float v, float* shared) {
+  v = warp_sum(v);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  __syncthreads();
+  if (lane == 0) shared[warp] = v;
+  __syncthreads();
+  float total = 0;
+  for (int i = 0; i < static_cast<int>(blockDim.x / 32); ++i) total += shared[i];
+  return total;
+}
+
 __global__ void add_rms_norm_kernel(float* x, const float* add, const float* weight, float* out,
                                     int64_t n, float eps, int8_t* q_values, float2* q_scales) {
-  __shared__ double partial[32];
+  __shared__ float partial[32];
   float* xr = x + blockIdx.x * n;
   float* outr = out + blockIdx.x * n;
   const int stride = static_cast<int>(blockDim.x);
   float v[kNormMaxPerThread];
-  double sum = 0;
+  float sum = 0;
 #pragma unroll
   for (int k = 0; k < kNormMaxPerThread; ++k) {
     const int64_t i = threadIdx.x + static_cast<int64_t>(k) * stride;
@@ -527,11 +541,11 @@ __global__ void add_rms_norm_kernel(float* x, const float* add, const float* wei
     const int64_t i = threadIdx.x + static_cast<int64_t>(k) * stride;
     if (i < n) {
       if (add != nullptr) xr[i] = v[k];
-      sum += static_cast<double>(v[k]) * v[k];
+      sum += v[k] * v[k];
     }
   }
-  const double total = block_sum(sum, partial);
-  const float scale = 1.0f / sqrtf(static_cast<float>(total / static_cast<double>(n)) + eps);
+  const float total = block_sum_float(sum, partial);
+  const float scale = 1.0f / sqrtf(total / static_cast<float>(n) + eps);
   const int lane = threadIdx.x % 32;
 #pragma unroll
   for (int k = 0; k < kNormMaxPerThread; ++k) {
@@ -918,9 +932,10 @@ void to_f16(const float* x, int64_t n, void* out, cudaStream_t stream) {
 void add_rms_norm(float* x, const float* add, const float* weight, float* out, int64_t rows,
                   int64_t n, float eps, cudaStream_t stream, QuantizedActivations q) {
   if (rows == 0) return;
-  // Enough threads that each holds at most kNormMaxPerThread values (a multiple of 32).
+  // Threads: a multiple of 32, each holding at most kNormMaxPerThread values.
+  // 4 values a thread where 1024 threads allow it: more warps waiting on the row's loads.
   int threads = 32;
-  while (threads < 1024 && int64_t{threads} * kNormMaxPerThread < n) threads *= 2;
+  while (threads < 1024 && int64_t{threads} * 4 < n) threads *= 2;
   add_rms_norm_kernel<<<static_cast<unsigned>(rows), threads, 0, stream>>>(
       x, add, weight, out, n, eps, q.values, q.scales);
 }
