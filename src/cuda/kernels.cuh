@@ -105,7 +105,7 @@ void gemv(const DeviceMatrix& w, const float* x, QuantizedActivations qx, int64_
 void to_f16(const float* x, int64_t n, void* out, cudaStream_t stream);
 
 // The longest row add_rms_norm takes.
-constexpr int64_t kMaxNormRow = 16384;
+constexpr int64_t kMaxNormRow = 8192;
 
 // If add: x += add. Then out = rms_norm(x) * weight, per row of n <= kMaxNormRow (rows of x and
 // out n apart).
