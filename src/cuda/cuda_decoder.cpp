@@ -32,6 +32,7 @@
 #include "kernels/matmul.h"
 #include "kernels/ops.h"
 #include "model/decoder.h"
+#include "model/layer_weights.h"
 #include "tensor/half.h"
 #include "util/error.h"
 
@@ -589,49 +590,13 @@ class CudaDecoder final : public Model {
   void load_weights(const gguf::GgufFile& file, const ModelOptions& options) {
     const ModelConfig& c = config_;
     DeviceWeightLoader w(file);
-    const int64_t q_dim = int64_t{c.n_heads} * c.head_dim, kv_dim = int64_t{c.n_kv_heads} * c.head_dim;
     token_embd_ = w.matrix("token_embd.weight", c.n_vocab, c.n_embd);
     output_norm_ = w.vector("output_norm.weight", c.n_embd);
     output_ = w.has("output.weight") ? w.matrix("output.weight", c.n_vocab, c.n_embd) : token_embd_;
     for (int i = 0; i < c.n_layers; ++i) {
-      const std::string p = "blk." + std::to_string(i) + ".";
       CudaLayer& layer = layers_.emplace_back();
-      layer.attn_norm = w.vector(p + "attn_norm.weight", c.n_embd);
-      if (spec_.fused_projections && w.has(p + "attn_qkv.weight")) {
-        const std::string qkv = p + "attn_qkv.weight";
-        const int64_t rows = q_dim + 2 * kv_dim;
-        layer.wq = w.matrix_rows(qkv, 0, q_dim, rows, c.n_embd);
-        layer.wk = w.matrix_rows(qkv, q_dim, kv_dim, rows, c.n_embd);
-        layer.wv = w.matrix_rows(qkv, q_dim + kv_dim, kv_dim, rows, c.n_embd);
-      } else {
-        layer.wq = w.matrix(p + "attn_q.weight", q_dim, c.n_embd);
-        layer.wk = w.matrix(p + "attn_k.weight", kv_dim, c.n_embd);
-        layer.wv = w.matrix(p + "attn_v.weight", kv_dim, c.n_embd);
-      }
-      layer.wo = w.matrix(p + "attn_output.weight", c.n_embd, q_dim);
-      layer.ffn_norm = w.vector(p + spec_.ffn_norm + ".weight", c.n_embd);
-      if (spec_.fused_projections && !w.has(p + "ffn_gate.weight")) {
-        const std::string up = p + "ffn_up.weight";
-        layer.w_gate = w.matrix_rows(up, 0, c.n_ff, 2 * int64_t{c.n_ff}, c.n_embd);
-        layer.w_up = w.matrix_rows(up, c.n_ff, c.n_ff, 2 * int64_t{c.n_ff}, c.n_embd);
-      } else {
-        layer.w_gate = w.matrix(p + "ffn_gate.weight", c.n_ff, c.n_embd);
-        layer.w_up = w.matrix(p + "ffn_up.weight", c.n_ff, c.n_embd);
-      }
-      layer.w_down = w.matrix(p + "ffn_down.weight", c.n_embd, c.n_ff);
-      layer.bq = w.optional_vector(p + "attn_q.bias", q_dim);
-      layer.bk = w.optional_vector(p + "attn_k.bias", kv_dim);
-      layer.bv = w.optional_vector(p + "attn_v.bias", kv_dim);
-      layer.bo = w.optional_vector(p + "attn_output.bias", c.n_embd);
-      if (spec_.qk_norms) {
-        layer.q_norm = w.vector(p + "attn_q_norm.weight", c.head_dim);
-        layer.k_norm = w.vector(p + "attn_k_norm.weight", c.head_dim);
-      }
-      if (spec_.post_norms) {
-        layer.post_attn_norm = w.vector(p + "post_attention_norm.weight", c.n_embd);
-        layer.post_ffn_norm = w.vector(p + "post_ffw_norm.weight", c.n_embd);
-      }
-      layer.sliding = !spec_.sliding_layers.empty() && spec_.sliding_layers[size_t(i)];
+      load_layer_attention(w, spec_, c, i, layer);
+      load_layer_dense_ffn(w, spec_, c, i, layer);
     }
     // RoPE: the CPU's tables (kernels::RopeTable), so rotations agree with it to the bit.
     std::vector<float> freq_factors;

@@ -13,6 +13,7 @@
 #include "kernels/attention.h"
 #include "kernels/matmul.h"
 #include "kernels/ops.h"
+#include "model/layer_weights.h"
 #include "model/weights.h"
 #include "util/error.h"
 #include "util/huge_pages.h"
@@ -86,55 +87,21 @@ class Decoder final : public Model {
     }
     if (spec_.moe) moe_config_ = MoeConfig::from_gguf(file, *spec_.moe, c.n_ff);
     WeightLoader w(file);
-    const int64_t q_dim = int64_t{c.n_heads} * c.head_dim;
-    const int64_t kv_dim = int64_t{c.n_kv_heads} * c.head_dim;
     // Looked up row by row; multiplied too when the output is tied to it.
     w.keep_rows("token_embd.weight", !w.has("output.weight"));
     token_embd_ = w.matrix("token_embd.weight", c.n_vocab, c.n_embd);
     output_norm_ = w.vector("output_norm.weight", c.n_embd);
     output_ = w.has("output.weight") ? w.matrix("output.weight", c.n_vocab, c.n_embd) : token_embd_;
     for (int i = 0; i < c.n_layers; ++i) {
-      const std::string p = "blk." + std::to_string(i) + ".";
       DecoderLayer& layer = layers_.emplace_back();
-      layer.attn_norm = w.vector(p + "attn_norm.weight", c.n_embd);
-      if (spec_.fused_projections && w.has(p + "attn_qkv.weight")) {
-        const std::string qkv = p + "attn_qkv.weight";  // rows [q; k; v]
-        const int64_t rows = q_dim + 2 * kv_dim;
-        layer.wq = w.matrix_rows(qkv, 0, q_dim, rows, c.n_embd);
-        layer.wk = w.matrix_rows(qkv, q_dim, kv_dim, rows, c.n_embd);
-        layer.wv = w.matrix_rows(qkv, q_dim + kv_dim, kv_dim, rows, c.n_embd);
-      } else {
-        layer.wq = w.matrix(p + "attn_q.weight", q_dim, c.n_embd);
-        layer.wk = w.matrix(p + "attn_k.weight", kv_dim, c.n_embd);
-        layer.wv = w.matrix(p + "attn_v.weight", kv_dim, c.n_embd);
-      }
-      layer.wo = w.matrix(p + "attn_output.weight", c.n_embd, q_dim);
-      layer.ffn_norm = w.vector(p + spec_.ffn_norm + ".weight", c.n_embd);
+      load_layer_attention(w, spec_, c, i, layer);
       if (moe_config_ && moe_config_->moe_layer(i)) {
-        layer.moe = load_moe_layer(w, p, *moe_config_, *spec_.moe, c.n_embd);
-      } else if (spec_.fused_projections && !w.has(p + "ffn_gate.weight")) {
-        const std::string up = p + "ffn_up.weight";  // rows [gate; up]
-        layer.w_gate = w.matrix_rows(up, 0, c.n_ff, 2 * int64_t{c.n_ff}, c.n_embd);
-        layer.w_up = w.matrix_rows(up, c.n_ff, c.n_ff, 2 * int64_t{c.n_ff}, c.n_embd);
+        layer.moe = load_moe_layer(w, layer_prefix(i), *moe_config_, *spec_.moe, c.n_embd);
       } else {
-        layer.w_gate = w.matrix(p + "ffn_gate.weight", c.n_ff, c.n_embd);
-        layer.w_up = w.matrix(p + "ffn_up.weight", c.n_ff, c.n_embd);
+        load_layer_dense_ffn(w, spec_, c, i, layer);
       }
-      if (!layer.moe) layer.w_down = w.matrix(p + "ffn_down.weight", c.n_embd, c.n_ff);
-      layer.bq = w.optional_vector(p + "attn_q.bias", q_dim);
-      layer.bk = w.optional_vector(p + "attn_k.bias", kv_dim);
-      layer.bv = w.optional_vector(p + "attn_v.bias", kv_dim);
-      layer.bo = w.optional_vector(p + "attn_output.bias", c.n_embd);
-      if (spec_.qk_norms) {
-        layer.q_norm = w.vector(p + "attn_q_norm.weight", c.head_dim);
-        layer.k_norm = w.vector(p + "attn_k_norm.weight", c.head_dim);
-      }
-      if (spec_.attention_sinks) layer.attn_sinks = w.vector(p + "attn_sinks.weight", c.n_heads);
-      if (spec_.post_norms) {
-        layer.post_attn_norm = w.vector(p + "post_attention_norm.weight", c.n_embd);
-        layer.post_ffn_norm = w.vector(p + "post_ffw_norm.weight", c.n_embd);
-      }
-      layer.sliding = !spec_.sliding_layers.empty() && spec_.sliding_layers[static_cast<size_t>(i)];
+      if (spec_.attention_sinks)
+        layer.attn_sinks = w.vector(layer_prefix(i) + "attn_sinks.weight", c.n_heads);
     }
     // Llama 3.1+ files carry their rope scaling as per-pair frequency divisors.
     const float* freq_factors =
