@@ -732,7 +732,7 @@ class CudaDecoder final : public Model {
     if (kc.key_type != DType::F16 || kc.value_type != DType::F16)
       fail("--device cuda keeps its KV cache in f16 (asked: keys {}, values {})",
            dtype_name(kc.key_type), dtype_name(kc.value_type));
-    if (kv_for_ == &cache && kv_blocks_ == group_blocks(cache)) return;
+    if (kv_for_ == &cache && same_blocks(cache)) return;
     kv_layout_ = {config_.n_kv_heads, config_.head_dim, cache.block_size(), 0};
     const size_t record = size_t(config_.n_kv_heads) * size_t(cache.block_size()) * config_.head_dim;
     kv_offsets_.assign(size_t(config_.n_layers), 0);
@@ -745,6 +745,14 @@ class CudaDecoder final : public Model {
     kv_memory_ = DeviceBuffer(halves * 2);
     kv_for_ = &cache;
     kv_blocks_ = group_blocks(cache);
+  }
+  // Whether the cache's groups still have the block counts the device blocks were made for
+  // (checked every step, so without allocating).
+  bool same_blocks(const kv::KvCache& cache) const {
+    if (cache.groups().size() != kv_blocks_.size()) return false;
+    for (size_t g = 0; g < kv_blocks_.size(); ++g)
+      if (cache.groups()[g].pool.num_blocks() != kv_blocks_[g]) return false;
+    return true;
   }
   static std::vector<int32_t> group_blocks(const kv::KvCache& cache) {
     std::vector<int32_t> blocks;
