@@ -1,5 +1,6 @@
 #include "generation_options.h"
 
+#include <algorithm>
 #include <cctype>
 #include <fstream>
 #include <sstream>
@@ -30,15 +31,24 @@ int ThreadOptions::count() const {
 
 void add_device_option(CLI::App& cmd, model::Device& device) {
   // llama.cpp's names too: "none" (no GPU) and "CUDA0" (its first CUDA device).
-  cmd.add_option("--device", device,
-                 "Where the model runs: cpu, or cuda (one NVIDIA GPU; llama.cpp's none and CUDA0 "
-                 "are taken too)")
-      ->transform(CLI::CheckedTransformer(
-          std::map<std::string, model::Device>{{"cpu", model::Device::kCpu},
-                                               {"none", model::Device::kCpu},
-                                               {"cuda", model::Device::kCuda},
-                                               {"cuda0", model::Device::kCuda}},
-          CLI::ignore_case));
+  cmd.add_option_function<std::string>(
+      "--device",
+      [&device](const std::string& value) {
+        std::string name = value;
+        std::transform(name.begin(), name.end(), name.begin(),
+                       [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+        if (name == "cpu" || name == "none") {
+          device = model::Device::kCpu;
+        } else if (name == "cuda" || name == "cuda0") {
+          device = model::Device::kCuda;
+        } else {
+          throw CLI::ValidationError("--device", "'" + value +
+                                                     "' is not a device: cpu, or cuda (one NVIDIA "
+                                                     "GPU; llama.cpp's none and CUDA0 are taken too)");
+        }
+      },
+      "Where the model runs: cpu, or cuda (one NVIDIA GPU; llama.cpp's none and CUDA0 are taken "
+      "too)");
 }
 
 void add_kv_type_options(CLI::App& cmd, DType& key_type, DType& value_type) {

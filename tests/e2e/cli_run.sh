@@ -55,4 +55,20 @@ code=$?
 set -e
 [[ $code == 1 ]]
 grep -q "unsupported JSON Schema keyword 'contains'" <<<"$err"
+# --device: llama.cpp's names are taken; an unknown device is refused by name. On a machine
+# without a CUDA device (or a build without CUDA) `--device cuda` is a one-line error, never a
+# crash; with one, the model runs there.
+"$inferd" run -m "$model" -p "Hi" -n 2 --device none --no-stats >/dev/null
+set +e
+err="$("$inferd" run -m "$model" -p "Hi" -n 2 --device gpu 2>&1 >/dev/null)"
+code=$?
+set -e
+[[ $code == 2 ]] && grep -q "'gpu' is not a device" <<<"$err"
+set +e
+err="$("$inferd" run -m "$model" -p "Hi" -n 2 --device cuda --no-stats 2>&1 >/dev/null)"
+code=$?
+set -e
+if ((code != 0)); then
+  [[ $code == 1 ]] && grep -Eq "no CUDA device is available|built without CUDA" <<<"$err"
+fi
 echo "run e2e ok"
