@@ -39,6 +39,7 @@
 namespace inferd::model {
 namespace {
 
+using cuda::check;
 using cuda::DeviceBuffer;
 using cuda::DeviceMatrix;
 using cuda::WeightType;
@@ -111,6 +112,13 @@ class DeviceWeightLoader {
   }
 
   const float* vector(const std::string& name, int64_t n) {
+    const std::vector<float> values = host_vector(name, n);
+    return static_cast<const float*>(keep(values.data(), values.size() * sizeof(float)));
+  }
+
+  // A vector's values on the host (what the device does not read: RoPE's frequency divisors,
+  // which go into the tables), taken as used like the others.
+  std::vector<float> host_vector(const std::string& name, int64_t n) {
     const gguf::TensorInfo& t = find(name);
     if (int64_t(t.num_elements()) != n)
       fail("{}: tensor '{}' has shape {}, expected {} values", file_.name(), name,
@@ -126,7 +134,7 @@ class DeviceWeightLoader {
       fail("{}: tensor '{}' is {}, expected F32, F16 or BF16", file_.name(), name,
            dtype_name(t.type));
     }
-    return static_cast<const float*>(keep(values.data(), values.size() * sizeof(float)));
+    return values;
   }
 
   const float* optional_vector(const std::string& name, int64_t n) {
@@ -277,7 +285,6 @@ class SectionProfile {
   }
 
  private:
-  static void check(cudaError_t status, const char* what) { cuda::check(status, what); }
   void record(int section) {
     if (used_ >= int(events_.size())) return;
     check(cudaEventRecord(events_[size_t(used_)], stream_), "recording a profile event");
@@ -498,14 +505,10 @@ class CudaDecoder final : public Model {
     const ModelConfig& c = config_;
     const int64_t T = batch.num_tokens(), block_size = cache.block_size();
     const size_t groups = cache.groups().size();
+    check_batch(batch, c.n_vocab, max_positions_);
     size_t table_entries = 0;
-    for (const BatchSequence& seq : batch.sequences) {
-      if (seq.token_begin < 0 || seq.token_end > T || seq.token_begin > seq.token_end ||
-          seq.block_tables == nullptr)
-        fail("batch sequence [{}, {}) of a {}-token batch has no tokens or no blocks",
-             seq.token_begin, seq.token_end, T);
+    for (const BatchSequence& seq : batch.sequences)
       for (size_t g = 0; g < groups; ++g) table_entries += (*seq.block_tables)[g].size();
-    }
     Step step;
     size_t offset = 0;
     const auto reserve = [&](size_t bytes) {
@@ -534,51 +537,34 @@ class CudaDecoder final : public Model {
     const auto at = [&]<typename T>(size_t off, T*) { return reinterpret_cast<T*>(base + off); };
     auto* tokens = at(step.tokens, static_cast<int32_t*>(nullptr));
     auto* positions = at(step.positions, static_cast<int32_t*>(nullptr));
-    for (int64_t t = 0; t < T; ++t) {
-      const int32_t token = batch.tokens[size_t(t)], pos = batch.positions[size_t(t)];
-      if (token < 0 || token >= c.n_vocab)
-        fail("token id {} is outside the vocabulary of {}", token, c.n_vocab);
-      if (pos < 0 || pos >= max_positions_)
-        fail("position {} is beyond the context of {}", pos, max_positions_);
-      tokens[t] = token;
-      positions[t] = pos;
-    }
+    std::copy(batch.tokens.begin(), batch.tokens.end(), tokens);
+    std::copy(batch.positions.begin(), batch.positions.end(), positions);
     std::copy(batch.logit_rows.begin(), batch.logit_rows.end(),
               at(step.logit_rows, static_cast<int32_t*>(nullptr)));
-    for (const int32_t r : batch.logit_rows)
-      if (r < 0 || r >= T) fail("logit row {} is not a batch token", r);
     std::copy(batch.hidden_rows.begin(), batch.hidden_rows.end(),
               at(step.hidden_rows, static_cast<int32_t*>(nullptr)));
-    for (const int32_t r : batch.hidden_rows)
-      if (r < 0 || r >= T) fail("hidden-state row {} is not a batch token", r);
+    step.keys_per_block = keys_per_block(T);
     for (size_t g = 0; g < groups; ++g) {
       auto* slots = at(step.slots[g], static_cast<int64_t*>(nullptr));
       auto* att = at(step.attention_tokens[g], static_cast<cuda::AttentionToken*>(nullptr));
       auto* tables = at(step.tables[g], static_cast<int32_t*>(nullptr));
       const int window = cache.groups()[g].window;
-      step.keys_per_block = keys_per_block(T);
       int32_t table_offset = 0;
-      int64_t covered = 0;
       int max_chunks = 0;
       for (const BatchSequence& seq : batch.sequences) {
         const std::vector<int32_t>& table = (*seq.block_tables)[g];
         std::copy(table.begin(), table.end(), tables + table_offset);
-        covered += seq.token_end - seq.token_begin;
         for (int64_t t = seq.token_begin; t < seq.token_end; ++t) {
           const int32_t pos = batch.positions[size_t(t)];
-          const auto i = static_cast<size_t>(pos / block_size);
           const int first = window > 0 ? std::max(0, pos - window + 1) : 0;
-          if (i >= table.size() || table[i] == kv::kNoBlock ||
-              table[size_t(first / block_size)] == kv::kNoBlock)
-            fail("no KV block for position {} in KV group {}", pos, g);
-          slots[t] = int64_t{table[i]} * block_size + pos % block_size;
+          kv_slot(table, first, block_size, g);  // the first key the query reads has a block
+          slots[t] = kv_slot(table, pos, block_size, g);
           att[t] = {pos, table_offset};
           max_chunks = std::max(max_chunks, (pos + 1 - first + step.keys_per_block - 1) /
                                                 step.keys_per_block);
         }
         table_offset += static_cast<int32_t>(table.size());
       }
-      if (covered != T) fail("batch sequences cover {} of its {} tokens", covered, T);
       if (cuda::attention_scratch_floats(T, c.n_heads, c.head_dim, max_chunks) > scratch_floats_)
         fail("{} tokens seeing {} chunks of keys are more than the attention scratch holds", T,
              max_chunks);
@@ -598,48 +584,20 @@ class CudaDecoder final : public Model {
       load_layer_attention(w, spec_, c, i, layer);
       load_layer_dense_ffn(w, spec_, c, i, layer);
     }
-    // RoPE: the CPU's tables (kernels::RopeTable), so rotations agree with it to the bit.
-    std::vector<float> freq_factors;
-    const auto read_host = [&](const std::string& name) {
-      const gguf::TensorInfo* t = file.find_tensor(name);
-      std::vector<float> v;
-      if (t != nullptr && t->type == DType::F32 && int64_t(t->num_elements()) == c.rope_dims / 2) {
-        const auto* f = reinterpret_cast<const float*>(t->data);
-        v.assign(f, f + c.rope_dims / 2);
-      } else if (t != nullptr) {
-        fail("{}: tensor '{}' is not {} F32 values", file.name(), name, c.rope_dims / 2);
-      }
-      return v;
-    };
+    // RoPE: the CPU's tables (model/decoder.h), so rotations agree with it to the bit.
     const int64_t max_context = options.max_context > 0 ? options.max_context : c.context_length;
-    if (spec_.rope_freq_factors && w.has("rope_freqs.weight")) {
-      (void)w.vector("rope_freqs.weight", c.rope_dims / 2);  // marks it used
-      freq_factors = read_host("rope_freqs.weight");
-    }
-    if (spec_.long_rope) {
-      const std::string a = c.architecture + ".rope.scaling.";
-      const int64_t original = file.get_int(a + "original_context_length").value_or(c.context_length);
-      const std::string name = max_context > original ? "rope_factors_long.weight"
-                                                      : "rope_factors_short.weight";
-      for (const char* n : {"rope_factors_long.weight", "rope_factors_short.weight"})
-        if (w.has(n)) (void)w.vector(n, c.rope_dims / 2);
-      freq_factors = read_host(name);
+    const std::string factors = rope_factor_tensor(file, spec_, c, max_context);
+    std::vector<float> freq_factors;
+    for (const std::string& name : rope_factor_tensors(spec_)) {
+      if (!w.has(name)) continue;
+      std::vector<float> f = w.host_vector(name, c.rope_dims / 2);
+      if (name == factors) freq_factors = std::move(f);
     }
     w.check_all_used();
     max_positions_ = max_context;
-    const kernels::RopeTable rope(max_context, c.rope_dims, c.rope_freq_base, c.rope_freq_scale,
-                                  freq_factors, c.rope_attn_factor, c.rope_yarn);
-    rope_ = upload_rope(rope);
-    const bool own_sliding_rope =
-        (spec_.sliding_rope_base > 0 && spec_.sliding_rope_base != c.rope_freq_base) ||
-        spec_.sliding_rope_scale != c.rope_freq_scale;
-    if (own_sliding_rope) {
-      const kernels::RopeTable sliding(
-          max_context, c.rope_dims,
-          spec_.sliding_rope_base > 0 ? spec_.sliding_rope_base : c.rope_freq_base,
-          spec_.sliding_rope_scale, {}, c.rope_attn_factor, c.rope_yarn);
-      rope_sliding_ = upload_rope(sliding);
-    }
+    const RopeTables tables = make_rope_tables(c, spec_, max_context, freq_factors);
+    rope_ = upload_rope(tables.full);
+    if (tables.own_sliding) rope_sliding_ = upload_rope(tables.sliding);
     weight_bytes_ = w.bytes();
     weights_ = w.take_buffers();
   }
@@ -911,7 +869,6 @@ class CudaDecoder final : public Model {
                          stream_);
   }
 
-  static void check(cudaError_t status, const char* what) { cuda::check(status, what); }
 
   ModelConfig config_;
   ArchSpec spec_;

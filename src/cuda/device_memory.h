@@ -17,16 +17,29 @@ inline void check(cudaError_t status, const char* what) {
     fail("CUDA: {} failed: {} ({})", what, cudaGetErrorName(status), cudaGetErrorString(status));
 }
 
-// One cudaMalloc'd allocation, freed with the object.
-class DeviceBuffer {
+// Where a CudaBuffer's memory comes from.
+struct DeviceMemory {  // the device's (cudaMalloc)
+  static cudaError_t allocate(void** p, size_t bytes) { return cudaMalloc(p, bytes); }
+  static void release(void* p) { cudaFree(p); }
+  static constexpr const char* kWhat = "allocating device memory";
+};
+struct PinnedHostMemory {  // page-locked host memory: steps' uploads, fast copies back
+  static cudaError_t allocate(void** p, size_t bytes) { return cudaMallocHost(p, bytes); }
+  static void release(void* p) { cudaFreeHost(p); }
+  static constexpr const char* kWhat = "allocating pinned host memory";
+};
+
+// One allocation, freed with the object.
+template <typename Memory>
+class CudaBuffer {
  public:
-  DeviceBuffer() = default;
-  explicit DeviceBuffer(size_t bytes) : bytes_(bytes) {
-    if (bytes > 0) check(cudaMalloc(&data_, bytes), "allocating device memory");
+  CudaBuffer() = default;
+  explicit CudaBuffer(size_t bytes) : bytes_(bytes) {
+    if (bytes > 0) check(Memory::allocate(&data_, bytes), Memory::kWhat);
   }
-  DeviceBuffer(DeviceBuffer&& other) noexcept
+  CudaBuffer(CudaBuffer&& other) noexcept
       : data_(std::exchange(other.data_, nullptr)), bytes_(std::exchange(other.bytes_, 0)) {}
-  DeviceBuffer& operator=(DeviceBuffer&& other) noexcept {
+  CudaBuffer& operator=(CudaBuffer&& other) noexcept {
     if (this != &other) {
       release();
       data_ = std::exchange(other.data_, nullptr);
@@ -34,9 +47,9 @@ class DeviceBuffer {
     }
     return *this;
   }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  ~DeviceBuffer() { release(); }
+  CudaBuffer(const CudaBuffer&) = delete;
+  CudaBuffer& operator=(const CudaBuffer&) = delete;
+  ~CudaBuffer() { release(); }
 
   template <typename T = void>
   T* get() const {
@@ -46,45 +59,15 @@ class DeviceBuffer {
 
  private:
   void release() {
-    if (data_ != nullptr) cudaFree(data_);
+    if (data_ != nullptr) Memory::release(data_);
     data_ = nullptr;
   }
   void* data_ = nullptr;
   size_t bytes_ = 0;
 };
 
-// Page-locked host memory: the staging area of each step's uploads and the logits' download.
-class PinnedBuffer {
- public:
-  PinnedBuffer() = default;
-  explicit PinnedBuffer(size_t bytes) : bytes_(bytes) {
-    if (bytes > 0) check(cudaMallocHost(&data_, bytes), "allocating pinned host memory");
-  }
-  PinnedBuffer(PinnedBuffer&& other) noexcept
-      : data_(std::exchange(other.data_, nullptr)), bytes_(std::exchange(other.bytes_, 0)) {}
-  PinnedBuffer& operator=(PinnedBuffer&& other) noexcept {
-    if (this != &other) {
-      if (data_ != nullptr) cudaFreeHost(data_);
-      data_ = std::exchange(other.data_, nullptr);
-      bytes_ = std::exchange(other.bytes_, 0);
-    }
-    return *this;
-  }
-  PinnedBuffer(const PinnedBuffer&) = delete;
-  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
-  ~PinnedBuffer() {
-    if (data_ != nullptr) cudaFreeHost(data_);
-  }
-  template <typename T = void>
-  T* get() const {
-    return static_cast<T*>(data_);
-  }
-  size_t bytes() const { return bytes_; }
-
- private:
-  void* data_ = nullptr;
-  size_t bytes_ = 0;
-};
+using DeviceBuffer = CudaBuffer<DeviceMemory>;
+using PinnedBuffer = CudaBuffer<PinnedHostMemory>;
 
 // Whether a CUDA device is present (false without a driver or a GPU, never an error).
 inline bool device_available() {

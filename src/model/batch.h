@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <limits>
 #include <span>
+#include <vector>
 
 #include "kv/kv_cache.h"
 
@@ -44,5 +45,15 @@ struct Batch {
 
   int64_t num_tokens() const { return static_cast<int64_t>(tokens.size()); }
 };
+
+// Checks a batch before any executor uses it: every sequence's token range lies in the batch
+// and has block tables, the sequences cover every token, token ids are in [0, n_vocab),
+// positions in [0, max_positions), and the logit and hidden-state rows are batch tokens. An
+// inferd::Error names the first problem.
+void check_batch(const Batch& batch, int n_vocab, int64_t max_positions);
+
+// The KV slot (block * block_size + offset) of position `pos` through one KV group's block
+// table; an inferd::Error when the table has no block there.
+int64_t kv_slot(const std::vector<int32_t>& table, int64_t pos, int64_t block_size, size_t group);
 
 }  // namespace inferd::model

@@ -103,37 +103,19 @@ class Decoder final : public Model {
       if (spec_.attention_sinks)
         layer.attn_sinks = w.vector(layer_prefix(i) + "attn_sinks.weight", c.n_heads);
     }
-    // Llama 3.1+ files carry their rope scaling as per-pair frequency divisors.
-    const float* freq_factors =
-        spec_.rope_freq_factors ? w.optional_vector("rope_freqs.weight", c.rope_dims / 2) : nullptr;
     const int64_t max_context = options.max_context > 0 ? options.max_context : c.context_length;
-    float rope_mscale = c.rope_attn_factor;  // llama.cpp's yarn_attn_factor (model/config.h)
-    if (spec_.long_rope) {
-      const std::string a = c.architecture + ".rope.scaling.";
-      const int64_t original =
-          file.get_int(a + "original_context_length").value_or(c.context_length);
-      const float* long_factors = w.optional_vector("rope_factors_long.weight", c.rope_dims / 2);
-      const float* short_factors = w.optional_vector("rope_factors_short.weight", c.rope_dims / 2);
-      freq_factors = max_context > original ? long_factors : short_factors;
+    const std::string factors = rope_factor_tensor(file, spec_, c, max_context);
+    const float* freq_factors = nullptr;
+    for (const std::string& name : rope_factor_tensors(spec_)) {
+      const float* f = w.optional_vector(name, c.rope_dims / 2);
+      if (name == factors) freq_factors = f;
     }
     w.check_all_used();
     weights_memory_ = w.memory();
-    rope_ = kernels::RopeTable(max_context, c.rope_dims, c.rope_freq_base, c.rope_freq_scale,
-                               freq_factors
-                                   ? std::span<const float>(freq_factors, size_t(c.rope_dims / 2))
-                                   : std::span<const float>(),
-                               rope_mscale, c.rope_yarn);
-    const bool own_sliding_rope =
-        (spec_.sliding_rope_base > 0 && spec_.sliding_rope_base != c.rope_freq_base) ||
-        spec_.sliding_rope_scale != c.rope_freq_scale;
-    if (own_sliding_rope) {
-      rope_sliding_ = kernels::RopeTable(
-          max_context, c.rope_dims,
-          spec_.sliding_rope_base > 0 ? spec_.sliding_rope_base : c.rope_freq_base,
-          spec_.sliding_rope_scale, {}, c.rope_attn_factor, c.rope_yarn);
-    }
-    for (DecoderLayer& layer : layers_)
-      layer.rope = layer.sliding && own_sliding_rope ? &rope_sliding_ : &rope_;
+    rope_ = make_rope_tables(c, spec_, max_context,
+                             freq_factors ? std::span<const float>(freq_factors, size_t(c.rope_dims / 2))
+                                          : std::span<const float>());
+    for (DecoderLayer& layer : layers_) layer.rope = &rope_.for_layer(layer.sliding);
     allocate_workspace();
   }
 
@@ -144,15 +126,10 @@ class Decoder final : public Model {
     const int64_t T = batch.num_tokens();
     if (T > max_tokens_)
       fail("batch of {} tokens exceeds the {} the model was sized for", T, max_tokens_);
+    check_batch(batch, c.n_vocab, rope_.full.max_positions());
     DecoderWorkspace& ws = ws_;
     for (int64_t t = 0; t < T; ++t) {
       const int32_t token = batch.tokens[static_cast<size_t>(t)];
-      if (token < 0 || token >= c.n_vocab)
-        fail("token id {} is outside the vocabulary of {}", token, c.n_vocab);
-      if (batch.positions[static_cast<size_t>(t)] >= rope_.max_positions()) {
-        fail("position {} is beyond the context of {}", batch.positions[static_cast<size_t>(t)],
-             rope_.max_positions());
-      }
       float* row = &ws.x[static_cast<size_t>(t * c.n_embd)];
       kernels::dequantize_row(token_embd_, token, row);
       if (spec_.scale_embedding)  // in float, as llama.cpp computes it
@@ -184,28 +161,17 @@ class Decoder final : public Model {
   }
 
   // The KV slot of every token in every group of the cache: block * block_size + offset.
+  // (check_batch has checked the sequences.)
   void place_tokens(const Batch& batch, const kv::KvCache& cache) {
-    const int64_t T = batch.num_tokens(), block_size = cache.block_size();
-    int64_t covered = 0;
     for (const BatchSequence& seq : batch.sequences) {
-      if (seq.token_begin < 0 || seq.token_end > T || seq.token_begin > seq.token_end ||
-          seq.block_tables == nullptr)
-        fail("batch sequence [{}, {}) of a {}-token batch has no tokens or no blocks",
-             seq.token_begin, seq.token_end, T);
-      covered += seq.token_end - seq.token_begin;
       for (size_t g = 0; g < cache.groups().size(); ++g) {
-        const std::vector<int32_t>& table = (*seq.block_tables)[g];
         for (int64_t t = seq.token_begin; t < seq.token_end; ++t) {
-          const int64_t pos = batch.positions[static_cast<size_t>(t)];
-          const auto i = static_cast<size_t>(pos / block_size);
-          if (i >= table.size() || table[i] == kv::kNoBlock)
-            fail("no KV block for position {} in KV group {}", pos, g);
           ws_.slots[g * static_cast<size_t>(max_tokens_) + static_cast<size_t>(t)] =
-              int64_t{table[i]} * block_size + pos % block_size;
+              kv_slot((*seq.block_tables)[g], batch.positions[static_cast<size_t>(t)],
+                      cache.block_size(), g);
         }
       }
     }
-    if (covered != T) fail("batch sequences cover {} of its {} tokens", covered, T);
   }
 
   // x[t] += proj[t]: the residual connection of the block that wrote ws.proj.
@@ -411,8 +377,6 @@ class Decoder final : public Model {
     const ModelConfig& c = config_;
     if (batch.hidden == nullptr) fail("batch asks for hidden states without a buffer for them");
     const auto R = static_cast<int64_t>(batch.hidden_rows.size());
-    for (const int32_t t : batch.hidden_rows)
-      if (t < 0 || t >= batch.num_tokens()) fail("hidden-state row {} is not a batch token", t);
     per_token(pool, R, [&](int64_t r) {
       final_hidden(batch.hidden_rows[static_cast<size_t>(r)], batch.hidden + r * c.n_embd);
     });
@@ -455,8 +419,7 @@ class Decoder final : public Model {
   std::shared_ptr<HugePageArena> weights_memory_;  // what the pointers above point into
   std::optional<MoeConfig> moe_config_;  // ArchSpec::moe's, as the file sets it
   std::unique_ptr<MoeBlock> moe_;        // the MoE layers' work buffers
-  kernels::RopeTable rope_;
-  kernels::RopeTable rope_sliding_;  // sliding layers' own RoPE (ArchSpec), when they have one
+  RopeTables rope_;
   DecoderWorkspace ws_;
 };
 
@@ -481,6 +444,43 @@ std::vector<bool> sliding_layer_pattern(const gguf::GgufFile& file, int n_layers
   for (int l = 0; l < n_layers; ++l)
     sliding[static_cast<size_t>(l)] = period == 0 || l % period < period - 1;
   return sliding;
+}
+
+std::vector<std::string> rope_factor_tensors(const ArchSpec& spec) {
+  std::vector<std::string> names;
+  if (spec.rope_freq_factors) names.emplace_back("rope_freqs.weight");
+  if (spec.long_rope) {
+    names.emplace_back("rope_factors_long.weight");
+    names.emplace_back("rope_factors_short.weight");
+  }
+  return names;
+}
+
+std::string rope_factor_tensor(const gguf::GgufFile& file, const ArchSpec& spec,
+                               const ModelConfig& c, int64_t max_context) {
+  if (spec.long_rope) {  // LongRoPE (Phi-3): the long factors beyond the original context
+    const std::string a = c.architecture + ".rope.scaling.";
+    const int64_t original = file.get_int(a + "original_context_length").value_or(c.context_length);
+    return max_context > original ? "rope_factors_long.weight" : "rope_factors_short.weight";
+  }
+  return spec.rope_freq_factors ? "rope_freqs.weight" : "";
+}
+
+RopeTables make_rope_tables(const ModelConfig& c, const ArchSpec& spec, int64_t max_context,
+                            std::span<const float> freq_factors) {
+  RopeTables tables;
+  // mscale: llama.cpp's yarn_attn_factor (model/config.h).
+  tables.full = kernels::RopeTable(max_context, c.rope_dims, c.rope_freq_base, c.rope_freq_scale,
+                                   freq_factors, c.rope_attn_factor, c.rope_yarn);
+  tables.own_sliding =
+      (spec.sliding_rope_base > 0 && spec.sliding_rope_base != c.rope_freq_base) ||
+      spec.sliding_rope_scale != c.rope_freq_scale;
+  if (tables.own_sliding) {
+    tables.sliding = kernels::RopeTable(
+        max_context, c.rope_dims, spec.sliding_rope_base > 0 ? spec.sliding_rope_base : c.rope_freq_base,
+        spec.sliding_rope_scale, {}, c.rope_attn_factor, c.rope_yarn);
+  }
+  return tables;
 }
 
 std::unique_ptr<Model> make_decoder(const gguf::GgufFile& file, const ModelOptions& options,

@@ -6,6 +6,7 @@
 
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -58,6 +59,29 @@ struct ArchSpec {
   // The name of the feed-forward's input norm (gpt-oss calls it post_attention_norm).
   std::string ffn_norm = "ffn_norm";
 };
+
+// The RoPE tables of a decoder: the model's own, and the sliding layers' when the ArchSpec gives
+// them another base or scale (Gemma 3).
+struct RopeTables {
+  kernels::RopeTable full;
+  kernels::RopeTable sliding;
+  bool own_sliding = false;
+  const kernels::RopeTable& for_layer(bool sliding_layer) const {
+    return sliding_layer && own_sliding ? sliding : full;
+  }
+};
+
+// The per-pair frequency-divisor tensors an ArchSpec takes (Llama 3.1+'s rope_freqs.weight;
+// LongRoPE's long and short factors): every one a file may carry, and the one that applies at
+// max_context ("" when the spec takes none). Each executor loads the former, so that none is
+// refused as unused, and rotates with the latter.
+std::vector<std::string> rope_factor_tensors(const ArchSpec& spec);
+std::string rope_factor_tensor(const gguf::GgufFile& file, const ArchSpec& spec,
+                               const ModelConfig& config, int64_t max_context);
+
+// The tables for positions [0, max_context), with the file's frequency divisors (empty: none).
+RopeTables make_rope_tables(const ModelConfig& config, const ArchSpec& spec, int64_t max_context,
+                            std::span<const float> freq_factors);
 
 // Which layers slide, as llama.cpp reads it: `<arch>.attention.sliding_window_pattern` as one
 // flag per layer, or as a period n (layer l slides unless l % n == n - 1; 0: all slide), or
