@@ -6,15 +6,19 @@
 //
 // Gemm cases run on 1 and 2 threads (wall-clock time). Counters: MAC/s for the matmuls
 // (multiply-adds of weights by activations), keys/s for attention (query rows x keys attended per
-// second).
+// second), tokens/s for Gated DeltaNet (one head's tokens through its state per second).
 #include <benchmark/benchmark.h>
 
+#include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "kernels/attention.h"
+#include "kernels/delta_net.h"
 #include "kernels/kernels.h"
 #include "kernels/matmul.h"
 #include "kernels/packed.h"
@@ -118,6 +122,48 @@ void BM_Attention(benchmark::State& state, const KernelTable* table, int layers)
                          benchmark::Counter::kIsIterationInvariantRate);
 }
 
+// n floats at a 64-byte boundary, zeroed.
+std::unique_ptr<float[], void (*)(void*)> aligned_floats(size_t n) {
+  const size_t bytes = (n * sizeof(float) + 63) / 64 * 64;
+  std::unique_ptr<float[], void (*)(void*)> p(static_cast<float*>(std::aligned_alloc(64, bytes)),
+                                              std::free);
+  std::memset(p.get(), 0, bytes);
+  return p;
+}
+
+// One Gated DeltaNet head (d = 128, Qwen3-Next's and Qwen3.5's) over n_tokens tokens, the state
+// carried from call to call (it stays in L2: 64 KiB), in the recurrent or the chunked form. The
+// buffers are 64-byte aligned, as a model's should be (rows that straddle cache lines cost about
+// 30% here).
+void BM_DeltaNet(benchmark::State& state, const KernelTable* table, bool chunked) {
+  const int d = 128;
+  const int64_t n = state.range(0);
+  const size_t size = static_cast<size_t>(n * d);
+  auto q = aligned_floats(size), k = aligned_floats(size), v = aligned_floats(size);
+  for (auto [x, seed] : {std::pair{q.get(), 1u}, std::pair{k.get(), 2u}, std::pair{v.get(), 3u}}) {
+    const auto values = random_floats(size, seed);
+    std::memcpy(x, values.data(), size * sizeof(float));
+  }
+  l2_norm_rows(q.get(), n, d, d, 1e-6f);
+  l2_norm_rows(k.get(), n, d, d, 1e-6f);
+  std::vector<float> g(static_cast<size_t>(n), -0.05f), beta(static_cast<size_t>(n), 0.5f);
+  auto s = aligned_floats(static_cast<size_t>(d * d)), out = aligned_floats(size);
+  auto scratch = aligned_floats(static_cast<size_t>(delta_net_chunked_scratch_floats(d)));
+  const float scale = 1.0f / std::sqrt(float(d));
+  for (auto _ : state) {
+    if (chunked) {
+      table->delta_net.chunked(s.get(), d, n, q.get(), k.get(), d, v.get(), d, g.data(),
+                               beta.data(), 1, scale, out.get(), d, scratch.get());
+    } else {
+      table->delta_net.recurrent(s.get(), d, n, q.get(), k.get(), d, v.get(), d, g.data(),
+                                 beta.data(), 1, scale, out.get(), d);
+    }
+    benchmark::DoNotOptimize(out.get());
+  }
+  state.counters["tokens/s"] =
+      benchmark::Counter(static_cast<double>(n), benchmark::Counter::kIsIterationInvariantRate);
+}
+
 void register_all() {
   for (const KernelTable* table : available_kernels()) {
     const std::string isa(table->isa);
@@ -173,6 +219,13 @@ void register_all() {
           ->Args({16, 256})
           ->Args({128, 128})
           ->Args({512, 512});
+    }
+    for (bool chunked : {false, true}) {
+      benchmark::RegisterBenchmark(
+          ("DeltaNet/" + isa + (chunked ? "/chunked" : "/recurrent") + "/d128").c_str(),
+          BM_DeltaNet, table, chunked)
+          ->ArgsProduct({{1, 16, 64, 512}})
+          ->ArgNames({"tokens"});
     }
   }
 }

@@ -308,6 +308,9 @@ class CudaDecoder final : public Model {
     if (!cuda::device_available()) fail("--device cuda: no CUDA device is available");
     if (spec_.moe) fail("{}: mixtures of experts do not run on CUDA yet", file.name());
     if (spec_.attention_sinks) fail("{}: attention sinks do not run on CUDA yet", file.name());
+    if (spec_.delta_net || spec_.gated_attention)
+      fail("{}: hybrid linear-attention models (Gated DeltaNet) do not run on CUDA yet",
+           file.name());
     config_.rope_mode = spec_.rope_mode;
     if (spec_.attention_scale <= 0)
       spec_.attention_scale = 1.0f / std::sqrt(static_cast<float>(config_.head_dim));

@@ -38,6 +38,10 @@ DraftModel::DraftModel(const std::string& path, const tokenizer::Vocab& target_v
   options.max_batch_tokens = max_batch_tokens;
   options.max_context = context;
   model_ = model::load_model(file_, options);
+  if (model_->has_recurrent_state())
+    fail("draft model {}: a hybrid (recurrent) model cannot draft yet: its state cannot be "
+         "rolled back after a rejected draft",
+         path);
   if (model_->config().n_vocab != target_vocab.size()) {
     fail("draft model {}: {} output rows for a vocabulary of {}", path, model_->config().n_vocab,
          target_vocab.size());

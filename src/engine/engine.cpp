@@ -140,11 +140,15 @@ int32_t Engine::fit_kv_blocks(int32_t wanted, int64_t blocks_per_seq) {
   constexpr int64_t kKvHeadroom = int64_t{1} << 30;
   // On a device the blocks take device memory: what the executor leaves for them (model.h).
   const int64_t device = model_->device_memory_for_kv();
-  const int64_t available = device >= 0 ? device + kKvHeadroom : available_memory_bytes();
+  int64_t available = device >= 0 ? device + kKvHeadroom : available_memory_bytes();
   if (available < 0) return wanted;
+  // A hybrid model's recurrent state slots come out of the same memory (one per sequence).
+  available -= model_->config().recurrent_state_floats * int64_t{sizeof(float)} * config_.max_seqs;
   kv::KvCacheConfig one = model_->kv_config(1, config_.block_size, config_.kv_key_type,
                                             config_.kv_value_type);
   one.num_sliding_blocks = one.sliding_layers.empty() ? 0 : 1;
+  one.state_floats = 0;  // counted above
+  one.num_state_slots = 0;
   const int64_t block_bytes = kv::KvCache(one).bytes();  // a block of every group
   const int64_t fit = std::max<int64_t>((available - kKvHeadroom) / std::max<int64_t>(block_bytes, 1),
                                         blocks_per_seq);
@@ -171,8 +175,11 @@ Engine::Engine(const gguf::GgufFile& file, const EngineConfig& config)
     fail("KV cache of {} blocks cannot hold one sequence of {} tokens ({} blocks of {})",
          config_.kv_blocks, config_.context, blocks_per_seq, config.block_size);
   }
+  // A hybrid model's sequences hold a state slot each, and a second one with speculative
+  // decoding: the state before a verification, restored when a draft is rejected.
+  const int32_t state_slots = config.max_seqs * (config.spec.enabled() ? 2 : 1);
   kv::KvCacheConfig kv = model_->kv_config(config_.kv_blocks, config.block_size, config.kv_key_type,
-                                           config.kv_value_type);
+                                           config.kv_value_type, state_slots);
   if (config.swa_full) kv.sliding_layers.clear();
   if (!kv.sliding_layers.empty()) {
     // A running sequence holds at most the blocks of its window plus one step's tokens (the
@@ -185,7 +192,12 @@ Engine::Engine(const gguf::GgufFile& file, const EngineConfig& config)
         static_cast<int32_t>(std::min<int64_t>(config_.kv_blocks, per_seq * config.max_seqs));
   }
   cache_ = std::make_unique<kv::KvCache>(kv);
-  if (config.prefix_caching) {
+  if (model_->has_recurrent_state()) {
+    // A hybrid model's state after a prefix is not in its KV blocks: until state snapshots are
+    // kept with the cached blocks, a prefix hit could not be resumed, so the cache is off.
+    config_.prefix_caching = false;
+  }
+  if (config_.prefix_caching) {
     prefix_cache_ =
         std::make_unique<kv::PrefixCache>(cache_->groups(), config.block_size, blocks_per_seq + 1);
   }
@@ -220,6 +232,12 @@ Engine::Engine(const gguf::GgufFile& file, const EngineConfig& config)
                                    size_t group, int32_t from, int32_t to) {
     model->copy_kv_block(*cache, group, from, to);
   });
+  if (cache_->has_state()) {
+    scheduler_->set_state_pool(
+        cache_->state_pool(),
+        [cache = cache_.get()](int32_t from, int32_t to) { cache->copy_state(from, to); },
+        config.spec.enabled());
+  }
 }
 
 void Engine::check_beam_request(const Request& request) const {
@@ -384,6 +402,7 @@ void Engine::step() {
     active.was_scheduled = true;
   }
   const auto started = Clock::now();
+  checkpoint_recurrent_states();
   start_grammar_masks();
   try {
     runner_->run(scheduled_);
@@ -418,7 +437,7 @@ void Engine::step() {
     if (active.beams) {
       observe_beam(active, seq, runner_->logits_for(i));
     } else if (seq.num_draft > 0) {
-      verify_drafts(active, i);
+      verify_drafts(active, i, first_position);
     } else {
       if (!active.choices.empty()) fork_choices(active, runner_->logits_for(i));
       const int32_t token = process_output(active, runner_->logits_for(i));
@@ -852,7 +871,15 @@ void Engine::advance_beams(Active& active) {
 
 namespace inferd::engine {
 
-void Engine::verify_drafts(Active& active, size_t scheduled_index) {
+void Engine::checkpoint_recurrent_states() {
+  if (!cache_->has_state()) return;
+  for (const ScheduledSequence& s : scheduled_) {
+    if (s.seq->num_draft > 0 && s.seq->checkpoint_slot >= 0)
+      cache_->copy_state(s.seq->state_slot, s.seq->checkpoint_slot);
+  }
+}
+
+void Engine::verify_drafts(Active& active, size_t scheduled_index, int64_t first_position) {
   Sequence& seq = active.seq;
   const int64_t drafted = seq.num_draft;
   const int32_t rows = runner_->num_logit_rows(scheduled_index);
@@ -870,6 +897,12 @@ void Engine::verify_drafts(Active& active, size_t scheduled_index) {
   }
   // K/V are valid up to the last kept token, which is not computed yet.
   if (!active.done) seq.num_computed = std::min(computed, seq.num_tokens() - 1);
+  // A hybrid model's state has gone through every draft: after a rejected one it goes back to
+  // the step's start, and the kept tokens are computed again with the next step's.
+  if (!active.done && accepted < drafted && seq.checkpoint_slot >= 0) {
+    cache_->copy_state(seq.checkpoint_slot, seq.state_slot);
+    seq.num_computed = first_position;
+  }
   spec_stats_.num_drafts += 1;
   spec_stats_.num_draft_tokens += drafted;
   spec_stats_.num_accepted_tokens += accepted;
@@ -981,7 +1014,12 @@ double Engine::draft_row_cost() const {
 
 int64_t Engine::propose_drafts(Active& active, int64_t budget, int64_t other_rows) {
   Sequence& seq = active.seq;
-  if (seq.num_draft > 0 || seq.num_uncomputed() != 1 || seq.num_generated() == 0) return 0;
+  // One token to compute, or with a hybrid model after a rejected draft the kept ones again
+  // (verify_drafts): drafts then follow them in the same step.
+  const bool catching_up = seq.checkpoint_slot >= 0 && seq.num_computed >= seq.num_prompt_tokens &&
+                           seq.num_uncomputed() <= 1 + SpecDecodeStats::kMaxPositions;
+  if (seq.num_draft > 0 || (seq.num_uncomputed() != 1 && !catching_up) || seq.num_generated() == 0)
+    return 0;
   // Drafts past max_tokens or the context would be thrown away.
   const int64_t room =
       std::min(seq.request.max_tokens - seq.num_generated(), config_.context - seq.num_tokens()) -

@@ -77,6 +77,7 @@ class Engine {
   // Whether the default KV pool was cut to fit the machine's available memory (config().kv_blocks
   // says how many blocks it has).
   bool kv_blocks_capped() const { return kv_blocks_capped_; }
+  int64_t num_preemptions() const { return scheduler_->num_preemptions(); }
   const kv::KvCache& kv_cache() const { return *cache_; }
   size_t num_running() const { return scheduler_->num_running(); }
   size_t num_waiting() const { return scheduler_->num_waiting(); }
@@ -113,7 +114,11 @@ class Engine {
   int32_t process_output(Active& active, std::span<float> logits);
   // A sequence that ran with draft tokens: keeps those the model's sampling agrees with and the
   // token it sampled where they part, and moves num_computed back over the rejected ones.
-  void verify_drafts(Active& active, size_t scheduled_index);
+  // first_position: the sequence's num_computed before this step.
+  void verify_drafts(Active& active, size_t scheduled_index, int64_t first_position);
+  // Hybrid models: the state of every sequence about to verify drafts, kept in its checkpoint
+  // slot.
+  void checkpoint_recurrent_states();
   // Appends up to `budget` draft tokens to a decoding sequence, as many as pay in a step that
   // has `other_rows` rows besides this sequence's; returns how many.
   int64_t propose_drafts(Active& active, int64_t budget, int64_t other_rows);

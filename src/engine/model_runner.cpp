@@ -47,7 +47,7 @@ void ModelRunner::run(std::span<const ScheduledSequence> scheduled) {
     if (t + static_cast<size_t>(end - begin) > tokens_.size())
       fail("model runner: step exceeds the token budget");
     sequences_[entries++] = {static_cast<int64_t>(t), static_cast<int64_t>(t) + (end - begin),
-                             &seq.block_tables};
+                             &seq.block_tables, seq.state_slot};
     const int64_t first_logit = seq.num_tokens() - 1 - seq.num_draft;
     if (seq.request.embed) {
       // A prompt alone: one entry per step, so its rows are consecutive and in position order.
@@ -79,7 +79,8 @@ void ModelRunner::run(std::span<const ScheduledSequence> scheduled) {
   };
   // int8 rows first, then the long prompts' rows, so each matmul splits the batch in two; a
   // sequence recomputed after preemption may give one entry to each side (its KV is written for
-  // every row of a layer before attention reads it, so the order of entries does not matter).
+  // every row of a layer before attention reads it, so the order of entries does not matter; a
+  // hybrid model's recurrent layers sort a sequence's entries by position themselves).
   for (size_t i = 0; i < scheduled.size(); ++i) {
     const int64_t begin = scheduled[i].seq->num_computed;
     const int64_t end = begin + scheduled[i].num_new_tokens;

@@ -35,6 +35,7 @@ PerplexityResult perplexity(model::Model& model, ThreadPool& pool, std::span<con
   kv::KvCache cache(
       model.kv_config(blocks, block_size, options.kv_key_type, options.kv_value_type));
   const kv::BlockTables tables = cache.allocate_sequence(n_ctx);
+  const int32_t state_slot = cache.allocate_state();  // hybrid models; -1 otherwise
 
   const int64_t first = n_ctx / 2;
   const int64_t n_batch = std::min(options.n_batch, n_ctx);
@@ -58,7 +59,7 @@ PerplexityResult perplexity(model::Model& model, ThreadPool& pool, std::span<con
         positions[static_cast<size_t>(i)] = static_cast<int32_t>(pos);
         if (pos >= first && pos < n_ctx - 1) rows[num_rows++] = static_cast<int32_t>(i);
       }
-      model::BatchSequence seq{0, count, &tables};
+      model::BatchSequence seq{0, count, &tables, state_slot};  // position 0 resets the state
       model::Batch batch{{chunk.data() + start, static_cast<size_t>(count)},
                          {positions.data(), static_cast<size_t>(count)},
                          {&seq, 1},

@@ -1,6 +1,7 @@
 #include "engine/scheduler.h"
 
 #include <algorithm>
+#include <optional>
 
 #include "util/error.h"
 
@@ -57,6 +58,18 @@ bool Scheduler::shares_a_running_prefill(const Sequence& seq, int64_t cached) co
 
 void Scheduler::free_blocks(Sequence& seq) {
   kv::release_blocks(groups_, seq.block_tables);
+  for (int32_t* slot : {&seq.state_slot, &seq.checkpoint_slot}) {
+    if (*slot >= 0) state_pool_->release(*slot);
+    *slot = -1;
+  }
+}
+
+bool Scheduler::take_state_slot(Sequence& seq) {
+  if (state_pool_ == nullptr || seq.state_slot >= 0) return true;
+  if (state_pool_->num_free() < (state_checkpoints_ ? 2 : 1)) return false;
+  seq.state_slot = *state_pool_->allocate();
+  if (state_checkpoints_) seq.checkpoint_slot = *state_pool_->allocate();
+  return true;
 }
 
 void Scheduler::preempt(Sequence& seq) {
@@ -64,6 +77,7 @@ void Scheduler::preempt(Sequence& seq) {
   seq.drop_drafts();     // recomputed tokens must be real ones
   seq.num_computed = 0;  // recomputed from scratch (prompt + what was generated so far)
   seq.num_preemptions += 1;
+  num_preemptions_ += 1;
   seq.status = SequenceStatus::kWaiting;
   waiting_.push_front(&seq);
 }
@@ -112,7 +126,7 @@ void Scheduler::schedule(std::vector<ScheduledSequence>& out) {
       }
     }
     const int64_t n = std::min(seq.num_uncomputed(), budget);
-    if (!reserve_blocks(seq, n)) {  // FCFS: later arrivals do not overtake
+    if (!reserve_blocks(seq, n) || !take_state_slot(seq)) {  // FCFS: no overtaking
       free_blocks(seq);             // the cached blocks it took wait in the free list again
       seq.num_computed = 0;
       break;
@@ -163,6 +177,11 @@ bool Scheduler::fork(Sequence& parent, Sequence& child) {
     const std::vector<int32_t>& from = parent.block_tables[g];
     if (std::ssize(from) < blocks) fail("scheduler: sequence {} lacks blocks", parent.id);
     if (partial && groups_[g].pool.num_free() < 1) return wait();
+  }
+  if (state_pool_ != nullptr) {  // the child goes on from the parent's recurrent state
+    if (parent.state_slot < 0) fail("scheduler: running sequence {} has no state slot", parent.id);
+    if (!copy_state_ || !take_state_slot(child)) return wait();
+    copy_state_(parent.state_slot, child.state_slot);
   }
   for (size_t g = 0; g < groups_.size(); ++g) {
     const std::vector<int32_t>& from = parent.block_tables[g];

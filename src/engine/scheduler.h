@@ -49,6 +49,18 @@ class Scheduler {
   // Copies a block's K/V within a group (the KV cache's copy_block); needed by fork().
   using BlockCopier = std::function<void(size_t group, int32_t from, int32_t to)>;
   void set_block_copier(BlockCopier copier) { copy_block_ = std::move(copier); }
+  // Hybrid models: every running sequence also holds a recurrent state slot from `pool` (the KV
+  // cache's state_pool(), which must outlive the scheduler); a waiting sequence is admitted
+  // only when one is free as well as its blocks, gives it back when preempted (it is
+  // recomputed from position 0, which starts from a zero state) or finished, and a fork copies
+  // its parent's state with `copier`.
+  // With `checkpoints` (speculative decoding), each sequence holds a second slot besides.
+  using StateCopier = std::function<void(int32_t from, int32_t to)>;
+  void set_state_pool(kv::BlockPool* pool, StateCopier copier, bool checkpoints = false) {
+    state_pool_ = pool;
+    copy_state_ = std::move(copier);
+    state_checkpoints_ = checkpoints;
+  }
   // Makes `child` a copy of `parent` (tokens, progress, prefix hashes) that shares its blocks:
   // every full block gains an owner, the partly filled last block (which both would write
   // next) is copied into a fresh one. The child takes one of the parent's slots and runs
@@ -57,6 +69,8 @@ class Scheduler {
   bool fork(Sequence& parent, Sequence& child);
 
   size_t num_waiting() const { return waiting_.size(); }
+  // Preemptions since start (vLLM's num_preemptions_total).
+  int64_t num_preemptions() const { return num_preemptions_; }
   size_t num_running() const { return running_.size(); }
   bool idle() const { return waiting_.empty() && running_.empty(); }
   const SchedulerConfig& config() const { return config_; }
@@ -79,8 +93,14 @@ class Scheduler {
   std::span<kv::KvGroup> groups_;
   kv::PrefixCache* prefix_cache_;
   BlockCopier copy_block_;
+  kv::BlockPool* state_pool_ = nullptr;
+  StateCopier copy_state_;
+  bool state_checkpoints_ = false;
+  // A state slot for `seq` (hybrid models), true when it has one now or needs none.
+  bool take_state_slot(Sequence& seq);
   std::deque<Sequence*> waiting_;
   std::vector<Sequence*> running_;  // in admission order: the last one is the newest
+  int64_t num_preemptions_ = 0;
 };
 
 }  // namespace inferd::engine

@@ -23,6 +23,12 @@ struct Sequence {
   int64_t num_prompt_tokens = 0;
   int64_t num_computed = 0;      // tokens whose K/V are in the cache
   kv::BlockTables block_tables;  // per KV group: block of positions [i * bs, (i + 1) * bs)
+  // Hybrid models: the KV cache's recurrent state slot, holding the state after num_computed
+  // tokens; -1 while it holds none (waiting, or a model without recurrent layers).
+  int32_t state_slot = -1;
+  // With speculative decoding on a hybrid model: a second slot holding the state at the start
+  // of the step that verifies drafts, restored when one is rejected (engine.cpp).
+  int32_t checkpoint_slot = -1;
   int num_preemptions = 0;
   kv::PrefixState prefix;          // its blocks' hashes for the prefix cache
   int64_t num_cached_tokens = -1;  // prompt tokens found in the prefix cache at first admission

@@ -5,17 +5,20 @@
 #include "kernels/kernels.h"
 #include "kernels/read_stream.h"
 #include "kernels/ref/attention_ref.h"
+#include "kernels/ref/delta_net_ref.h"
 #include "kernels/ref/gemm_ref.h"
 #include "kernels/ref/quant_k_ref.h"
 #include "kernels/ref/quant_ref.h"
 #include "kernels/x86_amx/gemm_amx.h"
 #include "kernels/x86_amx/gemm_amx_bf16.h"
 #include "kernels/x86_avx2/attention_avx2.h"
+#include "kernels/x86_avx2/delta_net_avx2.h"
 #include "kernels/x86_avx2/gemm_avx2.h"
 #include "kernels/x86_avx2/ops_avx2.h"
 #include "kernels/x86_avx2/quant_avx2.h"
 #include "kernels/x86_avx512/attention_avx512.h"
 #include "kernels/x86_avx512/bf16_avx512.h"
+#include "kernels/x86_avx512/delta_net_avx512.h"
 #include "kernels/x86_avx512/gemm_avx512.h"
 #include "kernels/x86_avx512/ops_avx512.h"
 #include "util/error.h"
@@ -107,6 +110,7 @@ const KernelTable& reference_kernels() {
     t.mask_logits = ref::mask_logits;
     t.read_stream = ref::read_stream;
     t.packed = ref::packed_kernels();
+    t.delta_net = ref::delta_net_kernels();
     return t;
   }();
   return table;
@@ -134,6 +138,7 @@ static const KernelTable& avx2_kernels() {
     t.read_stream = avx2::read_stream;
     t.f16.quantize_activation = avx2::quantize_row_f16;
     t.packed = avx2::packed_kernels();
+    t.delta_net = avx2::delta_net_kernels();
     return t;
   }();
   return table;
@@ -151,6 +156,7 @@ static const KernelTable& avx512_kernels() {
     t.argmax = avx512::argmax;
     t.mask_logits = avx512::mask_logits;
     t.read_stream = avx512::read_stream;
+    t.delta_net = avx512::delta_net_kernels();
     t.bf16.quantize_activation = avx512::quantize_row_bf16;
     if (cpu_features().avx512bf16) t.bf16.dot = avx512::dot_bf16_bf16;
     return t;

@@ -7,6 +7,7 @@
 #include <string_view>
 #include <vector>
 
+#include "kernels/delta_net.h"
 #include "kernels/packed.h"
 #include "tensor/dtype.h"
 
@@ -132,6 +133,8 @@ struct KernelTable {
   // (kernels/read_stream.h): the inner loop of the memory-bandwidth probe.
   uint64_t (*read_stream)(const uint8_t* p, size_t bytes) = nullptr;
   PackedKernels packed;
+  // Gated DeltaNet's recurrence (kernels/delta_net.h).
+  DeltaNetKernels delta_net;
 
   // Kernels for a weight type; nullptr when the type has no matmul support yet.
   const WeightKernels* for_weight(DType type) const;

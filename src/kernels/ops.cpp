@@ -9,9 +9,8 @@
 
 namespace inferd::kernels {
 
-void rms_norm(const float* x, const float* weight, float* out, int64_t n, float eps) {
-  // ggml accumulates the squares in double too. Eight partial sums: a single chain of
-  // dependent additions would cost a few cycles per value.
+double sum_of_squares(const float* x, int64_t n) {
+  // Eight partial sums: a single chain of dependent additions would cost a few cycles per value.
   constexpr int kLanes = 8;
   double partial[kLanes] = {};
   int64_t i = 0;
@@ -21,6 +20,11 @@ void rms_norm(const float* x, const float* weight, float* out, int64_t n, float 
   double sum = 0;
   for (double p : partial) sum += p;
   for (; i < n; ++i) sum += double(x[i]) * x[i];
+  return sum;
+}
+
+void rms_norm(const float* x, const float* weight, float* out, int64_t n, float eps) {
+  const double sum = sum_of_squares(x, n);  // ggml accumulates the squares in double too
   const float scale = 1.0f / std::sqrt(static_cast<float>(sum / double(n)) + eps);
   for (int64_t i = 0; i < n; ++i) out[i] = x[i] * scale * weight[i];
 }

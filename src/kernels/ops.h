@@ -8,6 +8,9 @@
 
 namespace inferd::kernels {
 
+// sum(x[i]^2) for i < n, accumulated in double.
+double sum_of_squares(const float* x, int64_t n);
+
 // out = x / sqrt(mean(x^2) + eps) * weight, over one row of n. `out` may alias `x`.
 void rms_norm(const float* x, const float* weight, float* out, int64_t n, float eps);
 

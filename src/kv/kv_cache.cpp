@@ -72,6 +72,11 @@ KvCache::KvCache(const KvCacheConfig& config) : config_(config) {
     fail("KV cache: q8_0 needs a head size that is a multiple of {}, this model's is {}", kQ8Group,
          config.head_dim);
   }
+  const bool stateless_flags = !config.stateless_layers.empty();
+  if (stateless_flags && std::ssize(config.stateless_layers) != config.n_layers)
+    fail("KV cache: {} stateless-layer flags for {} layers", config.stateless_layers.size(),
+         config.n_layers);
+  const auto stateless = [&](int l) { return stateless_flags && config.stateless_layers[size_t(l)]; };
   const bool flagged = !config.sliding_layers.empty();
   if (flagged && std::ssize(config.sliding_layers) != config.n_layers)
     fail("KV cache: {} sliding-window flags for {} layers", config.sliding_layers.size(),
@@ -87,7 +92,7 @@ KvCache::KvCache(const KvCacheConfig& config) : config_(config) {
   groups_.reserve(kMaxKvGroups);
   for (const bool sliding : {false, true}) {
     for (int l = 0; l < config.n_layers; ++l) {
-      if (slides(l) != sliding) continue;
+      if (stateless(l) || slides(l) != sliding) continue;
       const int32_t blocks =
           sliding && config.num_sliding_blocks > 0 ? config.num_sliding_blocks : config.num_blocks;
       group_of_kind[sliding] = static_cast<int>(groups_.size());
@@ -96,9 +101,25 @@ KvCache::KvCache(const KvCacheConfig& config) : config_(config) {
     }
   }
   for (int l = 0; l < config.n_layers; ++l) {
-    const int g = group_of_kind[slides(l)];
+    const int g = stateless(l) ? -1 : group_of_kind[slides(l)];
     layer_group_.push_back(g);
-    layer_index_.push_back(groups_[static_cast<size_t>(g)].n_layers++);
+    layer_index_.push_back(g < 0 ? -1 : groups_[static_cast<size_t>(g)].n_layers++);
+  }
+  if (groups_.empty()) fail("KV cache: every layer is stateless; a hybrid model needs attention layers");
+  if (config.state_floats < 0 || config.num_state_slots < 0 ||
+      (config.state_floats > 0) != (config.num_state_slots > 0))
+    fail("KV cache: {} recurrent state slots of {} floats", config.num_state_slots,
+         config.state_floats);
+  if (config.state_floats > 0) {
+    state_pool_.emplace(config.num_state_slots);
+    try {
+      state_ = state_memory_.allocate_array<float>(static_cast<size_t>(config.state_floats) *
+                                                   static_cast<size_t>(config.num_state_slots));
+    } catch (const Error&) {
+      fail("KV cache: cannot allocate {} MiB for {} recurrent state slots", state_bytes() >> 20,
+           config.num_state_slots);
+    }
+    state_memory_.prefault();
   }
   const size_t heads = static_cast<size_t>(config.n_kv_heads);
   for (size_t g = 0; g < groups_.size(); ++g) {
@@ -162,6 +183,23 @@ BlockTables KvCache::allocate_sequence(int64_t n_positions) {
     for (int64_t b = 0; b < blocks; ++b) tables[g].push_back(*groups_[g].pool.allocate());
   }
   return tables;
+}
+
+void KvCache::check_state_slot(int32_t slot) const {
+  if (!state_pool_ || slot < 0 || slot >= config_.num_state_slots)
+    fail("KV cache: no recurrent state slot {} ({} slots)", slot, config_.num_state_slots);
+}
+
+void KvCache::copy_state(int32_t from, int32_t to) {
+  const float* source = state(from);
+  std::copy_n(source, config_.state_floats, state(to));
+}
+
+int32_t KvCache::allocate_state() {
+  if (!state_pool_) return -1;
+  const std::optional<int32_t> slot = state_pool_->allocate();
+  if (!slot) fail("KV cache: all {} recurrent state slots are taken", config_.num_state_slots);
+  return *slot;
 }
 
 void KvCache::copy_block(size_t group, int32_t from, int32_t to) {

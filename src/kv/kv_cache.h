@@ -20,6 +20,7 @@
 #include <array>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -79,6 +80,14 @@ struct KvCacheConfig {
   // false: no K/V storage here, only the groups' pools (a device executor keeps the blocks,
   // model/model.h); write, copy_block and the block accessors must not be called.
   bool host_storage = true;
+  // Layers that keep no K/V (the recurrent layers of a hybrid model, model/gated_delta_net.h):
+  // one flag per layer, empty: none. They belong to no group.
+  std::vector<bool> stateless_layers = {};
+  // The fixed-size recurrent state of a hybrid model's sequences: num_state_slots slots of
+  // state_floats floats each (every recurrent layer's convolution and delta-rule state), one per
+  // running sequence; 0: the model has none.
+  int64_t state_floats = 0;
+  int32_t num_state_slots = 0;
 };
 
 class KvCache {
@@ -94,7 +103,27 @@ class KvCache {
 
   std::span<KvGroup> groups() { return groups_; }
   std::span<const KvGroup> groups() const { return groups_; }
+  // The KV group of a layer; -1 for a stateless layer (KvCacheConfig::stateless_layers).
   int group_of(int layer) const { return layer_group_[static_cast<size_t>(layer)]; }
+
+  // The recurrent state slots (KvCacheConfig::state_floats): their ids come from state_pool(),
+  // one per running sequence, like blocks; state(slot) is its state_floats floats.
+  bool has_state() const { return state_pool_.has_value(); }
+  BlockPool* state_pool() { return state_pool_ ? &*state_pool_ : nullptr; }
+  const BlockPool* state_pool() const { return state_pool_ ? &*state_pool_ : nullptr; }
+  float* state(int32_t slot) {
+    check_state_slot(slot);
+    return state_.data() + static_cast<size_t>(slot) * static_cast<size_t>(config_.state_floats);
+  }
+  // Copies a slot's whole state to another (a forked sequence continues from its parent's).
+  void copy_state(int32_t from, int32_t to);
+  // Bytes of all state slots.
+  int64_t state_bytes() const {
+    return config_.state_floats * config_.num_state_slots * int64_t{sizeof(float)};
+  }
+  // A state slot for callers that run one sequence outside the scheduler (perplexity, tests), or
+  // -1 when the model has no recurrent state; fails when every slot is taken.
+  int32_t allocate_state();
   // Bytes of all blocks, and of the blocks in use, over every group.
   int64_t bytes() const;
   int64_t used_bytes() const;
@@ -166,6 +195,7 @@ class KvCache {
     return static_cast<size_t>(config_.block_size) * config_.head_dim;
   }
   size_t record_bytes(DType type) const;
+  void check_state_slot(int32_t slot) const;
 
   // Zeroed huge-page mappings (util/huge_pages.h): the pages are committed lazily, so a large
   // cache costs nothing until its blocks are first written, and never-written slots read as 0.
@@ -180,6 +210,9 @@ class KvCache {
   std::vector<int> layer_group_;  // [n_layers] its group
   std::vector<int> layer_index_;  // [n_layers] its index among the group's layers
   size_t key_block_bytes_ = 0, value_block_bytes_ = 0;  // one record, 64-byte multiples
+  std::optional<BlockPool> state_pool_;  // when the model has a recurrent state
+  std::span<float> state_;  // [num_state_slots, state_floats]
+  HugePageArena state_memory_;  // holds state_
 };
 
 }  // namespace inferd::kv

@@ -23,6 +23,10 @@ struct BatchSequence {
   int64_t token_end = 0;
   // Blocks of positions 0.. of this sequence per KV group; the batch's tokens must have blocks.
   const kv::BlockTables* block_tables = nullptr;
+  // Hybrid models: the KV cache's recurrent state slot of this sequence (kv/kv_cache.h), holding
+  // its state after the tokens before token_begin. A sequence whose first token here is at
+  // position 0 starts from a zero state whatever the slot held.
+  int32_t state_slot = -1;
 };
 
 struct Batch {

@@ -52,6 +52,13 @@ ModelConfig ModelConfig::from_gguf(const gguf::GgufFile& file) {
   c.name = file.get_string("general.name").value_or(c.architecture);
   const std::string a = c.architecture + ".";
   c.n_layers = positive_int(file, a + "block_count");
+  // Multi-token-prediction layers follow the trunk's in the file; the forward pass runs the
+  // trunk only (an architecture that reads them says so at load).
+  c.n_nextn_layers = static_cast<int>(file.get_int(a + "nextn_predict_layers").value_or(0));
+  if (c.n_nextn_layers < 0 || c.n_nextn_layers >= c.n_layers)
+    fail("{}: '{}nextn_predict_layers' = {} for {} blocks", file.name(), a, c.n_nextn_layers,
+         c.n_layers);
+  c.n_layers -= c.n_nextn_layers;
   c.n_embd = positive_int(file, a + "embedding_length");
   c.n_ff = positive_int(file, a + "feed_forward_length");
   c.n_heads = positive_int(file, a + "attention.head_count");

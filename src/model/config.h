@@ -16,7 +16,8 @@ enum class RopeMode { kNormal, kNeox };
 struct ModelConfig {
   std::string architecture;
   std::string name;
-  int n_layers = 0;
+  int n_layers = 0;  // the trunk's: `block_count` less the multi-token-prediction layers
+  int n_nextn_layers = 0;  // `nextn_predict_layers`: MTP blocks after the trunk's
   int n_embd = 0;  // hidden size
   int n_ff = 0;    // feed-forward size
   int n_heads = 0;
@@ -40,6 +41,11 @@ struct ModelConfig {
   // a query at position p sees keys p - sliding_window + 1 .. p only.
   int sliding_window = 0;
   std::vector<bool> sliding_layers;
+  // Hybrid models (model/gated_delta_net.h), set by the architecture: the recurrent layers
+  // (one flag per layer, empty: none), which keep no K/V, and the floats of one sequence's
+  // recurrent state over all of them.
+  std::vector<bool> recurrent_layers;
+  int64_t recurrent_state_floats = 0;
 
   // Reads the common `<arch>.*` keys; an absent required key or an inconsistent shape
   // (heads not dividing the hidden size, kv heads not dividing heads) is an inferd::Error.

@@ -10,6 +10,8 @@
 #include <span>
 #include <vector>
 
+#include <fmt/core.h>
+
 #include "kernels/attention.h"
 #include "kernels/matmul.h"
 #include "kernels/ops.h"
@@ -45,6 +47,8 @@ struct DecoderLayer {
   const float* post_ffn_norm = nullptr;
   const float* attn_sinks = nullptr;  // [n_heads] ArchSpec::attention_sinks
   std::optional<MoeLayer> moe;  // experts instead of w_gate/w_up/w_down (ArchSpec::moe)
+  // Gated DeltaNet instead of attention (ArchSpec::delta_net, a recurrent layer): wq..wo unset.
+  std::optional<DeltaNetLayer> delta_net;
   bool sliding = false;         // attends over a window of recent keys only
   const kernels::RopeTable* rope = nullptr;  // the model's table for this layer
 };
@@ -55,6 +59,8 @@ struct DecoderWorkspace {
   std::span<float> x;        // [T, n_embd] residual stream
   std::span<float> h;        // [T, n_embd] normed input of a sub-layer
   std::span<float> q;        // [T, n_heads * head_dim]
+  std::span<float> q_gated;  // [T, n_heads * 2 * head_dim] ArchSpec::gated_attention: per head q, gate
+  std::span<float> attn_gate;  // [T, n_heads * head_dim] the gates, then their sigmoid
   std::span<float> k;        // [T, n_kv_heads * head_dim]
   std::span<float> v;        // [T, n_kv_heads * head_dim]
   std::span<float> attn;     // [T, n_heads * head_dim]
@@ -86,6 +92,10 @@ class Decoder final : public Model {
       config_.sliding_layers = spec_.sliding_layers;
     }
     if (spec_.moe) moe_config_ = MoeConfig::from_gguf(file, *spec_.moe, c.n_ff);
+    if (spec_.delta_net) {
+      delta_config_ = DeltaNetConfig::from_gguf(file, c.n_layers, c.rms_eps);
+      config_.recurrent_layers = delta_config_->recurrent_layers;
+    }
     WeightLoader w(file);
     // Looked up row by row; multiplied too when the output is tied to it.
     w.keep_rows("token_embd.weight", !w.has("output.weight"));
@@ -94,7 +104,16 @@ class Decoder final : public Model {
     output_ = w.has("output.weight") ? w.matrix("output.weight", c.n_vocab, c.n_embd) : token_embd_;
     for (int i = 0; i < c.n_layers; ++i) {
       DecoderLayer& layer = layers_.emplace_back();
-      load_layer_attention(w, spec_, c, i, layer);
+      if (delta_config_ && delta_config_->recurrent_layers[static_cast<size_t>(i)]) {
+        const std::string p = layer_prefix(i);
+        layer.attn_norm = w.vector(p + "attn_norm.weight", c.n_embd);
+        layer.ffn_norm = w.vector(p + spec_.ffn_norm + ".weight", c.n_embd);
+        layer.delta_net = load_delta_net_layer(w, p, *delta_config_, *spec_.delta_net, c.n_embd);
+        layer.delta_net->state_offset = config_.recurrent_state_floats;
+        config_.recurrent_state_floats += delta_config_->layer_state_floats();
+      } else {
+        load_layer_attention(w, spec_, c, i, layer);
+      }
       if (moe_config_ && moe_config_->moe_layer(i)) {
         layer.moe = load_moe_layer(w, layer_prefix(i), *moe_config_, *spec_.moe, c.n_embd);
       } else {
@@ -103,12 +122,19 @@ class Decoder final : public Model {
       if (spec_.attention_sinks)
         layer.attn_sinks = w.vector(layer_prefix(i) + "attn_sinks.weight", c.n_heads);
     }
+    if (spec_.keeps_nextn_layers && c.n_nextn_layers > 0) load_nextn_layers(file, w);
     const int64_t max_context = options.max_context > 0 ? options.max_context : c.context_length;
     const std::string factors = rope_factor_tensor(file, spec_, c, max_context);
     const float* freq_factors = nullptr;
     for (const std::string& name : rope_factor_tensors(spec_)) {
       const float* f = w.optional_vector(name, c.rope_dims / 2);
       if (name == factors) freq_factors = f;
+    }
+    std::vector<float> mrope_divisors;
+    if (spec_.interleaved_mrope) {
+      if (freq_factors != nullptr) fail("{}: M-RoPE with frequency factors is not implemented", file.name());
+      mrope_divisors = interleaved_mrope_text_divisors(file, c.rope_dims);
+      if (!mrope_divisors.empty()) freq_factors = mrope_divisors.data();
     }
     w.check_all_used();
     weights_memory_ = w.memory();
@@ -136,6 +162,7 @@ class Decoder final : public Model {
         kernels::scale_inplace(row, std::sqrt(static_cast<float>(c.n_embd)), c.n_embd);
     }
     place_tokens(batch, cache);
+    if (delta_) delta_->begin_batch(batch, cache);
     if (batch.routing_margins != nullptr)
       std::fill_n(batch.routing_margins, T, std::numeric_limits<float>::infinity());
     // Each block leaves its output in ws.proj; the residual add happens in the next block's
@@ -188,6 +215,10 @@ class Decoder final : public Model {
     ws_.x = floats(T * c.n_embd);
     ws_.h = floats(T * c.n_embd);
     ws_.q = floats(T * q_dim);
+    if (spec_.gated_attention) {
+      ws_.q_gated = floats(T * 2 * q_dim);
+      ws_.attn_gate = floats(T * q_dim);
+    }
     ws_.k = floats(T * kv_dim);
     ws_.v = floats(T * kv_dim);
     ws_.attn = floats(T * q_dim);
@@ -199,6 +230,8 @@ class Decoder final : public Model {
       ws_.up = floats(T * c.n_ff);
     }
     if (moe_config_) moe_ = std::make_unique<MoeBlock>(*moe_config_, c.n_embd, max_tokens_);
+    if (delta_config_)
+      delta_ = std::make_unique<DeltaNetBlock>(*delta_config_, *spec_.delta_net, c.n_embd, max_tokens_);
     ws_.last = floats(T * c.n_embd);
     ws_.slots = ws_.memory.allocate_array<int64_t>(kv::kMaxKvGroups * T);
     ws_.scratch.reserve(max_tokens_,
@@ -218,13 +251,20 @@ class Decoder final : public Model {
       kernels::rms_norm(&ws.x[t * c.n_embd], layer.attn_norm, &ws.h[t * c.n_embd], c.n_embd,
                         c.rms_eps);
     });
-    const kernels::MatmulTarget qkv[] = {{&layer.wq, ws.q.data()},   // q: [T, q_dim]
-                                         {&layer.wk, ws.k.data()},   // k: [T, kv_dim]
-                                         {&layer.wv, ws.v.data()}};  // v: [T, kv_dim]
+    if (layer.delta_net) {  // a recurrent layer: the state slot instead of K/V
+      delta_->forward(*layer.delta_net, batch, ws.h.data(), cache, ws.proj.data(), pool,
+                      batch.bf16_rows_begin);
+      return;
+    }
+    const kernels::MatmulTarget qkv[] = {
+        {&layer.wq, spec_.gated_attention ? ws.q_gated.data() : ws.q.data()},  // [T, q_dim] (x2)
+        {&layer.wk, ws.k.data()},                                              // k: [T, kv_dim]
+        {&layer.wv, ws.v.data()}};                                             // v: [T, kv_dim]
     kernels::matmul_many(qkv, ws.h.data(), T, ws.scratch, pool, kernels::active_kernels(),
                          batch.bf16_rows_begin);
     const int64_t* slots = &ws.slots[static_cast<size_t>(cache.group_of(l) * max_tokens_)];
     per_token(pool, T, [&](int64_t t) {  // every token writes its own KV slot
+      if (spec_.gated_attention) split_query_and_gate(t);
       if (layer.bq) kernels::add_inplace(&ws.q[t * q_dim], layer.bq, q_dim);
       if (layer.bk) kernels::add_inplace(&ws.k[t * kv_dim], layer.bk, kv_dim);
       if (layer.bv) kernels::add_inplace(&ws.v[t * kv_dim], layer.bv, kv_dim);
@@ -250,6 +290,13 @@ class Decoder final : public Model {
                                         spec_.attention_softcap,
                                         layer.attn_sinks};
     attend_all(batch, cache, l, shape, pool);
+    if (spec_.gated_attention) {
+      per_token(pool, T, [&](int64_t t) {
+        float* out = &ws.attn[t * q_dim];
+        const float* gate = &ws.attn_gate[t * q_dim];
+        for (int64_t i = 0; i < q_dim; ++i) out[i] *= 1.0f / (1.0f + std::exp(-gate[i]));
+      });
+    }
     kernels::matmul(layer.wo, ws.attn.data(), T, ws.proj.data(), ws.scratch, pool,  // [T, n_embd]
                     kernels::active_kernels(), batch.bf16_rows_begin);
     if (layer.bo || layer.post_attn_norm) {
@@ -260,6 +307,75 @@ class Decoder final : public Model {
           kernels::rms_norm(out, layer.post_attn_norm, out, c.n_embd, c.rms_eps);
       });
     }
+  }
+
+  // Token t's gated query projection [n_heads][query head_dim, gate head_dim] into ws.q and
+  // ws.attn_gate, [n_heads * head_dim] each.
+  void split_query_and_gate(int64_t t) {
+    const int64_t hd = config_.head_dim, q_dim = int64_t{config_.n_heads} * hd;
+    const float* both = &ws_.q_gated[t * 2 * q_dim];
+    for (int h = 0; h < config_.n_heads; ++h) {
+      std::copy_n(both + 2 * h * hd, hd, &ws_.q[t * q_dim + h * hd]);
+      std::copy_n(both + 2 * h * hd + hd, hd, &ws_.attn_gate[t * q_dim + h * hd]);
+    }
+  }
+
+  // Loads the multi-token-prediction blocks after the trunk (ModelConfig::n_nextn_layers) as
+  // they are, kept for the MTP drafter; the forward pass does not run them yet.
+  void load_nextn_layers(const gguf::GgufFile& file, WeightLoader& w) {
+    const ModelConfig& c = config_;
+    for (int l = c.n_layers; l < c.n_layers + c.n_nextn_layers; ++l) {
+      const std::string p = layer_prefix(l);
+      for (const gguf::TensorInfo& t : file.tensors()) {
+        if (!t.name.starts_with(p)) continue;
+        if (t.shape.size() == 1) {
+          nextn_vectors_.push_back(w.vector(t.name, int64_t(t.shape[0])));
+        } else if (t.shape.size() == 2) {
+          nextn_matrices_.push_back(w.matrix(t.name, int64_t(t.shape[1]), int64_t(t.shape[0])));
+        } else {
+          fail("{}: multi-token-prediction tensor '{}' has shape {}", file.name(), t.name,
+               t.shape_string());
+        }
+      }
+    }
+    // Said once, at load, where a user reads the server's start-up lines.
+    fmt::print(stderr,
+               "[inferd] {}: {} multi-token-prediction layer(s) loaded and kept; they are not "
+               "run until MTP drafting is implemented (the trunk's output is unchanged)\n",
+               file.name(), c.n_nextn_layers);
+  }
+
+  // Interleaved M-RoPE for text (ArchSpec::interleaved_mrope): a frequency divisor per rotated
+  // pair, 1 for pairs on the first three position axes and +inf (no rotation: the fourth axis
+  // holds 0 for text) for the others, as ggml's imrope assigns the axes; empty when every pair
+  // rotates or the file has no sections.
+  static std::vector<float> interleaved_mrope_text_divisors(const gguf::GgufFile& file,
+                                                            int rope_dims) {
+    const std::string key = file.architecture() + ".rope.dimension_sections";
+    const gguf::Array* array = file.get_array(key);
+    if (array == nullptr) return {};
+    int sections[4] = {0, 0, 0, 0};
+    for (size_t i = 0; i < std::min<size_t>(4, array->items.size()); ++i) {
+      const std::optional<int64_t> v = array->items[i].as_int();
+      if (!v || *v < 0) fail("{}: '{}' holds a value that is not a size", file.name(), key);
+      sections[i] = static_cast<int>(*v);
+    }
+    const int total = sections[0] + sections[1] + sections[2] + sections[3];
+    if (total <= 0 || total > rope_dims / 2)
+      fail("{}: '{}' sums to {} for {} rotated pairs", file.name(), key, total, rope_dims / 2);
+    std::vector<float> divisors(static_cast<size_t>(rope_dims / 2), 1.0f);
+    bool any_fixed = false;
+    for (int pair = 0; pair < rope_dims / 2; ++pair) {
+      const int sector = pair % total;
+      const bool text_axis = (sector % 3 == 0 && sector < 3 * sections[0]) ||
+                             (sector % 3 == 1 && sector < 3 * sections[1]) ||
+                             (sector % 3 == 2 && sector < 3 * sections[2]);
+      if (!text_axis) {
+        divisors[static_cast<size_t>(pair)] = std::numeric_limits<float>::infinity();
+        any_fixed = true;
+      }
+    }
+    return any_fixed ? divisors : std::vector<float>{};
   }
 
   // RMSNorm of each of n_heads vectors of head_dim in x, in place, with one weight vector.
@@ -419,6 +535,10 @@ class Decoder final : public Model {
   std::shared_ptr<HugePageArena> weights_memory_;  // what the pointers above point into
   std::optional<MoeConfig> moe_config_;  // ArchSpec::moe's, as the file sets it
   std::unique_ptr<MoeBlock> moe_;        // the MoE layers' work buffers
+  std::optional<DeltaNetConfig> delta_config_;  // ArchSpec::delta_net's, as the file sets it
+  std::unique_ptr<DeltaNetBlock> delta_;         // the recurrent layers' work buffers
+  std::vector<kernels::WeightMatrix> nextn_matrices_;  // ArchSpec::keeps_nextn_layers
+  std::vector<const float*> nextn_vectors_;
   RopeTables rope_;
   DecoderWorkspace ws_;
 };

@@ -13,6 +13,7 @@
 #include "gguf/gguf.h"
 #include "model/config.h"
 #include "model/model.h"
+#include "model/gated_delta_net.h"
 #include "model/moe.h"
 
 namespace inferd::model {
@@ -58,6 +59,20 @@ struct ArchSpec {
   std::optional<MoeSpec> moe;
   // The name of the feed-forward's input norm (gpt-oss calls it post_attention_norm).
   std::string ffn_norm = "ffn_norm";
+  // Gated attention (Qwen3.5, Qwen3-Next): attn_q has 2 x n_heads x head_dim rows, each head's
+  // query then its gate, and each head's attention output is multiplied by sigmoid(gate)
+  // before attn_output.
+  bool gated_attention = false;
+  // Hybrid models: Gated DeltaNet (model/gated_delta_net.h) instead of attention on the layers
+  // the file marks recurrent; they keep a state per sequence instead of K/V.
+  std::optional<DeltaNetSpec> delta_net;
+  // Interleaved M-RoPE (Qwen3.5): `rope.dimension_sections` give each rotated pair a position
+  // axis; text tokens carry their position on the first three axes and 0 on the fourth, so the
+  // pairs of the fourth do not rotate.
+  bool interleaved_mrope = false;
+  // Multi-token-prediction blocks after the trunk (`nextn_predict_layers`) are loaded and kept
+  // for the MTP drafter; without this a file that has them is refused by name.
+  bool keeps_nextn_layers = false;
 };
 
 // The RoPE tables of a decoder: the model's own, and the sliding layers' when the ArchSpec gives

@@ -33,7 +33,8 @@ void load_layer_attention(Loader& w, const ArchSpec& spec, const ModelConfig& c,
     layer.wk = w.matrix_rows(qkv, q_dim, kv_dim, rows, c.n_embd);
     layer.wv = w.matrix_rows(qkv, q_dim + kv_dim, kv_dim, rows, c.n_embd);
   } else {
-    layer.wq = w.matrix(p + "attn_q.weight", q_dim, c.n_embd);
+    // Gated attention: each head's query rows, then its gate rows (ArchSpec::gated_attention).
+    layer.wq = w.matrix(p + "attn_q.weight", spec.gated_attention ? 2 * q_dim : q_dim, c.n_embd);
     layer.wk = w.matrix(p + "attn_k.weight", kv_dim, c.n_embd);
     layer.wv = w.matrix(p + "attn_v.weight", kv_dim, c.n_embd);
   }

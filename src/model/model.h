@@ -39,14 +39,30 @@ class Model {
     cache.copy_block(group, from, to);
   }
   // A KV cache shape that fits this model, its sliding-window layers in a group of their own
-  // with as many blocks as the full-attention group (callers may give it fewer).
+  // with as many blocks as the full-attention group (callers may give it fewer), and for a
+  // hybrid model a recurrent state slot for each of `max_sequences` sequences at once.
   kv::KvCacheConfig kv_config(int32_t num_blocks, int block_size = 16, DType key_type = DType::F16,
-                              DType value_type = DType::F16) const {
+                              DType value_type = DType::F16, int32_t max_sequences = 1) const {
     const ModelConfig& c = config();
-    return {c.n_layers, c.n_kv_heads,     c.head_dim,       block_size, num_blocks,
-            key_type,   value_type,       c.sliding_layers, c.sliding_window, num_blocks,
-            !kv_on_device()};
+    const bool recurrent = c.recurrent_state_floats > 0;
+    return {c.n_layers,
+            c.n_kv_heads,
+            c.head_dim,
+            block_size,
+            num_blocks,
+            key_type,
+            value_type,
+            c.sliding_layers,
+            c.sliding_window,
+            num_blocks,
+            !kv_on_device(),
+            c.recurrent_layers,
+            c.recurrent_state_floats,
+            recurrent ? max_sequences : 0};
   }
+  // Whether sequences carry a recurrent state (a hybrid model): it must be in a state slot
+  // (BatchSequence::state_slot), and it cannot be rebuilt from cached KV blocks.
+  bool has_recurrent_state() const { return config().recurrent_state_floats > 0; }
 };
 
 }  // namespace inferd::model

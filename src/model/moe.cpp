@@ -149,9 +149,9 @@ MoeLayer load_moe_layer(const WeightLoader& w, const std::string& p, const MoeCo
   }
   if (spec.biases) {
     m.router_bias = w.vector(p + "ffn_gate_inp.bias", E);
-    m.gate_bias = w.expert_vectors(p + "ffn_gate_exps.bias", E, F);
-    m.up_bias = w.expert_vectors(p + "ffn_up_exps.bias", E, F);
-    m.down_bias = w.expert_vectors(p + "ffn_down_exps.bias", E, n_embd);
+    m.gate_bias = w.f32_rows(p + "ffn_gate_exps.bias", E, F);
+    m.up_bias = w.f32_rows(p + "ffn_up_exps.bias", E, F);
+    m.down_bias = w.f32_rows(p + "ffn_down_exps.bias", E, n_embd);
   }
   if (c.n_ff_shared > 0) {
     m.shared_gate = w.matrix(p + "ffn_gate_shexp.weight", c.n_ff_shared, n_embd);

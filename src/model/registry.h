@@ -25,5 +25,8 @@ std::unique_ptr<Model> make_gpt_oss(const gguf::GgufFile& file, const ModelOptio
 std::unique_ptr<Model> make_qwen2moe(const gguf::GgufFile& file, const ModelOptions& options);
 std::unique_ptr<Model> make_qwen3moe(const gguf::GgufFile& file, const ModelOptions& options);
 std::unique_ptr<Model> make_phi3(const gguf::GgufFile& file, const ModelOptions& options);
+std::unique_ptr<Model> make_qwen35(const gguf::GgufFile& file, const ModelOptions& options);
+std::unique_ptr<Model> make_qwen35moe(const gguf::GgufFile& file, const ModelOptions& options);
+std::unique_ptr<Model> make_qwen3next(const gguf::GgufFile& file, const ModelOptions& options);
 
 }  // namespace inferd::model

@@ -101,12 +101,12 @@ std::vector<kernels::WeightMatrix> WeightLoader::expert_matrices(const std::stri
   return experts;
 }
 
-const float* WeightLoader::expert_vectors(const std::string& name, int64_t n_experts,
-                                          int64_t n) const {
+const float* WeightLoader::f32_rows(const std::string& name, int64_t rows,
+                                    int64_t n) const {
   const gguf::TensorInfo& t = find(name);
-  if (t.shape.size() != 2 || t.shape[0] != uint64_t(n) || t.shape[1] != uint64_t(n_experts)) {
+  if (t.shape.size() != 2 || t.shape[0] != uint64_t(n) || t.shape[1] != uint64_t(rows)) {
     fail("{}: tensor '{}' has shape {}, expected [{}, {}]", file_.name(), name, t.shape_string(), n,
-         n_experts);
+         rows);
   }
   if (t.type != DType::F32) {
     fail("{}: tensor '{}' has type {}, expected F32", file_.name(), name, dtype_name(t.type));

@@ -44,8 +44,9 @@ class WeightLoader {
   std::vector<kernels::WeightMatrix> expert_matrices(const std::string& name, int64_t n_experts,
                                                      int64_t row_begin, int64_t rows,
                                                      int64_t rows_per_expert, int64_t cols) const;
-  // An F32 [n_experts, n] table (GGUF [n, n_experts]): the experts' biases, row e for expert e.
-  const float* expert_vectors(const std::string& name, int64_t n_experts, int64_t n) const;
+  // An F32 [rows, n] table (GGUF [n, rows]): the experts' biases (row e for expert e), a
+  // convolution's taps (row c for channel c).
+  const float* f32_rows(const std::string& name, int64_t rows, int64_t n) const;
   // An F32 vector of n values (norm weights).
   const float* vector(const std::string& name, int64_t n) const;
   // The same for a tensor that a file may leave out (biases): nullptr when absent.

@@ -180,6 +180,33 @@ TEST_F(DecodeAllocTest, MixtureOfExpertsDecodeAllocatesNothing) {
   EXPECT_EQ(allocations_in_decode(e, {a, b}), 0);
 }
 
+// A hybrid model's recurrent layers decode in the buffers and state slots sized at start-up,
+// with n-gram speculation (its state checkpoints and rollbacks) too. The random-weight
+// Qwen3.5-MoE of tests/golden/architectures; skipped without it.
+TEST_F(DecodeAllocTest, HybridDecodeAllocatesNothing) {
+  const std::string path = cache_dir() + "/golden-models/qwen35moe-seed7.Q8_0.gguf";
+  if (!std::filesystem::exists(path))
+    GTEST_SKIP() << path << " is absent (tests/golden/architectures/make-golden --models-only)";
+  const auto hybrid_file = gguf::GgufFile::open(path);
+  for (const bool speculative : {false, true}) {
+    engine::EngineConfig config;
+    config.threads = 2;
+    config.context = 2048;
+    config.max_seqs = 4;
+    config.max_batched_tokens = 256;
+    if (speculative) {
+      config.spec.method = engine::SpecMethod::kNgram;
+      config.spec.prompt_lookup_min = 1;
+    }
+    engine::Engine e(hybrid_file, config);
+    sampling::SamplingParams greedy;
+    greedy.temperature = 0;
+    auto a = submit(e, "Write a long story about a lighthouse keeper.", greedy);
+    auto b = submit(e, "List the rivers of Europe.", greedy);
+    EXPECT_EQ(allocations_in_decode(e, {a, b}), 0) << (speculative ? "with drafts" : "");
+  }
+}
+
 TEST_F(DecodeAllocTest, GreedyDecodeAllocatesNothing) {
   auto e = make_engine();
   sampling::SamplingParams greedy;

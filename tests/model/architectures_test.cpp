@@ -36,11 +36,22 @@ class ArchitectureTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(ArchitectureTest, NextTokenDistributionMatchesLlamaCpp) {
   const std::string name = GetParam();
-  const nlohmann::json golden = load_json("tests/golden/architectures/" + name + ".json");
-  const nlohmann::json golden_fa = load_json("tests/golden/architectures/" + name + "-fa-on.json");
-  ASSERT_FALSE(golden.is_null()) << "missing tests/golden/architectures/" << name << ".json";
-  ASSERT_FALSE(golden_fa.is_null()) << "missing the flash-attention run of " << name;
-  const std::string path = cache_dir() + "/golden-models/" + golden["model"].get<std::string>();
+  // The hybrid families' F16 files are checked against llama.cpp's F32 run of the same weights
+  // (make-golden's HYBRID_TYPES): in F16 llama.cpp rounds the activations of every product to
+  // fp16 and the recurrent state carries that rounding through the whole sequence, while
+  // inferd's F16 path rounds nothing, so llama.cpp's F32 run is what it must equal.
+  const bool recurrent = name.starts_with("qwen35") || name.starts_with("qwen3next");
+  const bool f16_against_f32 = recurrent && name.ends_with(".F16");
+  const std::string golden_name =
+      f16_against_f32 ? name.substr(0, name.size() - 3) + "F32" : name;
+  const nlohmann::json golden = load_json("tests/golden/architectures/" + golden_name + ".json");
+  const nlohmann::json golden_fa =
+      load_json("tests/golden/architectures/" + golden_name + "-fa-on.json");
+  ASSERT_FALSE(golden.is_null()) << "missing tests/golden/architectures/" << golden_name << ".json";
+  ASSERT_FALSE(golden_fa.is_null()) << "missing the flash-attention run of " << golden_name;
+  std::string model_name = golden["model"].get<std::string>();
+  if (f16_against_f32) model_name.replace(model_name.rfind(".F32."), 5, ".F16.");
+  const std::string path = cache_dir() + "/golden-models/" + model_name;
   if (!std::filesystem::exists(path))
     GTEST_SKIP() << path << " is absent (tests/golden/architectures/make-golden --models-only)";
   const auto file = gguf::GgufFile::open(path);
@@ -88,8 +99,26 @@ TEST_P(ArchitectureTest, NextTokenDistributionMatchesLlamaCpp) {
         ++same_top1;
       } else {
         const float gap = lp[static_cast<size_t>(best)] - lp[static_cast<size_t>(theirs)];
-        EXPECT_LT(gap, self_max) << name << ": top-1 " << best << " vs llama.cpp's " << theirs
-                                 << " at position " << p << " is not a near-tie";
+        // A hybrid mixture of experts carries every earlier token's expert choice in its
+        // state, and one near-tie there, decided differently by the two engines' roundings,
+        // moves later positions by more than llama.cpp's own spread. There the two answers
+        // differ in rounding, not in method: inferd's must then be as near to the unquantized
+        // model's as llama.cpp's is (summed over llama.cpp's top 10), or nearer.
+        if (gap >= self_max && recurrent && f16_model) {
+          double ours_off = 0, theirs_off = 0;
+          for (const auto& entry : top[p]) {
+            const auto id = static_cast<size_t>(entry[0].get<int32_t>());
+            ours_off += std::fabs(lp[id] - f16_lps[p][id]);
+            theirs_off += std::fabs(entry[1].get<float>() - f16_lps[p][id]);
+          }
+          std::printf("[ arch     ] %-14s top-1 parts at position %zu by %.3f: off the F16 model "
+                      "inferd %.3f, llama.cpp %.3f\n",
+                      name.c_str(), p, gap, ours_off, theirs_off);
+          EXPECT_LE(ours_off, 1.05 * theirs_off) << name << ": position " << p;
+        } else {
+          EXPECT_LT(gap, self_max) << name << ": top-1 " << best << " vs llama.cpp's " << theirs
+                                   << " at position " << p << " is not a near-tie";
+        }
       }
       for (const auto& entry : top[p]) {
         const float expected = entry[1];
@@ -120,14 +149,20 @@ TEST_P(ArchitectureTest, NextTokenDistributionMatchesLlamaCpp) {
   // is wider: its two attention paths alone differ by 0.04-0.14 on some files (the Q8_0 files
   // of llama3, mistral and mixtral, gpt-oss in MXFP4), where inferd is 0.06-0.14 off.
   EXPECT_LT(max_prob_diff, std::max(0.05f, 2.0f * self_prob_max)) << name;
-  const bool k_quants = name.find("_K") != std::string::npos;
-  EXPECT_LT(our_mean, (k_quants ? 2.0 : 1.25) * self_mean + 0.005) << name;
-  EXPECT_LT(our_max, (k_quants ? 2.5f : 1.5f) * self_max + 0.02f) << name;
+  // The quantized files of the hybrid families get the K-quant files' margins, for the same
+  // reason: the two engines round activations differently (llama.cpp in fp16 or Q8_K, inferd
+  // in 32-value blocks), which its two attention paths share and so do not show, and the
+  // recurrent state sums that difference over every earlier token. They must then be at least
+  // as near as llama.cpp to the unquantized model.
+  const bool quantized = !name.ends_with(".F16") && !name.ends_with(".F32");
+  const bool relaxed = name.find("_K") != std::string::npos || (recurrent && quantized);
+  EXPECT_LT(our_mean, (relaxed ? 2.0 : 1.25) * self_mean + 0.005) << name;
+  EXPECT_LT(our_max, (relaxed ? 2.5f : 1.5f) * self_max + 0.02f) << name;
   if (f16_model) {
     const double n = static_cast<double>(ours.size());
     std::printf("[ arch     ] %-14s mean |diff| to the F16 model: inferd %.4f, llama.cpp %.4f\n",
                 name.c_str(), ours_to_f16 / n, theirs_to_f16 / n);
-    if (k_quants) {
+    if (relaxed) {
       EXPECT_LT(ours_to_f16, 1.05 * theirs_to_f16) << name;
     }
   }
@@ -142,6 +177,10 @@ std::vector<std::string> golden_names() {
     for (const char* type : {"F16", "Q8_0", "Q4_K_M"})
       out.push_back(std::string(family) + "." + type);
   for (const char* type : {"F16", "MXFP4_MOE"}) out.push_back(std::string("gpt-oss.") + type);
+  // The hybrid families (Gated DeltaNet): F32 too, and F16 against llama.cpp's F32 run.
+  for (const char* family : {"qwen35", "qwen35moe", "qwen3next"})
+    for (const char* type : {"F32", "F16", "Q8_0", "Q4_K_M"})
+      out.push_back(std::string(family) + "." + type);
   return out;
 }
 

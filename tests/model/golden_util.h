@@ -56,7 +56,7 @@ inline std::vector<std::vector<float>> logprobs_along(model::Model& model,
     rows.push_back(static_cast<int32_t>(prompt.size() - 1 + r));
   const int n_vocab = model.config().n_vocab;
   std::vector<float> logits(rows.size() * static_cast<size_t>(n_vocab));
-  model::BatchSequence seq{0, n, &tables};
+  model::BatchSequence seq{0, n, &tables, cache.allocate_state()};  // (-1 without recurrent layers)
   ThreadPool pool(2);
   model::Batch batch{tokens, pos, {&seq, 1}, rows};
   // Each position's routing margin (model/batch.h), the smallest over the MoE layers of its own

@@ -339,18 +339,7 @@ TEST_F(TinyEngineTest, BadBeamRequestsAreErrors) {
 // request whose choices fork from the first: the same tokens, the prompt held once.
 TEST_F(TinyEngineTest, ChoicesForkFromTheFirstAndEqualSeparateRequests) {
   const std::vector<int32_t> p = prompt(70);  // 4 full blocks and a partly filled one
-  const auto sampled = [&](uint64_t seed) {
-    Request r;
-    r.prompt = p;
-    r.max_tokens = 20;
-    r.ignore_eos = true;
-    r.sampling.temperature = 1.0f;
-    r.sampling.top_k = 0;
-    r.sampling.top_p = 1.0f;
-    r.sampling.min_p = 0.0f;
-    r.sampling.seed = seed;
-    return r;
-  };
+  const auto sampled = [&](uint64_t seed) { return seeded_request(p, 20, seed); };
   std::vector<std::vector<int32_t>> alone;
   for (uint64_t i = 0; i < 4; ++i) {
     auto e = engine(4, false);

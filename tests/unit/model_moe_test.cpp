@@ -24,6 +24,7 @@
 namespace inferd::model {
 namespace {
 
+using testing::copy_of;
 using testing::expect_load_error;
 
 // An F32 matrix that owns its values; `w` views them (no packed layout: the row path).
@@ -251,18 +252,6 @@ TEST(MoeModel, PerExpertTensorsEqualMergedOnes) {
   auto merged = load_model(merged_file, {64, 256}), split = load_model(split_file, {64, 256});
   const auto tokens = some_tokens(9);
   EXPECT_EQ(run_logits(*merged, tokens, 9), run_logits(*split, tokens, 9));
-}
-
-// A writer holding `file`'s metadata and tensors, less the keys and tensors `drop` names.
-template <typename Drop>
-gguf::GgufWriter copy_of(const gguf::GgufFile& file, Drop drop) {
-  gguf::GgufWriter w;
-  for (const auto& [key, value] : file.metadata())
-    if (!drop(key)) w.set(key, value);
-  for (const gguf::TensorInfo& t : file.tensors())
-    if (!drop(t.name))
-      w.add_tensor(t.name, t.type, t.shape, std::vector<uint8_t>(t.data, t.data + t.num_bytes));
-  return w;
 }
 
 // With every expert the same and the top two renormalised to sum to 1, the block is the dense

@@ -43,6 +43,21 @@ class Collect final : public OutputChannel {
   mutable int polls_ = 0;
 };
 
+// A request that samples the whole distribution (temperature 1, no top-k/top-p/min-p) with a
+// fixed seed, ignoring EOS: n > 1 choices of it must equal separate requests with their seeds.
+inline Request seeded_request(std::vector<int32_t> prompt, int64_t max_tokens, uint64_t seed) {
+  Request r;
+  r.prompt = std::move(prompt);
+  r.max_tokens = max_tokens;
+  r.ignore_eos = true;
+  r.sampling.temperature = 1.0f;
+  r.sampling.top_k = 0;
+  r.sampling.top_p = 1.0f;
+  r.sampling.min_p = 0.0f;
+  r.sampling.seed = seed;
+  return r;
+}
+
 class TinyEngineFixture : public ::testing::Test {
  protected:
   void SetUp() override {

@@ -94,6 +94,28 @@ void add_experts(gguf::GgufWriter& w, const TinyLlamaSpec& s, const std::string&
   add("ffn_down", down, E, F);
 }
 
+// A SentencePiece vocabulary of n_vocab tokens (<unk>, <s> = BOS, </s> = EOS, then pieces
+// "▁a", "b", "c", ...), so that a tiny model also runs through the engine.
+inline void add_tiny_tokenizer(gguf::GgufWriter& w, int n_vocab) {
+  std::vector<std::string> tokens = {"<unk>", "<s>", "</s>"};
+  std::vector<float> scores = {0, 0, 0};
+  std::vector<int32_t> types = {2, 3, 3};  // unknown, control, control
+  for (int i = 3; i < n_vocab; ++i) {
+    std::string piece(1, static_cast<char>('a' + (i - 3) % 26));
+    if (i - 3 >= 26) piece += std::to_string((i - 3) / 26);
+    tokens.push_back(i == 3 ? "\xe2\x96\x81" + piece : piece);
+    scores.push_back(-static_cast<float>(i));
+    types.push_back(1);
+  }
+  w.set_string("tokenizer.ggml.model", "llama");
+  w.set_strings("tokenizer.ggml.tokens", tokens);
+  w.set_f32s("tokenizer.ggml.scores", scores);
+  w.set_i32s("tokenizer.ggml.token_type", types);
+  w.set_u32("tokenizer.ggml.unknown_token_id", 0);
+  w.set_u32("tokenizer.ggml.bos_token_id", 1);
+  w.set_u32("tokenizer.ggml.eos_token_id", 2);
+}
+
 inline std::vector<uint8_t> make_tiny_llama(const TinyLlamaSpec& s) {
   std::mt19937 rng(s.seed);
   std::normal_distribution<float> dist(0.0f, 1.0f);
@@ -122,25 +144,7 @@ inline std::vector<uint8_t> make_tiny_llama(const TinyLlamaSpec& s) {
     w.set_string("llama.rope.scaling.type", "linear");
     w.set_f32("llama.rope.scaling.factor", s.linear_rope_factor);
   }
-  if (s.with_tokenizer) {
-    std::vector<std::string> tokens = {"<unk>", "<s>", "</s>"};
-    std::vector<float> scores = {0, 0, 0};
-    std::vector<int32_t> types = {2, 3, 3};  // unknown, control, control
-    for (int i = 3; i < s.n_vocab; ++i) {
-      std::string piece(1, static_cast<char>('a' + (i - 3) % 26));
-      if (i - 3 >= 26) piece += std::to_string((i - 3) / 26);
-      tokens.push_back(i == 3 ? "\xe2\x96\x81" + piece : piece);
-      scores.push_back(-static_cast<float>(i));
-      types.push_back(1);
-    }
-    w.set_string("tokenizer.ggml.model", "llama");
-    w.set_strings("tokenizer.ggml.tokens", tokens);
-    w.set_f32s("tokenizer.ggml.scores", scores);
-    w.set_i32s("tokenizer.ggml.token_type", types);
-    w.set_u32("tokenizer.ggml.unknown_token_id", 0);
-    w.set_u32("tokenizer.ggml.bos_token_id", 1);
-    w.set_u32("tokenizer.ggml.eos_token_id", 2);
-  }
+  if (s.with_tokenizer) add_tiny_tokenizer(w, s.n_vocab);
   const int head_dim = s.n_embd / s.n_heads;
   const auto E = static_cast<size_t>(s.n_embd), F = static_cast<size_t>(s.n_ff);
   const size_t Q = static_cast<size_t>(s.n_heads * head_dim),

@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include "gguf/gguf.h"
+#include "gguf/gguf_writer.h"
 #include "kv/kv_cache.h"
 #include "model/model.h"
 #include "model/registry.h"
@@ -29,15 +30,17 @@ class Runner {
 
   std::vector<float> run(const std::vector<int32_t>& tokens, int64_t chunk) {
     const kv::BlockTables tables = new_sequence(static_cast<int64_t>(tokens.size()));
+    const int32_t state_slot = cache_.allocate_state();  // hybrid models; -1 otherwise
     std::vector<float> logits(static_cast<size_t>(model_.config().n_vocab));
     for (int64_t start = 0; start < static_cast<int64_t>(tokens.size()); start += chunk) {
       const int64_t n = std::min<int64_t>(chunk, static_cast<int64_t>(tokens.size()) - start);
       std::vector<int32_t> pos, rows{static_cast<int32_t>(n - 1)};
       for (int64_t i = 0; i < n; ++i) pos.push_back(static_cast<int32_t>(start + i));
-      model::BatchSequence seq{0, n, &tables};
+      model::BatchSequence seq{0, n, &tables, state_slot};
       model::Batch batch{{tokens.data() + start, static_cast<size_t>(n)}, pos, {&seq, 1}, rows};
       model_.forward(batch, cache_, logits.data(), pool_);
     }
+    if (state_slot >= 0) cache_.state_pool()->release(state_slot);
     return logits;
   }
 
@@ -45,6 +48,18 @@ class Runner {
   kv::KvCache cache_;
   ThreadPool pool_;
 };
+
+// A writer holding `file`'s metadata and tensors, less the keys and tensors `drop` names.
+template <typename Drop>
+gguf::GgufWriter copy_of(const gguf::GgufFile& file, Drop drop) {
+  gguf::GgufWriter w;
+  for (const auto& [key, value] : file.metadata())
+    if (!drop(key)) w.set(key, value);
+  for (const gguf::TensorInfo& t : file.tensors())
+    if (!drop(t.name))
+      w.add_tensor(t.name, t.type, t.shape, std::vector<uint8_t>(t.data, t.data + t.num_bytes));
+  return w;
+}
 
 // Loading `bytes` must fail with an error that contains `needle`.
 inline void expect_load_error(const std::vector<uint8_t>& bytes, const std::string& needle) {
