@@ -77,9 +77,12 @@ void add_roofline(const ModelFootprint& f, const model::Model& model, const kv::
       // Weights are read once per step and shared by the step's n_parallel tokens; each token
       // reads its own sequence's K and V in every layer.
       const double kv = cache.bytes_read_at(context);
-      const double per_token = double(f.matmul_bytes) / double(npl) + kv;
+      // A hybrid model's recurrent state is read and written whole by every token.
+      const double state = 2.0 * double(c.recurrent_state_floats) * sizeof(float);
+      const double per_token = double(f.matmul_bytes) / double(npl) + kv + state;
       t["bytes_per_token"] = per_token;
       t["kv_bytes_per_token"] = kv;
+      t["state_bytes_per_token"] = state;
       t["achieved_gbs"] = per_token * tps / 1e9;
       t["bandwidth_fraction"] = per_token * tps / bandwidth;
       t["bandwidth_bound_exceeded"] = per_token * tps > bandwidth;
@@ -106,11 +109,16 @@ void print_roofline(const ModelFootprint& f, const nlohmann::json& tests, int th
     const int64_t np = t["n_prompt"], ng = t["n_gen"], npl = t["n_parallel"];
     if (ng > 0) {
       fmt::print(
-          "  tg{}{}: {:.1f} MB read per token ({:.1f} MB weights{} + {:.2f} MB KV), {:.1f} GB/s "
+          "  tg{}{}: {:.1f} MB read per token ({:.1f} MB weights{} + {:.2f} MB KV{}), {:.1f} GB/s "
           "= {}; bound {:.0f} tok/s\n",
           ng, npl > 1 ? fmt::format(" x{}", npl) : "", t["bytes_per_token"].get<double>() / 1e6,
           f.matmul_bytes / 1e6, npl > 1 ? fmt::format(" / {}", npl) : "",
-          t["kv_bytes_per_token"].get<double>() / 1e6, t["achieved_gbs"].get<double>(),
+          t["kv_bytes_per_token"].get<double>() / 1e6,
+          t["state_bytes_per_token"].get<double>() > 0
+              ? fmt::format(" + {:.1f} MB recurrent state read and written",
+                            t["state_bytes_per_token"].get<double>() / 1e6)
+              : "",
+          t["achieved_gbs"].get<double>(),
           describe_bandwidth_fraction(t["bandwidth_fraction"].get<double>()),
           t["bound_ts"].get<double>());
     }

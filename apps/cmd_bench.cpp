@@ -39,13 +39,18 @@ struct BenchArgs {
 
 using Clock = std::chrono::steady_clock;
 
-// The KV blocks of each benchmarked sequence.
-using BlockTables = std::vector<kv::BlockTables>;
+// The KV blocks of each benchmarked sequence, and its recurrent state slot (hybrid models;
+// -1 otherwise).
+struct BenchSequences {
+  std::vector<kv::BlockTables> tables;
+  std::vector<int32_t> state_slots;
+  size_t size() const { return tables.size(); }
+};
 
 // Runs one step: for each sequence s, `count` tokens at positions [start, start + count), all in
 // one batch; logits of each sequence's last token go to `logits`. Steps of at least
 // kBf16PromptTokens tokens are prompts, as the engine would mark them (model/batch.h).
-void run_step(model::Model& model, kv::KvCache& cache, ThreadPool& pool, const BlockTables& tables,
+void run_step(model::Model& model, kv::KvCache& cache, ThreadPool& pool, const BenchSequences& tables,
               std::span<const int32_t> tokens, int64_t count, int32_t start,
               std::vector<float>& logits) {
   const auto n_seq = static_cast<int64_t>(tables.size());
@@ -55,7 +60,8 @@ void run_step(model::Model& model, kv::KvCache& cache, ThreadPool& pool, const B
   for (int64_t s = 0; s < n_seq; ++s) {
     for (int64_t i = 0; i < count; ++i)
       pos[static_cast<size_t>(s * count + i)] = start + static_cast<int32_t>(i);
-    seqs.push_back({s * count, (s + 1) * count, &tables[static_cast<size_t>(s)]});
+    seqs.push_back({s * count, (s + 1) * count, &tables.tables[static_cast<size_t>(s)],
+                    tables.state_slots[static_cast<size_t>(s)]});
     last.push_back(static_cast<int32_t>((s + 1) * count - 1));
   }
   const int64_t bf16_rows_begin =
@@ -72,7 +78,7 @@ struct TestResult {
 // pp: one batch of n_prompt tokens; tg: n_gen steps of one token for each of the sequences.
 // Both start after n_depth tokens already in the cache (filled untimed).
 TestResult run_test(model::Model& model, kv::KvCache& cache, ThreadPool& pool,
-                    const BlockTables& tables, int64_t n_prompt, int64_t n_gen, int64_t n_depth,
+                    const BenchSequences& tables, int64_t n_prompt, int64_t n_gen, int64_t n_depth,
                     int repetitions) {
   std::mt19937 rng(42);
   std::uniform_int_distribution<int32_t> token(0, model.config().n_vocab - 1);
@@ -161,10 +167,14 @@ void bench(const BenchArgs& args) {
   const int block = 16;
   const auto blocks = static_cast<int32_t>((context + block - 1) / block);
   kv::KvCache cache(model->kv_config(blocks * static_cast<int32_t>(args.n_parallel), block,
-                                     args.kv_key_type, args.kv_value_type));
-  BlockTables tables;
-  for (int64_t s = 0; s < args.n_parallel; ++s) tables.push_back(cache.allocate_sequence(context));
-  const BlockTables one_sequence(tables.begin(), tables.begin() + 1);
+                                     args.kv_key_type, args.kv_value_type,
+                                     static_cast<int32_t>(args.n_parallel)));
+  BenchSequences tables;
+  for (int64_t s = 0; s < args.n_parallel; ++s) {
+    tables.tables.push_back(cache.allocate_sequence(context));
+    tables.state_slots.push_back(cache.allocate_state());
+  }
+  const BenchSequences one_sequence{{tables.tables.front()}, {tables.state_slots.front()}};
   ThreadPool pool(threads, args.threads.pin());
   const ModelFootprint footprint = model_footprint(file);
   nlohmann::json out = nlohmann::json::array();

@@ -143,7 +143,10 @@ int32_t Engine::fit_kv_blocks(int32_t wanted, int64_t blocks_per_seq) {
   int64_t available = device >= 0 ? device + kKvHeadroom : available_memory_bytes();
   if (available < 0) return wanted;
   // A hybrid model's recurrent state slots come out of the same memory (one per sequence).
-  available -= model_->config().recurrent_state_floats * int64_t{sizeof(float)} * config_.max_seqs;
+  const int64_t snapshots =
+      config_.prefix_caching ? std::max(config_.state_snapshots, 2 * config_.max_seqs) : 0;
+  available -= model_->config().recurrent_state_floats * int64_t{sizeof(float)} *
+               (config_.max_seqs * (config_.spec.enabled() ? 2 : 1) + snapshots);
   kv::KvCacheConfig one = model_->kv_config(1, config_.block_size, config_.kv_key_type,
                                             config_.kv_value_type);
   one.num_sliding_blocks = one.sliding_layers.empty() ? 0 : 1;
@@ -191,12 +194,20 @@ Engine::Engine(const gguf::GgufFile& file, const EngineConfig& config)
     kv.num_sliding_blocks =
         static_cast<int32_t>(std::min<int64_t>(config_.kv_blocks, per_seq * config.max_seqs));
   }
-  cache_ = std::make_unique<kv::KvCache>(kv);
-  if (model_->has_recurrent_state()) {
-    // A hybrid model's state after a prefix is not in its KV blocks: until state snapshots are
-    // kept with the cached blocks, a prefix hit could not be resumed, so the cache is off.
-    config_.prefix_caching = false;
+  // A hybrid model's state after a prefix is not in its KV blocks: a prefix is resumed from a
+  // snapshot of the state at a block end (kv/kv_cache.h), kept in snapshot slots: one for each
+  // running sequence and as many again for finished ones. (Not with sliding-window layers,
+  // whose cut prefixes would need blocks the match did not take; no such model exists.)
+  if (model_->has_recurrent_state() && config_.prefix_caching) {
+    if (!kv.sliding_layers.empty()) {
+      config_.prefix_caching = false;
+    } else {
+      kv.num_snapshot_slots =
+          config.state_snapshots > 0 ? config.state_snapshots : 2 * config.max_seqs;
+      config_.state_snapshots = kv.num_snapshot_slots;
+    }
   }
+  cache_ = std::make_unique<kv::KvCache>(kv);
   if (config_.prefix_caching) {
     prefix_cache_ =
         std::make_unique<kv::PrefixCache>(cache_->groups(), config.block_size, blocks_per_seq + 1);
@@ -232,6 +243,12 @@ Engine::Engine(const gguf::GgufFile& file, const EngineConfig& config)
                                    size_t group, int32_t from, int32_t to) {
     model->copy_kv_block(*cache, group, from, to);
   });
+  if (kv::BlockPool* snapshots = cache_->snapshot_pool()) {
+    scheduler_->set_snapshots(
+        snapshots,
+        [cache = cache_.get()](int32_t state, int32_t snapshot) { cache->save_snapshot(state, snapshot); },
+        [cache = cache_.get()](int32_t snapshot, int32_t state) { cache->load_snapshot(snapshot, state); });
+  }
   if (cache_->has_state()) {
     scheduler_->set_state_pool(
         cache_->state_pool(),
@@ -451,6 +468,10 @@ void Engine::step() {
       active.proposal = {};  // (drafts a preemption dropped were never verified)
     }
   }
+  // Hybrid prefix caching: each sequence's state at a block end, now that its drafts are
+  // settled (Scheduler::snapshot_after_step).
+  if (cache_->snapshot_pool() != nullptr)
+    for (const ScheduledSequence& s : scheduled_) scheduler_->snapshot_after_step(*s.seq);
   for (Active* active : beam_steps_) advance_beams(*active);
   beam_steps_.clear();
   // The step's output is all reported: wake each reader once, before the drafts of the next

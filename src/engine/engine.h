@@ -50,6 +50,9 @@ struct EngineConfig {
   // Automatic prefix caching (kv/prefix_cache.h): a request starts at its longest prefix whose
   // K/V are still in the cache.
   bool prefix_caching = true;
+  // Hybrid models with prefix caching: slots of state snapshots at block ends (0: twice
+  // max_seqs, one per running sequence and as many for finished ones to be resumed from).
+  int32_t state_snapshots = 0;
   // Speculative decoding (engine/speculative.h); off by default.
   SpeculativeConfig spec;
   GrammarThread grammar_thread = GrammarThread::kAuto;

@@ -62,6 +62,65 @@ void Scheduler::free_blocks(Sequence& seq) {
     if (*slot >= 0) state_pool_->release(*slot);
     *slot = -1;
   }
+  if (seq.snapshot_slot >= 0) snapshot_pool_->release(seq.snapshot_slot);
+  seq.snapshot_slot = -1;
+  seq.snapshot_blocks = 0;
+}
+
+int64_t Scheduler::prompt_snapshot_end(const Sequence& seq) const {
+  if (snapshot_pool_ == nullptr) return 0;
+  return seq.num_prompt_tokens / config_.block_size * config_.block_size;
+}
+
+int64_t Scheduler::step_tokens(const Sequence& seq, int64_t n) const {
+  const int64_t end = prompt_snapshot_end(seq);
+  if (seq.num_computed < end && seq.num_computed + n > end) return end - seq.num_computed;
+  return n;
+}
+
+int64_t Scheduler::snapshot_prefix(Sequence& seq, int64_t cached, int32_t& snapshot) {
+  snapshot = -1;
+  int64_t blocks = cached / config_.block_size;
+  for (; blocks > 0; --blocks) {
+    const std::optional<int32_t> found =
+        snapshot_pool_->find(seq.prefix.hashes[static_cast<size_t>(blocks - 1)]);
+    if (found) {
+      snapshot_pool_->retain(*found);
+      snapshot = *found;
+      break;
+    }
+  }
+  // The blocks past the last kept state are let go of (hybrid models have no sliding groups).
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    std::vector<int32_t>& table = seq.block_tables[g];
+    while (std::ssize(table) > blocks) {
+      if (table.back() != kv::kNoBlock) groups_[g].pool.release(table.back());
+      table.pop_back();
+    }
+  }
+  return blocks * config_.block_size;
+}
+
+void Scheduler::publish_snapshot(int32_t slot, uint64_t hash) {
+  snapshot_pool_->index(slot, hash);  // false when the hash has a snapshot already: kept as is
+  snapshot_pool_->release(slot);
+}
+
+void Scheduler::snapshot_after_step(Sequence& seq) {
+  if (snapshot_pool_ == nullptr || seq.state_slot < 0 || seq.num_draft > 0) return;
+  const int64_t bs = config_.block_size;
+  const int64_t blocks = seq.num_computed / bs;
+  if (seq.num_computed % bs != 0 || blocks == 0 || blocks > std::ssize(seq.prefix.hashes)) return;
+  const uint64_t hash = seq.prefix.hashes[static_cast<size_t>(blocks - 1)];
+  if (seq.num_computed == prompt_snapshot_end(seq) && !snapshot_pool_->find(hash)) {
+    if (const std::optional<int32_t> copy = snapshot_pool_->allocate()) {
+      save_snapshot_(seq.state_slot, *copy);
+      publish_snapshot(*copy, hash);
+    }
+  }
+  if (seq.snapshot_slot < 0) return;
+  save_snapshot_(seq.state_slot, seq.snapshot_slot);
+  seq.snapshot_blocks = blocks;
 }
 
 bool Scheduler::take_state_slot(Sequence& seq) {
@@ -69,6 +128,10 @@ bool Scheduler::take_state_slot(Sequence& seq) {
   if (state_pool_->num_free() < (state_checkpoints_ ? 2 : 1)) return false;
   seq.state_slot = *state_pool_->allocate();
   if (state_checkpoints_) seq.checkpoint_slot = *state_pool_->allocate();
+  // Its own snapshot slot, when one is free (the pool's spare slots hold published ones).
+  if (snapshot_pool_ != nullptr) {
+    if (const std::optional<int32_t> slot = snapshot_pool_->allocate()) seq.snapshot_slot = *slot;
+  }
   return true;
 }
 
@@ -89,7 +152,7 @@ void Scheduler::schedule(std::vector<ScheduledSequence>& out) {
   const auto full = [&] { return out.size() >= static_cast<size_t>(config_.max_seqs); };
   for (size_t i = 0; i < running_.size() && budget > 0 && !full();) {
     Sequence& seq = *running_[i];
-    const int64_t n = std::min(seq.num_uncomputed(), budget);
+    const int64_t n = step_tokens(seq, std::min(seq.num_uncomputed(), budget));
     if (n <= 0) {
       ++i;
       continue;
@@ -115,21 +178,29 @@ void Scheduler::schedule(std::vector<ScheduledSequence>& out) {
     Sequence& seq = *waiting_.front();
     if (running_slots() + seq.slots > config_.max_seqs) break;
     int64_t cached = 0;
+    int32_t snapshot = -1;  // a hybrid model's state at the end of the cached prefix
     const bool lookup = prefix_cache_ != nullptr && !seq.needs_every_position();
     if (lookup && seq.num_computed == 0) {
       cached = prefix_cache_->match(seq.tokens, seq.prefix, seq.block_tables);
+      if (snapshot_pool_ != nullptr) cached = snapshot_prefix(seq, cached, snapshot);
       seq.num_computed = cached;
       if (shares_a_running_prefill(seq, cached)) {  // wait for those blocks rather than redo them
+        if (snapshot >= 0) snapshot_pool_->release(snapshot);
         free_blocks(seq);
         seq.num_computed = 0;
         break;
       }
     }
-    const int64_t n = std::min(seq.num_uncomputed(), budget);
+    const int64_t n = step_tokens(seq, std::min(seq.num_uncomputed(), budget));
     if (!reserve_blocks(seq, n) || !take_state_slot(seq)) {  // FCFS: no overtaking
+      if (snapshot >= 0) snapshot_pool_->release(snapshot);
       free_blocks(seq);             // the cached blocks it took wait in the free list again
       seq.num_computed = 0;
       break;
+    }
+    if (snapshot >= 0) {  // the state after the cached prefix
+      load_snapshot_(snapshot, seq.state_slot);
+      snapshot_pool_->release(snapshot);
     }
     if (seq.num_cached_tokens < 0) {  // first admission: what the request found cached
       seq.num_cached_tokens = cached;
@@ -208,6 +279,11 @@ bool Scheduler::fork(Sequence& parent, Sequence& child) {
 }
 
 void Scheduler::remove(Sequence* seq) {
+  if (seq->snapshot_slot >= 0 && seq->snapshot_blocks > 0) {  // its last kept state, for reuse
+    publish_snapshot(seq->snapshot_slot,
+                     seq->prefix.hashes[static_cast<size_t>(seq->snapshot_blocks - 1)]);
+    seq->snapshot_slot = -1;
+  }
   free_blocks(*seq);
   std::erase(running_, seq);
   std::erase(waiting_, seq);

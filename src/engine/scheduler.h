@@ -68,6 +68,23 @@ class Scheduler {
   // be computed from the start (the prefix cache gives back the full blocks): false then.
   bool fork(Sequence& parent, Sequence& child);
 
+  // Prefix caching of a hybrid model: a cached prefix is usable only up to a block end whose
+  // state was kept. `pool` is the KV cache's snapshot_pool() (it must outlive the scheduler);
+  // `save` copies a state slot into a snapshot slot, `load` the other way. With them, a
+  // sequence admitted at a cached prefix starts at the longest one with a snapshot (its state
+  // loaded from it), holds a snapshot slot of its own, and a prompt's prefill stops a step at
+  // its last full block so that the state there is seen.
+  using SnapshotCopier = std::function<void(int32_t from, int32_t to)>;
+  void set_snapshots(kv::BlockPool* pool, SnapshotCopier save, SnapshotCopier load) {
+    snapshot_pool_ = pool;
+    save_snapshot_ = std::move(save);
+    load_snapshot_ = std::move(load);
+  }
+  // After a step that left `seq` with no drafts: at a block end its state goes to its own
+  // snapshot slot, and at its prompt's last full block a copy is indexed at once (a second
+  // question about the same document finds it while the first is still answered).
+  void snapshot_after_step(Sequence& seq);
+
   size_t num_waiting() const { return waiting_.size(); }
   // Preemptions since start (vLLM's num_preemptions_total).
   int64_t num_preemptions() const { return num_preemptions_; }
@@ -96,6 +113,17 @@ class Scheduler {
   kv::BlockPool* state_pool_ = nullptr;
   StateCopier copy_state_;
   bool state_checkpoints_ = false;
+  kv::BlockPool* snapshot_pool_ = nullptr;
+  SnapshotCopier save_snapshot_, load_snapshot_;
+  // The block end a prompt's prefill must stop at (hybrid prefix caching), or 0.
+  int64_t prompt_snapshot_end(const Sequence& seq) const;
+  // Tokens of `seq` to run this step: at most n, stopping at its prompt's snapshot end.
+  int64_t step_tokens(const Sequence& seq, int64_t n) const;
+  // A cached prefix of `cached` tokens cut to the longest one ending at a kept state; returns
+  // its length and the snapshot (retained; -1 for none) to load into the sequence's state.
+  int64_t snapshot_prefix(Sequence& seq, int64_t cached, int32_t& snapshot);
+  // Indexes a snapshot slot under `hash` and lets go of it (it stays until the pool reuses it).
+  void publish_snapshot(int32_t slot, uint64_t hash);
   // A state slot for `seq` (hybrid models), true when it has one now or needs none.
   bool take_state_slot(Sequence& seq);
   std::deque<Sequence*> waiting_;

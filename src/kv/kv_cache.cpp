@@ -110,11 +110,17 @@ KvCache::KvCache(const KvCacheConfig& config) : config_(config) {
       (config.state_floats > 0) != (config.num_state_slots > 0))
     fail("KV cache: {} recurrent state slots of {} floats", config.num_state_slots,
          config.state_floats);
+  if (config.num_snapshot_slots < 0 || (config.num_snapshot_slots > 0 && config.state_floats == 0))
+    fail("KV cache: {} state snapshots without a recurrent state", config.num_snapshot_slots);
   if (config.state_floats > 0) {
     state_pool_.emplace(config.num_state_slots);
+    if (config.num_snapshot_slots > 0) snapshot_pool_.emplace(config.num_snapshot_slots);
     try {
       state_ = state_memory_.allocate_array<float>(static_cast<size_t>(config.state_floats) *
                                                    static_cast<size_t>(config.num_state_slots));
+      if (config.num_snapshot_slots > 0)
+        snapshots_ = state_memory_.allocate_array<float>(
+            static_cast<size_t>(config.state_floats) * static_cast<size_t>(config.num_snapshot_slots));
     } catch (const Error&) {
       fail("KV cache: cannot allocate {} MiB for {} recurrent state slots", state_bytes() >> 20,
            config.num_state_slots);
@@ -193,6 +199,22 @@ void KvCache::check_state_slot(int32_t slot) const {
 void KvCache::copy_state(int32_t from, int32_t to) {
   const float* source = state(from);
   std::copy_n(source, config_.state_floats, state(to));
+}
+
+float* KvCache::snapshot(int32_t slot) {
+  if (!snapshot_pool_ || slot < 0 || slot >= config_.num_snapshot_slots)
+    fail("KV cache: no state snapshot slot {} ({} slots)", slot, config_.num_snapshot_slots);
+  return snapshots_.data() + static_cast<size_t>(slot) * static_cast<size_t>(config_.state_floats);
+}
+
+void KvCache::save_snapshot(int32_t state_slot, int32_t snapshot_slot) {
+  const float* source = state(state_slot);
+  std::copy_n(source, config_.state_floats, snapshot(snapshot_slot));
+}
+
+void KvCache::load_snapshot(int32_t snapshot_slot, int32_t state_slot) {
+  const float* source = snapshot(snapshot_slot);
+  std::copy_n(source, config_.state_floats, state(state_slot));
 }
 
 int32_t KvCache::allocate_state() {

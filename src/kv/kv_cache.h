@@ -88,6 +88,9 @@ struct KvCacheConfig {
   // running sequence; 0: the model has none.
   int64_t state_floats = 0;
   int32_t num_state_slots = 0;
+  // Snapshots of states at block ends, for prefix caching of hybrid models: slots of the same
+  // size whose pool indexes them by the hash of the block they end (0: none).
+  int32_t num_snapshot_slots = 0;
 };
 
 class KvCache {
@@ -117,9 +120,16 @@ class KvCache {
   }
   // Copies a slot's whole state to another (a forked sequence continues from its parent's).
   void copy_state(int32_t from, int32_t to);
-  // Bytes of all state slots.
+  // The snapshot slots (KvCacheConfig::num_snapshot_slots): ids and hash index from
+  // snapshot_pool(); a state slot's state saved into one, or loaded back.
+  BlockPool* snapshot_pool() { return snapshot_pool_ ? &*snapshot_pool_ : nullptr; }
+  const BlockPool* snapshot_pool() const { return snapshot_pool_ ? &*snapshot_pool_ : nullptr; }
+  void save_snapshot(int32_t state_slot, int32_t snapshot);
+  void load_snapshot(int32_t snapshot, int32_t state_slot);
+  // Bytes of all state and snapshot slots.
   int64_t state_bytes() const {
-    return config_.state_floats * config_.num_state_slots * int64_t{sizeof(float)};
+    return config_.state_floats * (config_.num_state_slots + config_.num_snapshot_slots) *
+           int64_t{sizeof(float)};
   }
   // A state slot for callers that run one sequence outside the scheduler (perplexity, tests), or
   // -1 when the model has no recurrent state; fails when every slot is taken.
@@ -211,6 +221,9 @@ class KvCache {
   std::vector<int> layer_index_;  // [n_layers] its index among the group's layers
   size_t key_block_bytes_ = 0, value_block_bytes_ = 0;  // one record, 64-byte multiples
   std::optional<BlockPool> state_pool_;  // when the model has a recurrent state
+  std::optional<BlockPool> snapshot_pool_;
+  std::span<float> snapshots_;  // [num_snapshot_slots, state_floats]
+  float* snapshot(int32_t slot);
   std::span<float> state_;  // [num_state_slots, state_floats]
   HugePageArena state_memory_;  // holds state_
 };

@@ -2,8 +2,8 @@
 // recurrent state slot beside its KV blocks, and what the engine does with sequences keeps
 // greedy outputs exact: batching with others, prefill in chunks of any size, preemption and
 // recomputation, n > 1 choices forked with a copy of the state, n-gram speculation (the state
-// rolled back after a rejected draft). Prefix caching is off (the state after a prefix is not in
-// its blocks).
+// rolled back after a rejected draft), prefix caching (resumed from state snapshots at block
+// ends).
 #include <memory>
 #include <string>
 #include <vector>
@@ -63,6 +63,8 @@ class HybridEngineTest : public ::testing::Test {
     engine.run_until_idle();
     EXPECT_EQ(engine.kv_cache().used_blocks(), 0);
     EXPECT_EQ(engine.kv_cache().state_pool()->num_used(), 0) << "a state slot was not given back";
+    if (const kv::BlockPool* snapshots = engine.kv_cache().snapshot_pool())
+      EXPECT_EQ(snapshots->num_used(), 0) << "a snapshot slot was not given back";
     if (preemptions) *preemptions = engine.num_preemptions();
     std::vector<std::vector<int32_t>> tokens;
     for (const auto& o : outs) tokens.push_back(o->result_.output_tokens);
@@ -176,9 +178,73 @@ TEST_F(HybridEngineTest, NgramDraftsKeepGreedyTextExact) {
   }
 }
 
-TEST_F(HybridEngineTest, PrefixCachingIsOff) {
-  Engine e(*file_, config(2));
-  EXPECT_FALSE(e.config().prefix_caching);
+// Prefix caching on a hybrid model resumes from state snapshots at block ends: a second turn
+// that repeats the first turn's prompt and answer starts at the first turn's last kept block
+// end, and the tokens are the same as with the cache off.
+TEST_F(HybridEngineTest, ASecondTurnResumesFromTheFirstTurnsState) {
+  const std::vector<int32_t> first = prompt(45, 5);
+  const auto turns = [&](bool prefix_cache, int64_t* cached) {
+    EngineConfig c = config(2);
+    c.prefix_caching = prefix_cache;
+    Engine engine(*file_, c);
+    EXPECT_EQ(engine.config().prefix_caching, prefix_cache);
+    auto a = std::make_shared<Collect>();
+    engine.add_request(greedy(first, a));
+    engine.run_until_idle();
+    std::vector<int32_t> second = first;
+    second.insert(second.end(), a->result_.output_tokens.begin(), a->result_.output_tokens.end());
+    for (int i = 0; i < 9; ++i) second.push_back(3 + (i * 11) % 43);  // the next user message
+    auto b = std::make_shared<Collect>();
+    engine.add_request(greedy(second, b));
+    engine.run_until_idle();
+    *cached = b->result_.stats.cached_tokens;
+    EXPECT_EQ(engine.kv_cache().state_pool()->num_used(), 0);
+    return std::make_pair(a->result_.output_tokens, b->result_.output_tokens);
+  };
+  int64_t cached_on = 0, cached_off = 0;
+  const auto on = turns(true, &cached_on), off = turns(false, &cached_off);
+  EXPECT_EQ(on, off);
+  // The first turn computed positions 0..67 (45 + 24 - 1): its last block end is 64.
+  EXPECT_EQ(cached_on, 64);
+  EXPECT_EQ(cached_off, 0);
+}
+
+// Many requests sharing prompt prefixes, several at once and with preemption: the cache gives
+// the same greedy tokens as no cache, and every slot and block is given back.
+TEST_F(HybridEngineTest, PrefixCacheOnEqualsOff) {
+  std::vector<std::vector<int32_t>> prompts;
+  const std::vector<int32_t> shared = prompt(40, 7);
+  for (int i = 0; i < 6; ++i) {
+    std::vector<int32_t> p = shared;
+    for (int j = 0; j < 5 + 7 * i; ++j) p.push_back(3 + (j * 13 + i) % 43);
+    prompts.push_back(p);
+  }
+  EngineConfig off = config(3);
+  off.prefix_caching = false;
+  const auto expected = run(off, prompts);
+  for (const int32_t kv_blocks : {0, 16}) {  // 16: too few for three at once, some preempted
+    EngineConfig on = config(3);
+    on.kv_blocks = kv_blocks;
+    EXPECT_EQ(run(on, prompts), expected) << kv_blocks << " blocks";
+    // The same prompts again, now that snapshots of their prompts' last full blocks exist.
+    Engine engine(*file_, on);
+    std::vector<std::shared_ptr<Collect>> outs;
+    for (int round = 0; round < 2; ++round) {
+      for (const auto& p : prompts) {
+        outs.push_back(std::make_shared<Collect>());
+        engine.add_request(greedy(p, outs.back()));
+      }
+      engine.run_until_idle();
+    }
+    int64_t cached = 0;
+    for (size_t i = 0; i < outs.size(); ++i) {
+      EXPECT_EQ(outs[i]->result_.output_tokens, expected[i % prompts.size()]) << i;
+      if (i >= prompts.size()) cached += outs[i]->result_.stats.cached_tokens;
+    }
+    EXPECT_GT(cached, 0) << "the second round found nothing cached";
+    EXPECT_EQ(engine.kv_cache().state_pool()->num_used(), 0);
+    EXPECT_EQ(engine.kv_cache().used_blocks(), 0);
+  }
 }
 
 }  // namespace
