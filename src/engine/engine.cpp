@@ -128,6 +128,16 @@ int64_t available_memory_bytes() {
   return -1;
 }
 
+// A hybrid model's recurrent state slots: one a sequence, and with speculative decoding a
+// second, the state before a verification, restored when a draft is rejected.
+int32_t state_slots(const EngineConfig& c) { return c.max_seqs * (c.spec.enabled() ? 2 : 1); }
+
+// Its state snapshots for prefix caching (EngineConfig::state_snapshots; 0: twice max_seqs).
+int32_t snapshot_slots(const EngineConfig& c) {
+  if (!c.prefix_caching) return 0;
+  return c.state_snapshots > 0 ? c.state_snapshots : 2 * c.max_seqs;
+}
+
 }  // namespace
 
 // The default KV pool (max_seqs sequences of the whole context) of a large model can exceed the
@@ -142,11 +152,9 @@ int32_t Engine::fit_kv_blocks(int32_t wanted, int64_t blocks_per_seq) {
   const int64_t device = model_->device_memory_for_kv();
   int64_t available = device >= 0 ? device + kKvHeadroom : available_memory_bytes();
   if (available < 0) return wanted;
-  // A hybrid model's recurrent state slots come out of the same memory (one per sequence).
-  const int64_t snapshots =
-      config_.prefix_caching ? std::max(config_.state_snapshots, 2 * config_.max_seqs) : 0;
+  // A hybrid model's state and snapshot slots come out of the same memory.
   available -= model_->config().recurrent_state_floats * int64_t{sizeof(float)} *
-               (config_.max_seqs * (config_.spec.enabled() ? 2 : 1) + snapshots);
+               (state_slots(config_) + snapshot_slots(config_));
   kv::KvCacheConfig one = model_->kv_config(1, config_.block_size, config_.kv_key_type,
                                             config_.kv_value_type);
   one.num_sliding_blocks = one.sliding_layers.empty() ? 0 : 1;
@@ -178,11 +186,8 @@ Engine::Engine(const gguf::GgufFile& file, const EngineConfig& config)
     fail("KV cache of {} blocks cannot hold one sequence of {} tokens ({} blocks of {})",
          config_.kv_blocks, config_.context, blocks_per_seq, config.block_size);
   }
-  // A hybrid model's sequences hold a state slot each, and a second one with speculative
-  // decoding: the state before a verification, restored when a draft is rejected.
-  const int32_t state_slots = config.max_seqs * (config.spec.enabled() ? 2 : 1);
   kv::KvCacheConfig kv = model_->kv_config(config_.kv_blocks, config.block_size, config.kv_key_type,
-                                           config.kv_value_type, state_slots);
+                                           config.kv_value_type, state_slots(config));
   if (config.swa_full) kv.sliding_layers.clear();
   if (!kv.sliding_layers.empty()) {
     // A running sequence holds at most the blocks of its window plus one step's tokens (the
@@ -202,8 +207,7 @@ Engine::Engine(const gguf::GgufFile& file, const EngineConfig& config)
     if (!kv.sliding_layers.empty()) {
       config_.prefix_caching = false;
     } else {
-      kv.num_snapshot_slots =
-          config.state_snapshots > 0 ? config.state_snapshots : 2 * config.max_seqs;
+      kv.num_snapshot_slots = snapshot_slots(config_);
       config_.state_snapshots = kv.num_snapshot_slots;
     }
   }

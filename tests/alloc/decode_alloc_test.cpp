@@ -145,7 +145,8 @@ class DecodeAllocTest : public ModelTest {
     return count;
   }
 
-  engine::Engine make_engine(bool speculative = false) {
+  engine::Engine make_engine(bool speculative = false) { return make_engine(*file_, speculative); }
+  static engine::Engine make_engine(const gguf::GgufFile& file, bool speculative) {
     engine::EngineConfig config;
     config.threads = 2;
     config.context = speculative ? 2048 : 512;  // up to 5 tokens a step
@@ -155,7 +156,7 @@ class DecodeAllocTest : public ModelTest {
       config.spec.method = engine::SpecMethod::kNgram;
       config.spec.prompt_lookup_min = 1;
     }
-    return engine::Engine(*file_, config);
+    return engine::Engine(file, config);
   }
 };
 
@@ -167,12 +168,7 @@ TEST_F(DecodeAllocTest, MixtureOfExpertsDecodeAllocatesNothing) {
   if (!std::filesystem::exists(path))
     GTEST_SKIP() << path << " is absent (tests/golden/architectures/make-golden --models-only)";
   const auto moe_file = gguf::GgufFile::open(path);
-  engine::EngineConfig config;
-  config.threads = 2;
-  config.context = 512;
-  config.max_seqs = 4;
-  config.max_batched_tokens = 256;
-  engine::Engine e(moe_file, config);
+  engine::Engine e = make_engine(moe_file, false);
   sampling::SamplingParams greedy;
   greedy.temperature = 0;
   auto a = submit(e, "Write a long story about a lighthouse keeper.", greedy);
@@ -189,16 +185,7 @@ TEST_F(DecodeAllocTest, HybridDecodeAllocatesNothing) {
     GTEST_SKIP() << path << " is absent (tests/golden/architectures/make-golden --models-only)";
   const auto hybrid_file = gguf::GgufFile::open(path);
   for (const bool speculative : {false, true}) {
-    engine::EngineConfig config;
-    config.threads = 2;
-    config.context = 2048;
-    config.max_seqs = 4;
-    config.max_batched_tokens = 256;
-    if (speculative) {
-      config.spec.method = engine::SpecMethod::kNgram;
-      config.spec.prompt_lookup_min = 1;
-    }
-    engine::Engine e(hybrid_file, config);
+    engine::Engine e = make_engine(hybrid_file, speculative);
     sampling::SamplingParams greedy;
     greedy.temperature = 0;
     auto a = submit(e, "Write a long story about a lighthouse keeper.", greedy);
