@@ -28,6 +28,7 @@ struct ServeArgs {
   int port = 8080;
   ThreadOptions threads;
   int64_t context = 0;
+  int64_t cache_ram_mib = -1;  // --cache-ram: a hybrid model's snapshot memory; -1: the default
   int max_seqs = 16;
   // A step's tokens bound how long the sequences in it wait for their next token, and how
   // long requests that arrive together wait for their first: on a CPU 512 prompt tokens of even
@@ -159,6 +160,12 @@ void add_llama_server_flags(CLI::App& cmd, ServeArgs& args) {
   cmd.add_flag("-v,--verbose", args.verbose,
                "Chat answers carry \"__verbose\" with the rendered prompt (a request's "
                "\"verbose\" sets it for itself)");
+  cmd.add_option("--cache-ram", args.cache_ram_mib,
+                 "MiB of memory for a hybrid model's state snapshots, from which prefixes resume "
+                 "(at least two per --max-seqs sequence; default: the smaller of 2048 and an "
+                 "eighth of the available memory; -1: the default). Dense models cache prefixes "
+                 "in the KV pool and ignore it.")
+      ->check(CLI::Range(int64_t{-1}, int64_t{1} << 24));
   cmd.add_flag("--kv-unified", args.kv_unified,
                "With --parallel: one KV pool of --ctx-size tokens shared by the sequences, each "
                "able to use all of it (a full pool preempts the newest)");
@@ -185,7 +192,6 @@ void add_llama_server_flags(CLI::App& cmd, ServeArgs& args) {
                             "-C,--cpu-mask",
                             "--log-file",
                             "--slot-save-path",
-                            "--cache-ram",
                             "--sleep-idle-seconds",
                             "--hf-token",
                             "--tags",
@@ -357,6 +363,7 @@ void serve(ServeArgs args) {
   config.kv_value_type = args.kv_value_type;
   config.swa_full = args.swa_full;
   config.prefix_caching = !args.no_prefix_cache;
+  if (args.cache_ram_mib >= 0) config.state_cache_bytes = args.cache_ram_mib << 20;
   config.spec = args.spec;
   config.device = args.device;
   config.grammar_thread = args.grammar_thread;
@@ -455,6 +462,13 @@ void serve(ServeArgs args) {
   fmt::print(stderr, "[inferd] model {} ({} threads, context {}, up to {} sequences, KV {}/{})\n",
              model_id, config.threads, loop.context(), config.max_seqs,
              dtype_name(config.kv_key_type), dtype_name(config.kv_value_type));
+  if (const int64_t state_floats = loop.model_config().recurrent_state_floats; state_floats > 0) {
+    const double state_mib = static_cast<double>(state_floats) * sizeof(float) / (1 << 20);
+    fmt::print(stderr,
+               "[inferd] recurrent state {:.1f} MiB a sequence; {} snapshots of it for prefix "
+               "caching ({:.0f} MiB, --cache-ram)\n",
+               state_mib, loop.state_snapshots(), state_mib * loop.state_snapshots());
+  }
   if (loop.kv_blocks_capped()) {
     fmt::print(stderr,
                "[inferd] the KV cache for {} sequences of {} tokens does not fit in the memory "

@@ -132,10 +132,27 @@ int64_t available_memory_bytes() {
 // second, the state before a verification, restored when a draft is rejected.
 int32_t state_slots(const EngineConfig& c) { return c.max_seqs * (c.spec.enabled() ? 2 : 1); }
 
-// Its state snapshots for prefix caching (EngineConfig::state_snapshots; 0: twice max_seqs).
-int32_t snapshot_slots(const EngineConfig& c) {
-  if (!c.prefix_caching) return 0;
-  return c.state_snapshots > 0 ? c.state_snapshots : 2 * c.max_seqs;
+// Its state snapshots for prefix caching, once resolve_state_snapshots has set the count.
+int32_t snapshot_slots(const EngineConfig& c) { return c.prefix_caching ? c.state_snapshots : 0; }
+
+// How many snapshots of `state_bytes` each the config asks for (EngineConfig::state_snapshots,
+// state_cache_bytes). A multi-turn chat resumes each conversation from the snapshot its last
+// turn left, so the pool must hold about two per conversation in flight (its prompt's and its
+// answer's ends), not two per running sequence: 16 conversations on 8 sequences found 6% of
+// their prefixes with 2 x max_seqs slots.
+int32_t resolve_state_snapshots(const EngineConfig& c, int64_t state_bytes) {
+  if (c.state_snapshots > 0) return c.state_snapshots;
+  const int64_t floor = 2 * int64_t{c.max_seqs};
+  int64_t budget = c.state_cache_bytes;
+  int64_t cap = std::numeric_limits<int32_t>::max();
+  if (budget < 0) {
+    constexpr int64_t kDefaultBudget = int64_t{2} << 30;
+    const int64_t available = available_memory_bytes();
+    budget = available < 0 ? kDefaultBudget : std::min(kDefaultBudget, available / 8);
+    cap = 64 * int64_t{c.max_seqs};
+  }
+  const int64_t fit = budget / std::max<int64_t>(state_bytes, 1);
+  return static_cast<int32_t>(std::clamp(fit, floor, std::max(floor, cap)));
 }
 
 }  // namespace
@@ -177,6 +194,11 @@ Engine::Engine(const gguf::GgufFile& file, const EngineConfig& config)
   options.max_context = config_.context;
   options.device = config.device;
   model_ = model::load_model(file, options);
+  config_.state_snapshots =
+      model_->has_recurrent_state()
+          ? resolve_state_snapshots(config_, model_->config().recurrent_state_floats *
+                                                 int64_t{sizeof(float)})
+          : 0;
   const int64_t blocks_per_seq = (config_.context + config.block_size - 1) / config.block_size;
   if (config_.kv_blocks == 0) {
     config_.kv_blocks = static_cast<int32_t>(blocks_per_seq * config.max_seqs);
@@ -208,7 +230,6 @@ Engine::Engine(const gguf::GgufFile& file, const EngineConfig& config)
       config_.prefix_caching = false;
     } else {
       kv.num_snapshot_slots = snapshot_slots(config_);
-      config_.state_snapshots = kv.num_snapshot_slots;
     }
   }
   cache_ = std::make_unique<kv::KvCache>(kv);

@@ -50,9 +50,13 @@ struct EngineConfig {
   // Automatic prefix caching (kv/prefix_cache.h): a request starts at its longest prefix whose
   // K/V are still in the cache.
   bool prefix_caching = true;
-  // Hybrid models with prefix caching: slots of state snapshots at block ends (0: twice
-  // max_seqs, one per running sequence and as many for finished ones to be resumed from).
+  // Hybrid models with prefix caching: slots of state snapshots at block ends, one per running
+  // sequence and the rest for prefixes to resume from (a chat's next turn). 0: as many as
+  // state_cache_bytes holds, at least twice max_seqs.
   int32_t state_snapshots = 0;
+  // The memory for those snapshots (llama-server's --cache-ram); -1: the smaller of 2 GiB and an
+  // eighth of the memory available at start-up, at most 64 snapshots per sequence.
+  int64_t state_cache_bytes = -1;
   // Speculative decoding (engine/speculative.h); off by default.
   SpeculativeConfig spec;
   GrammarThread grammar_thread = GrammarThread::kAuto;

@@ -102,7 +102,13 @@ ParsedAnswer parse_hermes(std::string_view text) {
     if (open == std::string_view::npos) break;
     append_content(out.content, text.substr(at, open - at));
     const size_t body = open + kOpen.size();
-    const size_t close = text.find(kClose, body);
+    // The close tag after the call's JSON, not one inside its strings (a model can write
+    // "</tool_call>" into an argument, and the grammar lets it).
+    const size_t first = text.find_first_not_of(kSpace, body);
+    const size_t json_stop = first != std::string_view::npos && (text[first] == '{' || text[first] == '[')
+                                 ? json_end(text, first)
+                                 : std::string_view::npos;
+    const size_t close = text.find(kClose, json_stop == std::string_view::npos ? body : json_stop);
     const size_t end = close == std::string_view::npos ? text.size() : close;
     if (std::optional<std::vector<ToolCall>> calls = calls_from(text.substr(body, end - body))) {
       out.calls.insert(out.calls.end(), calls->begin(), calls->end());

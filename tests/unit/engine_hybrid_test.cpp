@@ -63,8 +63,9 @@ class HybridEngineTest : public ::testing::Test {
     engine.run_until_idle();
     EXPECT_EQ(engine.kv_cache().used_blocks(), 0);
     EXPECT_EQ(engine.kv_cache().state_pool()->num_used(), 0) << "a state slot was not given back";
-    if (const kv::BlockPool* snapshots = engine.kv_cache().snapshot_pool())
+    if (const kv::BlockPool* snapshots = engine.kv_cache().snapshot_pool()) {
       EXPECT_EQ(snapshots->num_used(), 0) << "a snapshot slot was not given back";
+    }
     if (preemptions) *preemptions = engine.num_preemptions();
     std::vector<std::vector<int32_t>> tokens;
     for (const auto& o : outs) tokens.push_back(o->result_.output_tokens);
@@ -207,6 +208,49 @@ TEST_F(HybridEngineTest, ASecondTurnResumesFromTheFirstTurnsState) {
   // The first turn computed positions 0..67 (45 + 24 - 1): its last block end is 64.
   EXPECT_EQ(cached_on, 64);
   EXPECT_EQ(cached_off, 0);
+}
+
+// Chat traffic: more conversations than sequences, each turn sent after all the others' turns.
+// Every conversation's second turn resumes from its first turn's state: the snapshot pool is
+// sized from memory, not from max_seqs (2 x max_seqs slots kept four of these twelve).
+// The count can be given, and then it is what the cache has.
+TEST_F(HybridEngineTest, EveryConversationResumesWhenThereAreMoreThanSequences) {
+  constexpr int kConversations = 12;
+  EngineConfig c = config(2);
+  c.kv_blocks = 128;  // room for every conversation's attention blocks
+  Engine engine(*file_, c);
+  EXPECT_GE(engine.config().state_snapshots, 2 * kConversations);
+  EXPECT_EQ(engine.kv_cache().snapshot_pool()->num_blocks(), engine.config().state_snapshots);
+  std::vector<std::vector<int32_t>> history;
+  std::vector<std::shared_ptr<Collect>> firsts;
+  for (int i = 0; i < kConversations; ++i) {
+    history.push_back(prompt(37, 100 + i * 5));
+    history.back()[1] = 3 + i;  // conversations differ from their first block on
+    firsts.push_back(std::make_shared<Collect>());
+    engine.add_request(greedy(history.back(), firsts.back(), 8));
+  }
+  engine.run_until_idle();
+  std::vector<std::shared_ptr<Collect>> seconds;
+  for (int i = 0; i < kConversations; ++i) {
+    std::vector<int32_t>& h = history[static_cast<size_t>(i)];
+    const auto& answer = firsts[static_cast<size_t>(i)]->result_.output_tokens;
+    h.insert(h.end(), answer.begin(), answer.end());
+    for (int j = 0; j < 6; ++j) h.push_back(3 + (j * 17 + i) % 43);
+    seconds.push_back(std::make_shared<Collect>());
+    engine.add_request(greedy(h, seconds.back(), 8));
+  }
+  engine.run_until_idle();
+  for (int i = 0; i < kConversations; ++i) {
+    // The first turn computed 37 + 8 - 1 = 44 positions: its last block end is 32.
+    EXPECT_EQ(seconds[static_cast<size_t>(i)]->result_.stats.cached_tokens, 32) << i;
+  }
+  EngineConfig given = config(2);
+  given.state_snapshots = 5;
+  Engine small(*file_, given);
+  EXPECT_EQ(small.kv_cache().snapshot_pool()->num_blocks(), 5);
+  EngineConfig budget = config(2);
+  budget.state_cache_bytes = 0;  // at least two per sequence
+  EXPECT_EQ(Engine(*file_, budget).kv_cache().snapshot_pool()->num_blocks(), 4);
 }
 
 // Many requests sharing prompt prefixes, several at once and with preemption: the cache gives

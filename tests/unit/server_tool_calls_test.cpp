@@ -43,6 +43,16 @@ TEST(ToolCalls, HermesTags) {
       parse_tool_calls("<tool_call>{\"name\": \"a\", oops}</tool_call>", ToolCallFormat::kHermes),
       {}, "<tool_call>{\"name\": \"a\", oops}</tool_call>");
   expect_calls(parse_tool_calls("Just text.", ToolCallFormat::kHermes), {}, "Just text.");
+  // A close tag inside an argument's string is the argument's text (SmolLM2 wrote these under
+  // the forced-call grammar, which allows any string).
+  expect_calls(parse_tool_calls("<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": "
+                                "\"Paris}}</tool_call> \", \"unit\": \"C\"}}\n</tool_call>",
+                                ToolCallFormat::kHermes),
+               {{"get_weather", {{"city", "Paris}}</tool_call> "}, {"unit", "C"}}}}, "");
+  expect_calls(parse_tool_calls("<tool_call>{\"name\": \"a\", \"arguments\": {\"s\": \"</tool_call>{\"}}"
+                                "</tool_call>text after",
+                                ToolCallFormat::kHermes),
+               {{"a", {{"s", "</tool_call>{"}}}}, "text after");
 }
 
 TEST(ToolCalls, Llama3Json) {
