@@ -30,6 +30,9 @@ struct BenchArgs {
   ThreadOptions threads;
   int64_t n_depth = 0;
   int64_t n_parallel = 1;
+  // Prompt tokens a step (llama-bench's -ub, whose default is also 512): a longer prompt runs in
+  // steps of this many, as the server's chunked prefill runs it.
+  int64_t n_ubatch = 512;
   int repetitions = 5;
   bool json = false;
   DType kv_key_type = DType::F16;
@@ -71,20 +74,32 @@ void run_step(model::Model& model, kv::KvCache& cache, ThreadPool& pool, const B
 }
 
 struct TestResult {
-  int64_t n_prompt = 0, n_gen = 0, n_depth = 0, n_parallel = 1;
+  int64_t n_prompt = 0, n_gen = 0, n_depth = 0, n_parallel = 1, n_ubatch = 512;
   std::vector<double> seconds;
 };
 
-// pp: one batch of n_prompt tokens; tg: n_gen steps of one token for each of the sequences.
-// Both start after n_depth tokens already in the cache (filled untimed).
+// Positions [start, start + n) of every sequence, in steps of at most `ubatch` positions.
+void run_steps(model::Model& model, kv::KvCache& cache, ThreadPool& pool,
+               const BenchSequences& tables, std::span<const int32_t> tokens, int64_t n,
+               int64_t start, int64_t ubatch, std::vector<float>& logits) {
+  const auto n_seq = static_cast<int64_t>(tables.size());
+  for (int64_t done = 0; done < n; done += ubatch) {
+    const int64_t count = std::min(ubatch, n - done);
+    run_step(model, cache, pool, tables, tokens.subspan(static_cast<size_t>(done * n_seq)), count,
+             static_cast<int32_t>(start + done), logits);
+  }
+}
+
+// pp: n_prompt tokens in steps of at most n_ubatch; tg: n_gen steps of one token for each of
+// the sequences. Both start after n_depth tokens already in the cache (filled untimed).
 TestResult run_test(model::Model& model, kv::KvCache& cache, ThreadPool& pool,
                     const BenchSequences& tables, int64_t n_prompt, int64_t n_gen, int64_t n_depth,
-                    int repetitions) {
+                    int64_t n_ubatch, int repetitions) {
   std::mt19937 rng(42);
   std::uniform_int_distribution<int32_t> token(0, model.config().n_vocab - 1);
   const auto n_seq = static_cast<int64_t>(tables.size());
   std::vector<float> logits(static_cast<size_t>(model.config().n_vocab * n_seq));
-  TestResult result{n_prompt, n_gen, n_depth, n_seq, {}};
+  TestResult result{n_prompt, n_gen, n_depth, n_seq, n_ubatch, {}};
   auto random_tokens = [&](int64_t n) {
     std::vector<int32_t> t(static_cast<size_t>(n));
     for (int32_t& x : t) x = token(rng);
@@ -92,11 +107,15 @@ TestResult run_test(model::Model& model, kv::KvCache& cache, ThreadPool& pool,
   };
   for (int r = -1; r < repetitions; ++r) {  // r = -1 is the warm-up, not counted
     if (n_depth > 0)
-      run_step(model, cache, pool, tables, random_tokens(n_depth * n_seq), n_depth, 0, logits);
+      run_steps(model, cache, pool, tables, random_tokens(n_depth * n_seq), n_depth, 0, n_ubatch,
+                logits);
     const auto prompt = random_tokens(n_prompt * n_seq);
     const auto begin = Clock::now();
-    if (n_prompt > 0)
-      run_step(model, cache, pool, tables, prompt, n_prompt, static_cast<int32_t>(n_depth), logits);
+    // The warm-up runs one step of the prompt: a 16k-token prompt's would take minutes, and one
+    // step already touches every weight and buffer (llama-bench's warm-up is shorter still).
+    const int64_t prompt_tokens = r < 0 ? std::min(n_prompt, n_ubatch) : n_prompt;
+    if (prompt_tokens > 0)
+      run_steps(model, cache, pool, tables, prompt, prompt_tokens, n_depth, n_ubatch, logits);
     for (int64_t i = 0; i < n_gen; ++i) {
       const auto next = random_tokens(n_seq);
       run_step(model, cache, pool, tables, next, 1, static_cast<int32_t>(n_depth + i), logits);
@@ -143,6 +162,7 @@ nlohmann::json to_json(const TestResult& t, const model::Model& model, const std
           {"n_gen", t.n_gen},
           {"n_depth", t.n_depth},
           {"n_parallel", t.n_parallel},
+          {"n_ubatch", t.n_ubatch},
           {"test_time", when},
           {"avg_ns", static_cast<int64_t>(mean(ns))},
           {"stddev_ns", static_cast<int64_t>(stddev(ns))},
@@ -158,7 +178,9 @@ void bench(const BenchArgs& args) {
   const int threads = args.threads.count();
   const int64_t context = args.n_depth + std::max<int64_t>(args.n_prompt, args.n_gen) + 16;
   const int64_t max_batch =
-      std::max({args.n_prompt, args.n_depth * args.n_parallel, args.n_parallel, int64_t{1}});
+      std::max({std::min(args.n_prompt, args.n_ubatch),
+                std::min(args.n_depth, args.n_ubatch) * args.n_parallel, args.n_parallel,
+                int64_t{1}});
   const bool cuda = args.device == model::Device::kCuda;
   std::optional<cuda::DeviceInfo> device;
   if (cuda) device = cuda::probe_device();
@@ -181,10 +203,11 @@ void bench(const BenchArgs& args) {
   std::vector<TestResult> results;
   if (args.n_prompt > 0)
     results.push_back(run_test(*model, cache, pool, one_sequence, args.n_prompt, 0, args.n_depth,
-                               args.repetitions));
+                               args.n_ubatch, args.repetitions));
   if (args.n_gen > 0)
     results.push_back(
-        run_test(*model, cache, pool, tables, 0, args.n_gen, args.n_depth, args.repetitions));
+        run_test(*model, cache, pool, tables, 0, args.n_gen, args.n_depth, args.n_ubatch,
+                 args.repetitions));
   for (const TestResult& t : results) {
     out.push_back(to_json(t, *model, path, footprint.total_bytes, footprint.parameters, threads,
                           device ? fmt::format("CUDA ({})", device->name)
@@ -230,12 +253,16 @@ void register_bench(CLI::App& app) {
   auto args = std::make_shared<BenchArgs>();
   cmd->add_option("-m,--model", args->model, "GGUF model file (default: the fetched SmolLM2)");
   cmd->add_option("-p,--n-prompt", args->n_prompt, "Prompt tokens for the pp test (0: skip)")
-      ->check(CLI::Range(0, 8192));
+      ->check(CLI::Range(0, 131072));
   cmd->add_option("-n,--n-gen", args->n_gen, "Generated tokens for the tg test (0: skip)")
       ->check(CLI::Range(0, 8192));
   cmd->add_option("-d,--n-depth", args->n_depth,
                   "Tokens already in each sequence's cache before a test (as llama-bench -d)")
-      ->check(CLI::Range(0, 8192));
+      ->check(CLI::Range(0, 131072));
+  cmd->add_option("--ubatch-size", args->n_ubatch,
+                  "Prompt tokens a step: longer prompts (and -d) run in steps of this many, as "
+                  "llama-bench's -ub and the server's chunked prefill")
+      ->check(CLI::Range(1, 131072));
   cmd->add_option("--parallel", args->n_parallel,
                   "Sequences decoding together in the tg test, one token each per step; "
                   "t/s counts all of them")

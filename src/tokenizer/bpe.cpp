@@ -10,7 +10,10 @@
 #include <queue>
 #include <tuple>
 
+#include <fmt/format.h>
+
 #include "tokenizer/byte_level.h"
+#include "tokenizer/spm.h"
 #include "tokenizer/utf8_scan.h"
 #include "util/utf8.h"
 
@@ -211,13 +214,43 @@ struct ByteLevelBpe::Scratch {
   std::vector<int32_t> ids;   // token of each symbol, kMerged once absorbed
   std::vector<int32_t> prev;  // linked list over the live symbols
   std::vector<int32_t> next;
+  std::vector<size_t> starts;  // Gemma 4: where each character symbol starts in its word
   std::priority_queue<Candidate, std::vector<Candidate>, std::greater<>> queue;
 };
 
+namespace {
+
+bool is_gemma4(const Vocab& vocab) { return vocab.model() == "gemma4"; }
+
+// Gemma 4's text before merging: each space as U+2581.
+std::string escape_spaces(std::string_view text) {
+  std::string out;
+  out.reserve(text.size() + text.size() / 4);
+  for (const char c : text) {
+    if (c == ' ') {
+      out += kSpmSpace;
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+// The bytes of a character symbol starting with `lead`, as the reference counts them (a byte
+// that starts no sequence is a symbol of its own).
+size_t symbol_length(char lead) {
+  return std::max<size_t>(1, utf8_sequence_length(static_cast<unsigned char>(lead)));
+}
+
+}  // namespace
+
 ByteLevelBpe::ByteLevelBpe(const Vocab& vocab)
-    : vocab_(vocab), pre_(PreTokenizer::create(vocab.pre())) {
+    // Gemma 4 has one pre-tokenizer, whatever tokenizer.ggml.pre says (the reference's rule).
+    : vocab_(vocab), pre_(PreTokenizer::create(is_gemma4(vocab) ? "gemma4" : vocab.pre())),
+      escaped_(is_gemma4(vocab)) {
   for (int b = 0; b < 256; ++b) {
     byte_tokens_[b] = vocab.find(byte_level_char(static_cast<uint8_t>(b)));
+    hex_byte_tokens_[b] = vocab.find(fmt::format("<0x{:02X}>", b));
   }
   if (pre_->ignore_merges()) tokens_ = std::make_unique<TokenIndex>(vocab);
 }
@@ -225,12 +258,19 @@ ByteLevelBpe::ByteLevelBpe(const Vocab& vocab)
 ByteLevelBpe::~ByteLevelBpe() = default;
 
 bool ByteLevelBpe::round_trips(std::string_view text) const {
+  // Gemma 4: a written U+2581 comes back as a space.
+  if (escaped_ && text.find(kSpmSpace) != std::string_view::npos) return false;
   size_t pos = 0;
   while (pos < text.size()) {
     Utf8Unit unit = scan_utf8(text, pos);
     if (unit.kind != Utf8Unit::Kind::kValid) return false;
-    for (size_t k = 0; k < unit.length; ++k) {
-      if (byte_tokens_[static_cast<uint8_t>(text[pos + k])] == kNoToken) return false;
+    const std::string_view character = text.substr(pos, unit.length);
+    // Gemma 4 spells a character as its token, or else as its bytes' tokens.
+    const bool spelt =
+        escaped_ && vocab_.find(character == " " ? kSpmSpace : character) != kNoToken;
+    for (size_t k = 0; k < unit.length && !spelt; ++k) {
+      const auto byte = static_cast<uint8_t>(text[pos + k]);
+      if ((escaped_ ? hex_byte_tokens_[byte] : byte_tokens_[byte]) == kNoToken) return false;
     }
     pos += unit.length;
   }
@@ -245,6 +285,11 @@ void ByteLevelBpe::encode(std::string_view text, std::vector<int32_t>& out) cons
     cleaned = lenient_utf8(text);
     text = cleaned;
   }
+  std::string escaped;
+  if (escaped_) {
+    escaped = escape_spaces(text);
+    text = escaped;
+  }
   Scratch scratch;
   scratch.pairs.size_for(text.size());
   pre_->split(text, scratch.words);
@@ -257,7 +302,7 @@ void ByteLevelBpe::encode(std::string_view text, std::vector<int32_t>& out) cons
         continue;
       }
     }
-    if (word.size() == 1) {
+    if (word.size() == 1 && !escaped_) {
       if (int32_t id = byte_tokens_[static_cast<uint8_t>(word[0])]; id != kNoToken) {
         out.push_back(id);
       }
@@ -281,16 +326,60 @@ void ByteLevelBpe::encode(std::string_view text, std::vector<int32_t>& out) cons
 }
 
 void ByteLevelBpe::encode_word(std::string_view word, Scratch& s, std::vector<int32_t>& out) const {
+  if (escaped_) {
+    encode_escaped_word(word, s, out);
+    return;
+  }
   if (word.size() <= kShortWord) {
     merge_short_word(word, s.pairs, out);
     return;
   }
   const auto n = static_cast<int32_t>(word.size());
   s.ids.resize(n);
+  for (int32_t i = 0; i < n; ++i) s.ids[i] = byte_tokens_[static_cast<uint8_t>(word[i])];
+  merge_symbols(s, n);
+  for (int32_t i = 0; i >= 0 && i < n; i = s.next[i]) {
+    if (s.ids[i] >= 0) out.push_back(s.ids[i]);  // a byte without a token never merged
+  }
+}
+
+void ByteLevelBpe::encode_escaped_word(std::string_view word, Scratch& s,
+                                       std::vector<int32_t>& out) const {
+  // A run of newlines that is a token is taken whole (the reference's rule for Gemma 4).
+  if (word.find_first_not_of('\n') == std::string_view::npos) {
+    if (const int32_t id = vocab_.find(word); id != kNoToken) {
+      out.push_back(id);
+      return;
+    }
+  }
+  s.ids.clear();
+  s.starts.clear();
+  for (size_t pos = 0; pos < word.size();) {
+    const size_t length = std::min(word.size() - pos, symbol_length(word[pos]));
+    s.starts.push_back(pos);
+    s.ids.push_back(vocab_.find(word.substr(pos, length)));
+    pos += length;
+  }
+  s.starts.push_back(word.size());
+  const auto n = static_cast<int32_t>(s.ids.size());
+  merge_symbols(s, n);
+  for (int32_t i = 0; i >= 0 && i < n; i = s.next[i]) {
+    if (s.ids[i] >= 0) {
+      out.push_back(s.ids[i]);
+      continue;
+    }
+    // A character no token spells never merged: its bytes, as byte tokens.
+    for (size_t b = s.starts[static_cast<size_t>(i)]; b < s.starts[static_cast<size_t>(i) + 1]; ++b) {
+      if (const int32_t id = hex_byte_tokens_[static_cast<uint8_t>(word[b])]; id != kNoToken)
+        out.push_back(id);
+    }
+  }
+}
+
+void ByteLevelBpe::merge_symbols(Scratch& s, int32_t n) const {
   s.prev.resize(n);
   s.next.resize(n);
   for (int32_t i = 0; i < n; ++i) {
-    s.ids[i] = byte_tokens_[static_cast<uint8_t>(word[i])];
     s.prev[i] = i - 1;
     s.next[i] = i + 1 < n ? i + 1 : -1;
   }
@@ -314,9 +403,6 @@ void ByteLevelBpe::encode_word(std::string_view word, Scratch& s, std::vector<in
     if (s.next[right] >= 0) s.prev[s.next[right]] = c.left;
     propose(s.prev[c.left]);
     propose(c.left);
-  }
-  for (int32_t i = 0; i >= 0 && i < n; i = s.next[i]) {
-    if (s.ids[i] >= 0) out.push_back(s.ids[i]);  // a byte without a token never merged
   }
 }
 
@@ -371,6 +457,7 @@ std::string ByteLevelBpe::token_bytes(int32_t id) const {
       return std::string(1, static_cast<char>(std::strtol(text.substr(3, 2).c_str(), nullptr, 16)));
     }
   }
+  if (escaped_) return unescape_spm_spaces(text);
   return byte_level_decode(text);
 }
 

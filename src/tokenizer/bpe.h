@@ -1,5 +1,9 @@
 // ByteLevelBpe: the GPT-2 style encoder. Text is pre-tokenized into words, each word's bytes
 // become alphabet symbols, and adjacent symbols merge by rank until no merge applies.
+// Gemma 4's BPE (tokenizer.ggml.model = gemma4) is the same merging with SentencePiece's
+// spelling: spaces are written U+2581 first, words are whole lines and runs of newlines, a
+// word's symbols are its UTF-8 characters, and a character no token spells becomes the byte
+// tokens <0xAB> of its bytes.
 #pragma once
 
 #include <array>
@@ -34,11 +38,18 @@ class ByteLevelBpe final : public TextEncoder {
   class PairCache;
 
   void encode_word(std::string_view word, Scratch& scratch, std::vector<int32_t>& out) const;
+  // Gemma 4's words: symbols are characters, with byte tokens for the unspelt ones.
+  void encode_escaped_word(std::string_view word, Scratch& scratch,
+                           std::vector<int32_t>& out) const;
+  // Merges the symbols scratch.ids[0, n) by rank; the merged ones follow scratch.next from 0.
+  void merge_symbols(Scratch& scratch, int32_t n) const;
   void merge_short_word(std::string_view word, PairCache& pairs, std::vector<int32_t>& out) const;
 
   const Vocab& vocab_;
   std::unique_ptr<PreTokenizer> pre_;
   std::array<int32_t, 256> byte_tokens_{};  // token of each single byte, or kNoToken
+  bool escaped_ = false;                     // Gemma 4's spelling (above)
+  std::array<int32_t, 256> hex_byte_tokens_{};  // Gemma 4: the token <0xAB> of each byte
   std::unique_ptr<TokenIndex> tokens_;      // only when the pre-tokenizer ignores merges
 };
 

@@ -270,6 +270,8 @@ const std::vector<Spec>& specs() {
       {{"dbrx", "smaug-bpe", "chatglm-bpe"}, {kLlama3}},
       {{"glm4", "glm5"}, {kLlama3}, true},
       {{"jais-2"}, {kJais2}},
+      // Gemma 4: BPE merges over whole lines (spaces already U+2581); runs of newlines apart.
+      {{"gemma4"}, {"[^\\n]+|[\\n]+"}},
       {{"deepseek-llm"},
        {"[\\r\\n]",
         "\\s?[A-Za-zµÀ-ÖØ-öø-ƺƼ-ƿǄ-ʓʕ-ʯͰ-ͳͶͷͻ-ͽͿΆΈ-ΊΌΎ-ΡΣ-ϵϷ-ҁҊ-ԯԱ-ՖႠ-ჅᎠ-"

@@ -278,6 +278,10 @@ std::string SentencePieceBpe::token_bytes(int32_t id) const {
     if (int byte = parse_byte_token(text); byte >= 0)
       return std::string(1, static_cast<char>(byte));
   }
+  return unescape_spm_spaces(text);
+}
+
+std::string unescape_spm_spaces(std::string_view text) {
   std::string out;
   out.reserve(text.size());
   for (size_t pos = 0; pos < text.size();) {

@@ -16,6 +16,9 @@ namespace inferd::tokenizer {
 // U+2581 LOWER ONE EIGHTH BLOCK, which SentencePiece vocabularies write for a space.
 inline constexpr std::string_view kSpmSpace = "\xE2\x96\x81";
 
+// A token's text with each U+2581 as the space it stands for.
+std::string unescape_spm_spaces(std::string_view text);
+
 class SentencePieceBpe final : public TextEncoder {
  public:
   // `vocab` must outlive the encoder. Throws inferd::Error for a score that is not a number

@@ -23,8 +23,9 @@ std::unique_ptr<TextEncoder> make_encoder(const Vocab& vocab) {
 }  // namespace
 
 std::unique_ptr<Tokenizer> Tokenizer::from_vocab(Vocab vocab) {
-  if (vocab.model() != "gpt2" && !is_spm(vocab)) {
-    fail("{} = '{}' is not supported (supported: gpt2 = byte-level BPE, llama = SentencePiece BPE)",
+  if (vocab.model() != "gpt2" && vocab.model() != "gemma4" && !is_spm(vocab)) {
+    fail("{} = '{}' is not supported (supported: gpt2 = byte-level BPE, llama = SentencePiece "
+         "BPE, gemma4 = Gemma 4's BPE)",
          kModelKey, vocab.model());
   }
   return std::unique_ptr<Tokenizer>(new Tokenizer(std::move(vocab)));

@@ -117,6 +117,8 @@ Vocab::Vocab(VocabData data)
   promote_control_texts();
   index_merges(data.merges);
   add_bos_ = data.add_bos.value_or(default_add_bos(model_, pre_));
+  // Gemma 4 always starts with BOS: the reference overrides a file that says otherwise.
+  if (model_ == "gemma4") add_bos_ = true;
   add_eos_ = data.add_eos.value_or(false);
   add_space_prefix_ = data.add_space_prefix.value_or(model_ == "llama");
   if (add_bos_ && special_.bos == kNoToken) {
@@ -230,8 +232,16 @@ void Vocab::find_end_tokens() {
   add(special_.eos);
   add(special_.eot);
   add(special_.eom);
-  for (std::string_view text : kEndOfTurnTexts) add(find(text));
-  add(find("<|eom_id|>"));
+  // Every end-of-generation text the reference knows ends generation (Gemma 4's <turn|>).
+  for (std::string_view text : kControlTexts) add(find(text));
+  // Gemma 4 and PLaMo write a plain "</s>": where <|tool_response> or <|plamo:eos|> is in the
+  // vocabulary, the reference makes it a normal token that ends nothing.
+  if (find("<|tool_response>") != kNoToken || find("<|plamo:eos|>") != kNoToken) {
+    if (const int32_t s = find("</s>"); s != kNoToken && s != special_.eos) {
+      std::erase(eog_ids_, s);
+      types_[s] = TokenType::kNormal;
+    }
+  }
   std::sort(eog_ids_.begin(), eog_ids_.end());
 }
 

@@ -8,6 +8,15 @@ import time
 import urllib.request
 
 
+# The tools of the function-calling tests: one with arguments, one without.
+WEATHER_TOOL = {"type": "function", "function": {
+    "name": "get_weather", "description": "Current weather in a city",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 20},
+                                                     "unit": {"enum": ["C", "F"]}},
+                   "required": ["city", "unit"]}}}
+CLOCK_TOOL = {"type": "function", "function": {"name": "get_time", "description": "The time now"}}
+
+
 class Server:
     def __init__(self, inferd, model, *extra):
         self.proc = subprocess.Popen(

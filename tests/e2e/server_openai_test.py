@@ -13,7 +13,7 @@ import urllib.request
 import jsonschema
 import openai
 
-from server_harness import Server, args
+from server_harness import CLOCK_TOOL, WEATHER_TOOL, Server, args
 
 API_KEY = "test-key"
 INFERD, MODEL = args()
@@ -617,12 +617,8 @@ class Tools(unittest.TestCase):
     <tool_call> tags; from llama.cpp's collection): the grammar forces the call, the server
     parses it back into tool_calls, whole and streamed, and the tool's result continues the
     conversation."""
-    weather = {"type": "function", "function": {
-        "name": "get_weather", "description": "Current weather in a city",
-        "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 20},
-                                                         "unit": {"enum": ["C", "F"]}},
-                       "required": ["city", "unit"]}}}
-    clock = {"type": "function", "function": {"name": "get_time", "description": "The time now"}}
+    weather = WEATHER_TOOL
+    clock = CLOCK_TOOL
 
     @classmethod
     def setUpClass(cls):

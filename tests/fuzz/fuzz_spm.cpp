@@ -1,6 +1,7 @@
-// libFuzzer target for the SentencePiece encoder: encodes arbitrary bytes with the vocabulary
-// of the GGUF file named by $INFERD_FUZZ_VOCAB (e.g. Gemma 3, or llama.cpp's vocabulary-only
-// ggml-vocab-llama-spm.gguf), loaded once. Checks that nothing crashes, that ids are in
+// libFuzzer target for the encoders that spell text as SentencePiece does (U+2581 for spaces,
+// <0xAB> byte tokens): encodes arbitrary bytes with the vocabulary of the GGUF file named by
+// $INFERD_FUZZ_VOCAB (e.g. Gemma 3, or llama.cpp's vocabulary-only ggml-vocab-llama-spm.gguf,
+// or ggml-vocab-gemma-4.gguf for Gemma 4's BPE), loaded once. Checks that nothing crashes, that ids are in
 // range, that decode(encode(x)) == x whenever round_trips(x) says so, and that streaming
 // agrees with decoding.
 #include <cstdint>
@@ -22,13 +23,14 @@ using inferd::tokenizer::Tokenizer;
 std::unique_ptr<Tokenizer> load() {
   const char* path = std::getenv("INFERD_FUZZ_VOCAB");
   if (path == nullptr) {
-    std::fprintf(stderr, "fuzz_spm: set INFERD_FUZZ_VOCAB to a GGUF file with a 'llama' vocab\n");
+    std::fprintf(stderr,
+                 "fuzz_spm: set INFERD_FUZZ_VOCAB to a GGUF file with a 'llama' or 'gemma4' vocab\n");
     std::abort();
   }
   inferd::gguf::GgufFile file = inferd::gguf::GgufFile::open(path);
   auto tok = Tokenizer::from_gguf(file);
-  if (tok->vocab().model() != "llama") {
-    std::fprintf(stderr, "fuzz_spm: %s has tokenizer.ggml.model = '%s', not 'llama'\n", path,
+  if (tok->vocab().model() != "llama" && tok->vocab().model() != "gemma4") {
+    std::fprintf(stderr, "fuzz_spm: %s has tokenizer.ggml.model = '%s', not 'llama' or 'gemma4'\n", path,
                  tok->vocab().model().c_str());
     std::abort();
   }

@@ -32,7 +32,7 @@ struct GoldenSet {
 constexpr GoldenSet kGoldenSets[] = {
     {"smollm2", "default"},   {"llama-bpe", "sdist:llama-bpe"},
     {"phi-3", "sdist:phi-3"}, {"gemma3", "cache:gemma-3-270m-q4_k_m.gguf"},
-    {"qwen2", "sdist:qwen2"},
+    {"qwen2", "sdist:qwen2"},     {"gemma-4", "sdist:gemma-4"},
 };
 
 // Where the set's vocabulary lives, or "" when it is not on this machine: the default model,

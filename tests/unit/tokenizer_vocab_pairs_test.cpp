@@ -121,7 +121,7 @@ TEST_P(TokenizerVocabPairs, MatchLlamaCpp) {
   gguf::GgufFile file = gguf::GgufFile::open(path.string());
   const std::string model = file.get_string("tokenizer.ggml.model").value_or("");
   const std::string pre = file.get_string("tokenizer.ggml.pre").value_or("(none)");
-  if (model != "gpt2" && model != "llama") {
+  if (model != "gpt2" && model != "llama" && model != "gemma4") {
     GTEST_SKIP() << GetParam() << ": tokenizer.ggml.model = " << model << " is not ours to check";
   }
   std::unique_ptr<Tokenizer> tok;
@@ -192,6 +192,32 @@ TEST(TokenizerVocabPairsSpotChecks, VocabulariesWithoutPairFiles) {
     EXPECT_EQ(tok->encode(c.text, false, false), c.ids);
     EXPECT_EQ(tok->decode(c.ids, false), c.text);
   }
+}
+
+// Gemma 4's vocabulary as the reference reads it: BOS always (the file says so too, and the
+// reference would add it if it did not), every end-of-generation text it knows ends generation
+// (<turn|> ends a chat turn), and its "</s>" is plain text, neither special nor an end.
+TEST(TokenizerVocabPairsSpotChecks, Gemma4TurnEndsAndPlainEndOfSentence) {
+  const std::string src = llama_src();
+  if (src.empty()) GTEST_SKIP() << "INFERD_LLAMA_SRC is not set (scripts/fetch-llama-src)";
+  const fs::path path = fs::path(src) / "models" / "ggml-vocab-gemma-4.gguf";
+  if (!fs::exists(path)) GTEST_SKIP() << path << " is absent";
+  gguf::GgufFile file = gguf::GgufFile::open(path.string());
+  auto tok = Tokenizer::from_gguf(file);
+  const Vocab& v = tok->vocab();
+  EXPECT_TRUE(v.add_bos());
+  for (const char* end : {"<eos>", "<turn|>", "<|tool_response>"}) {
+    ASSERT_NE(v.find(end), kNoToken) << end;
+    EXPECT_TRUE(v.is_eog(v.find(end))) << end;
+  }
+  const int32_t s = v.find("</s>");
+  ASSERT_NE(s, kNoToken);
+  EXPECT_FALSE(v.is_eog(s));
+  EXPECT_FALSE(tok->is_special(s));
+  // Parsed as text even with special-token parsing on, as any other word.
+  const Ids ids = tok->encode("a </s> b", false, true);
+  EXPECT_EQ(std::count(ids.begin(), ids.end(), s), 0);
+  EXPECT_EQ(tok->decode(ids, false), "a </s> b");
 }
 
 INSTANTIATE_TEST_SUITE_P(LlamaCpp, TokenizerVocabPairs, testing::ValuesIn(vocab_names()),
