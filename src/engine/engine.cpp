@@ -138,7 +138,7 @@ int32_t snapshot_slots(const EngineConfig& c) { return c.prefix_caching ? c.stat
 // How many snapshots of `state_bytes` each the config asks for (EngineConfig::state_snapshots,
 // state_cache_bytes). A multi-turn chat resumes each conversation from the snapshot its last
 // turn left, so the pool must hold about two per conversation in flight (its prompt's and its
-// answer's ends), not two per running sequence: 16 conversations on 8 sequences found 6% of
+// answer's ends), not two per running sequence: 8 conversations on 4 sequences found 6% of
 // their prefixes with 2 x max_seqs slots.
 int32_t resolve_state_snapshots(const EngineConfig& c, int64_t state_bytes) {
   if (c.state_snapshots > 0) return c.state_snapshots;
