@@ -132,9 +132,6 @@ int64_t available_memory_bytes() {
 // second, the state before a verification, restored when a draft is rejected.
 int32_t state_slots(const EngineConfig& c) { return c.max_seqs * (c.spec.enabled() ? 2 : 1); }
 
-// Its state snapshots for prefix caching, once resolve_state_snapshots has set the count.
-int32_t snapshot_slots(const EngineConfig& c) { return c.prefix_caching ? c.state_snapshots : 0; }
-
 // How many snapshots of `state_bytes` each the config asks for (EngineConfig::state_snapshots,
 // state_cache_bytes). A multi-turn chat resumes each conversation from the snapshot its last
 // turn left, so the pool must hold about two per conversation in flight (its prompt's and its
@@ -171,7 +168,7 @@ int32_t Engine::fit_kv_blocks(int32_t wanted, int64_t blocks_per_seq) {
   if (available < 0) return wanted;
   // A hybrid model's state and snapshot slots come out of the same memory.
   available -= model_->config().recurrent_state_floats * int64_t{sizeof(float)} *
-               (state_slots(config_) + snapshot_slots(config_));
+               (state_slots(config_) + config_.state_snapshots);
   kv::KvCacheConfig one = model_->kv_config(1, config_.block_size, config_.kv_key_type,
                                             config_.kv_value_type);
   one.num_sliding_blocks = one.sliding_layers.empty() ? 0 : 1;
@@ -195,7 +192,7 @@ Engine::Engine(const gguf::GgufFile& file, const EngineConfig& config)
   options.device = config.device;
   model_ = model::load_model(file, options);
   config_.state_snapshots =
-      model_->has_recurrent_state()
+      model_->has_recurrent_state() && config_.prefix_caching
           ? resolve_state_snapshots(config_, model_->config().recurrent_state_floats *
                                                  int64_t{sizeof(float)})
           : 0;
@@ -222,14 +219,15 @@ Engine::Engine(const gguf::GgufFile& file, const EngineConfig& config)
         static_cast<int32_t>(std::min<int64_t>(config_.kv_blocks, per_seq * config.max_seqs));
   }
   // A hybrid model's state after a prefix is not in its KV blocks: a prefix is resumed from a
-  // snapshot of the state at a block end (kv/kv_cache.h), kept in snapshot slots: one for each
-  // running sequence and as many again for finished ones. (Not with sliding-window layers,
-  // whose cut prefixes would need blocks the match did not take; no such model exists.)
+  // snapshot of the state at a block end (kv/kv_cache.h), kept in the snapshot slots counted
+  // above. (Not with sliding-window layers, whose cut prefixes would need blocks the match did
+  // not take; no such model exists.)
   if (model_->has_recurrent_state() && config_.prefix_caching) {
     if (!kv.sliding_layers.empty()) {
       config_.prefix_caching = false;
+      config_.state_snapshots = 0;
     } else {
-      kv.num_snapshot_slots = snapshot_slots(config_);
+      kv.num_snapshot_slots = config_.state_snapshots;
     }
   }
   cache_ = std::make_unique<kv::KvCache>(kv);

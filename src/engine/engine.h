@@ -52,7 +52,8 @@ struct EngineConfig {
   bool prefix_caching = true;
   // Hybrid models with prefix caching: slots of state snapshots at block ends, one per running
   // sequence and the rest for prefixes to resume from (a chat's next turn). 0: as many as
-  // state_cache_bytes holds, at least twice max_seqs.
+  // state_cache_bytes holds, at least twice max_seqs. Engine::config() has the count the
+  // cache holds (0 without prefix caching or a recurrent state).
   int32_t state_snapshots = 0;
   // The memory for those snapshots (llama-server's --cache-ram); -1: the smaller of 2 GiB and an
   // eighth of the memory available at start-up, at most 64 snapshots per sequence.

@@ -37,9 +37,7 @@ class EngineLoop {
   int64_t context() const { return engine_.config().context; }
   // The KV pool's blocks, and whether the default pool was cut to fit the machine's memory.
   int32_t kv_blocks() const { return engine_.config().kv_blocks; }
-  int32_t state_snapshots() const {
-    return engine_.config().prefix_caching ? engine_.config().state_snapshots : 0;
-  }
+  int32_t state_snapshots() const { return engine_.config().state_snapshots; }
   bool kv_blocks_capped() const { return engine_.kv_blocks_capped(); }
 
  private:

@@ -222,20 +222,6 @@ namespace {
 
 bool is_gemma4(const Vocab& vocab) { return vocab.model() == "gemma4"; }
 
-// Gemma 4's text before merging: each space as U+2581.
-std::string escape_spaces(std::string_view text) {
-  std::string out;
-  out.reserve(text.size() + text.size() / 4);
-  for (const char c : text) {
-    if (c == ' ') {
-      out += kSpmSpace;
-    } else {
-      out += c;
-    }
-  }
-  return out;
-}
-
 // The bytes of a character symbol starting with `lead`, as the reference counts them (a byte
 // that starts no sequence is a symbol of its own).
 size_t symbol_length(char lead) {
@@ -285,9 +271,9 @@ void ByteLevelBpe::encode(std::string_view text, std::vector<int32_t>& out) cons
     cleaned = lenient_utf8(text);
     text = cleaned;
   }
-  std::string escaped;
+  std::string escaped;  // Gemma 4's text before merging: each space as U+2581
   if (escaped_) {
-    escaped = escape_spaces(text);
+    append_spm_escaped(escaped, text);
     text = escaped;
   }
   Scratch scratch;

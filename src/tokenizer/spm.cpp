@@ -190,13 +190,7 @@ void SentencePieceBpe::encode(std::string_view text, std::vector<int32_t>& out) 
   }
   s.text.reserve(escaped);
   if (add_space_prefix_) s.text += kSpmSpace;
-  for (size_t pos = 0; pos < text.size();) {
-    const size_t space = std::min(text.find(' ', pos), text.size());
-    s.text.append(text, pos, space - pos);
-    if (space == text.size()) break;
-    s.text += kSpmSpace;
-    pos = space + 1;
-  }
+  append_spm_escaped(s.text, text);
   split_characters(s);
   merge(s);
   emit(s, out);
@@ -279,6 +273,16 @@ std::string SentencePieceBpe::token_bytes(int32_t id) const {
       return std::string(1, static_cast<char>(byte));
   }
   return unescape_spm_spaces(text);
+}
+
+void append_spm_escaped(std::string& out, std::string_view text) {
+  for (size_t pos = 0; pos < text.size();) {
+    const size_t space = std::min(text.find(' ', pos), text.size());
+    out.append(text, pos, space - pos);
+    if (space == text.size()) break;
+    out += kSpmSpace;
+    pos = space + 1;
+  }
 }
 
 std::string unescape_spm_spaces(std::string_view text) {

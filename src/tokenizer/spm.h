@@ -16,6 +16,8 @@ namespace inferd::tokenizer {
 // U+2581 LOWER ONE EIGHTH BLOCK, which SentencePiece vocabularies write for a space.
 inline constexpr std::string_view kSpmSpace = "\xE2\x96\x81";
 
+// Appends `text` with each space written as U+2581.
+void append_spm_escaped(std::string& out, std::string_view text);
 // A token's text with each U+2581 as the space it stands for.
 std::string unescape_spm_spaces(std::string_view text);
 
