@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <array>
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <cstdio>
@@ -234,6 +235,63 @@ class DeviceArena {
   DeviceBuffer memory_;
 };
 
+// INFERD_CUDA_STEP_TIMES=1: where a decode step's time goes, printed to stderr when the model is
+// destroyed: the device's time from the step's upload to its logits' download (events), the
+// host's time in forward(), and the caller's time between one forward() and the next (a
+// device idle gap). Steps keep their graphs.
+class StepTimes {
+ public:
+  using Clock = std::chrono::steady_clock;
+  bool on() const { return on_; }
+  void enable() {
+    on_ = true;
+    check(cudaEventCreate(&start_), "creating a step event");
+    check(cudaEventCreate(&end_), "creating a step event");
+  }
+  ~StepTimes() {
+    if (!on_) return;
+    if (steps_ > 0) {
+      std::fprintf(stderr,
+                   "inferd: CUDA step times, decode steps (%d): device %.3f ms, forward() %.3f ms, "
+                   "caller between steps %.3f ms\n",
+                   steps_, device_ms_ / steps_, host_ms_ / steps_,
+                   gaps_ > 0 ? gap_ms_ / gaps_ : 0.0);
+    }
+    cudaEventDestroy(start_);
+    cudaEventDestroy(end_);
+  }
+  void begin(cudaStream_t stream) {
+    entered_ = Clock::now();
+    if (returned_) {
+      gap_ms_ += std::chrono::duration<double, std::milli>(entered_ - *returned_).count();
+      ++gaps_;
+    }
+    check(cudaEventRecord(start_, stream), "recording a step event");
+  }
+  void end(cudaStream_t stream) { check(cudaEventRecord(end_, stream), "recording a step event"); }
+  // After the step's synchronization.
+  void finish(bool decode) {
+    returned_ = Clock::now();
+    if (!decode) {
+      returned_.reset();  // a gap after a batched step is not a decode gap
+      return;
+    }
+    float ms = 0;
+    check(cudaEventElapsedTime(&ms, start_, end_), "timing a step");
+    device_ms_ += ms;
+    host_ms_ += std::chrono::duration<double, std::milli>(*returned_ - entered_).count();
+    ++steps_;
+  }
+
+ private:
+  bool on_ = false;
+  cudaEvent_t start_ = nullptr, end_ = nullptr;
+  Clock::time_point entered_;
+  std::optional<Clock::time_point> returned_;
+  double device_ms_ = 0, host_ms_ = 0, gap_ms_ = 0;
+  int steps_ = 0, gaps_ = 0;
+};
+
 // INFERD_CUDA_PROFILE=1: device time per section of the forward pass (events between the
 // sections; steps run without graphs), printed to stderr when the model is destroyed, per step
 // and separately for decode-sized and batched steps.
@@ -340,8 +398,12 @@ class CudaDecoder final : public Model {
     print_memory();
     const char* graphs = std::getenv("INFERD_CUDA_GRAPHS");  // 0: launch kernels one by one
     use_graphs_ = graphs == nullptr || std::string(graphs) != "0";
-    // INFERD_CUDA_GEMV_SPLIT=1: a warp a row in the matrix-vector kernels (kernels.cuh).
-    if (const char* split = std::getenv("INFERD_CUDA_GEMV_SPLIT")) cuda::set_gemv_split(std::atoi(split));
+    // For comparisons (kernels.cuh): INFERD_CUDA_GEMV_ROWS=1|2|4 rows a warp in one-token
+    // products; INFERD_CUDA_PDL=0 launches without programmatic dependent launch.
+    if (const char* rows = std::getenv("INFERD_CUDA_GEMV_ROWS")) cuda::set_gemv_rows(std::atoi(rows));
+    if (const char* pdl = std::getenv("INFERD_CUDA_PDL")) cuda::set_programmatic_launch(std::string(pdl) != "0");
+    if (const char* t = std::getenv("INFERD_CUDA_STEP_TIMES"); t != nullptr && std::string(t) == "1")
+      step_times_.enable();
     if (const char* p = std::getenv("INFERD_CUDA_PROFILE"); p != nullptr && std::string(p) == "1") {
       profile_.enable(stream_);
       use_graphs_ = false;
@@ -383,6 +445,7 @@ class CudaDecoder final : public Model {
       fail("batch of {} tokens exceeds the {} the model was sized for", T, max_tokens_);
     if (T == 0) return;
     ensure_kv(cache);
+    if (step_times_.on()) step_times_.begin(stream_);
     const Step step = stage(batch, cache);
     check(cudaMemcpyAsync(staging_.device, staging_.host.get(), step.bytes, cudaMemcpyHostToDevice,
                           stream_),
@@ -426,13 +489,20 @@ class CudaDecoder final : public Model {
                             cudaMemcpyDeviceToHost, stream_),
             "downloading hidden states");
     }
+    // A decode step's logits come back through pinned memory: a copy into the caller's pageable
+    // memory goes through the driver's own staging, chunk by chunk, while the device waits.
+    const size_t logit_bytes = size_t(R * c.n_vocab) * sizeof(float);
+    const bool pinned = logit_bytes <= logits_host_.bytes();
     if (R > 0) {
-      check(cudaMemcpyAsync(logits, ws_.logits, size_t(R * c.n_vocab) * sizeof(float),
-                            cudaMemcpyDeviceToHost, stream_),
+      check(cudaMemcpyAsync(pinned ? logits_host_.get() : static_cast<void*>(logits), ws_.logits,
+                            logit_bytes, cudaMemcpyDeviceToHost, stream_),
             "downloading logits");
     }
+    if (step_times_.on()) step_times_.end(stream_);
     check(cudaGetLastError(), "launching the step's kernels");
     check(cudaStreamSynchronize(stream_), "running the step");
+    if (R > 0 && pinned) std::memcpy(logits, logits_host_.get(), logit_bytes);
+    if (step_times_.on()) step_times_.finish(T <= kGemvTokens);
   }
 
  private:
@@ -685,6 +755,8 @@ class CudaDecoder final : public Model {
     a.plan(&ws_.w_f16, size_t(kDequantSliceValues));
     a.plan(&ws_.attention_scratch, scratch_floats_);
     a.allocate();
+    logits_host_ = cuda::PinnedBuffer(size_t(std::min(max_tokens_, kGemvTokens)) *
+                                      size_t(c.n_vocab) * sizeof(float));
   }
 
   // Allocates the blocks of the engine's cache on the device, once per cache shape.
@@ -877,7 +949,9 @@ class CudaDecoder final : public Model {
   ArchSpec spec_;
   int64_t max_tokens_;
   int64_t max_positions_ = 0;
+  StepTimes step_times_;
   size_t scratch_floats_ = 0;  // the attention scratch (partial results of chunks of keys)
+  cuda::PinnedBuffer logits_host_;  // [min(max_tokens, kGemvTokens), n_vocab]: decode steps' logits
   int multiprocessors_ = 0;
   cudaStream_t stream_ = nullptr;
   cublasHandle_t cublas_ = nullptr;

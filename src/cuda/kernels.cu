@@ -5,8 +5,10 @@
 
 #include <cuda_fp16.h>
 
+#include <algorithm>
 #include <cfloat>
 #include <type_traits>
+#include <utility>
 
 namespace inferd::cuda {
 namespace {
@@ -22,10 +24,50 @@ __device__ __forceinline__ float bf16_bits_to_float(uint16_t bits) {
 __device__ __forceinline__ uint16_t load_u16(const uint8_t* p) {
   return *reinterpret_cast<const uint16_t*>(p);
 }
-// Four bytes at an address that is only 2-byte aligned (Q6_K and Q8_0 blocks).
-__device__ __forceinline__ int load_i32_a2(const uint8_t* p) {
-  const auto* h = reinterpret_cast<const uint16_t*>(p);
-  return static_cast<int>(static_cast<uint32_t>(h[0]) | (static_cast<uint32_t>(h[1]) << 16));
+
+// Programmatic dependent launch (sm_90; set_programmatic_launch): each kernel is launched
+// allowed to start while the one before it in the stream is finishing. A kernel calls
+// wait_for_previous_kernel() before it reads anything an earlier kernel wrote or writes anything
+// an earlier kernel may still read; every kernel waits before it ends, so a kernel's end implies
+// the end of all before it. It then lets the next kernel launch, whose start (and the matrix-
+// vector kernels' first weight loads, issued before their wait: weights are written by no
+// kernel) overlaps this one's work instead of following it. Launched without the attribute,
+// both are no-ops.
+__device__ __forceinline__ void wait_for_previous_kernel() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void let_next_kernel_launch() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+// Both, first thing in a kernel that has nothing to do before its inputs are ready.
+__device__ __forceinline__ void begin_dependent_kernel() {
+  wait_for_previous_kernel();
+  let_next_kernel_launch();
+}
+
+bool g_programmatic_launch = true;  // set_programmatic_launch()
+
+// kernel<<<grid, block, 0, stream>>>(args...), with programmatic dependent launch allowed when
+// it is on.
+template <typename... Params, typename... Args>
+void launch(void (*kernel)(Params...), dim3 grid, dim3 block, cudaStream_t stream,
+            Args&&... args) {
+  cudaLaunchAttribute attribute{};
+  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = 0;
+  config.stream = stream;
+  config.attrs = &attribute;
+  config.numAttrs = g_programmatic_launch ? 1 : 0;
+  // An error stays the runtime's last error, which the callers check after their launches.
+  (void)cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
 }
 
 __device__ __forceinline__ float warp_sum(float v) {
@@ -90,6 +132,7 @@ __device__ void decode_unit(const uint8_t* row, int64_t u, float* out) {
 template <WeightType kType>
 __global__ void embed_rows_kernel(const uint8_t* table, size_t row_bytes, int64_t cols,
                                   const int32_t* tokens, float scale, float* out) {
+  begin_dependent_kernel();
   const int64_t t = blockIdx.x;
   const uint8_t* row = table + static_cast<size_t>(tokens[t]) * row_bytes;
   float values[kUnit];
@@ -102,6 +145,7 @@ __global__ void embed_rows_kernel(const uint8_t* table, size_t row_bytes, int64_
 template <WeightType kType>
 __global__ void dequantize_f16_kernel(const uint8_t* data, size_t row_bytes, int64_t cols,
                                       int64_t row_begin, int64_t units, __half* out) {
+  begin_dependent_kernel();
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i >= units) return;
   const int64_t units_per_row = cols / kUnit;
@@ -117,6 +161,7 @@ __global__ void dequantize_f16_kernel(const uint8_t* data, size_t row_bytes, int
 
 // One warp per 32-value block: amax, d = amax / 127, q = round(x / d), and d * sum(q).
 __global__ void quantize_kernel(const float* x, int64_t blocks, int8_t* values, float2* scales) {
+  begin_dependent_kernel();
   const int64_t b = blockIdx.x * static_cast<int64_t>(blockDim.x / 32) + threadIdx.x / 32;
   if (b >= blocks) return;
   const int lane = threadIdx.x % 32;
@@ -129,82 +174,9 @@ __global__ void quantize_kernel(const float* x, int64_t blocks, int8_t* values, 
   if (lane == 0) scales[b] = make_float2(d, d * sum);
 }
 
-// Q8_0's int8 dot of weight block u with activation block u: its contribution to the row's dot.
-__device__ __forceinline__ float q8_0_block_dot(const uint8_t* row, int64_t u, const int* xq,
-                                                float2 xs) {
-  const uint8_t* b = row + u * 34;
-  int dot = 0;
-#pragma unroll
-  for (int i = 0; i < 8; ++i) dot = __dp4a(load_i32_a2(b + 2 + 4 * i), xq[i], dot);
-  return half_bits_to_float(load_u16(b)) * xs.x * static_cast<float>(dot);
-}
-
-constexpr int kGemvWarps = 4;  // rows per thread block, a warp each
-// Blocks an SM must hold at once in a one-token product: caps registers at 64 a thread (the
-// type switch and the two pieces in flight would take ~80, leaving 40% of the warps an SM could
-// keep waiting on memory). Products of more tokens get 128 (fewer would spill).
-constexpr int kGemvMinBlocks = 8;
-
-// A Q8_0 row times kTokens activations: each lane takes every `lanes`-th block of the row, two
-// blocks at a time so that both blocks' loads are in flight together.
-template <int kTokens>
-__device__ __forceinline__ void row_dot_q8_0(const uint8_t* wr, int64_t cols, const int8_t* xq,
-                                             const float2* xs, int lane, int lanes,
-                                             float (&acc)[kTokens]) {
-  const int64_t units = cols / kUnit;
-  const auto unit = [&](int64_t u) {
-#pragma unroll
-    for (int t = 0; t < kTokens; ++t) {
-      const int4* xv = reinterpret_cast<const int4*>(xq + t * cols + u * kUnit);
-      const int4 a = xv[0], b = xv[1];
-      const int x8[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
-      acc[t] += q8_0_block_dot(wr, u, x8, xs[t * units + u]);
-    }
-  };
-  int64_t u = lane;
-  for (; u + lanes < units; u += 2 * lanes) {
-    unit(u);
-    unit(u + lanes);
-  }
-  if (u < units) unit(u);
-}
-
-template <WeightType kType, int kTokens>
-__device__ __forceinline__ void row_dot_float(const uint8_t* wr, int64_t cols, const float* x,
-                                              int lane, int lanes, float (&acc)[kTokens]) {
-  // Each lane takes 8 consecutive values (16 bytes of F16/BF16) at a time.
-  for (int64_t c = lane * 8; c < cols; c += lanes * 8) {
-    float wv[8];
-    if constexpr (kType == WeightType::F32) {
-      const float4* p = reinterpret_cast<const float4*>(reinterpret_cast<const float*>(wr) + c);
-      const float4 a = p[0], b = p[1];
-      wv[0] = a.x, wv[1] = a.y, wv[2] = a.z, wv[3] = a.w;
-      wv[4] = b.x, wv[5] = b.y, wv[6] = b.z, wv[7] = b.w;
-    } else {
-      const uint4 raw = *reinterpret_cast<const uint4*>(reinterpret_cast<const uint16_t*>(wr) + c);
-      const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const auto lo = static_cast<uint16_t>(words[i] & 0xFFFF);
-        const auto hi = static_cast<uint16_t>(words[i] >> 16);
-        wv[2 * i] = kType == WeightType::F16 ? half_bits_to_float(lo) : bf16_bits_to_float(lo);
-        wv[2 * i + 1] = kType == WeightType::F16 ? half_bits_to_float(hi) : bf16_bits_to_float(hi);
-      }
-    }
-#pragma unroll
-    for (int t = 0; t < kTokens; ++t) {
-      const float4* xv = reinterpret_cast<const float4*>(x + t * cols + c);
-      const float4 a = xv[0], b = xv[1];
-      acc[t] += wv[0] * a.x + wv[1] * a.y + wv[2] * a.z + wv[3] * a.w + wv[4] * b.x +
-                wv[5] * b.y + wv[6] * b.z + wv[7] * b.w;
-    }
-  }
-}
-
-// This thread's share (lane `lane` of `lanes` on the row) of row `row` times the tokens, summed
-// over its warp (the caller sums the warps of a row).
-// N consecutive 4-byte words at p, which is only 2-byte aligned (Q6_K's 210-byte blocks): N + 1
-// aligned loads, each pair joined by a funnel shift.
+// N consecutive 4-byte words at p, which is only 2-byte aligned (Q6_K's 210-byte and Q8_0's
+// 34-byte blocks): N + 1 aligned loads, each pair joined by a funnel shift. May read up to 3
+// bytes past the run (kWeightPadding).
 template <int N>
 __device__ __forceinline__ void load_words_a2(const uint8_t* p, int (&out)[N]) {
   const auto addr = reinterpret_cast<uintptr_t>(p);
@@ -217,12 +189,127 @@ __device__ __forceinline__ void load_words_a2(const uint8_t* p, int (&out)[N]) {
   for (int i = 0; i < N; ++i) out[i] = static_cast<int>(__funnelshift_r(words[i], words[i + 1], shift));
 }
 
-// The 8 int8 words of activation block b of token t, and its scales.
+// The 8 int8 words of activation block b.
 __device__ __forceinline__ void load_x_block(const int8_t* xq, int64_t b, int (&x8)[8]) {
   const int4* xv = reinterpret_cast<const int4*>(xq + b * kUnit);
   const int4 a = xv[0], c = xv[1];
   x8[0] = a.x, x8[1] = a.y, x8[2] = a.z, x8[3] = a.w;
   x8[4] = c.x, x8[5] = c.y, x8[6] = c.z, x8[7] = c.w;
+}
+
+// The matrix-vector products. A warp computes kRows rows together (a row and the same row of a
+// second matrix, for the fused gate/up): each lane walks its pieces of the rows (a piece: the
+// bytes one lane loads and multiplies at a time), loading every row's piece before multiplying
+// any, and loading the activations of a piece once for all the rows. Then the warp sums each
+// row's lanes.
+//
+// for_each_piece: lane `lane` takes pieces lane, lane + 32, ...; kUnroll pieces of each row a
+// step when a warp has one row, so that a lane has as many loads in flight either way. The first
+// step's weight loads are issued before the wait for the previous kernel (no kernel writes
+// weights): they overlap its tail. (Software pipelining, the next step's loads issued before
+// this one's products, measured no faster on an H200 and needs twice the registers.)
+template <int kRows, typename Piece, typename Load, typename Dot>
+__device__ __forceinline__ void for_each_piece(int64_t pieces, int lane, bool& waited, Load load,
+                                               Dot dot) {
+  constexpr int kUnroll = kRows == 1 ? 2 : 1;
+  for (int64_t p0 = lane; p0 < pieces; p0 += 32 * kUnroll) {
+    Piece w[kUnroll][kRows];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      if (p0 + 32 * u < pieces) {
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) w[u][r] = load(r, p0 + 32 * u);
+      }
+    }
+    if (!waited) {
+      begin_dependent_kernel();
+      waited = true;
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u)
+      if (p0 + 32 * u < pieces) dot(w[u], p0 + 32 * u);
+  }
+}
+
+// Q8_0: a piece is one 34-byte block (32 values).
+struct Q8Piece {
+  int q[8];
+  uint16_t d;
+};
+
+template <int kTokens, int kRows>
+__device__ __forceinline__ void rows_dot_q8_0(const uint8_t* const (&wr)[kRows], int64_t cols,
+                                              const int8_t* xq, const float2* xs, int lane,
+                                              float (&acc)[kRows][kTokens], bool& waited) {
+  const int64_t units = cols / kUnit;
+  const auto load = [&](int r, int64_t u) {
+    Q8Piece w;
+    const uint8_t* b = wr[r] + u * 34;
+    load_words_a2(b + 2, w.q);
+    w.d = load_u16(b);
+    return w;
+  };
+  const auto dot = [&](const Q8Piece (&w)[kRows], int64_t u) {
+#pragma unroll
+    for (int t = 0; t < kTokens; ++t) {
+      int x8[8];
+      load_x_block(xq + t * cols, u, x8);
+      const float sx = xs[t * units + u].x;
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) {
+        int d = 0;
+#pragma unroll
+        for (int i = 0; i < 8; ++i) d = __dp4a(w[r].q[i], x8[i], d);
+        acc[r][t] += half_bits_to_float(w[r].d) * sx * static_cast<float>(d);
+      }
+    }
+  };
+  for_each_piece<kRows, Q8Piece>(units, lane, waited, load, dot);
+}
+
+// F32, F16, BF16: a piece is 8 consecutive values (16 bytes of F16/BF16, 32 of F32).
+struct FloatPiece {
+  float v[8];
+};
+
+template <WeightType kType, int kTokens, int kRows>
+__device__ __forceinline__ void rows_dot_float(const uint8_t* const (&wr)[kRows], int64_t cols,
+                                               const float* x, int lane,
+                                               float (&acc)[kRows][kTokens], bool& waited) {
+  const auto load = [&](int r, int64_t c8) {
+    FloatPiece w;
+    if constexpr (kType == WeightType::F32) {
+      const float4* p = reinterpret_cast<const float4*>(wr[r]) + 2 * c8;
+      const float4 a = p[0], b = p[1];
+      w.v[0] = a.x, w.v[1] = a.y, w.v[2] = a.z, w.v[3] = a.w;
+      w.v[4] = b.x, w.v[5] = b.y, w.v[6] = b.z, w.v[7] = b.w;
+    } else {
+      const uint4 raw = reinterpret_cast<const uint4*>(wr[r])[c8];
+      const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const auto lo = static_cast<uint16_t>(words[i] & 0xFFFF);
+        const auto hi = static_cast<uint16_t>(words[i] >> 16);
+        w.v[2 * i] = kType == WeightType::F16 ? half_bits_to_float(lo) : bf16_bits_to_float(lo);
+        w.v[2 * i + 1] = kType == WeightType::F16 ? half_bits_to_float(hi) : bf16_bits_to_float(hi);
+      }
+    }
+    return w;
+  };
+  const auto dot = [&](const FloatPiece (&w)[kRows], int64_t c8) {
+#pragma unroll
+    for (int t = 0; t < kTokens; ++t) {
+      const float4* xv = reinterpret_cast<const float4*>(x + t * cols + 8 * c8);
+      const float4 a = xv[0], b = xv[1];
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) {
+        const float* v = w[r].v;
+        acc[r][t] += v[0] * a.x + v[1] * a.y + v[2] * a.z + v[3] * a.w + v[4] * b.x +
+                     v[5] * b.y + v[6] * b.z + v[7] * b.w;
+      }
+    }
+  };
+  for_each_piece<kRows, FloatPiece>(cols / 8, lane, waited, load, dot);
 }
 
 // Byte j (0..11) of Q4_K's scales, held in the words y, z, w of the block's first 16 bytes
@@ -242,151 +329,142 @@ __device__ __forceinline__ void q4k_scale_min_words(const int4& head, int j, int
   }
 }
 
-// Q4_K, a pair of sub-blocks (64 values: both nibbles of 32 bytes of qs) a lane at a time: the
-// block's header (d, dmin, 12 scale bytes: 16 bytes) and the pair's qs in three 16-byte loads.
+// Q4_K: a piece is a pair of sub-blocks (64 values: both nibbles of 32 bytes of qs) with its
+// block's header (d, dmin, 12 scale bytes: 16 bytes), in three 16-byte loads.
 struct Q4kPair {
   int4 head, q0, q1;
 };
 
-__device__ __forceinline__ Q4kPair load_q4k_pair(const uint8_t* wr, int64_t pr) {
-  const uint8_t* b = wr + (pr / 4) * 144;
-  const int4* qv = reinterpret_cast<const int4*>(b + 16 + 32 * (pr % 4));
-  return {*reinterpret_cast<const int4*>(b), qv[0], qv[1]};
-}
-
-template <int kTokens>
-__device__ __forceinline__ void q4k_pair_dot(const Q4kPair& w, int64_t pr, int64_t cols,
-                                             const int8_t* xq, const float2* xs,
-                                             float (&acc)[kTokens]) {
+template <int kTokens, int kRows>
+__device__ __forceinline__ void rows_dot_q4k(const uint8_t* const (&wr)[kRows], int64_t cols,
+                                             const int8_t* xq, const float2* xs, int lane,
+                                             float (&acc)[kRows][kTokens], bool& waited) {
   const int64_t units = cols / kUnit;
-  const int pair = static_cast<int>(pr % 4);
-  const int qs[8] = {w.q0.x, w.q0.y, w.q0.z, w.q0.w, w.q1.x, w.q1.y, w.q1.z, w.q1.w};
-  const float d = half_bits_to_float(static_cast<uint16_t>(w.head.x & 0xFFFF));
-  const float dmin = half_bits_to_float(static_cast<uint16_t>(static_cast<unsigned>(w.head.x) >> 16));
-  int sc0, m0, sc1, m1;
-  q4k_scale_min_words(w.head, 2 * pair, sc0, m0);
-  q4k_scale_min_words(w.head, 2 * pair + 1, sc1, m1);
-  const int64_t u0 = pr * 2;  // the activation blocks of the two sub-blocks
+  const auto load = [&](int r, int64_t pr) {
+    const uint8_t* b = wr[r] + (pr / 4) * 144;
+    const int4* qv = reinterpret_cast<const int4*>(b + 16 + 32 * (pr % 4));
+    return Q4kPair{*reinterpret_cast<const int4*>(b), qv[0], qv[1]};
+  };
+  const auto dot = [&](const Q4kPair (&w)[kRows], int64_t pr) {
+    const int pair = static_cast<int>(pr % 4);
+    // Each row's scale and min of the two sub-blocks, times d and dmin.
+    float a0[kRows], a1[kRows], b0[kRows], b1[kRows];
 #pragma unroll
-  for (int t = 0; t < kTokens; ++t) {
-    int x0[8], x1[8];
-    load_x_block(xq + t * cols, u0, x0);
-    load_x_block(xq + t * cols, u0 + 1, x1);
-    int dot0 = 0, dot1 = 0;
-#pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      dot0 = __dp4a(qs[i] & 0x0F0F0F0F, x0[i], dot0);
-      dot1 = __dp4a((qs[i] >> 4) & 0x0F0F0F0F, x1[i], dot1);
+    for (int r = 0; r < kRows; ++r) {
+      const float d = half_bits_to_float(static_cast<uint16_t>(w[r].head.x & 0xFFFF));
+      const float dmin =
+          half_bits_to_float(static_cast<uint16_t>(static_cast<unsigned>(w[r].head.x) >> 16));
+      int sc0, m0, sc1, m1;
+      q4k_scale_min_words(w[r].head, 2 * pair, sc0, m0);
+      q4k_scale_min_words(w[r].head, 2 * pair + 1, sc1, m1);
+      a0[r] = d * static_cast<float>(sc0), a1[r] = d * static_cast<float>(sc1);
+      b0[r] = dmin * static_cast<float>(m0), b1[r] = dmin * static_cast<float>(m1);
     }
-    const float2 s0 = xs[t * units + u0], s1 = xs[t * units + u0 + 1];
-    acc[t] += d * (static_cast<float>(sc0) * s0.x * static_cast<float>(dot0) +
-                   static_cast<float>(sc1) * s1.x * static_cast<float>(dot1)) -
-              dmin * (static_cast<float>(m0) * s0.y + static_cast<float>(m1) * s1.y);
-  }
+    const int64_t u0 = pr * 2;  // the activation blocks of the two sub-blocks
+#pragma unroll
+    for (int t = 0; t < kTokens; ++t) {
+      int x0[8], x1[8];
+      load_x_block(xq + t * cols, u0, x0);
+      load_x_block(xq + t * cols, u0 + 1, x1);
+      const float2 s0 = xs[t * units + u0], s1 = xs[t * units + u0 + 1];
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) {
+        const int qs[8] = {w[r].q0.x, w[r].q0.y, w[r].q0.z, w[r].q0.w,
+                           w[r].q1.x, w[r].q1.y, w[r].q1.z, w[r].q1.w};
+        int dot0 = 0, dot1 = 0;
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+          dot0 = __dp4a(qs[i] & 0x0F0F0F0F, x0[i], dot0);
+          dot1 = __dp4a((qs[i] >> 4) & 0x0F0F0F0F, x1[i], dot1);
+        }
+        acc[r][t] += a0[r] * s0.x * static_cast<float>(dot0) +
+                     a1[r] * s1.x * static_cast<float>(dot1) - (b0[r] * s0.y + b1[r] * s1.y);
+      }
+    }
+  };
+  for_each_piece<kRows, Q4kPair>(cols / 64, lane, waited, load, dot);
 }
 
-// Two pairs an iteration, both loaded before either is used: two rows' worth of loads in flight.
-template <int kTokens>
-__device__ __forceinline__ void row_dot_q4k(const uint8_t* wr, int64_t cols, const int8_t* xq,
-                                            const float2* xs, int lane, int lanes,
-                                            float (&acc)[kTokens]) {
-  const int64_t pairs = cols / 64;
-  int64_t pr = lane;
-  for (; pr + lanes < pairs; pr += 2 * lanes) {
-    const Q4kPair a = load_q4k_pair(wr, pr), b = load_q4k_pair(wr, pr + lanes);
-    q4k_pair_dot<kTokens>(a, pr, cols, xq, xs, acc);
-    q4k_pair_dot<kTokens>(b, pr + lanes, cols, xq, xs, acc);
-  }
-  if (pr < pairs) q4k_pair_dot<kTokens>(load_q4k_pair(wr, pr), pr, cols, xq, xs, acc);
-}
-
-// Q6_K, a half super-block (128 values: 64 bytes of ql, 32 of qh, 8 scales) a lane at a time:
-// its four sub-blocks of 32 share those bytes (other nibbles, other bit pairs of qh).
-struct Q6kHalf {
-  int ql[16], qh[8], sc[2];
+// Q6_K: a piece is a quarter of a super-block: in one of its halves h, positions l of
+// [16e, 16e + 16) of its four sub-blocks of 32 (64 values). Those are two runs of 16 bytes of ql
+// (low and high nibbles: sub-blocks 0 and 2, then 1 and 3), 16 bytes of qh (bit pairs 0-3), the
+// scales 2k + e of the half (k the sub-block) and d. Smaller than a half super-block, so that a
+// warp's rows fit in registers.
+struct Q6kQuarter {
+  int ql[2][4], qh[4], sc[2];
   uint16_t d;
 };
 
-__device__ __forceinline__ Q6kHalf load_q6k_half(const uint8_t* wr, int64_t hv) {
-  const uint8_t* b = wr + (hv / 2) * 210;
-  const int h = static_cast<int>(hv % 2);
-  Q6kHalf w;
-  load_words_a2(b + 64 * h, w.ql);
-  load_words_a2(b + 128 + 32 * h, w.qh);
-  load_words_a2(b + 192 + 8 * h, w.sc);
-  w.d = load_u16(b + 208);
-  return w;
-}
-
-template <int kTokens>
-__device__ __forceinline__ void q6k_half_dot(const Q6kHalf& w, int64_t hv, int64_t cols,
-                                             const int8_t* xq, const float2* xs,
-                                             float (&acc)[kTokens]) {
+template <int kTokens, int kRows>
+__device__ __forceinline__ void rows_dot_q6k(const uint8_t* const (&wr)[kRows], int64_t cols,
+                                             const int8_t* xq, const float2* xs, int lane,
+                                             float (&acc)[kRows][kTokens], bool& waited) {
   const int64_t units = cols / kUnit;
-  // Scale j of the half: byte j % 4 of word j / 4, as int8.
-  const auto sc = [&](int j) {
-    return static_cast<float>(static_cast<int8_t>(w.sc[j / 4] >> (8 * (j % 4))));
+  const auto load = [&](int r, int64_t qv) {
+    const uint8_t* b = wr[r] + (qv / 4) * 210;
+    const int h = static_cast<int>(qv / 2 % 2), e = static_cast<int>(qv % 2);
+    Q6kQuarter w;
+    load_words_a2(b + 64 * h + 16 * e, w.ql[0]);
+    load_words_a2(b + 64 * h + 32 + 16 * e, w.ql[1]);
+    load_words_a2(b + 128 + 32 * h + 16 * e, w.qh);
+    load_words_a2(b + 192 + 8 * h, w.sc);
+    w.d = load_u16(b + 208);
+    return w;
   };
-  const float d = half_bits_to_float(w.d);
-  const int64_t u0 = hv * 4;
+  const auto dot = [&](const Q6kQuarter (&w)[kRows], int64_t qv) {
+    const int e = static_cast<int>(qv % 2);
+    const int64_t u0 = (qv / 4) * 8 + (qv / 2 % 2) * 4;  // the activation block of sub-block 0
 #pragma unroll
-  for (int t = 0; t < kTokens; ++t) {
-    float sum = 0;
+    for (int t = 0; t < kTokens; ++t) {
+      float sum[kRows];
 #pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      int x8[8];
-      load_x_block(xq + t * cols, u0 + k, x8);
-      int dot[2] = {0, 0};
+      for (int r = 0; r < kRows; ++r) sum[r] = 0.0f;
 #pragma unroll
-      for (int i = 0; i < 8; ++i) {
-        const int lo = (w.ql[(k & 1) * 8 + i] >> (4 * (k >> 1))) & 0x0F0F0F0F;
-        const int hi = ((w.qh[i] >> (2 * k)) & 0x03030303) << 4;
-        // q in [0, 63] is a positive signed byte: sum (q - 32) x = sum q x - 32 sum x, with no
-        // per-byte subtraction.
-        dot[i / 4] = __dp4a(lo | hi, x8[i], dot[i / 4]);
+      for (int k = 0; k < 4; ++k) {
+        // Values [16e, 16e + 16) of activation block u0 + k: one 16-byte load.
+        const int4 xv = *reinterpret_cast<const int4*>(xq + t * cols + (u0 + k) * kUnit + 16 * e);
+        const int x4[4] = {xv.x, xv.y, xv.z, xv.w};
+        int xsum = 0;
+#pragma unroll
+        for (int i = 0; i < 4; ++i) xsum = __dp4a(0x01010101, x4[i], xsum);
+        const float sx = xs[t * units + u0 + k].x;
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) {
+          int d = 0;
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            const int lo = (w[r].ql[k & 1][i] >> (4 * (k >> 1))) & 0x0F0F0F0F;
+            const int hi = ((w[r].qh[i] >> (2 * k)) & 0x03030303) << 4;
+            // q in [0, 63] is a positive signed byte: sum (q - 32) x = sum q x - 32 sum x,
+            // with no per-byte subtraction.
+            d = __dp4a(lo | hi, x4[i], d);
+          }
+          // Scale 2k + e of the half: byte (2k + e) % 4 of word k / 2, as int8.
+          const auto scale = static_cast<int8_t>(w[r].sc[k / 2] >> (8 * (2 * (k % 2) + e)));
+          sum[r] += sx * static_cast<float>(scale) * static_cast<float>(d - 32 * xsum);
+        }
       }
-      int xsum[2] = {0, 0};  // sum x over each 16 values (a scale's share)
 #pragma unroll
-      for (int i = 0; i < 8; ++i) xsum[i / 4] = __dp4a(0x01010101, x8[i], xsum[i / 4]);
-      sum += xs[t * units + u0 + k].x *
-             (sc(2 * k) * static_cast<float>(dot[0] - 32 * xsum[0]) +
-              sc(2 * k + 1) * static_cast<float>(dot[1] - 32 * xsum[1]));
+      for (int r = 0; r < kRows; ++r) acc[r][t] += half_bits_to_float(w[r].d) * sum[r];
     }
-    acc[t] += d * sum;
-  }
+  };
+  for_each_piece<kRows, Q6kQuarter>(cols / 64, lane, waited, load, dot);
 }
 
-template <int kTokens>
-__device__ __forceinline__ void row_dot_q6k(const uint8_t* wr, int64_t cols, const int8_t* xq,
-                                            const float2* xs, int lane, int lanes,
-                                            float (&acc)[kTokens]) {
-  const int64_t halves = cols / 128;
-  int64_t hv = lane;
-  for (; hv + lanes < halves; hv += 2 * lanes) {
-    const Q6kHalf a = load_q6k_half(wr, hv), b = load_q6k_half(wr, hv + lanes);
-    q6k_half_dot<kTokens>(a, hv, cols, xq, xs, acc);
-    q6k_half_dot<kTokens>(b, hv + lanes, cols, xq, xs, acc);
+// The rows wr (all of `type`, `cols` values) times the tokens: this lane's share of each dot.
+template <int kTokens, int kRows>
+__device__ __forceinline__ void rows_dot(WeightType type, const uint8_t* const (&wr)[kRows],
+                                         int64_t cols, const float* x, const int8_t* xq,
+                                         const float2* xs, int lane, float (&acc)[kRows][kTokens],
+                                         bool& waited) {
+  switch (type) {
+    case WeightType::F32: rows_dot_float<WeightType::F32, kTokens, kRows>(wr, cols, x, lane, acc, waited); break;
+    case WeightType::F16: rows_dot_float<WeightType::F16, kTokens, kRows>(wr, cols, x, lane, acc, waited); break;
+    case WeightType::BF16: rows_dot_float<WeightType::BF16, kTokens, kRows>(wr, cols, x, lane, acc, waited); break;
+    case WeightType::Q8_0: rows_dot_q8_0<kTokens, kRows>(wr, cols, xq, xs, lane, acc, waited); break;
+    case WeightType::Q4_K: rows_dot_q4k<kTokens, kRows>(wr, cols, xq, xs, lane, acc, waited); break;
+    case WeightType::Q6_K: rows_dot_q6k<kTokens, kRows>(wr, cols, xq, xs, lane, acc, waited); break;
   }
-  if (hv < halves) q6k_half_dot<kTokens>(load_q6k_half(wr, hv), hv, cols, xq, xs, acc);
-}
-
-template <int kTokens>
-__device__ __forceinline__ void row_dot(const GemvMatrix& m, int64_t row, const float* x,
-                                        const int8_t* xq, const float2* xs, int lane, int lanes,
-                                        float (&acc)[kTokens]) {
-#pragma unroll
-  for (int t = 0; t < kTokens; ++t) acc[t] = 0.0f;
-  const uint8_t* wr = m.data + static_cast<size_t>(row) * m.row_bytes;
-  switch (m.type) {
-    case WeightType::F32: row_dot_float<WeightType::F32, kTokens>(wr, m.cols, x, lane, lanes, acc); break;
-    case WeightType::F16: row_dot_float<WeightType::F16, kTokens>(wr, m.cols, x, lane, lanes, acc); break;
-    case WeightType::BF16: row_dot_float<WeightType::BF16, kTokens>(wr, m.cols, x, lane, lanes, acc); break;
-    case WeightType::Q8_0: row_dot_q8_0<kTokens>(wr, m.cols, xq, xs, lane, lanes, acc); break;
-    case WeightType::Q4_K: row_dot_q4k<kTokens>(wr, m.cols, xq, xs, lane, lanes, acc); break;
-    case WeightType::Q6_K: row_dot_q6k<kTokens>(wr, m.cols, xq, xs, lane, lanes, acc); break;
-  }
-#pragma unroll
-  for (int t = 0; t < kTokens; ++t) acc[t] = warp_sum(acc[t]);
 }
 
 __device__ __forceinline__ float gated(float g, float u, bool gelu) {
@@ -397,77 +475,117 @@ __device__ __forceinline__ float gated(float g, float u, bool gelu) {
   return g / (1.0f + expf(-g)) * u;
 }
 
-// One launch for every matrix of `p` (their blocks of rows one after another); with p.glu, one
-// row's threads compute row r of matrix 0 (gate) and of matrix 1 (up) and write act(gate) * up.
-// kSplit warps share a row (1: a warp a row, kGemvWarps rows a block; kGemvWarps: the whole
-// block on one row, summed through shared memory): more loads in flight per row.
-template <int kTokens, int kSplit>
-__global__ void __launch_bounds__(kGemvWarps * 32, kTokens == 1 ? kGemvMinBlocks : 4)
+constexpr int kGemvWarps = 4;  // warps per thread block
+
+// Blocks an SM must hold at once, which caps the registers a thread: a one-token product of a
+// row a warp 64 (8 blocks: the occupancy that keeps enough loads in flight), of two rows 102 (5:
+// the most that do not spill, ptxas -v), anything larger 128.
+constexpr int gemv_min_blocks(int tokens, int rows) {
+  return tokens == 1 && rows == 1 ? 8 : (tokens == 1 && rows == 2 ? 5 : 4);
+}
+
+// One launch for every matrix of `p` (their blocks of rows one after another). A warp computes
+// kRows rows of its matrix; with p.glu (kRows even), kRows / 2 rows r of matrix 0 (gate), each
+// beside row r of matrix 1 (up), and writes act(gate) * up.
+template <int kTokens, int kRows>
+__global__ void __launch_bounds__(kGemvWarps * 32, gemv_min_blocks(kTokens, kRows))
     gemv_kernel(const __grid_constant__ GemvParams p, const float* x, const int8_t* xq,
                 const float2* xs) {
-  constexpr int kRowsPerBlock = kGemvWarps / kSplit;
   int k = 0;
   while (k + 1 < p.count && blockIdx.x >= p.first_block[k + 1]) ++k;
-  const int warp = threadIdx.x / 32;
-  const int64_t row =
-      (blockIdx.x - p.first_block[k]) * static_cast<int64_t>(kRowsPerBlock) + warp / kSplit;
   const GemvMatrix& m = p.m[k];
-  const bool active = row < m.rows;
-  const int lane = (warp % kSplit) * 32 + static_cast<int>(threadIdx.x % 32);
-  float acc[kTokens], up[kTokens];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int outputs = p.glu ? kRows / 2 : kRows;  // rows of y a warp writes
+  const int64_t row0 = (blockIdx.x - p.first_block[k]) * static_cast<int64_t>(kGemvWarps * outputs) +
+                       warp * outputs;
+  // Item i: row row0 + i of m, or with glu row row0 + i / 2 of gate (i even) or up (i odd). A row
+  // past the end reads row 0 and is not stored.
+  const uint8_t* wr[kRows];
 #pragma unroll
-  for (int t = 0; t < kTokens; ++t) acc[t] = up[t] = 0.0f;
-  if (active) {
-    row_dot<kTokens>(m, row, x, xq, xs, lane, kSplit * 32, acc);
-    if (p.glu) row_dot<kTokens>(p.m[1], row, x, xq, xs, lane, kSplit * 32, up);
+  for (int i = 0; i < kRows; ++i) {
+    const GemvMatrix& mi = p.glu ? p.m[i % 2] : m;
+    const int64_t r = p.glu ? row0 + i / 2 : row0 + i;
+    wr[i] = mi.data + static_cast<size_t>(r < mi.rows ? r : 0) * mi.row_bytes;
   }
-  if constexpr (kSplit > 1) {  // the row's warps' sums, added by its first warp
-    __shared__ float acc_s[kGemvWarps][kTokens], up_s[kGemvWarps][kTokens];
-    if (threadIdx.x % 32 == 0) {
+  float acc[kRows][kTokens];
 #pragma unroll
-      for (int t = 0; t < kTokens; ++t) acc_s[warp][t] = acc[t], up_s[warp][t] = up[t];
-    }
-    __syncthreads();
-    if (warp % kSplit != 0) return;
+  for (int i = 0; i < kRows; ++i)
 #pragma unroll
-    for (int t = 0; t < kTokens; ++t) {
-      float a = 0, u = 0;
-      for (int w = 0; w < kSplit; ++w) a += acc_s[warp + w][t], u += up_s[warp + w][t];
-      acc[t] = a;
-      up[t] = u;
+    for (int t = 0; t < kTokens; ++t) acc[i][t] = 0.0f;
+  bool waited = false;
+  if (!p.glu || p.m[0].type == p.m[1].type) {
+    rows_dot<kTokens, kRows>(m.type, wr, m.cols, x, xq, xs, lane, acc, waited);
+  } else {  // a gate and an up of different types: one row at a time
+#pragma unroll
+    for (int i = 0; i < kRows; ++i) {
+      const uint8_t* const one[1] = {wr[i]};
+      float part[1][kTokens];
+#pragma unroll
+      for (int t = 0; t < kTokens; ++t) part[0][t] = 0.0f;
+      rows_dot<kTokens, 1>(p.m[i % 2].type, one, m.cols, x, xq, xs, lane, part, waited);
+#pragma unroll
+      for (int t = 0; t < kTokens; ++t) acc[i][t] = part[0][t];
     }
   }
-  if (!active || threadIdx.x % 32 != 0) return;
+  if (!waited) begin_dependent_kernel();  // a lane with no pieces (short rows)
 #pragma unroll
-  for (int t = 0; t < kTokens; ++t)
-    m.y[t * m.ldy + row] = p.glu ? gated(acc[t], up[t], p.gelu) : acc[t];
+  for (int i = 0; i < kRows; ++i)
+#pragma unroll
+    for (int t = 0; t < kTokens; ++t) acc[i][t] = warp_sum(acc[i][t]);
+  if (lane != 0) return;
+#pragma unroll
+  for (int i = 0; i < kRows; ++i) {
+    if (p.glu && i % 2 == 1) continue;
+    const int64_t r = p.glu ? row0 + i / 2 : row0 + i;
+    if (r >= m.rows) continue;
+#pragma unroll
+    for (int t = 0; t < kTokens; ++t)
+      m.y[t * m.ldy + r] = p.glu ? gated(acc[i][t], acc[(i + 1) % kRows][t], p.gelu) : acc[i][t];
+  }
 }
 
-template <int kSplit>
-void launch_gemv_split(const GemvParams& p, int64_t n, const float* x, const int8_t* xq,
-                       const float2* xs, cudaStream_t stream) {
-  const auto blocks = static_cast<unsigned>(p.first_block[p.count]);
-  constexpr int kThreads = kGemvWarps * 32;
-  switch (n) {
-    case 1: gemv_kernel<1, kSplit><<<blocks, kThreads, 0, stream>>>(p, x, xq, xs); break;
-    case 2: gemv_kernel<2, kSplit><<<blocks, kThreads, 0, stream>>>(p, x, xq, xs); break;
-    case 3: gemv_kernel<3, kSplit><<<blocks, kThreads, 0, stream>>>(p, x, xq, xs); break;
-    case 4: gemv_kernel<4, kSplit><<<blocks, kThreads, 0, stream>>>(p, x, xq, xs); break;
-    case 5: gemv_kernel<5, kSplit><<<blocks, kThreads, 0, stream>>>(p, x, xq, xs); break;
-    case 6: gemv_kernel<6, kSplit><<<blocks, kThreads, 0, stream>>>(p, x, xq, xs); break;
-    case 7: gemv_kernel<7, kSplit><<<blocks, kThreads, 0, stream>>>(p, x, xq, xs); break;
-    default: gemv_kernel<8, kSplit><<<blocks, kThreads, 0, stream>>>(p, x, xq, xs); break;
-  }
+// Rows a warp takes in a one-token product (set_gemv_rows): 1, 2 or 4, or 0: chosen by type.
+int g_gemv_rows = 0;
+constexpr int64_t kManyRows = 65536;
+
+// The rows a warp takes for n tokens: more rows share more activation loads, but each row's
+// accumulators cost registers for every token. By default two for the int8 types and one for
+// the float types, whose pieces are light to compute (the fastest of each on an H200,
+// tests/cuda's DecodeKernelSpeed).
+int gemv_rows(int64_t n, bool glu, bool float_types, int64_t most_rows) {
+  int one_token = g_gemv_rows > 0 ? g_gemv_rows : (float_types ? 1 : 2);
+  // The output projection's many rows (a vocabulary): four a warp, 9% faster there.
+  if (g_gemv_rows == 0 && !float_types && most_rows >= kManyRows) one_token = 4;
+  const int rows = n == 1 ? one_token : (n <= 2 ? 2 : 1);
+  return glu ? (rows < 2 ? 2 : rows) : rows;
 }
 
-int g_gemv_split = 1;  // set_gemv_split()
-
-void launch_gemv(const GemvParams& p, int64_t n, const float* x, const int8_t* xq,
-                 const float2* xs, cudaStream_t stream) {
-  if (g_gemv_split == 1) {
-    launch_gemv_split<1>(p, n, x, xq, xs, stream);
+template <int kRows>
+void launch_gemv_rows(const GemvParams& p, int64_t n, const float* x, const int8_t* xq,
+                      const float2* xs, cudaStream_t stream) {
+  const dim3 grid(static_cast<unsigned>(p.first_block[p.count])), block(kGemvWarps * 32);
+  if constexpr (kRows == 4) {  // one token only
+    launch(gemv_kernel<1, 4>, grid, block, stream, p, x, xq, xs);
   } else {
-    launch_gemv_split<kGemvWarps>(p, n, x, xq, xs, stream);
+    switch (n) {
+      case 1: launch(gemv_kernel<1, kRows>, grid, block, stream, p, x, xq, xs); break;
+      case 2: launch(gemv_kernel<2, kRows>, grid, block, stream, p, x, xq, xs); break;
+      case 3: launch(gemv_kernel<3, kRows>, grid, block, stream, p, x, xq, xs); break;
+      case 4: launch(gemv_kernel<4, kRows>, grid, block, stream, p, x, xq, xs); break;
+      case 5: launch(gemv_kernel<5, kRows>, grid, block, stream, p, x, xq, xs); break;
+      case 6: launch(gemv_kernel<6, kRows>, grid, block, stream, p, x, xq, xs); break;
+      case 7: launch(gemv_kernel<7, kRows>, grid, block, stream, p, x, xq, xs); break;
+      default: launch(gemv_kernel<8, kRows>, grid, block, stream, p, x, xq, xs); break;
+    }
+  }
+}
+
+void launch_gemv(const GemvParams& p, int64_t n, int rows, const float* x, const int8_t* xq,
+                 const float2* xs, cudaStream_t stream) {
+  switch (rows) {
+    case 1: launch_gemv_rows<1>(p, n, x, xq, xs, stream); break;
+    case 2: launch_gemv_rows<2>(p, n, x, xq, xs, stream); break;
+    default: launch_gemv_rows<4>(p, n, x, xq, xs, stream); break;
   }
 }
 
@@ -504,6 +622,7 @@ __device__ double block_sum(double v, double* shared) {
 // reloaded x for the scaling and the quantization made three latency-bound passes). Within each
 // k, a warp's 32 values are one quantization block.
 constexpr int kNormMaxPerThread = 16;
+int g_norm_max_threads = 1024;  // set_norm_max_threads()
 
 // Sum of a float over the thread block. Float, not double: the norm of a decode step is one
 // block, on the critical path of every layer, and each thread adds only a few values (ggml's
@@ -519,16 +638,29 @@ __device__ float block_sum_float(float v, float* shared) {
   return total;
 }
 
-__global__ void add_rms_norm_kernel(float* x, const float* add, const float* weight, float* out,
-                                    int64_t n, float eps, int8_t* q_values, float2* q_scales) {
+// kPerThread: the most values a thread holds; 4 lets a block have 1024 threads (a row of 4096
+// in 4 quantization blocks a warp instead of 8), 16 caps it at 512.
+template <int kPerThread>
+__global__ void __launch_bounds__(kPerThread <= 4 ? 1024 : 512)
+    add_rms_norm_kernel(float* x, const float* add, const float* weight, float* out, int64_t n,
+                        float eps, int8_t* q_values, float2* q_scales) {
   __shared__ float partial[32];
   float* xr = x + blockIdx.x * n;
   float* outr = out + blockIdx.x * n;
   const int stride = static_cast<int>(blockDim.x);
-  float v[kNormMaxPerThread];
+  // The weights load before the wait for the previous kernel (no kernel writes them), x after:
+  // this kernel is one block per row, latency-bound in decode, and a load of the weights after
+  // the sum would add a round trip to memory on its critical path.
+  float v[kPerThread], w[kPerThread];
+#pragma unroll
+  for (int k = 0; k < kPerThread; ++k) {
+    const int64_t i = threadIdx.x + static_cast<int64_t>(k) * stride;
+    w[k] = i < n ? weight[i] : 0.0f;
+  }
+  begin_dependent_kernel();
   float sum = 0;
 #pragma unroll
-  for (int k = 0; k < kNormMaxPerThread; ++k) {
+  for (int k = 0; k < kPerThread; ++k) {
     const int64_t i = threadIdx.x + static_cast<int64_t>(k) * stride;
     v[k] = 0.0f;
     if (i < n) {
@@ -537,7 +669,7 @@ __global__ void add_rms_norm_kernel(float* x, const float* add, const float* wei
     }
   }
 #pragma unroll
-  for (int k = 0; k < kNormMaxPerThread; ++k) {
+  for (int k = 0; k < kPerThread; ++k) {
     const int64_t i = threadIdx.x + static_cast<int64_t>(k) * stride;
     if (i < n) {
       if (add != nullptr) xr[i] = v[k];
@@ -548,10 +680,10 @@ __global__ void add_rms_norm_kernel(float* x, const float* add, const float* wei
   const float scale = 1.0f / sqrtf(total / static_cast<float>(n) + eps);
   const int lane = threadIdx.x % 32;
 #pragma unroll
-  for (int k = 0; k < kNormMaxPerThread; ++k) {
+  for (int k = 0; k < kPerThread; ++k) {
     const int64_t i = threadIdx.x + static_cast<int64_t>(k) * stride;
     if (k * stride >= n) break;  // the same for the whole block
-    const float y = i < n ? v[k] * scale * weight[i] : 0.0f;
+    const float y = i < n ? v[k] * scale * w[k] : 0.0f;
     if (i < n) outr[i] = y;
     if (q_values == nullptr) continue;
     // The warp's 32 values of this k are quantization block i / 32 (n and blockDim are
@@ -569,6 +701,7 @@ __global__ void add_rms_norm_kernel(float* x, const float* add, const float* wei
 
 __global__ void gather_add_rms_norm_kernel(const float* x, const float* add, const int32_t* rows,
                                            const float* weight, float* out, int64_t n, float eps) {
+  begin_dependent_kernel();
   __shared__ double partial[32];
   const int64_t src = rows[blockIdx.x];
   float* outr = out + blockIdx.x * n;
@@ -584,11 +717,13 @@ __global__ void gather_add_rms_norm_kernel(const float* x, const float* add, con
 }
 
 __global__ void add_bias_kernel(float* x, const float* bias, int64_t total, int64_t n) {
+  begin_dependent_kernel();
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i < total) x[i] += bias[i % n];
 }
 
 __global__ void gated_kernel(float* a, const float* b, int64_t n, bool gelu) {
+  begin_dependent_kernel();
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i >= n) return;
   const float x = a[i];
@@ -603,11 +738,13 @@ __global__ void gated_kernel(float* a, const float* b, int64_t n, bool gelu) {
 }
 
 __global__ void softcap_kernel(float* x, int64_t n, float cap) {
+  begin_dependent_kernel();
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i < n) x[i] = cap * tanhf(x[i] / cap);
 }
 
 __global__ void to_f16_kernel(const float* x, int64_t n, __half* out) {
+  begin_dependent_kernel();
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i < n) out[i] = __float2half_rn(x[i]);
 }
@@ -623,6 +760,7 @@ __global__ void rope_store_kv_kernel(float* q, float* k, const float* v, const i
                                      const int64_t* slots, int n_heads, KvLayout kv, int rot_dims,
                                      bool neox, const float* cos_table, const float* sin_table,
                                      __half* k_cache, __half* v_cache) {
+  begin_dependent_kernel();
   const int64_t t = blockIdx.x;
   const int D = kv.head_dim, half = rot_dims / 2;
   const bool is_k = static_cast<int>(blockIdx.y) >= n_heads;
@@ -652,6 +790,20 @@ __global__ void rope_store_kv_kernel(float* q, float* k, const float* v, const i
 constexpr int kAttentionThreads = 128;
 constexpr int kMaxGroupHeads = 16;   // query heads per kv head
 constexpr int kMaxHeadDim = 256;
+constexpr int kThreadsPerKey = 4;  // threads that share a key's score
+constexpr int kKeyChunksPerThread = kMaxHeadDim / 8 / kThreadsPerKey;
+constexpr int kKeyLanes = 8;       // threads that share a chunk of the values' dimensions
+constexpr int kKeysInFlight = 4;   // value loads a thread issues before using them
+
+// The 8 halves of a 16-byte load, as floats.
+__device__ __forceinline__ void halves_to_floats(const uint4& raw, float (&out)[8]) {
+  const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    out[2 * i] = half_bits_to_float(static_cast<uint16_t>(words[i] & 0xFFFF));
+    out[2 * i + 1] = half_bits_to_float(static_cast<uint16_t>(words[i] >> 16));
+  }
+}
 
 __device__ __forceinline__ void keys_seen(const AttentionToken& tok, const AttentionParams& p,
                                           int& first, int& n_chunks) {
@@ -667,6 +819,7 @@ __global__ void __launch_bounds__(kAttentionThreads)
                            AttentionParams params, KvLayout kv, const __half* k_cache,
                            const __half* v_cache, int max_chunks, float* partial,
                            float* direct_out) {
+  begin_dependent_kernel();
   const int t = blockIdx.x, kvh = blockIdx.y, chunk = blockIdx.z;
   const AttentionToken tok = tokens[t];
   int first, n_chunks;
@@ -691,45 +844,51 @@ __global__ void __launch_bounds__(kAttentionThreads)
   }
   __syncthreads();
 
-  // Scores: a thread a key, its G dots over D from q in shared memory (the warp reads the same
-  // address: a broadcast) and the key's row in 16-byte loads (head_dim % 8 == 0).
-  for (int j = threadIdx.x; j < n; j += blockDim.x) {
-    const __half* kr = k_cache + row_s[j];
-    float dots[kMaxGroupHeads];
+  // Scores: kThreadsPerKey adjacent lanes a key, each taking every kThreadsPerKey-th chunk of 8
+  // dimensions of it (16-byte loads, all issued before any is used; head_dim % 8 == 0) against q
+  // from shared memory, their partial dots summed by shuffles. A thread a key left a decode
+  // step's few keys to a quarter of the threads, each with a long chain of loads.
+  const int n_dim_chunks = D / 8;
+  {
+    const int part = threadIdx.x % kThreadsPerKey;
+    for (int j0 = 0; j0 < n; j0 += kAttentionThreads / kThreadsPerKey) {
+      const int j = j0 + static_cast<int>(threadIdx.x) / kThreadsPerKey;
+      const bool live = j < n;  // the others load key 0 again and store nothing
+      const __half* kr = k_cache + row_s[live ? j : 0];
+      uint4 raw[kKeyChunksPerThread];
 #pragma unroll
-    for (int g = 0; g < kMaxGroupHeads; ++g) dots[g] = 0.0f;
-    // 64 dimensions at a time: their eight 16-byte loads issued before any is used.
-    for (int d64 = 0; d64 < D; d64 += 64) {
-      uint4 raw[8];
+      for (int c = 0; c < kKeyChunksPerThread; ++c) {
+        const int chunk8 = part + c * kThreadsPerKey;
+        raw[c] = chunk8 < n_dim_chunks ? *reinterpret_cast<const uint4*>(kr + 8 * chunk8)
+                                       : make_uint4(0, 0, 0, 0);
+      }
+      float dots[kMaxGroupHeads];
 #pragma unroll
-      for (int c = 0; c < 8; ++c)
-        if (d64 + 8 * c < D) raw[c] = *reinterpret_cast<const uint4*>(kr + d64 + 8 * c);
+      for (int g = 0; g < kMaxGroupHeads; ++g) dots[g] = 0.0f;
 #pragma unroll
-      for (int c = 0; c < 8; ++c) {
-        const int d0 = d64 + 8 * c;
-        if (d0 >= D) break;
-        const uint32_t words[4] = {raw[c].x, raw[c].y, raw[c].z, raw[c].w};
+      for (int c = 0; c < kKeyChunksPerThread; ++c) {
+        const int chunk8 = part + c * kThreadsPerKey;
+        if (chunk8 >= n_dim_chunks) break;
         float kf[8];
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          kf[2 * i] = half_bits_to_float(static_cast<uint16_t>(words[i] & 0xFFFF));
-          kf[2 * i + 1] = half_bits_to_float(static_cast<uint16_t>(words[i] >> 16));
-        }
+        halves_to_floats(raw[c], kf);
 #pragma unroll
         for (int g = 0; g < kMaxGroupHeads; ++g) {
           if (g < G) {
 #pragma unroll
-            for (int i = 0; i < 8; ++i) dots[g] += q_s[g * D + d0 + i] * kf[i];
+            for (int i = 0; i < 8; ++i) dots[g] += q_s[g * D + 8 * chunk8 + i] * kf[i];
           }
         }
       }
-    }
 #pragma unroll
-    for (int g = 0; g < kMaxGroupHeads; ++g) {
-      if (g < G) {
-        float score = dots[g] * params.scale;
-        if (params.softcap > 0) score = params.softcap * tanhf(score / params.softcap);
-        s_s[g * kAttentionChunk + j] = score;
+      for (int g = 0; g < kMaxGroupHeads; ++g) {
+        if (g >= G) break;  // the same for the whole block
+#pragma unroll
+        for (int o = 1; o < kThreadsPerKey; o <<= 1) dots[g] += __shfl_xor_sync(0xffffffffu, dots[g], o);
+        if (live && part == 0) {
+          float score = dots[g] * params.scale;
+          if (params.softcap > 0) score = params.softcap * tanhf(score / params.softcap);
+          s_s[g * kAttentionChunk + j] = score;
+        }
       }
     }
   }
@@ -753,29 +912,74 @@ __global__ void __launch_bounds__(kAttentionThreads)
     }
   }
   __syncthreads();
-  for (int i = threadIdx.x; i < G * D; i += blockDim.x) {
-    const int g = i / D, d = i % D;
-    // Eight partial sums: the loads of eight keys' values in flight together.
-    float acc8[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    int j = 0;
-    for (; j + 8 <= n; j += 8) {
+  // Values: a thread takes a chunk of 8 dimensions (a 16-byte load a key) of every
+  // kKeyLanes-th key, kKeysInFlight keys' loads at a time; the kKeyLanes threads of a chunk are
+  // adjacent lanes, summed by shuffles. Query heads four at a time, their sums in registers.
+  // (A thread per output dimension made a chain of dependent 2-byte loads per key.)
+  {
+    const int key_lane = lane % kKeyLanes;
+    for (int c0 = 0; c0 < n_dim_chunks; c0 += kAttentionThreads / kKeyLanes) {
+      const int c = c0 + static_cast<int>(threadIdx.x) / kKeyLanes;
+      const bool live = c < n_dim_chunks;  // the others load chunk 0 and store nothing
+      const int d0 = 8 * (live ? c : 0);
+      for (int g0 = 0; g0 < G; g0 += 4) {
+        float acc[4][8];
 #pragma unroll
-      for (int i = 0; i < 8; ++i)
-        acc8[i] += s_s[g * kAttentionChunk + j + i] * __half2float(v_cache[row_s[j + i] + d]);
-    }
-    for (; j < n; ++j) acc8[0] += s_s[g * kAttentionChunk + j] * __half2float(v_cache[row_s[j] + d]);
-    const float acc = ((acc8[0] + acc8[1]) + (acc8[2] + acc8[3])) +
-                      ((acc8[4] + acc8[5]) + (acc8[6] + acc8[7]));
-    const int h = kvh * G + g;
-    if (direct_out != nullptr) {  // the only chunk: the result itself
-      direct_out[(static_cast<int64_t>(t) * params.n_heads + h) * D + d] = acc / l_s[g];
-      continue;
-    }
-    float* out = partial + ((static_cast<int64_t>(t) * params.n_heads + h) * max_chunks + chunk) * (D + 2);
-    out[d] = acc;
-    if (d == 0) {
-      out[D] = m_s[g];
-      out[D + 1] = l_s[g];
+        for (int gi = 0; gi < 4; ++gi)
+#pragma unroll
+          for (int i = 0; i < 8; ++i) acc[gi][i] = 0.0f;
+        for (int j = key_lane; j < n; j += kKeyLanes * kKeysInFlight) {
+          uint4 raw[kKeysInFlight];
+#pragma unroll
+          for (int u = 0; u < kKeysInFlight; ++u) {
+            const int jj = j + u * kKeyLanes;
+            raw[u] = jj < n ? *reinterpret_cast<const uint4*>(v_cache + row_s[jj] + d0)
+                            : make_uint4(0, 0, 0, 0);
+          }
+#pragma unroll
+          for (int u = 0; u < kKeysInFlight; ++u) {
+            const int jj = j + u * kKeyLanes;
+            if (jj >= n) break;
+            float vf[8];
+            halves_to_floats(raw[u], vf);
+#pragma unroll
+            for (int gi = 0; gi < 4; ++gi) {
+              if (g0 + gi < G) {
+                const float pj = s_s[(g0 + gi) * kAttentionChunk + jj];
+#pragma unroll
+                for (int i = 0; i < 8; ++i) acc[gi][i] += pj * vf[i];
+              }
+            }
+          }
+        }
+#pragma unroll
+        for (int gi = 0; gi < 4; ++gi)
+#pragma unroll
+          for (int i = 0; i < 8; ++i)
+#pragma unroll
+            for (int o = 1; o < kKeyLanes; o <<= 1)
+              acc[gi][i] += __shfl_xor_sync(0xffffffffu, acc[gi][i], o);
+        if (!live || key_lane != 0) continue;
+#pragma unroll
+        for (int gi = 0; gi < 4; ++gi) {
+          const int g = g0 + gi;
+          if (g >= G) break;
+          const int h = kvh * G + g;
+          if (direct_out != nullptr) {  // the only chunk: the result itself
+            float* out = direct_out + (static_cast<int64_t>(t) * params.n_heads + h) * D + d0;
+#pragma unroll
+            for (int i = 0; i < 8; ++i) out[i] = acc[gi][i] / l_s[g];
+            continue;
+          }
+          float* out = partial + ((static_cast<int64_t>(t) * params.n_heads + h) * max_chunks + chunk) * (D + 2);
+#pragma unroll
+          for (int i = 0; i < 8; ++i) out[d0 + i] = acc[gi][i];
+          if (c == 0) {
+            out[D] = m_s[g];
+            out[D + 1] = l_s[g];
+          }
+        }
+      }
     }
   }
 }
@@ -783,6 +987,7 @@ __global__ void __launch_bounds__(kAttentionThreads)
 // out[t, h] = the chunks' results combined: sum_c e^(m_c - M) acc_c / sum_c e^(m_c - M) l_c.
 __global__ void attention_combine_kernel(const AttentionToken* tokens, AttentionParams params,
                                          int D, int max_chunks, const float* partial, float* out) {
+  begin_dependent_kernel();
   const int t = blockIdx.x, h = blockIdx.y;
   int first, n_chunks;
   keys_seen(tokens[t], params, first, n_chunks);
@@ -799,6 +1004,7 @@ __global__ void attention_combine_kernel(const AttentionToken* tokens, Attention
 }
 
 __global__ void argmax_kernel(const float* x, int64_t n, int32_t* ids) {
+  begin_dependent_kernel();
   __shared__ float best_s[32];
   __shared__ int64_t index_s[32];
   const float* row = x + blockIdx.x * n;
@@ -867,7 +1073,7 @@ void embed_rows(const DeviceMatrix& table, const int32_t* tokens, int64_t n_toke
   if (n_tokens == 0) return;
   with_type(table.type, [&](auto tag) {
     constexpr WeightType kType = decltype(tag)::value;
-    embed_rows_kernel<kType><<<static_cast<unsigned>(n_tokens), 128, 0, stream>>>(
+    launch(embed_rows_kernel<kType>, static_cast<unsigned>(n_tokens), 128, stream,
         table.data, table.row_bytes, table.cols, tokens, scale, out);
   });
 }
@@ -878,7 +1084,7 @@ void dequantize_f16(const DeviceMatrix& w, int64_t row_begin, int64_t rows, void
   if (units == 0) return;
   with_type(w.type, [&](auto tag) {
     constexpr WeightType kType = decltype(tag)::value;
-    dequantize_f16_kernel<kType><<<grid_for(units, 256), 256, 0, stream>>>(
+    launch(dequantize_f16_kernel<kType>, grid_for(units, 256), 256, stream,
         w.data, w.row_bytes, w.cols, row_begin, units, static_cast<__half*>(out));
   });
 }
@@ -887,7 +1093,7 @@ void quantize_activations(const float* x, int64_t n_tokens, int64_t cols, Quanti
                           cudaStream_t stream) {
   const int64_t blocks = n_tokens * cols / kUnit;
   if (blocks == 0) return;
-  quantize_kernel<<<grid_for(blocks, 8), 256, 0, stream>>>(x, blocks, q.values, q.scales);
+  launch(quantize_kernel, grid_for(blocks, 8), 256, stream, x, blocks, q.values, q.scales);
 }
 
 void gemv_many(const GemvTarget* targets, int count, const float* x, QuantizedActivations qx,
@@ -896,6 +1102,13 @@ void gemv_many(const GemvTarget* targets, int count, const float* x, QuantizedAc
   const int64_t cols = targets[0].w.cols;
   for (int64_t t0 = 0; t0 < n_tokens; t0 += kGemvMaxTokens) {
     const int64_t n = n_tokens - t0 < kGemvMaxTokens ? n_tokens - t0 : kGemvMaxTokens;
+    bool float_types = true;
+    int64_t most_rows = 0;
+    for (int k = 0; k < count; ++k) {
+      float_types = float_types && block_values(targets[k].w.type) == 1;
+      most_rows = std::max(most_rows, targets[k].w.rows);
+    }
+    const int rows = gemv_rows(n, glu, float_types, most_rows);
     GemvParams p{};
     p.count = count;
     p.glu = glu;
@@ -904,19 +1117,21 @@ void gemv_many(const GemvTarget* targets, int count, const float* x, QuantizedAc
       const DeviceMatrix& w = targets[k].w;
       p.m[k] = {w.type, w.rows, w.cols, w.row_bytes, w.data, targets[k].y + t0 * targets[k].ldy,
                 targets[k].ldy};
-      // With glu only matrix 0's rows are walked (matrix 1 rides along).
-      const int64_t rows_per_block = kGemvWarps / g_gemv_split;
+      // With glu only matrix 0's rows are walked (matrix 1's ride along).
+      const int64_t rows_per_block = kGemvWarps * (glu ? rows / 2 : rows);
       const int64_t blocks = glu && k > 0 ? 0 : (w.rows + rows_per_block - 1) / rows_per_block;
       p.first_block[k + 1] = p.first_block[k] + blocks;
     }
-    launch_gemv(p, n, x + t0 * cols, qx.values ? qx.values + t0 * cols : nullptr,
+    launch_gemv(p, n, rows, x + t0 * cols, qx.values ? qx.values + t0 * cols : nullptr,
                 qx.scales ? qx.scales + t0 * (cols / kUnit) : nullptr, stream);
   }
 }
 
-void set_gemv_split(int warps_per_row) {
-  g_gemv_split = warps_per_row == 1 ? 1 : kGemvWarps;
-}
+void set_gemv_rows(int rows) { g_gemv_rows = rows <= 0 ? 0 : (rows == 1 ? 1 : (rows == 2 ? 2 : 4)); }
+
+void set_programmatic_launch(bool on) { g_programmatic_launch = on; }
+
+void set_norm_max_threads(int threads) { g_norm_max_threads = threads >= 1024 ? 1024 : 512; }
 
 void gemv(const DeviceMatrix& w, const float* x, QuantizedActivations qx, int64_t n_tokens,
           float* y, int64_t ldy, cudaStream_t stream) {
@@ -926,17 +1141,22 @@ void gemv(const DeviceMatrix& w, const float* x, QuantizedActivations qx, int64_
 
 void to_f16(const float* x, int64_t n, void* out, cudaStream_t stream) {
   if (n == 0) return;
-  to_f16_kernel<<<grid_for(n, 256), 256, 0, stream>>>(x, n, static_cast<__half*>(out));
+  launch(to_f16_kernel, grid_for(n, 256), 256, stream, x, n, static_cast<__half*>(out));
 }
 
 void add_rms_norm(float* x, const float* add, const float* weight, float* out, int64_t rows,
                   int64_t n, float eps, cudaStream_t stream, QuantizedActivations q) {
   if (rows == 0) return;
   // Threads: a multiple of 32, each holding at most kNormMaxPerThread values.
-  // 4 values a thread where 512 threads allow it (the kernel takes 80 registers a thread).
+  // 4 values a thread where the thread limit allows it: rows of up to 4096 in up to 1024 threads
+  // of 4 (a decode step's norm of 4096: 3.6 us in a chain of graph nodes on an H200, against
+  // 4.8 us in 512 threads of 8), longer rows in 512 threads of up to 16 (108 registers a thread).
   int threads = 32;
-  while (threads < 512 && int64_t{threads} * 4 < n) threads *= 2;
-  add_rms_norm_kernel<<<static_cast<unsigned>(rows), threads, 0, stream>>>(
+  while (threads < g_norm_max_threads && int64_t{threads} * 4 < n) threads *= 2;
+  const bool four = threads > 512 && int64_t{threads} * 4 >= n;
+  if (!four) threads = std::min(threads, 512);  // the 16-value kernel's bound
+  const auto kernel = four ? add_rms_norm_kernel<4> : add_rms_norm_kernel<kNormMaxPerThread>;
+  launch(kernel, static_cast<unsigned>(rows), threads, stream,
       x, add, weight, out, n, eps, q.values, q.scales);
 }
 
@@ -944,24 +1164,24 @@ void gather_add_rms_norm(const float* x, const float* add, const int32_t* rows, 
                          const float* weight, float* out, int64_t n, float eps,
                          cudaStream_t stream) {
   if (n_rows == 0) return;
-  gather_add_rms_norm_kernel<<<static_cast<unsigned>(n_rows), 256, 0, stream>>>(
+  launch(gather_add_rms_norm_kernel, static_cast<unsigned>(n_rows), 256, stream,
       x, add, rows, weight, out, n, eps);
 }
 
 void add_bias(float* x, const float* bias, int64_t n_tokens, int64_t n, cudaStream_t stream) {
   const int64_t total = n_tokens * n;
   if (total == 0) return;
-  add_bias_kernel<<<grid_for(total, 256), 256, 0, stream>>>(x, bias, total, n);
+  launch(add_bias_kernel, grid_for(total, 256), 256, stream, x, bias, total, n);
 }
 
 void gated_activation(float* a, const float* b, int64_t n, bool gelu, cudaStream_t stream) {
   if (n == 0) return;
-  gated_kernel<<<grid_for(n, 256), 256, 0, stream>>>(a, b, n, gelu);
+  launch(gated_kernel, grid_for(n, 256), 256, stream, a, b, n, gelu);
 }
 
 void softcap(float* x, int64_t n, float cap, cudaStream_t stream) {
   if (n == 0) return;
-  softcap_kernel<<<grid_for(n, 256), 256, 0, stream>>>(x, n, cap);
+  launch(softcap_kernel, grid_for(n, 256), 256, stream, x, n, cap);
 }
 
 void rope_store_kv(float* q, float* k, const float* v, const int32_t* positions,
@@ -970,7 +1190,7 @@ void rope_store_kv(float* q, float* k, const float* v, const int32_t* positions,
                    uint16_t* k_cache, uint16_t* v_cache, cudaStream_t stream) {
   if (n_tokens == 0) return;
   const dim3 grid(static_cast<unsigned>(n_tokens), static_cast<unsigned>(n_heads + kv.n_kv_heads));
-  rope_store_kv_kernel<<<grid, 64, 0, stream>>>(
+  launch(rope_store_kv_kernel, grid, 64, stream,
       q, k, v, positions, slots, n_heads, kv, rot_dims, neox, cos_table, sin_table,
       reinterpret_cast<__half*>(k_cache), reinterpret_cast<__half*>(v_cache));
 }
@@ -986,19 +1206,19 @@ void paged_attention(const float* q, const AttentionToken* tokens, const int32_t
   if (n_tokens == 0 || max_chunks <= 0) return;
   const dim3 grid(static_cast<unsigned>(n_tokens), static_cast<unsigned>(kv.n_kv_heads),
                   static_cast<unsigned>(max_chunks));
-  attention_chunk_kernel<<<grid, kAttentionThreads, 0, stream>>>(
+  launch(attention_chunk_kernel, grid, kAttentionThreads, stream,
       q, tokens, tables, params, kv, reinterpret_cast<const __half*>(k_cache),
       reinterpret_cast<const __half*>(v_cache), max_chunks, scratch,
       max_chunks == 1 ? out : nullptr);
   if (max_chunks == 1) return;
   const dim3 combine(static_cast<unsigned>(n_tokens), static_cast<unsigned>(params.n_heads));
-  attention_combine_kernel<<<combine, kv.head_dim >= 128 ? 128 : 64, 0, stream>>>(
+  launch(attention_combine_kernel, combine, kv.head_dim >= 128 ? 128 : 64, stream,
       tokens, params, kv.head_dim, max_chunks, scratch, out);
 }
 
 void argmax_rows(const float* x, int64_t rows, int64_t n, int32_t* ids, cudaStream_t stream) {
   if (rows == 0) return;
-  argmax_kernel<<<static_cast<unsigned>(rows), 1024, 0, stream>>>(x, n, ids);
+  launch(argmax_kernel, static_cast<unsigned>(rows), 1024, stream, x, n, ids);
 }
 
 void copy_kv_block(uint16_t* k_cache, uint16_t* v_cache, const KvLayout& kv, int32_t from,

@@ -92,9 +92,22 @@ struct GemvTarget {
 void gemv_many(const GemvTarget* targets, int count, const float* x, QuantizedActivations qx,
                int64_t n_tokens, bool glu, bool gelu, cudaStream_t stream);
 
-// How many warps share a row in the matrix-vector kernels: 1 (a warp a row, the default) or 4
-// (a block a row). For measuring the two (tests/cuda); not for use while kernels run.
-void set_gemv_split(int warps_per_row);
+// How many rows a warp computes together in a one-token matrix-vector product: 1, 2 or 4, or 0
+// (the default): 2 for the int8 types (4 for a matrix of 65536 rows or more: a vocabulary), 1
+// for the float types. A fused gate/up takes at least 2
+// (a gate row and its up row). More rows share the loads of the activations and keep more
+// weight loads in flight, at the cost of registers. For measuring the choices (tests/cuda,
+// INFERD_CUDA_GEMV_ROWS); not while kernels run.
+void set_gemv_rows(int rows);
+
+// Whether kernels are launched with programmatic dependent launch (on by default: each kernel's
+// launch and first weight loads overlap the previous kernel; kernels.cu). Off for comparisons
+// (INFERD_CUDA_PDL=0); not while kernels run.
+void set_programmatic_launch(bool on);
+
+// The most threads add_rms_norm gives a row: 1024 (the default) or 512. For measuring; not while
+// kernels run.
+void set_norm_max_threads(int threads);
 
 // y[t, r] = w[r, :] . x[t, :], kGemvMaxTokens tokens per launch. Int8 types read `qx` (from
 // quantize_activations of x); float types read x. y has row stride ldy.

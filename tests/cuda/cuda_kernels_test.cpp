@@ -228,9 +228,9 @@ TEST(CudaKernels, ActivationQuantizationMatchesItsDefinition) {
 // each activation to its block's scale d_x (error at most d_x / 2), so their bound is
 // sum over blocks of d_x / 2 * sum |w| in the block, plus float rounding.
 TEST(CudaKernels, MatrixVectorProductsMatchTheCpu) {
-  for (const int split : {1, 4}) {
-  set_gemv_split(split);
-  SCOPED_TRACE(std::to_string(split) + " warps a row");
+  for (const int rows : {1, 2, 4}) {
+  set_gemv_rows(rows);
+  SCOPED_TRACE(std::to_string(rows) + " rows a warp");
   for (const WeightType type : kAllTypes) {
     for (const int64_t n : {1, 3, 8, 11}) {
       SCOPED_TRACE(std::string(type_name(type)) + " tokens " + std::to_string(n));
@@ -270,16 +270,16 @@ TEST(CudaKernels, MatrixVectorProductsMatchTheCpu) {
     }
   }
   }
-  set_gemv_split(4);
+  set_gemv_rows(0);
 }
 
 // Several matrices in one launch give what each gives alone, and the fused gate/up (glu) gives
 // act(gate x) * (up x).
 TEST(CudaKernels, ManyMatricesAndGluInOneLaunch) {
-  for (const int split : {1, 4}) {
-  set_gemv_split(split);
-  for (const int64_t n : {1, 5, 9}) {
-    SCOPED_TRACE("tokens " + std::to_string(n) + ", " + std::to_string(split) + " warps a row");
+  for (const int rows : {1, 2, 4}) {
+  set_gemv_rows(rows);
+  for (const int64_t n : {1, 2, 5, 9}) {
+    SCOPED_TRACE("tokens " + std::to_string(n) + ", " + std::to_string(rows) + " rows a warp");
     const int64_t cols = 512;
     const HostMatrix a = random_matrix(WeightType::Q4_K, 96, cols),
                      b = random_matrix(WeightType::Q6_K, 33, cols),
@@ -308,8 +308,11 @@ TEST(CudaKernels, ManyMatricesAndGluInOneLaunch) {
       EXPECT_EQ(download<float>(together[size_t(i)], count), download<float>(alone[size_t(i)], count))
           << "matrix " << i;
     }
-    // Gate a (Q4_K) and up of the same shape.
-    const HostMatrix up = random_matrix(WeightType::Q4_K, 96, cols);
+    // Gate a (Q4_K) and up of the same shape: of the same type (a warp's rows share their
+    // loads of x) and of another (a row at a time).
+    for (const WeightType up_type : {WeightType::Q4_K, WeightType::Q6_K}) {
+    SCOPED_TRACE(std::string("up ") + type_name(up_type));
+    const HostMatrix up = random_matrix(up_type, 96, cols);
     const DeviceBuffer dup = upload(up.bytes);
     const DeviceBuffer up_alone(size_t(n * 96) * 4);
     gemv(to_device(up, dup), dx.get<float>(), q, n, up_alone.get<float>(), 96, nullptr);
@@ -332,33 +335,39 @@ TEST(CudaKernels, ManyMatricesAndGluInOneLaunch) {
         ASSERT_NEAR(got[i], want, 1e-5f * std::fabs(want) + 1e-6f) << i;
       }
     }
+    }
   }
   }
-  set_gemv_split(4);
+  set_gemv_rows(0);
 }
 
 // The norm's fused quantization equals quantize_activations of its output.
 TEST(CudaKernels, NormWithQuantizedOutput) {
-  const int64_t rows = 3, n = 576;
-  const std::vector<float> x = random_floats(size_t(rows * n), 2.0f), w = random_floats(size_t(n));
-  const DeviceBuffer dx = upload(x), dw = upload(w), out(size_t(rows * n) * 4);
-  const DeviceBuffer v1 = poisoned(size_t(rows * n)), s1 = poisoned(size_t(rows * n / 32) * 8);
-  const DeviceBuffer v2(size_t(rows * n)), s2(size_t(rows * n / 32) * 8);
-  add_rms_norm(dx.get<float>(), nullptr, dw.get<float>(), out.get<float>(), rows, n, 1e-5f, nullptr,
-               {v1.get<int8_t>(), s1.get<float2>()});
-  quantize_activations(out.get<float>(), rows, n, {v2.get<int8_t>(), s2.get<float2>()}, nullptr);
-  check(cudaGetLastError(), "norm + quantize");
-  EXPECT_EQ(download<int8_t>(v1, size_t(rows * n)), download<int8_t>(v2, size_t(rows * n)));
-  const std::vector<float2> a = download<float2>(s1, size_t(rows * n / 32)),
-                            b = download<float2>(s2, size_t(rows * n / 32));
-  for (size_t i = 0; i < a.size(); ++i) {
-    EXPECT_EQ(a[i].x, b[i].x);
-    EXPECT_EQ(a[i].y, b[i].y);
+  // In 1024 threads of 4 values (4096) and in fewer threads of more (576, 8192).
+  for (const int64_t n : {576, 4096, 8192}) {
+    SCOPED_TRACE("n " + std::to_string(n));
+    const int64_t rows = 3;
+    const std::vector<float> x = random_floats(size_t(rows * n), 2.0f), w = random_floats(size_t(n));
+    const DeviceBuffer dx = upload(x), dw = upload(w), out(size_t(rows * n) * 4);
+    const DeviceBuffer v1 = poisoned(size_t(rows * n)), s1 = poisoned(size_t(rows * n / 32) * 8);
+    const DeviceBuffer v2(size_t(rows * n)), s2(size_t(rows * n / 32) * 8);
+    add_rms_norm(dx.get<float>(), nullptr, dw.get<float>(), out.get<float>(), rows, n, 1e-5f,
+                 nullptr, {v1.get<int8_t>(), s1.get<float2>()});
+    quantize_activations(out.get<float>(), rows, n, {v2.get<int8_t>(), s2.get<float2>()}, nullptr);
+    check(cudaGetLastError(), "norm + quantize");
+    EXPECT_EQ(download<int8_t>(v1, size_t(rows * n)), download<int8_t>(v2, size_t(rows * n)));
+    const std::vector<float2> a = download<float2>(s1, size_t(rows * n / 32)),
+                              b = download<float2>(s2, size_t(rows * n / 32));
+    for (size_t i = 0; i < a.size(); ++i) {
+      EXPECT_EQ(a[i].x, b[i].x);
+      EXPECT_EQ(a[i].y, b[i].y);
+    }
   }
 }
 
 TEST(CudaKernels, AddRmsNormMatchesTheCpu) {
-  for (const int64_t n : {64, 576, 4096}) {
+  // Rows in 1024 threads of up to 4 values (3000, 4096) and in up to 512 of up to 16.
+  for (const int64_t n : {64, 576, 3000, 4096, 8192}) {
     const int64_t rows = 5;
     std::vector<float> x = random_floats(size_t(rows * n), 3.0f);
     const std::vector<float> add = random_floats(size_t(rows * n));
@@ -626,28 +635,45 @@ TEST(CudaKernels, DISABLED_DecodeKernelSpeed) {
                          Shape{"down 4096x14336 Q8_0", WeightType::Q8_0, hidden, ffn, false},
                          Shape{"down 4096x14336 F16", WeightType::F16, hidden, ffn, false}}) {
     const HostMatrix m = random_matrix(sh.type, sh.rows, sh.cols);
-    const DeviceBuffer w = upload(m.bytes), w2 = upload(m.bytes);
-    const GemvTarget targets[2] = {{to_device(m, w), y.get<float>(), sh.rows},
-                                   {to_device(m, w2), y.get<float>() + ffn, sh.rows}};
-    for (const int split : {1, 4}) {
-      set_gemv_split(split);
-      const Times us = time_us([&] {
-        gemv_many(targets, sh.glu ? 2 : 1, dx.get<float>(), q, 1, sh.glu, false, st);
-      });
-      const double bytes = double(m.bytes.size()) * (sh.glu ? 2 : 1);
-      std::printf("[gpu-speed] gemv %s, %d warps a row: %.1f us in a graph (%.0f GB/s of weights), "
-                  "%.1f us launched\n",
-                  sh.name, split, us.graph_us, bytes / us.graph_us / 1e3, us.launched_us);
+    // Copies of the weights that together are several times the L2 cache (60 MB on an H200),
+    // taken in turn: a product reads its weights from memory, as in a model's step.
+    const size_t per_call = m.bytes.size() * (sh.glu ? 2 : 1);
+    const size_t copies = std::max<size_t>(1, (size_t{256} << 20) / per_call);
+    std::vector<DeviceBuffer> w;
+    for (size_t i = 0; i < copies * (sh.glu ? 2 : 1); ++i) w.push_back(upload(m.bytes));
+    size_t call = 0;
+    for (const int rows : {1, 2, 4}) {
+      for (const bool pdl : {true, false}) {
+        if (sh.glu && rows == 1) continue;  // the same as 2
+        set_gemv_rows(rows);
+        set_programmatic_launch(pdl);
+        const Times us = time_us([&] {
+          const size_t c = (call++ % copies) * (sh.glu ? 2 : 1);
+          const GemvTarget targets[2] = {
+              {to_device(m, w[c]), y.get<float>(), sh.rows},
+              {to_device(m, w[sh.glu ? c + 1 : c]), y.get<float>() + ffn, sh.rows}};
+          gemv_many(targets, sh.glu ? 2 : 1, dx.get<float>(), q, 1, sh.glu, false, st);
+        });
+        std::printf("[gpu-speed] gemv %s, %d rows a warp, PDL %s: %.1f us in a graph "
+                    "(%.0f GB/s of weights), %.1f us launched\n",
+                    sh.name, rows, pdl ? "on" : "off", us.graph_us,
+                    double(per_call) / us.graph_us / 1e3, us.launched_us);
+      }
     }
-    set_gemv_split(4);
+    set_gemv_rows(0);
+    set_programmatic_launch(true);
   }
   const DeviceBuffer normed{size_t(hidden) * 4}, weight = upload(random_floats(size_t(hidden)));
-  const Times norm = time_us([&] {
-    add_rms_norm(dx.get<float>(), nullptr, weight.get<float>(), normed.get<float>(), 1, hidden,
-                 1e-5f, st, q);
-  });
-  std::printf("[gpu-speed] add_rms_norm + quantize 1x4096: %.1f us in a graph, %.1f us launched\n",
-              norm.graph_us, norm.launched_us);
+  for (const int threads : {512, 1024}) {
+    set_norm_max_threads(threads);
+    const Times norm = time_us([&] {
+      add_rms_norm(dx.get<float>(), nullptr, weight.get<float>(), normed.get<float>(), 1, hidden,
+                   1e-5f, st, q);
+    });
+    std::printf("[gpu-speed] add_rms_norm + quantize 1x4096, %d threads: %.1f us in a graph, %.1f us "
+                "launched\n", threads, norm.graph_us, norm.launched_us);
+  }
+  set_norm_max_threads(1024);
   const Times quant = time_us([&] { quantize_activations(dx.get<float>(), 1, ffn, q, st); });
   std::printf("[gpu-speed] quantize 1x14336: %.1f us in a graph, %.1f us launched\n",
               quant.graph_us, quant.launched_us);
