@@ -410,8 +410,10 @@ void serve(ServeArgs args) {
                                              config.threads);
   context.grammars = &grammars;
   context.reasoning_format = server::parse_reasoning_format(args.reasoning_format);
+  // <think> tags, or Gemma 4's thought channel.
   context.template_thinks =
-      chat_template && chat_template->source().find("<think>") != std::string::npos;
+      chat_template && (chat_template->source().find("<think>") != std::string::npos ||
+                        chat_template->source().find("<|channel>thought") != std::string::npos);
   const nlohmann::ordered_json template_variables = chat_template_variables(args);
   context.render_chat = [&loop, chat_template, path, template_variables](
                             const nlohmann::ordered_json& messages,

@@ -207,8 +207,14 @@ Engine::Engine(const gguf::GgufFile& file, const EngineConfig& config)
   }
   kv::KvCacheConfig kv = model_->kv_config(config_.kv_blocks, config.block_size, config.kv_key_type,
                                            config.kv_value_type, state_slots(config));
-  if (config.swa_full) kv.sliding_layers.clear();
-  if (!kv.sliding_layers.empty()) {
+  // --swa-full: every layer keeps all its keys. Sliding layers of their own shape (Gemma 4)
+  // keep their group, which then frees nothing; the others join the full group.
+  if (config.swa_full && (kv.sliding_head_dim > 0 || kv.sliding_n_kv_heads > 0)) {
+    kv.sliding_keeps_all = true;
+  } else if (config.swa_full) {
+    kv.sliding_layers.clear();
+  }
+  if (!kv.sliding_layers.empty() && !kv.sliding_keeps_all) {
     // A running sequence holds at most the blocks of its window plus one step's tokens (the
     // scheduler frees the rest before each step), so this many never run short.
     const int64_t per_seq =

@@ -10,12 +10,15 @@
 namespace inferd::kernels {
 namespace {
 
-constexpr int kMaxHeadDim = 256;
+constexpr int kMaxHeadDim = 512;
 constexpr int kMaxBlockSize = 256;
 // A tile aims at 16 query rows (heads x tokens), which keeps its working set in L1; models
 // with more query heads per kv head (MQA) take one token per tile, up to 64 rows.
 constexpr int kTargetRows = 16;
 constexpr int kMaxRows = 64;
+// A tile's queries and accumulators: 64 rows of up to 256 dimensions, or fewer rows of more
+// (Gemma 4's 512-dimension heads, 4 query heads a kv head: 16 rows).
+constexpr int kMaxTileValues = kMaxRows * 256;
 // Scores are made for a chunk of several KV blocks before the softmax state is updated, so the
 // per-row bookkeeping (max, rescale of the accumulator) is paid once per chunk, not per block:
 // with few rows (decode) it would otherwise cost as much as the dot products. A chunk holds
@@ -56,8 +59,9 @@ class NextTilePrefetcher {
   void fetch(int64_t count) {
     for (; count > 0 && done_ < total_; --count, ++done_) {
       const int32_t block = next_->block_table[static_cast<size_t>(done_)];
-      prefetch_to_l2(cache_.key_block(layer_, block, next_->kv_head), cache_.key_block_bytes());
-      prefetch_to_l2(cache_.value_block(layer_, block, next_->kv_head), cache_.value_block_bytes());
+      prefetch_to_l2(cache_.key_block(layer_, block, next_->kv_head), cache_.key_block_bytes(layer_));
+      prefetch_to_l2(cache_.value_block(layer_, block, next_->kv_head),
+                     cache_.value_block_bytes(layer_));
     }
   }
 
@@ -97,7 +101,8 @@ void attend_tile(const AttentionTile& tile, const kv::KvCache& cache, int layer,
                  const AttentionPrefetch* next, const KernelTable& table) {
   const int group = shape.n_heads / shape.n_kv_heads, head_dim = shape.head_dim;
   const int rows = group * tile.n_tokens, block_size = cache.block_size();
-  if (rows > kMaxRows || head_dim > kMaxHeadDim || block_size > kMaxBlockSize) {
+  if (rows > kMaxRows || head_dim > kMaxHeadDim || rows * head_dim > kMaxTileValues ||
+      block_size > kMaxBlockSize) {
     fail("attention: tile of {} rows, head size {} or block size {} is above the limits", rows,
          head_dim, block_size);
   }
@@ -105,8 +110,8 @@ void attend_tile(const AttentionTile& tile, const kv::KvCache& cache, int layer,
   const int64_t q_stride = int64_t{shape.n_heads} * head_dim;
   // Row r = token t * group + head g. Queries meeting F16 keys are rounded to f16 like them, as
   // llama.cpp does before its f16 dot products; Q8_0 keys meet them as they are.
-  alignas(64) float q[kMaxRows * kMaxHeadDim];      // [rows, head_dim]
-  alignas(64) float acc[kMaxRows * kMaxHeadDim];    // [rows, head_dim]
+  alignas(64) float q[kMaxTileValues];              // [rows, head_dim]
+  alignas(64) float acc[kMaxTileValues];            // [rows, head_dim]
   alignas(64) float scores[kMaxRows * kChunkKeys];  // [rows, chunk_keys]
   RowState state[kMaxRows];
   int32_t first_key[kMaxRows], last_key[kMaxRows];  // the keys row r sees: [first, last]

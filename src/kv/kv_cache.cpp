@@ -49,8 +49,8 @@ void release_blocks(std::span<KvGroup> groups, BlockTables& tables) {
   for (std::vector<int32_t>& table : tables) table.clear();
 }
 
-size_t KvCache::record_bytes(DType type) const {
-  const size_t values = static_cast<size_t>(config_.block_size) * config_.head_dim;
+size_t KvCache::record_bytes(DType type, int head_dim) const {
+  const size_t values = static_cast<size_t>(config_.block_size) * static_cast<size_t>(head_dim);
   const size_t bytes =
       type == DType::F16 ? values * sizeof(uint16_t) : values + values / kQ8Group * sizeof(float);
   return (bytes + 63) / 64 * 64;  // records start on cache lines
@@ -62,15 +62,20 @@ KvCache::KvCache(const KvCacheConfig& config) : config_(config) {
       fail("KV cache: type {} is not supported (f16 or q8_0)", dtype_name(type));
     }
   }
-  if (config.n_layers <= 0 || config.n_kv_heads <= 0 || config.head_dim <= 0 ||
-      config.head_dim > kMaxHeadDim || config.block_size <= 0) {
-    fail("KV cache: invalid shape (layers {}, kv heads {}, head dim {}, block size {})",
-         config.n_layers, config.n_kv_heads, config.head_dim, config.block_size);
-  }
-  if ((config.key_type == DType::Q8_0 || config.value_type == DType::Q8_0) &&
-      config.head_dim % kQ8Group != 0) {
-    fail("KV cache: q8_0 needs a head size that is a multiple of {}, this model's is {}", kQ8Group,
-         config.head_dim);
+  const int sliding_heads = config.sliding_n_kv_heads > 0 ? config.sliding_n_kv_heads : config.n_kv_heads;
+  const int sliding_dim = config.sliding_head_dim > 0 ? config.sliding_head_dim : config.head_dim;
+  for (const auto& [heads, dim] : {std::pair{config.n_kv_heads, config.head_dim},
+                                   std::pair{sliding_heads, sliding_dim}}) {
+    if (config.n_layers <= 0 || heads <= 0 || dim <= 0 || dim > kMaxHeadDim ||
+        config.block_size <= 0) {
+      fail("KV cache: invalid shape (layers {}, kv heads {}, head dim {}, block size {})",
+           config.n_layers, heads, dim, config.block_size);
+    }
+    if ((config.key_type == DType::Q8_0 || config.value_type == DType::Q8_0) &&
+        dim % kQ8Group != 0) {
+      fail("KV cache: q8_0 needs a head size that is a multiple of {}, this model's is {}",
+           kQ8Group, dim);
+    }
   }
   const bool stateless_flags = !config.stateless_layers.empty();
   if (stateless_flags && std::ssize(config.stateless_layers) != config.n_layers)
@@ -83,8 +88,6 @@ KvCache::KvCache(const KvCacheConfig& config) : config_(config) {
          config.n_layers);
   if (flagged && config.sliding_window <= 0)
     fail("KV cache: sliding layers need a positive window, got {}", config.sliding_window);
-  key_block_bytes_ = record_bytes(config.key_type);
-  value_block_bytes_ = record_bytes(config.value_type);
   // Group 0 holds the full-attention layers, group 1 the sliding ones; a kind without layers
   // has no group (then group 0 is the sliding one).
   const auto slides = [&](int l) { return flagged && config.sliding_layers[size_t(l)]; };
@@ -96,7 +99,12 @@ KvCache::KvCache(const KvCacheConfig& config) : config_(config) {
       const int32_t blocks =
           sliding && config.num_sliding_blocks > 0 ? config.num_sliding_blocks : config.num_blocks;
       group_of_kind[sliding] = static_cast<int>(groups_.size());
-      groups_.emplace_back(blocks, sliding ? config.sliding_window : 0);
+      Geometry& geometry = geometry_[groups_.size()];
+      geometry.n_kv_heads = sliding ? sliding_heads : config.n_kv_heads;
+      geometry.head_dim = sliding ? sliding_dim : config.head_dim;
+      geometry.key_bytes = record_bytes(config.key_type, geometry.head_dim);
+      geometry.value_bytes = record_bytes(config.value_type, geometry.head_dim);
+      groups_.emplace_back(blocks, sliding && !config.sliding_keeps_all ? config.sliding_window : 0);
       break;
     }
   }
@@ -127,17 +135,18 @@ KvCache::KvCache(const KvCacheConfig& config) : config_(config) {
     }
     state_memory_.prefault();
   }
-  const size_t heads = static_cast<size_t>(config.n_kv_heads);
   for (size_t g = 0; g < groups_.size(); ++g) {
     KvGroup& group = groups_[g];
-    group.block_bytes =
-        static_cast<size_t>(group.n_layers) * heads * (key_block_bytes_ + value_block_bytes_);
+    const Geometry& geometry = geometry_[g];
+    const auto heads = static_cast<size_t>(geometry.n_kv_heads);
+    group.block_bytes = static_cast<size_t>(group.n_layers) * heads *
+                        (geometry.key_bytes + geometry.value_bytes);
     const size_t records =
         static_cast<size_t>(group.n_layers) * static_cast<size_t>(group.pool.num_blocks()) * heads;
     if (!config.host_storage) continue;
     try {
-      storage_[g].keys = HugePageBuffer(records * key_block_bytes_);
-      storage_[g].values = HugePageBuffer(records * value_block_bytes_);
+      storage_[g].keys = HugePageBuffer(records * geometry.key_bytes);
+      storage_[g].values = HugePageBuffer(records * geometry.value_bytes);
       // Faulted in now, as llama.cpp clears its whole KV buffer at start: a sequence's blocks
       // lie in every layer's plane, so a first request touched a fresh (huge) page per layer
       // and block, and paid for zeroing them inside its TTFT (about 5x slower on a 135M model).
@@ -145,7 +154,7 @@ KvCache::KvCache(const KvCacheConfig& config) : config_(config) {
       storage_[g].values.prefault();
     } catch (const Error&) {
       fail("KV cache: cannot allocate {} MiB for {} blocks",
-           (records * (key_block_bytes_ + value_block_bytes_)) >> 20, group.pool.num_blocks());
+           (records * (geometry.key_bytes + geometry.value_bytes)) >> 20, group.pool.num_blocks());
     }
   }
 }
@@ -231,14 +240,14 @@ void KvCache::copy_block(size_t group, int32_t from, int32_t to) {
   if (from < 0 || from >= n || to < 0 || to >= n)
     fail("KV cache: copy of block {} to {} outside the {} blocks of group {}", from, to, n, group);
   // The kv heads of one (layer, block) are consecutive records.
-  const auto heads = static_cast<size_t>(config_.n_kv_heads);
+  const Geometry& g = geometry_[group];
+  const auto heads = static_cast<size_t>(g.n_kv_heads);
   for (int l = 0; l < config_.n_layers; ++l) {
     if (layer_group_[static_cast<size_t>(l)] != static_cast<int>(group)) continue;
-    std::memcpy(key_data(l) + offset(l, to, 0) * key_block_bytes_,
-                key_data(l) + offset(l, from, 0) * key_block_bytes_, heads * key_block_bytes_);
-    std::memcpy(value_data(l) + offset(l, to, 0) * value_block_bytes_,
-                value_data(l) + offset(l, from, 0) * value_block_bytes_,
-                heads * value_block_bytes_);
+    std::memcpy(key_data(l) + offset(l, to, 0) * g.key_bytes,
+                key_data(l) + offset(l, from, 0) * g.key_bytes, heads * g.key_bytes);
+    std::memcpy(value_data(l) + offset(l, to, 0) * g.value_bytes,
+                value_data(l) + offset(l, from, 0) * g.value_bytes, heads * g.value_bytes);
   }
 }
 
@@ -246,29 +255,31 @@ void KvCache::write(int layer, int64_t slot, const float* k, const float* v) {
   const auto block = static_cast<int32_t>(slot / config_.block_size);
   const auto pos = static_cast<size_t>(slot % config_.block_size);
   const auto block_size = static_cast<size_t>(config_.block_size);
-  const auto head_dim = static_cast<size_t>(config_.head_dim);
+  const Geometry& geo = geometry(layer);
+  const int dim = geo.head_dim;
+  const auto head_dim = static_cast<size_t>(dim);
   // The table's fp16 conversion (F16C where the CPU has it); keys go through a buffer to be
   // stored transposed.
   const kernels::QuantizeRowFn to_fp16 = kernels::active_kernels().f16.quantize_activation;
   uint16_t key_halves[kMaxHeadDim];
-  const size_t scales_at = q8_scales_offset(), groups = head_dim / kQ8Group;
-  for (int h = 0; h < config_.n_kv_heads; ++h) {
+  const size_t scales_at = q8_scales_offset(layer), groups = head_dim / kQ8Group;
+  for (int h = 0; h < geo.n_kv_heads; ++h) {
     const float* ks = k + static_cast<size_t>(h) * head_dim;
     const float* vs = v + static_cast<size_t>(h) * head_dim;
-    uint8_t* kb = key_data(layer) + offset(layer, block, h) * key_block_bytes_;
-    uint8_t* vb = value_data(layer) + offset(layer, block, h) * value_block_bytes_;
+    uint8_t* kb = key_data(layer) + offset(layer, block, h) * geo.key_bytes;
+    uint8_t* vb = value_data(layer) + offset(layer, block, h) * geo.value_bytes;
     if (config_.key_type == DType::F16) {
       uint16_t* kd = reinterpret_cast<uint16_t*>(kb) + pos;
-      to_fp16(ks, key_halves, config_.head_dim);
+      to_fp16(ks, key_halves, dim);
       for (size_t d = 0; d < head_dim; ++d) kd[d * block_size] = key_halves[d];
     } else {  // transposed: dimension d of this token at d * block_size + pos
-      quantize_q8(ks, config_.head_dim, reinterpret_cast<int8_t*>(kb) + pos, block_size,
+      quantize_q8(ks, dim, reinterpret_cast<int8_t*>(kb) + pos, block_size,
                   reinterpret_cast<float*>(kb + scales_at) + pos, block_size);
     }
     if (config_.value_type == DType::F16) {
-      to_fp16(vs, reinterpret_cast<uint16_t*>(vb) + pos * head_dim, config_.head_dim);
+      to_fp16(vs, reinterpret_cast<uint16_t*>(vb) + pos * head_dim, dim);
     } else {
-      quantize_q8(vs, config_.head_dim, reinterpret_cast<int8_t*>(vb) + pos * head_dim, 1,
+      quantize_q8(vs, dim, reinterpret_cast<int8_t*>(vb) + pos * head_dim, 1,
                   reinterpret_cast<float*>(vb + scales_at) + pos * groups, 1);
     }
   }

@@ -91,11 +91,19 @@ struct KvCacheConfig {
   // Snapshots of states at block ends, for prefix caching of hybrid models: slots of the same
   // size whose pool indexes them by the hash of the block they end (0: none).
   int32_t num_snapshot_slots = 0;
+  // The sliding layers' kv heads and head size when they differ from the others' (Gemma 4);
+  // 0: the same.
+  int sliding_n_kv_heads = 0;
+  int sliding_head_dim = 0;
+  // The sliding group keeps every block (llama.cpp's --swa-full for a model whose sliding
+  // layers have their own shape and so cannot join the full group): attention still applies
+  // the window, nothing is freed behind it.
+  bool sliding_keeps_all = false;
 };
 
 class KvCache {
  public:
-  static constexpr int kMaxHeadDim = 256;
+  static constexpr int kMaxHeadDim = 512;
 
   explicit KvCache(const KvCacheConfig& config);
 
@@ -153,18 +161,23 @@ class KvCache {
   // both write into.
   void copy_block(size_t group, int32_t from, int32_t to);
 
-  // Stores one token's K and V ([n_kv_heads * head_dim] floats each) of `layer` at `slot`.
+  // A layer's kv heads and head size (its group's: the sliding group's may differ).
+  int n_kv_heads(int layer) const { return geometry(layer).n_kv_heads; }
+  int head_dim(int layer) const { return geometry(layer).head_dim; }
+
+  // Stores one token's K and V ([n_kv_heads * head_dim] floats each, the layer's) of `layer`
+  // at `slot`.
   void write(int layer, int64_t slot, const float* k, const float* v);
 
   // The bytes of one kv head's keys (or values) in one block, whatever their type.
   const uint8_t* key_block(int layer, int32_t block, int kv_head) const {
-    return key_data(layer) + offset(layer, block, kv_head) * key_block_bytes_;
+    return key_data(layer) + offset(layer, block, kv_head) * geometry(layer).key_bytes;
   }
   const uint8_t* value_block(int layer, int32_t block, int kv_head) const {
-    return value_data(layer) + offset(layer, block, kv_head) * value_block_bytes_;
+    return value_data(layer) + offset(layer, block, kv_head) * geometry(layer).value_bytes;
   }
-  size_t key_block_bytes() const { return key_block_bytes_; }
-  size_t value_block_bytes() const { return value_block_bytes_; }
+  size_t key_block_bytes(int layer) const { return geometry(layer).key_bytes; }
+  size_t value_block_bytes(int layer) const { return geometry(layer).value_bytes; }
 
   // F16 keys: [head_dim, block_size] halves of one kv head in one block (transposed).
   const uint16_t* keys(int layer, int32_t block, int kv_head) const {
@@ -179,32 +192,44 @@ class KvCache {
     return reinterpret_cast<const int8_t*>(key_block(layer, block, kv_head));
   }
   const float* key_scales(int layer, int32_t block, int kv_head) const {
-    return reinterpret_cast<const float*>(key_block(layer, block, kv_head) + q8_scales_offset());
+    return reinterpret_cast<const float*>(key_block(layer, block, kv_head) +
+                                          q8_scales_offset(layer));
   }
   // Q8_0 values: int8 [block_size, head_dim], then their scales [block_size, head_dim / 32].
   const int8_t* values_q8(int layer, int32_t block, int kv_head) const {
     return reinterpret_cast<const int8_t*>(value_block(layer, block, kv_head));
   }
   const float* value_scales(int layer, int32_t block, int kv_head) const {
-    return reinterpret_cast<const float*>(value_block(layer, block, kv_head) + q8_scales_offset());
+    return reinterpret_cast<const float*>(value_block(layer, block, kv_head) +
+                                          q8_scales_offset(layer));
   }
 
  private:
+  // A group's kv heads and head size, and the bytes of one (layer, block, kv head) record of
+  // its keys and of its values (64-byte multiples).
+  struct Geometry {
+    int n_kv_heads = 0;
+    int head_dim = 0;
+    size_t key_bytes = 0, value_bytes = 0;
+  };
+  const Geometry& geometry(int layer) const {
+    return geometry_[static_cast<size_t>(layer_group_[static_cast<size_t>(layer)])];
+  }
   // Index of the (layer, block, kv head) record within its group's storage.
   size_t offset(int layer, int32_t block, int kv_head) const {
     const auto l = static_cast<size_t>(layer);
     const KvGroup& group = groups_[static_cast<size_t>(layer_group_[l])];
     return (static_cast<size_t>(layer_index_[l]) * static_cast<size_t>(group.pool.num_blocks()) +
             static_cast<size_t>(block)) *
-               config_.n_kv_heads +
+               static_cast<size_t>(geometry(layer).n_kv_heads) +
            static_cast<size_t>(kv_head);
   }
   uint8_t* key_data(int layer) const { return storage_[group_of(layer)].keys.data(); }
   uint8_t* value_data(int layer) const { return storage_[group_of(layer)].values.data(); }
-  size_t q8_scales_offset() const {
-    return static_cast<size_t>(config_.block_size) * config_.head_dim;
+  size_t q8_scales_offset(int layer) const {
+    return static_cast<size_t>(config_.block_size) * geometry(layer).head_dim;
   }
-  size_t record_bytes(DType type) const;
+  size_t record_bytes(DType type, int head_dim) const;
   void check_state_slot(int32_t slot) const;
 
   // Zeroed huge-page mappings (util/huge_pages.h): the pages are committed lazily, so a large
@@ -219,7 +244,7 @@ class KvCache {
   std::array<GroupStorage, kMaxKvGroups> storage_;
   std::vector<int> layer_group_;  // [n_layers] its group
   std::vector<int> layer_index_;  // [n_layers] its index among the group's layers
-  size_t key_block_bytes_ = 0, value_block_bytes_ = 0;  // one record, 64-byte multiples
+  std::array<Geometry, kMaxKvGroups> geometry_;  // [group]
   std::optional<BlockPool> state_pool_;  // when the model has a recurrent state
   std::optional<BlockPool> snapshot_pool_;
   std::span<float> snapshots_;  // [num_snapshot_slots, state_floats]

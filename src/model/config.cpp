@@ -1,5 +1,6 @@
 #include "model/config.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "util/error.h"
@@ -44,6 +45,30 @@ void read_rope_scaling(const gguf::GgufFile& file, const std::string& a, ModelCo
   c.rope_attn_factor = mscale * (1.0f / (1.0f + 0.1f * std::log(scale))) * attn_factor;
 }
 
+// A key that is one integer, or an array of one a layer (Gemma 4's feed_forward_length and
+// head_count_kv): the value of layer 0 in `scalar`, and the array in `per_layer` when the
+// layers differ.
+void int_or_per_layer(const gguf::GgufFile& file, const std::string& key, int n_layers,
+                      int& scalar, std::vector<int>& per_layer) {
+  const gguf::Value* value = file.find(key);
+  if (value == nullptr || !value->is_array()) {
+    scalar = positive_int(file, key);
+    return;
+  }
+  const gguf::Array* values = file.get_array(key);
+  if (std::ssize(values->items) != n_layers)
+    fail("{}: '{}' has {} values for {} layers", file.name(), key, values->items.size(), n_layers);
+  for (const gguf::Value& item : values->items) {
+    const std::optional<int64_t> v = item.as_int();
+    if (!v || *v <= 0 || *v > (int64_t{1} << 30))
+      fail("{}: '{}' holds a value that is not a positive count", file.name(), key);
+    per_layer.push_back(static_cast<int>(*v));
+  }
+  scalar = per_layer.front();
+  if (std::all_of(per_layer.begin(), per_layer.end(), [&](int v) { return v == scalar; }))
+    per_layer.clear();
+}
+
 }  // namespace
 
 ModelConfig ModelConfig::from_gguf(const gguf::GgufFile& file) {
@@ -60,15 +85,22 @@ ModelConfig ModelConfig::from_gguf(const gguf::GgufFile& file) {
          c.n_layers);
   c.n_layers -= c.n_nextn_layers;
   c.n_embd = positive_int(file, a + "embedding_length");
-  c.n_ff = positive_int(file, a + "feed_forward_length");
+  const int all_layers = c.n_layers + c.n_nextn_layers;
+  int_or_per_layer(file, a + "feed_forward_length", all_layers, c.n_ff, c.layer_n_ff);
   c.n_heads = positive_int(file, a + "attention.head_count");
-  c.n_kv_heads = file.has(a + "attention.head_count_kv")
-                     ? positive_int(file, a + "attention.head_count_kv")
-                     : c.n_heads;
+  c.n_kv_heads = c.n_heads;
+  if (file.has(a + "attention.head_count_kv"))
+    int_or_per_layer(file, a + "attention.head_count_kv", all_layers, c.n_kv_heads,
+                     c.layer_n_kv_heads);
+  c.layer_n_ff.resize(c.layer_n_ff.empty() ? 0 : static_cast<size_t>(c.n_layers));
+  c.layer_n_kv_heads.resize(c.layer_n_kv_heads.empty() ? 0 : static_cast<size_t>(c.n_layers));
   c.context_length = positive_int(file, a + "context_length");
-  if (c.n_heads % c.n_kv_heads != 0) {
-    fail("{}: {} attention heads are not a multiple of {} kv heads", file.name(), c.n_heads,
-         c.n_kv_heads);
+  for (const int kv_heads : c.layer_n_kv_heads.empty() ? std::vector<int>{c.n_kv_heads}
+                                                       : c.layer_n_kv_heads) {
+    if (c.n_heads % kv_heads != 0) {
+      fail("{}: {} attention heads are not a multiple of {} kv heads", file.name(), c.n_heads,
+           kv_heads);
+    }
   }
   if (file.has(a + "attention.key_length")) {
     c.head_dim = positive_int(file, a + "attention.key_length");
@@ -98,6 +130,18 @@ ModelConfig ModelConfig::from_gguf(const gguf::GgufFile& file) {
   c.n_vocab = tokens != nullptr ? static_cast<int>(tokens->items.size())
                                 : positive_int(file, a + "vocab_size");
   return c;
+}
+
+int ModelConfig::max_n_ff() const {
+  int most = n_ff;
+  for (const int f : layer_n_ff) most = std::max(most, f);
+  return most;
+}
+
+int64_t ModelConfig::max_kv_dim() const {
+  int64_t most = 0;
+  for (int l = 0; l < n_layers; ++l) most = std::max(most, int64_t{n_kv_heads_of(l)} * head_dim_of(l));
+  return most;
 }
 
 std::string ModelConfig::summary() const {

@@ -2,6 +2,7 @@
 // defaults where the format allows them to be absent.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -46,6 +47,43 @@ struct ModelConfig {
   // recurrent state over all of them.
   std::vector<bool> recurrent_layers;
   int64_t recurrent_state_floats = 0;
+  // Set by the architecture where the sliding layers' attention differs from the others'
+  // (Gemma 4): their head size, kv heads and rotated dimensions; 0: as the others'.
+  int sliding_head_dim = 0;
+  int sliding_n_kv_heads = 0;
+  int sliding_rope_dims = 0;
+  // Each layer's feed-forward size where they differ (Gemma 4's double-wide MLP); empty: n_ff.
+  std::vector<int> layer_n_ff;
+  // Each layer's kv heads as the file gives them where they differ (an array of
+  // `attention.head_count_kv`); the decoder resolves them into n_kv_heads and
+  // sliding_n_kv_heads, and refuses them where the layers of one kind differ.
+  std::vector<int> layer_n_kv_heads;
+  // Layers that attend over an earlier layer's K/V and store none (Gemma 4's shared KV): for
+  // each layer the layer whose cache it reads (itself for most); empty: every layer its own.
+  std::vector<int> kv_source_layers;
+
+  bool layer_slides(int l) const {
+    return !sliding_layers.empty() && sliding_layers[static_cast<size_t>(l)];
+  }
+  int head_dim_of(int l) const {
+    return layer_slides(l) && sliding_head_dim > 0 ? sliding_head_dim : head_dim;
+  }
+  int n_kv_heads_of(int l) const {
+    return layer_slides(l) && sliding_n_kv_heads > 0 ? sliding_n_kv_heads : n_kv_heads;
+  }
+  int rope_dims_of(int l) const {
+    return layer_slides(l) && sliding_rope_dims > 0 ? sliding_rope_dims : rope_dims;
+  }
+  int n_ff_of(int l) const { return layer_n_ff.empty() ? n_ff : layer_n_ff[static_cast<size_t>(l)]; }
+  // The layer whose K/V layer l attends over.
+  int kv_layer(int l) const {
+    return kv_source_layers.empty() ? l : kv_source_layers[static_cast<size_t>(l)];
+  }
+  // The largest of each over the layers (work buffers).
+  int max_head_dim() const { return std::max(head_dim, sliding_head_dim); }
+  int max_n_ff() const;
+  int64_t max_q_dim() const { return int64_t{n_heads} * max_head_dim(); }
+  int64_t max_kv_dim() const;
 
   // Reads the common `<arch>.*` keys; an absent required key or an inconsistent shape
   // (heads not dividing the hidden size, kv heads not dividing heads) is an inferd::Error.

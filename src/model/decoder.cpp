@@ -51,6 +51,24 @@ struct DecoderLayer {
   std::optional<DeltaNetLayer> delta_net;
   bool sliding = false;         // attends over a window of recent keys only
   const kernels::RopeTable* rope = nullptr;  // the model's table for this layer
+  // Its geometry (ModelConfig::*_of: Gemma 4's sliding and full layers differ).
+  int head_dim = 0, n_kv_heads = 0, n_ff = 0;
+  int kv_layer = 0;             // whose K/V it attends over: itself, or an earlier layer's
+  bool value_from_key = false;  // no attn_v: the keys' projection is the values' (Gemma 4)
+  float out_scale = 1.0f;       // layer_output_scale (Gemma 4)
+  // Per-layer embeddings (ArchSpec::per_layer_embd): the layer's output, gelu-gated by its
+  // per-layer input, projected back and normed, joins the residual stream.
+  WeightMatrix ple_gate;                 // [per_layer_embd, n_embd]
+  WeightMatrix ple_proj;                 // [n_embd, per_layer_embd]
+  const float* ple_post_norm = nullptr;  // [n_embd]
+  // Experts beside the dense MLP (ArchSpec::moe_beside_dense_mlp), [n_embd] each.
+  const float* router_scale = nullptr;   // ffn_gate_inp.scale
+  const float* pre_moe_norm = nullptr;   // pre_ffw_norm_2
+  const float* post_mlp_norm = nullptr;  // post_ffw_norm_1
+  const float* post_moe_norm = nullptr;  // post_ffw_norm_2
+  // Whether the layer completes the residual stream itself (per-layer embeddings, an output
+  // scale) instead of leaving its feed-forward output to the next layer's first pass.
+  bool finishes_residual() const { return ple_post_norm != nullptr || out_scale != 1.0f; }
 };
 
 // Work buffers for up to max_tokens tokens, allocated once, in huge pages (util/huge_pages.h).
@@ -68,6 +86,15 @@ struct DecoderWorkspace {
   std::span<float> gate;     // [T, n_ff]
   std::span<float> up;       // [T, n_ff]
   std::span<float> last;     // [R, n_embd] rows that need logits
+  // Per-layer embeddings: each token's inputs of every layer, [T, n_layers * per_layer_embd],
+  // the rows of per_layer_token_embd, the same shape, and a layer's gate, [T, per_layer_embd].
+  std::span<float> ple_inputs;
+  std::span<float> ple_rows;
+  std::span<float> ple_gate;
+  std::span<float> ones;     // [max head_dim] 1s: the weights of the value norm
+  std::span<float> ones_embd;   // [n_embd] 1s: the weights of Gemma 4's router norm
+  std::span<float> router_in;   // [T, n_embd] ArchSpec::moe_beside_dense_mlp: what the router scores
+  std::span<float> moe_out;     // [T, n_embd] and the experts' output
   std::span<int64_t> slots;  // [kMaxKvGroups, T] each token's KV slot in each group
   kernels::ActivationScratch scratch;
 };
@@ -82,8 +109,6 @@ class Decoder final : public Model {
     if (spec_.attention_scale <= 0)
       spec_.attention_scale = 1.0f / std::sqrt(static_cast<float>(config_.head_dim));
     const ModelConfig& c = config_;
-    if (c.head_dim > 256)
-      fail("{}: head size {} is above the supported 256", file.name(), c.head_dim);
     if (!spec_.sliding_layers.empty() && std::ssize(spec_.sliding_layers) != c.n_layers)
       fail("{}: sliding-window flags for {} of {} layers", file.name(), spec_.sliding_layers.size(),
            c.n_layers);
@@ -91,6 +116,10 @@ class Decoder final : public Model {
       config_.sliding_window = spec_.sliding_window;
       config_.sliding_layers = spec_.sliding_layers;
     }
+    apply_layer_geometry(file.name());
+    if (c.max_head_dim() > kv::KvCache::kMaxHeadDim)
+      fail("{}: head size {} is above the supported {}", file.name(), c.max_head_dim(),
+           kv::KvCache::kMaxHeadDim);
     if (spec_.moe) moe_config_ = MoeConfig::from_gguf(file, *spec_.moe, c.n_ff);
     if (spec_.delta_net) {
       delta_config_ = DeltaNetConfig::from_gguf(file, c.n_layers, c.rms_eps);
@@ -99,6 +128,13 @@ class Decoder final : public Model {
     WeightLoader w(file);
     // Looked up row by row; multiplied too when the output is tied to it.
     w.keep_rows("token_embd.weight", !w.has("output.weight"));
+    if (spec_.per_layer_embd > 0) {  // a row a token, read in place: never the whole table
+      const int64_t n = int64_t{spec_.per_layer_embd} * c.n_layers;
+      w.keep_rows("per_layer_token_embd.weight", false);
+      ple_table_ = w.matrix("per_layer_token_embd.weight", c.n_vocab, n);
+      ple_model_proj_ = w.matrix("per_layer_model_proj.weight", n, c.n_embd);
+      ple_proj_norm_ = w.vector("per_layer_proj_norm.weight", spec_.per_layer_embd);
+    }
     token_embd_ = w.matrix("token_embd.weight", c.n_vocab, c.n_embd);
     output_norm_ = w.vector("output_norm.weight", c.n_embd);
     output_ = w.has("output.weight") ? w.matrix("output.weight", c.n_vocab, c.n_embd) : token_embd_;
@@ -113,11 +149,27 @@ class Decoder final : public Model {
         config_.recurrent_state_floats += delta_config_->layer_state_floats();
       } else {
         load_layer_attention(w, spec_, c, i, layer);
+        layer.value_from_key =
+            spec_.value_from_key_when_absent && !w.has(layer_prefix(i) + "attn_v.weight");
       }
-      if (moe_config_ && moe_config_->moe_layer(i)) {
-        layer.moe = load_moe_layer(w, layer_prefix(i), *moe_config_, *spec_.moe, c.n_embd);
-      } else {
-        load_layer_dense_ffn(w, spec_, c, i, layer);
+      layer.head_dim = c.head_dim_of(i);
+      layer.n_kv_heads = c.n_kv_heads_of(i);
+      layer.n_ff = c.n_ff_of(i);
+      layer.kv_layer = c.kv_layer(i);
+      load_gemma4_layer_extras(w, i, layer);
+      // Experts from leading_dense_block_count on, or (Gemma 4) where the layer has a router,
+      // then beside the dense MLP.
+      const std::string p = layer_prefix(i);
+      const bool experts = moe_config_ && (spec_.moe_beside_dense_mlp
+                                               ? w.has(p + "ffn_gate_inp.weight")
+                                               : moe_config_->moe_layer(i));
+      if (experts) layer.moe = load_moe_layer(w, p, *moe_config_, *spec_.moe, c.n_embd);
+      if (!experts || spec_.moe_beside_dense_mlp) load_layer_dense_ffn(w, spec_, c, i, layer);
+      if (experts && spec_.moe_beside_dense_mlp) {
+        layer.router_scale = w.vector(p + "ffn_gate_inp.scale", c.n_embd);
+        layer.pre_moe_norm = w.vector(p + "pre_ffw_norm_2.weight", c.n_embd);
+        layer.post_mlp_norm = w.vector(p + "post_ffw_norm_1.weight", c.n_embd);
+        layer.post_moe_norm = w.vector(p + "post_ffw_norm_2.weight", c.n_embd);
       }
       if (spec_.attention_sinks)
         layer.attn_sinks = w.vector(layer_prefix(i) + "attn_sinks.weight", c.n_heads);
@@ -161,6 +213,7 @@ class Decoder final : public Model {
       if (spec_.scale_embedding)  // in float, as llama.cpp computes it
         kernels::scale_inplace(row, std::sqrt(static_cast<float>(c.n_embd)), c.n_embd);
     }
+    if (spec_.per_layer_embd > 0) per_layer_inputs(batch, pool);
     place_tokens(batch, cache);
     if (delta_) delta_->begin_batch(batch, cache);
     if (batch.routing_margins != nullptr)
@@ -168,6 +221,7 @@ class Decoder final : public Model {
     // Each block leaves its output in ws.proj; the residual add happens in the next block's
     // first per-token pass (and for the logit rows before the final norm), so it costs no
     // serial pass of its own.
+    proj_pending_ = false;
     for (int l = 0; l < c.n_layers; ++l) {
       attention_block(l, batch, cache, pool);
       feed_forward_block(l, T, batch.bf16_rows_begin, pool, batch.routing_margins);
@@ -177,6 +231,64 @@ class Decoder final : public Model {
   }
 
  private:
+  // The per-layer geometry the ArchSpec and the file give (ModelConfig's sliding_* fields,
+  // kv_source_layers): Gemma 4's sliding layers have their own head size, kv heads and rotated
+  // dimensions, and its last layers read the K/V of earlier ones.
+  void apply_layer_geometry(const std::string& file_name) {
+    ModelConfig& c = config_;
+    if (spec_.sliding_head_dim > 0 && spec_.sliding_head_dim != c.head_dim)
+      c.sliding_head_dim = spec_.sliding_head_dim;
+    if (spec_.sliding_rope_dims > 0 && spec_.sliding_rope_dims != c.rope_dims)
+      c.sliding_rope_dims = spec_.sliding_rope_dims;
+    if (!c.layer_n_kv_heads.empty()) {  // one count for each kind of layer
+      int full = 0, sliding = 0;
+      for (int l = 0; l < c.n_layers; ++l) {
+        const int v = c.layer_n_kv_heads[static_cast<size_t>(l)];
+        int& kind = c.layer_slides(l) ? sliding : full;
+        if (kind != 0 && kind != v)
+          fail("{}: kv head counts differ between layers of one kind ({} and {}): not supported",
+               file_name, kind, v);
+        kind = v;
+      }
+      c.n_kv_heads = full > 0 ? full : sliding;
+      c.sliding_n_kv_heads = sliding > 0 && sliding != c.n_kv_heads ? sliding : 0;
+    }
+    if (!c.layer_n_ff.empty() && spec_.moe)
+      fail("{}: per-layer feed-forward sizes with experts are not supported", file_name);
+    if (spec_.shared_kv_layers > 0) {
+      // llama.cpp's reuse: a KV-sharing layer reads the last sliding layer before them (the
+      // second to last KV layer) if it slides, else the last full one (the last KV layer).
+      const int first_shared = c.n_layers - spec_.shared_kv_layers;
+      const int last_sliding = first_shared - 2, last_full = first_shared - 1;
+      if (first_shared < 2 || !c.layer_slides(last_sliding) || c.layer_slides(last_full))
+        fail("{}: {} KV-sharing layers of {} need a sliding then a full layer before them",
+             file_name, spec_.shared_kv_layers, c.n_layers);
+      c.kv_source_layers.resize(static_cast<size_t>(c.n_layers));
+      for (int l = 0; l < c.n_layers; ++l) {
+        c.kv_source_layers[static_cast<size_t>(l)] =
+            l < first_shared ? l : (c.layer_slides(l) ? last_sliding : last_full);
+      }
+    }
+    for (int l = 0; l < c.n_layers; ++l) {
+      if (c.rope_dims_of(l) > c.head_dim_of(l) || c.rope_dims_of(l) % 2 != 0)
+        fail("{}: layer {} rotates {} dimensions of heads of {}", file_name, l, c.rope_dims_of(l),
+             c.head_dim_of(l));
+    }
+  }
+
+  // Gemma 4's per-layer tensors beyond the shared ones (layer_weights.h).
+  void load_gemma4_layer_extras(WeightLoader& w, int i, DecoderLayer& layer) {
+    const std::string p = layer_prefix(i);
+    if (spec_.layer_output_scale && w.has(p + "layer_output_scale.weight"))
+      layer.out_scale = w.vector(p + "layer_output_scale.weight", 1)[0];
+    if (spec_.per_layer_embd > 0) {
+      const int n = spec_.per_layer_embd, n_embd = config_.n_embd;
+      layer.ple_gate = w.matrix(p + "inp_gate.weight", n, n_embd);
+      layer.ple_proj = w.matrix(p + "proj.weight", n_embd, n);
+      layer.ple_post_norm = w.vector(p + "post_norm.weight", n_embd);
+    }
+  }
+
   // Runs fn(t) for every token, split over the threads when the batch is large enough for a
   // parallel region to pay (a region costs about a microsecond; one token's norm less).
   template <typename Fn>
@@ -184,6 +296,30 @@ class Decoder final : public Model {
     constexpr int64_t kTokensPerThread = 4;
     pool.parallel_for(T, kTokensPerThread, [&](int64_t begin, int64_t end) {
       for (int64_t t = begin; t < end; ++t) fn(t);
+    });
+  }
+
+  // Per-layer embeddings (ArchSpec::per_layer_embd), as llama.cpp's project_per_layer_inputs:
+  // for each token, per_layer_model_proj of its scaled embedding (ws.x) over sqrt(n_embd), each
+  // layer's part normed by per_layer_proj_norm, plus its row of per_layer_token_embd times
+  // sqrt(per_layer_embd), all over sqrt(2). [T, n_layers * per_layer_embd] in ws.ple_inputs.
+  void per_layer_inputs(const Batch& batch, ThreadPool& pool) {
+    const ModelConfig& c = config_;
+    const int64_t T = batch.num_tokens(), n_ple = spec_.per_layer_embd;
+    const int64_t n = n_ple * c.n_layers;
+    kernels::matmul(ple_model_proj_, ws_.x.data(), T, ws_.ple_inputs.data(), ws_.scratch, pool,
+                    kernels::active_kernels(), batch.bf16_rows_begin);
+    const float proj_scale = 1.0f / std::sqrt(static_cast<float>(c.n_embd));
+    const float row_scale = std::sqrt(static_cast<float>(n_ple));
+    const float input_scale = 1.0f / std::sqrt(2.0f);
+    per_token(pool, T, [&](int64_t t) {
+      float* in = &ws_.ple_inputs[static_cast<size_t>(t * n)];
+      float* row = &ws_.ple_rows[static_cast<size_t>(t * n)];
+      kernels::dequantize_row(ple_table_, batch.tokens[static_cast<size_t>(t)], row);
+      kernels::scale_inplace(in, proj_scale, n);
+      for (int l = 0; l < c.n_layers; ++l)
+        kernels::rms_norm(in + l * n_ple, ple_proj_norm_, in + l * n_ple, n_ple, c.rms_eps);
+      for (int64_t i = 0; i < n; ++i) in[i] = (in[i] + row[i] * row_scale) * input_scale;
     });
   }
 
@@ -210,7 +346,8 @@ class Decoder final : public Model {
   void allocate_workspace() {
     const ModelConfig& c = config_;
     const auto T = static_cast<size_t>(max_tokens_);
-    const size_t q_dim = size_t(c.n_heads) * c.head_dim, kv_dim = size_t(c.n_kv_heads) * c.head_dim;
+    const auto q_dim = static_cast<size_t>(c.max_q_dim()), kv_dim = static_cast<size_t>(c.max_kv_dim());
+    const auto n_ff = static_cast<size_t>(c.max_n_ff());
     const auto floats = [&](size_t n) { return ws_.memory.allocate_array<float>(n); };
     ws_.x = floats(T * c.n_embd);
     ws_.h = floats(T * c.n_embd);
@@ -223,19 +360,35 @@ class Decoder final : public Model {
     ws_.v = floats(T * kv_dim);
     ws_.attn = floats(T * q_dim);
     ws_.proj = floats(T * c.n_embd);
-    const bool any_dense = std::any_of(layers_.begin(), layers_.end(),
-                                       [](const DecoderLayer& l) { return !l.moe; });
-    if (any_dense) {
-      ws_.gate = floats(T * c.n_ff);
-      ws_.up = floats(T * c.n_ff);
+    const bool any_dense =
+        spec_.moe_beside_dense_mlp ||
+        std::any_of(layers_.begin(), layers_.end(), [](const DecoderLayer& l) { return !l.moe; });
+    if (spec_.moe_beside_dense_mlp && moe_config_) {
+      ws_.ones_embd = floats(static_cast<size_t>(c.n_embd));
+      std::fill(ws_.ones_embd.begin(), ws_.ones_embd.end(), 1.0f);
+      ws_.router_in = floats(T * static_cast<size_t>(c.n_embd));
+      ws_.moe_out = floats(T * static_cast<size_t>(c.n_embd));
     }
+    if (any_dense) {
+      ws_.gate = floats(T * n_ff);
+      ws_.up = floats(T * n_ff);
+    }
+    if (spec_.per_layer_embd > 0) {
+      const size_t n_ple = static_cast<size_t>(spec_.per_layer_embd);
+      ws_.ple_inputs = floats(T * n_ple * static_cast<size_t>(c.n_layers));
+      ws_.ple_rows = floats(T * n_ple * static_cast<size_t>(c.n_layers));
+      ws_.ple_gate = floats(T * n_ple);
+    }
+    ws_.ones = floats(static_cast<size_t>(c.max_head_dim()));
+    std::fill(ws_.ones.begin(), ws_.ones.end(), 1.0f);
     if (moe_config_) moe_ = std::make_unique<MoeBlock>(*moe_config_, c.n_embd, max_tokens_);
     if (delta_config_)
       delta_ = std::make_unique<DeltaNetBlock>(*delta_config_, *spec_.delta_net, c.n_embd, max_tokens_);
     ws_.last = floats(T * c.n_embd);
     ws_.slots = ws_.memory.allocate_array<int64_t>(kv::kMaxKvGroups * T);
     ws_.scratch.reserve(max_tokens_,
-                        std::max<int64_t>({c.n_embd, any_dense ? c.n_ff : 0, int64_t(q_dim)}));
+                        std::max<int64_t>({c.n_embd, any_dense ? int64_t(n_ff) : 0, int64_t(q_dim),
+                                           int64_t{spec_.per_layer_embd}}));
     ws_.memory.prefault();  // every forward pass uses it: fault it in now, not in the first one
   }
 
@@ -244,10 +397,12 @@ class Decoder final : public Model {
     const DecoderLayer& layer = layers_[static_cast<size_t>(l)];
     DecoderWorkspace& ws = ws_;
     const int64_t T = batch.num_tokens();
-    const int64_t q_dim = int64_t{c.n_heads} * c.head_dim,
-                  kv_dim = int64_t{c.n_kv_heads} * c.head_dim;
+    const int head_dim = layer.head_dim;
+    const int64_t q_dim = int64_t{c.n_heads} * head_dim,
+                  kv_dim = int64_t{layer.n_kv_heads} * head_dim;
+    const bool pending = proj_pending_;
     per_token(pool, T, [&](int64_t t) {
-      if (l > 0) add_residual(t);  // the previous layer's feed-forward output
+      if (pending) add_residual(t);  // the previous layer's feed-forward output
       kernels::rms_norm(&ws.x[t * c.n_embd], layer.attn_norm, &ws.h[t * c.n_embd], c.n_embd,
                         c.rms_eps);
     });
@@ -256,40 +411,42 @@ class Decoder final : public Model {
                       batch.bf16_rows_begin);
       return;
     }
+    // A layer that reads another's K/V (ModelConfig::kv_layer) projects only its queries; one
+    // without attn_v takes its keys' projection as its values.
+    const bool own_kv = layer.kv_layer == l;
     const kernels::MatmulTarget qkv[] = {
         {&layer.wq, spec_.gated_attention ? ws.q_gated.data() : ws.q.data()},  // [T, q_dim] (x2)
         {&layer.wk, ws.k.data()},                                              // k: [T, kv_dim]
         {&layer.wv, ws.v.data()}};                                             // v: [T, kv_dim]
-    kernels::matmul_many(qkv, ws.h.data(), T, ws.scratch, pool, kernels::active_kernels(),
-                         batch.bf16_rows_begin);
-    const int64_t* slots = &ws.slots[static_cast<size_t>(cache.group_of(l) * max_tokens_)];
+    const size_t n_targets = !own_kv ? 1 : (layer.value_from_key ? 2 : 3);
+    kernels::matmul_many(std::span(qkv, n_targets), ws.h.data(), T, ws.scratch, pool,
+                         kernels::active_kernels(), batch.bf16_rows_begin);
+    const int64_t* slots = &ws.slots[static_cast<size_t>(cache.group_of(layer.kv_layer) * max_tokens_)];
+    const int32_t* positions = batch.positions.data();
     per_token(pool, T, [&](int64_t t) {  // every token writes its own KV slot
       if (spec_.gated_attention) split_query_and_gate(t);
       if (layer.bq) kernels::add_inplace(&ws.q[t * q_dim], layer.bq, q_dim);
-      if (layer.bk) kernels::add_inplace(&ws.k[t * kv_dim], layer.bk, kv_dim);
-      if (layer.bv) kernels::add_inplace(&ws.v[t * kv_dim], layer.bv, kv_dim);
-      if (layer.q_norm) norm_heads(&ws.q[t * q_dim], c.n_heads, layer.q_norm);
-      if (layer.k_norm) norm_heads(&ws.k[t * kv_dim], c.n_kv_heads, layer.k_norm);
-      const int32_t pos = batch.positions[static_cast<size_t>(t)];
-      const auto rotate = [&](float* x, int n_heads) {
-        if (spec_.rope_mode == RopeMode::kNeox) {
-          layer.rope->apply_neox(x, n_heads, c.head_dim, pos);
-        } else {
-          layer.rope->apply_normal(x, n_heads, c.head_dim, pos);
-        }
-      };
-      rotate(&ws.q[t * q_dim], c.n_heads);
-      rotate(&ws.k[t * kv_dim], c.n_kv_heads);
-      cache.write(l, slots[t], &ws.k[t * kv_dim], &ws.v[t * kv_dim]);
+      if (layer.q_norm) norm_heads(&ws.q[t * q_dim], c.n_heads, head_dim, layer.q_norm);
+      rotate(layer, &ws.q[t * q_dim], c.n_heads, positions[t]);
+      if (!own_kv) return;
+      float* k = &ws.k[t * kv_dim];
+      float* v = &ws.v[t * kv_dim];
+      if (layer.value_from_key) std::copy_n(k, kv_dim, v);
+      if (layer.bk) kernels::add_inplace(k, layer.bk, kv_dim);
+      if (layer.bv) kernels::add_inplace(v, layer.bv, kv_dim);
+      if (layer.k_norm) norm_heads(k, layer.n_kv_heads, head_dim, layer.k_norm);
+      if (spec_.value_norm) norm_heads(v, layer.n_kv_heads, head_dim, ws.ones.data());
+      rotate(layer, k, layer.n_kv_heads, positions[t]);
+      cache.write(l, slots[t], k, v);
     });
     const kernels::AttentionShape shape{c.n_heads,
-                                        c.n_kv_heads,
-                                        c.head_dim,
+                                        layer.n_kv_heads,
+                                        head_dim,
                                         spec_.attention_scale,
                                         layer.sliding ? spec_.sliding_window : 0,
                                         spec_.attention_softcap,
                                         layer.attn_sinks};
-    attend_all(batch, cache, l, shape, pool);
+    attend_all(batch, cache, layer.kv_layer, shape, pool);
     if (spec_.gated_attention) {
       per_token(pool, T, [&](int64_t t) {
         float* out = &ws.attn[t * q_dim];
@@ -379,10 +536,19 @@ class Decoder final : public Model {
   }
 
   // RMSNorm of each of n_heads vectors of head_dim in x, in place, with one weight vector.
-  void norm_heads(float* x, int n_heads, const float* weight) const {
+  void norm_heads(float* x, int n_heads, int head_dim, const float* weight) const {
     for (int h = 0; h < n_heads; ++h) {
-      float* head = x + int64_t{h} * config_.head_dim;
-      kernels::rms_norm(head, weight, head, config_.head_dim, config_.rms_eps);
+      float* head = x + int64_t{h} * head_dim;
+      kernels::rms_norm(head, weight, head, head_dim, config_.rms_eps);
+    }
+  }
+
+  // RoPE of n_heads heads of the layer's size at position pos, with the layer's table.
+  void rotate(const DecoderLayer& layer, float* x, int n_heads, int32_t pos) const {
+    if (spec_.rope_mode == RopeMode::kNeox) {
+      layer.rope->apply_neox(x, n_heads, layer.head_dim, pos);
+    } else {
+      layer.rope->apply_normal(x, n_heads, layer.head_dim, pos);
     }
   }
 
@@ -453,7 +619,9 @@ class Decoder final : public Model {
       kernels::rms_norm(&ws.x[t * c.n_embd], layer.ffn_norm, &ws.h[t * c.n_embd], c.n_embd,
                         c.rms_eps);
     });
-    if (layer.moe) {
+    if (layer.moe && layer.pre_moe_norm) {
+      experts_beside_mlp(layer, T, bf16_from, pool, routing_margins);
+    } else if (layer.moe) {
       moe_->forward(*layer.moe, ws.h.data(), T, ws.proj.data(), pool,  // [T, n_embd]
                     routing_margins);
     } else {
@@ -465,22 +633,83 @@ class Decoder final : public Model {
         kernels::rms_norm(out, layer.post_ffn_norm, out, c.n_embd, c.rms_eps);
       });
     }
+    proj_pending_ = !layer.finishes_residual();
+    if (!proj_pending_) finish_residual(l, T, bf16_from, pool);
+  }
+
+  // The end of a layer that completes the residual stream itself (Gemma 4): x += the
+  // feed-forward output; with per-layer embeddings x += post_norm(proj(gelu(inp_gate x) *
+  // this layer's input)); then x *= the layer's output scale.
+  void finish_residual(int l, int64_t T, int64_t bf16_from, ThreadPool& pool) {
+    const ModelConfig& c = config_;
+    const DecoderLayer& layer = layers_[static_cast<size_t>(l)];
+    DecoderWorkspace& ws = ws_;
+    per_token(pool, T, [&](int64_t t) { add_residual(t); });
+    if (layer.ple_post_norm) {
+      const int64_t n_ple = spec_.per_layer_embd, n = n_ple * c.n_layers;
+      kernels::matmul(layer.ple_gate, ws.x.data(), T, ws.ple_gate.data(), ws.scratch, pool,
+                      kernels::active_kernels(), bf16_from);  // [T, n_ple]
+      per_token(pool, T, [&](int64_t t) {
+        kernels::gelu_mul(&ws.ple_gate[static_cast<size_t>(t * n_ple)],
+                          &ws.ple_inputs[static_cast<size_t>(t * n + l * n_ple)], n_ple);
+      });
+      kernels::matmul(layer.ple_proj, ws.ple_gate.data(), T, ws.proj.data(), ws.scratch, pool,
+                      kernels::active_kernels(), bf16_from);  // [T, n_embd]
+      per_token(pool, T, [&](int64_t t) {
+        float* out = &ws.proj[t * c.n_embd];
+        kernels::rms_norm(out, layer.ple_post_norm, out, c.n_embd, c.rms_eps);
+        add_residual(t);
+      });
+    }
+    if (layer.out_scale != 1.0f) {
+      per_token(pool, T, [&](int64_t t) {
+        kernels::scale_inplace(&ws.x[t * c.n_embd], layer.out_scale, c.n_embd);
+      });
+    }
+  }
+
+  // ArchSpec::moe_beside_dense_mlp (Gemma 4's 26B-A4B), as llama.cpp's gemma4.cpp: ws.proj =
+  // post_mlp_norm(mlp(ws.h)) + post_moe_norm(experts(pre_moe_norm(x))), the router scoring
+  // rms_norm(x) / sqrt(n_embd) * router_scale. ws.x holds the stream after attention.
+  void experts_beside_mlp(const DecoderLayer& layer, int64_t T, int64_t bf16_from,
+                          ThreadPool& pool, float* routing_margins) {
+    const ModelConfig& c = config_;
+    DecoderWorkspace& ws = ws_;
+    const int64_t n = c.n_embd;
+    dense_feed_forward(layer, T, bf16_from, pool);
+    const float router_norm = 1.0f / std::sqrt(static_cast<float>(n));
+    per_token(pool, T, [&](int64_t t) {
+      float* mlp = &ws.proj[t * n];
+      kernels::rms_norm(mlp, layer.post_mlp_norm, mlp, n, c.rms_eps);
+      const float* x = &ws.x[t * n];
+      kernels::rms_norm(x, layer.pre_moe_norm, &ws.h[t * n], n, c.rms_eps);
+      float* r = &ws.router_in[t * n];
+      kernels::rms_norm(x, ws.ones_embd.data(), r, n, c.rms_eps);
+      for (int64_t i = 0; i < n; ++i) r[i] = r[i] * router_norm * layer.router_scale[i];
+    });
+    moe_->forward(*layer.moe, ws.h.data(), T, ws.moe_out.data(), pool, routing_margins,
+                  ws.router_in.data());
+    per_token(pool, T, [&](int64_t t) {
+      float* moe = &ws.moe_out[t * n];
+      kernels::rms_norm(moe, layer.post_moe_norm, moe, n, c.rms_eps);
+      kernels::add_inplace(&ws.proj[t * n], moe, n);
+    });
   }
 
   // ws.proj[T, n_embd] = the gated feed-forward of ws.h.
   void dense_feed_forward(const DecoderLayer& layer, int64_t T, int64_t bf16_from,
                           ThreadPool& pool) {
-    const ModelConfig& c = config_;
     DecoderWorkspace& ws = ws_;
     const kernels::MatmulTarget gate_up[] = {{&layer.w_gate, ws.gate.data()},  // [T, n_ff]
                                              {&layer.w_up, ws.up.data()}};     // [T, n_ff]
     kernels::matmul_many(gate_up, ws.h.data(), T, ws.scratch, pool, kernels::active_kernels(),
                          bf16_from);
+    const int64_t n_ff = layer.n_ff;  // the layer's (Gemma 4's differ)
     per_token(pool, T, [&](int64_t t) {
       if (spec_.activation == FfnActivation::kGeluTanh) {
-        kernels::gelu_mul(&ws.gate[t * c.n_ff], &ws.up[t * c.n_ff], c.n_ff);
+        kernels::gelu_mul(&ws.gate[t * n_ff], &ws.up[t * n_ff], n_ff);
       } else {
-        kernels::silu_mul(&ws.gate[t * c.n_ff], &ws.up[t * c.n_ff], c.n_ff);
+        kernels::silu_mul(&ws.gate[t * n_ff], &ws.up[t * n_ff], n_ff);
       }
     });
     kernels::matmul(layer.w_down, ws.gate.data(), T, ws.proj.data(), ws.scratch,  // [T, n_embd]
@@ -504,7 +733,7 @@ class Decoder final : public Model {
   void final_hidden(int64_t t, float* out) const {
     const int64_t n = config_.n_embd;
     std::copy_n(&ws_.x[t * n], n, out);
-    kernels::add_inplace(out, &ws_.proj[t * n], n);
+    if (proj_pending_) kernels::add_inplace(out, &ws_.proj[t * n], n);
     kernels::rms_norm(out, output_norm_, out, n, config_.rms_eps);
   }
 
@@ -541,6 +770,13 @@ class Decoder final : public Model {
   std::vector<const float*> nextn_vectors_;
   RopeTables rope_;
   DecoderWorkspace ws_;
+  // Whether ws.proj holds a layer output not yet added to ws.x (a layer leaves its feed-forward
+  // output there for the next layer's first pass, unless it finishes the residual itself).
+  bool proj_pending_ = false;
+  // Per-layer embeddings (ArchSpec::per_layer_embd).
+  WeightMatrix ple_table_;              // [n_vocab, n_layers * per_layer_embd], rows read in place
+  WeightMatrix ple_model_proj_;         // [n_layers * per_layer_embd, n_embd]
+  const float* ple_proj_norm_ = nullptr;  // [per_layer_embd]
 };
 
 }  // namespace
@@ -549,7 +785,8 @@ std::vector<bool> sliding_layer_pattern(const gguf::GgufFile& file, int n_layers
                                         int default_period) {
   const std::string key = file.architecture() + ".attention.sliding_window_pattern";
   std::vector<bool> sliding(static_cast<size_t>(n_layers));
-  if (const gguf::Array* flags = file.get_array(key)) {
+  const gguf::Value* value = file.find(key);
+  if (const gguf::Array* flags = value != nullptr && value->is_array() ? file.get_array(key) : nullptr) {
     if (std::ssize(flags->items) != n_layers)
       fail("{}: '{}' has {} flags for {} layers", file.name(), key, flags->items.size(), n_layers);
     for (int l = 0; l < n_layers; ++l) {
@@ -592,12 +829,16 @@ RopeTables make_rope_tables(const ModelConfig& c, const ArchSpec& spec, int64_t 
   // mscale: llama.cpp's yarn_attn_factor (model/config.h).
   tables.full = kernels::RopeTable(max_context, c.rope_dims, c.rope_freq_base, c.rope_freq_scale,
                                    freq_factors, c.rope_attn_factor, c.rope_yarn);
+  // The sliding layers' own table: another base or scale (Gemma 3), other rotated dimensions,
+  // or frequency divisors that only the full layers take (Gemma 4).
+  const int sliding_dims = c.sliding_rope_dims > 0 ? c.sliding_rope_dims : c.rope_dims;
   tables.own_sliding =
       (spec.sliding_rope_base > 0 && spec.sliding_rope_base != c.rope_freq_base) ||
-      spec.sliding_rope_scale != c.rope_freq_scale;
+      spec.sliding_rope_scale != c.rope_freq_scale || sliding_dims != c.rope_dims ||
+      (spec.full_layers_take_rope_freqs && !freq_factors.empty());
   if (tables.own_sliding) {
     tables.sliding = kernels::RopeTable(
-        max_context, c.rope_dims, spec.sliding_rope_base > 0 ? spec.sliding_rope_base : c.rope_freq_base,
+        max_context, sliding_dims, spec.sliding_rope_base > 0 ? spec.sliding_rope_base : c.rope_freq_base,
         spec.sliding_rope_scale, {}, c.rope_attn_factor, c.rope_yarn);
   }
   return tables;

@@ -73,6 +73,33 @@ struct ArchSpec {
   // Multi-token-prediction blocks after the trunk (`nextn_predict_layers`) are loaded and kept
   // for the MTP drafter; without this a file that has them is refused by name.
   bool keeps_nextn_layers = false;
+
+  // Gemma 4. The sliding layers' head size and rotated dimensions where they differ from the
+  // full layers' (`attention.key_length_swa`, `rope.dimension_count_swa`; 0: the same).
+  int sliding_head_dim = 0;
+  int sliding_rope_dims = 0;
+  // The last `shared_kv_layers` layers store no K/V: each attends over that of the last layer of
+  // its own kind (sliding or full) before them, as llama.cpp's layer reuse does.
+  int shared_kv_layers = 0;
+  // RMSNorm without weights of every value head before it is stored.
+  bool value_norm = false;
+  // A layer without attn_v takes its keys' projection (before the key norm) as its values.
+  bool value_from_key_when_absent = false;
+  // layer_output_scale.weight: one number that multiplies a layer's output (an optional tensor).
+  bool layer_output_scale = false;
+  // Per-layer embeddings of the E models, `embedding_length_per_layer_input` values a layer and
+  // token: per_layer_token_embd (a row a token, read in place) plus per_layer_model_proj of the
+  // scaled embedding, normed; each layer gates its output through them (inp_gate, proj,
+  // post_norm). 0: none.
+  int per_layer_embd = 0;
+  // The rotation of the full layers only takes rope_freqs.weight (Gemma 4's proportional RoPE);
+  // the sliding layers rotate without it.
+  bool full_layers_take_rope_freqs = false;
+  // Gemma 4's 26B-A4B: a layer with a router (ffn_gate_inp) runs its experts beside a dense
+  // MLP: post_ffw_norm_1(mlp(ffn_norm x)) + post_ffw_norm_2(experts(pre_ffw_norm_2 x)), the
+  // router scoring rms_norm(x) / sqrt(n_embd) * ffn_gate_inp.scale; layers without one are
+  // dense.
+  bool moe_beside_dense_mlp = false;
 };
 
 // The RoPE tables of a decoder: the model's own, and the sliding layers' when the ArchSpec gives

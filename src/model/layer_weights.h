@@ -23,8 +23,12 @@ template <typename Loader, typename Layer>
 void load_layer_attention(Loader& w, const ArchSpec& spec, const ModelConfig& c, int i,
                           Layer& layer) {
   const std::string p = layer_prefix(i);
-  const int64_t q_dim = int64_t{c.n_heads} * c.head_dim;
-  const int64_t kv_dim = int64_t{c.n_kv_heads} * c.head_dim;
+  const int head_dim = c.head_dim_of(i);
+  const int64_t q_dim = int64_t{c.n_heads} * head_dim;
+  const int64_t kv_dim = int64_t{c.n_kv_heads_of(i)} * head_dim;
+  // A layer that reads another's K/V (ModelConfig::kv_layer) may still carry its own key and
+  // value projections: taken, never run.
+  const bool own_kv = c.kv_layer(i) == i;
   layer.attn_norm = w.vector(p + "attn_norm.weight", c.n_embd);
   if (spec.fused_projections && w.has(p + "attn_qkv.weight")) {
     const std::string qkv = p + "attn_qkv.weight";  // rows [q; k; v]
@@ -35,8 +39,11 @@ void load_layer_attention(Loader& w, const ArchSpec& spec, const ModelConfig& c,
   } else {
     // Gated attention: each head's query rows, then its gate rows (ArchSpec::gated_attention).
     layer.wq = w.matrix(p + "attn_q.weight", spec.gated_attention ? 2 * q_dim : q_dim, c.n_embd);
-    layer.wk = w.matrix(p + "attn_k.weight", kv_dim, c.n_embd);
-    layer.wv = w.matrix(p + "attn_v.weight", kv_dim, c.n_embd);
+    if (own_kv || w.has(p + "attn_k.weight"))
+      layer.wk = w.matrix(p + "attn_k.weight", kv_dim, c.n_embd);
+    // Without attn_v (ArchSpec::value_from_key_when_absent) the keys' projection is the values'.
+    if ((own_kv && !spec.value_from_key_when_absent) || w.has(p + "attn_v.weight"))
+      layer.wv = w.matrix(p + "attn_v.weight", kv_dim, c.n_embd);
   }
   layer.wo = w.matrix(p + "attn_output.weight", c.n_embd, q_dim);
   layer.ffn_norm = w.vector(p + spec.ffn_norm + ".weight", c.n_embd);
@@ -46,8 +53,9 @@ void load_layer_attention(Loader& w, const ArchSpec& spec, const ModelConfig& c,
   layer.bv = w.optional_vector(p + "attn_v.bias", kv_dim);
   layer.bo = w.optional_vector(p + "attn_output.bias", c.n_embd);
   if (spec.qk_norms) {
-    layer.q_norm = w.vector(p + "attn_q_norm.weight", c.head_dim);
-    layer.k_norm = w.vector(p + "attn_k_norm.weight", c.head_dim);
+    layer.q_norm = w.vector(p + "attn_q_norm.weight", head_dim);
+    if (own_kv || w.has(p + "attn_k_norm.weight"))
+      layer.k_norm = w.vector(p + "attn_k_norm.weight", head_dim);
   }
   if (spec.post_norms) {
     layer.post_attn_norm = w.vector(p + "post_attention_norm.weight", c.n_embd);
@@ -61,15 +69,16 @@ template <typename Loader, typename Layer>
 void load_layer_dense_ffn(Loader& w, const ArchSpec& spec, const ModelConfig& c, int i,
                           Layer& layer) {
   const std::string p = layer_prefix(i);
+  const int n_ff = c.n_ff_of(i);
   if (spec.fused_projections && !w.has(p + "ffn_gate.weight")) {
     const std::string up = p + "ffn_up.weight";  // rows [gate; up]
-    layer.w_gate = w.matrix_rows(up, 0, c.n_ff, 2 * int64_t{c.n_ff}, c.n_embd);
-    layer.w_up = w.matrix_rows(up, c.n_ff, c.n_ff, 2 * int64_t{c.n_ff}, c.n_embd);
+    layer.w_gate = w.matrix_rows(up, 0, n_ff, 2 * int64_t{n_ff}, c.n_embd);
+    layer.w_up = w.matrix_rows(up, n_ff, n_ff, 2 * int64_t{n_ff}, c.n_embd);
   } else {
-    layer.w_gate = w.matrix(p + "ffn_gate.weight", c.n_ff, c.n_embd);
-    layer.w_up = w.matrix(p + "ffn_up.weight", c.n_ff, c.n_embd);
+    layer.w_gate = w.matrix(p + "ffn_gate.weight", n_ff, c.n_embd);
+    layer.w_up = w.matrix(p + "ffn_up.weight", n_ff, c.n_embd);
   }
-  layer.w_down = w.matrix(p + "ffn_down.weight", c.n_embd, c.n_ff);
+  layer.w_down = w.matrix(p + "ffn_down.weight", c.n_embd, n_ff);
 }
 
 }  // namespace inferd::model

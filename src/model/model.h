@@ -45,6 +45,13 @@ class Model {
                               DType value_type = DType::F16, int32_t max_sequences = 1) const {
     const ModelConfig& c = config();
     const bool recurrent = c.recurrent_state_floats > 0;
+    // Layers without K/V of their own: the recurrent ones and those that read another's.
+    std::vector<bool> stateless = c.recurrent_layers;
+    if (!c.kv_source_layers.empty()) {
+      stateless.resize(static_cast<size_t>(c.n_layers), false);
+      for (int l = 0; l < c.n_layers; ++l)
+        if (c.kv_layer(l) != l) stateless[static_cast<size_t>(l)] = true;
+    }
     return {c.n_layers,
             c.n_kv_heads,
             c.head_dim,
@@ -56,9 +63,12 @@ class Model {
             c.sliding_window,
             num_blocks,
             !kv_on_device(),
-            c.recurrent_layers,
+            std::move(stateless),
             c.recurrent_state_floats,
-            recurrent ? max_sequences : 0};
+            recurrent ? max_sequences : 0,
+            0,
+            c.sliding_n_kv_heads,
+            c.sliding_head_dim};
   }
   // Whether sequences carry a recurrent state (a hybrid model): it must be in a state slot
   // (BatchSequence::state_slot), and it cannot be rebuilt from cached KV blocks.

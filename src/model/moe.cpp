@@ -153,6 +153,7 @@ MoeLayer load_moe_layer(const WeightLoader& w, const std::string& p, const MoeCo
     m.up_bias = w.f32_rows(p + "ffn_up_exps.bias", E, F);
     m.down_bias = w.f32_rows(p + "ffn_down_exps.bias", E, n_embd);
   }
+  if (spec.expert_scales) m.expert_scale = w.vector(p + "ffn_down_exps.scale", E);
   if (c.n_ff_shared > 0) {
     m.shared_gate = w.matrix(p + "ffn_gate_shexp.weight", c.n_ff_shared, n_embd);
     m.shared_up = w.matrix(p + "ffn_up_shexp.weight", c.n_ff_shared, n_embd);
@@ -194,11 +195,12 @@ MoeBlock::MoeBlock(const MoeConfig& config, int n_embd, int64_t max_tokens)
 }
 
 void MoeBlock::forward(const MoeLayer& layer, const float* h, int64_t n_tokens, float* out,
-                       ThreadPool& pool, float* margins) {
+                       ThreadPool& pool, float* margins, const float* router_input) {
+  if (router_input == nullptr) router_input = h;
   for (int64_t t0 = 0; t0 < n_tokens; t0 += chunk_tokens_) {
     const int64_t count = std::min(chunk_tokens_, n_tokens - t0);
-    run_chunk(layer, h + t0 * n_embd_, count, out + t0 * n_embd_, pool,
-              margins ? margins + t0 : nullptr);
+    run_chunk(layer, h + t0 * n_embd_, router_input + t0 * n_embd_, count, out + t0 * n_embd_,
+              pool, margins ? margins + t0 : nullptr);
   }
 }
 
@@ -261,12 +263,12 @@ void MoeBlock::route(const MoeLayer& layer, int64_t n_tokens, float* margins) {
     row_of_[static_cast<size_t>(s)] = next[static_cast<size_t>(selected_[static_cast<size_t>(s)])]++;
 }
 
-void MoeBlock::run_chunk(const MoeLayer& layer, const float* h, int64_t n_tokens, float* out,
-                         ThreadPool& pool, float* margins) {
+void MoeBlock::run_chunk(const MoeLayer& layer, const float* h, const float* router_input,
+                         int64_t n_tokens, float* out, ThreadPool& pool, float* margins) {
   const MoeConfig& c = config_;
   const int E = c.n_experts, K = c.n_used, F = c.n_ff_expert;
   const int64_t D = n_embd_;
-  kernels::matmul(layer.router, h, n_tokens, logits_.data(), scratch_, pool);  // [T, E]
+  kernels::matmul(layer.router, router_input, n_tokens, logits_.data(), scratch_, pool);  // [T, E]
   route(layer, n_tokens, margins);
   // A decode step's tokens all go to each expert they chose, in order: one token reads h as
   // it is; otherwise the inputs are gathered expert by expert.
@@ -306,6 +308,8 @@ void MoeBlock::run_chunk(const MoeLayer& layer, const float* h, int64_t n_tokens
           const float y = std::clamp(u[i], -kLimit, kLimit);
           g[i] = x / (1.0f + std::exp(kAlpha * -x)) * (y + 1.0f);
         }
+      } else if (c.activation == ExpertActivation::kGeluTanh) {
+        kernels::gelu_mul(g, u, F);
       } else {
         kernels::silu_mul(g, u, F);
       }
@@ -331,6 +335,14 @@ void MoeBlock::run_chunk(const MoeLayer& layer, const float* h, int64_t n_tokens
         const float* bias =
             layer.down_bias ? layer.down_bias + int64_t{selected_[s]} * D : nullptr;
         const float wt = weights_[s];
+        if (layer.expert_scale != nullptr) {  // (down * scale) * weight, as llama.cpp
+          const float es = layer.expert_scale[selected_[s]];
+          for (int64_t i = 0; i < D; ++i) {
+            const float v = d[i] * es * wt;
+            o[i] = k == 0 ? v : o[i] + v;
+          }
+          continue;
+        }
         for (int64_t i = 0; i < D; ++i) {
           const float v = (bias ? d[i] + bias[i] : d[i]) * wt;
           o[i] = k == 0 ? v : o[i] + v;

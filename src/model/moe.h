@@ -28,6 +28,7 @@ enum class ExpertGating {
 
 enum class ExpertActivation {
   kSilu,       // silu(gate) * up
+  kGeluTanh,   // gelu_tanh(gate) * up (Gemma 4)
   kSwigluOai,  // min(gate, 7) * sigmoid(1.702 min(gate, 7)) * (clamp(up, -7, 7) + 1) (gpt-oss)
 };
 
@@ -40,6 +41,8 @@ struct MoeSpec {
   // ffn_{gate,up,down}_shexp run by every token, scaled by sigmoid(ffn_gate_inp_shexp . x)
   // (Qwen2-MoE); Mixtral-style files have none.
   bool shared_expert = false;
+  // ffn_down_exps.scale: one number an expert that multiplies its output (Gemma 4).
+  bool expert_scales = false;
   // An expert is `feed_forward_length` wide, whatever `expert_feed_forward_length` says
   // (Mixtral under the llama architecture, as llama.cpp reads it); otherwise that key, or
   // without it feed_forward_length / expert_used_count (the Qwen MoE files).
@@ -75,6 +78,7 @@ struct MoeLayer {
   const float* gate_bias = nullptr;  // [n_experts, n_ff_expert]
   const float* up_bias = nullptr;    // [n_experts, n_ff_expert]
   const float* down_bias = nullptr;  // [n_experts, n_embd]
+  const float* expert_scale = nullptr;  // [n_experts] MoeSpec::expert_scales
   // The shared expert (MoeConfig::n_ff_shared > 0).
   kernels::WeightMatrix shared_gate, shared_up;  // [n_ff_shared, n_embd]
   kernels::WeightMatrix shared_down;             // [n_embd, n_ff_shared]
@@ -94,15 +98,17 @@ class MoeBlock {
   // out[T, n_embd] = the MoE feed-forward of h[T, n_embd]. No allocation. With `margins`
   // ([T]), each token's value is lowered to this layer's routing margin when smaller: the gap
   // between the last chosen expert and the best one left out, in logits for softmax gating
-  // (log-probability ratio) and in the selection score otherwise.
+  // (log-probability ratio) and in the selection score otherwise. With `router_input`
+  // ([T, n_embd]) the router scores that instead of h (Gemma 4 routes on its own norm of the
+  // residual stream).
   void forward(const MoeLayer& layer, const float* h, int64_t n_tokens, float* out,
-               ThreadPool& pool, float* margins = nullptr);
+               ThreadPool& pool, float* margins = nullptr, const float* router_input = nullptr);
   const MoeConfig& config() const { return config_; }
 
  private:
   void route(const MoeLayer& layer, int64_t n_tokens, float* margins);
-  void run_chunk(const MoeLayer& layer, const float* h, int64_t n_tokens, float* out,
-                 ThreadPool& pool, float* margins);
+  void run_chunk(const MoeLayer& layer, const float* h, const float* router_input,
+                 int64_t n_tokens, float* out, ThreadPool& pool, float* margins);
   void shared_expert(const MoeLayer& layer, const float* h, int64_t n_tokens, ThreadPool& pool);
 
   MoeConfig config_;

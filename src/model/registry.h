@@ -21,6 +21,7 @@ std::unique_ptr<Model> make_qwen2(const gguf::GgufFile& file, const ModelOptions
 std::unique_ptr<Model> make_qwen3(const gguf::GgufFile& file, const ModelOptions& options);
 std::unique_ptr<Model> make_gemma2(const gguf::GgufFile& file, const ModelOptions& options);
 std::unique_ptr<Model> make_gemma3(const gguf::GgufFile& file, const ModelOptions& options);
+std::unique_ptr<Model> make_gemma4(const gguf::GgufFile& file, const ModelOptions& options);
 std::unique_ptr<Model> make_gpt_oss(const gguf::GgufFile& file, const ModelOptions& options);
 std::unique_ptr<Model> make_qwen2moe(const gguf::GgufFile& file, const ModelOptions& options);
 std::unique_ptr<Model> make_qwen3moe(const gguf::GgufFile& file, const ModelOptions& options);

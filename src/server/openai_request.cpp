@@ -456,6 +456,7 @@ std::optional<structured::GrammarSpec> parse_output_constraint(const json& body,
 }
 
 ReasoningSplitter reasoning_splitter(const CompletionRequest& request) {
+  if (request.tool_format == ToolCallFormat::kGemma4) return ReasoningSplitter::gemma4();
   if (request.tool_format != ToolCallFormat::kHarmony)
     return ReasoningSplitter(request.reasoning_open);
   return ReasoningSplitter::harmony(request.prompt_text, request.tools.active());

@@ -5,9 +5,6 @@
 namespace inferd::server {
 namespace {
 
-constexpr std::string_view kOpen = "<think>";
-constexpr std::string_view kClose = "</think>";
-
 // The length of the longest suffix of `text` that is a proper prefix of `tag`: text that may
 // become the tag once more arrives.
 size_t partial_tag(std::string_view text, std::string_view tag) {
@@ -28,6 +25,14 @@ ReasoningFormat parse_reasoning_format(std::string_view name) {
 
 ReasoningSplitter::ReasoningSplitter(bool in_reasoning)
     : state_(in_reasoning ? State::kInside : State::kBefore) {}
+
+ReasoningSplitter ReasoningSplitter::gemma4() {
+  ReasoningSplitter out;
+  out.open_ = "<|channel>thought";
+  out.close_ = "<channel|>";
+  out.trim_reasoning_start_ = true;
+  return out;
+}
 
 ReasoningSplitter ReasoningSplitter::harmony(std::string_view prompt, bool keep_calls) {
   ReasoningSplitter out;
@@ -55,7 +60,7 @@ ReasoningSplitter::Pieces ReasoningSplitter::push(std::string_view text) {
     }
     // Before the block, only leading whitespace may precede <think>; any other text means the
     // model answered without thinking.
-    const std::string_view tag = state_ == State::kBefore ? kOpen : kClose;
+    const std::string_view tag = state_ == State::kBefore ? open_ : close_;
     if (state_ == State::kBefore) {
       const size_t start = rest.find_first_not_of(" \t\r\n");
       if (start == std::string_view::npos) {
@@ -63,19 +68,25 @@ ReasoningSplitter::Pieces ReasoningSplitter::push(std::string_view text) {
         break;
       }
       const std::string_view body = rest.substr(start);
-      if (body.substr(0, std::min(body.size(), kOpen.size())) !=
-          kOpen.substr(0, std::min(body.size(), kOpen.size()))) {
+      if (body.substr(0, std::min(body.size(), open_.size())) !=
+          open_.substr(0, std::min(body.size(), open_.size()))) {
         state_ = State::kAfter;
         leading_ = false;
         continue;  // all of it is content
       }
-      if (body.size() < kOpen.size()) {
+      if (body.size() < open_.size()) {
         held_ = std::string(rest);
         break;
       }
-      rest = body.substr(kOpen.size());
+      rest = body.substr(open_.size());
       state_ = State::kInside;
       continue;
+    }
+    if (trim_reasoning_start_) {  // the whitespace after the opening tag
+      const size_t start = rest.find_first_not_of(" \t\r\n");
+      if (start == std::string_view::npos) break;
+      rest.remove_prefix(start);
+      trim_reasoning_start_ = false;
     }
     const size_t at = rest.find(tag);
     if (at != std::string_view::npos) {

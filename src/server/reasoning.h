@@ -1,5 +1,6 @@
 // Reasoning split: thinking models (DeepSeek-R1 distills, Qwen3, QwQ) write their thoughts
-// between <think> and </think> before the answer. The OpenAI-style API returns them apart:
+// between <think> and </think> before the answer (Gemma 4 between "<|channel>thought" and
+// "<channel|>"). The OpenAI-style API returns them apart:
 // message.reasoning_content and message.content (delta.reasoning_content while streaming), as
 // llama-server's --reasoning-format deepseek and vLLM's reasoning parsers do. gpt-oss writes
 // them in channels instead (server/harmony.h), which the same splitter routes.
@@ -29,6 +30,9 @@ class ReasoningSplitter {
   // `in_reasoning`: the prompt already opened the block (templates that end the generation
   // prompt with "<think>\n"), so the output starts inside it.
   explicit ReasoningSplitter(bool in_reasoning = false);
+  // Gemma 4's channel instead of <think> tags: "<|channel>thought" (then whitespace, dropped)
+  // opens the thoughts, "<channel|>" closes them.
+  static ReasoningSplitter gemma4();
   // gpt-oss's channels instead of tags (server/harmony.h), after `prompt`; `keep_calls`: tool
   // calls stay in the content for the tool-call parser.
   static ReasoningSplitter harmony(std::string_view prompt, bool keep_calls);
@@ -41,6 +45,8 @@ class ReasoningSplitter {
  private:
   enum class State { kBefore, kInside, kAfter };
   State state_;
+  std::string_view open_ = "<think>", close_ = "</think>";
+  bool trim_reasoning_start_ = false;  // whitespace after the opening tag is not thought
   std::string held_;     // text that may be the start of the tag the state waits for
   bool leading_ = true;  // at the start of the answer: whitespace after </think> is dropped
   std::optional<HarmonySplitter> harmony_;  // set: it splits instead

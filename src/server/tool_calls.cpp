@@ -93,34 +93,44 @@ void append_content(std::string& content, std::string_view piece) {
   content += piece;
 }
 
-ParsedAnswer parse_hermes(std::string_view text) {
-  constexpr std::string_view kOpen = "<tool_call>", kClose = "</tool_call>";
+// Calls between an opening and a closing tag, anywhere in the answer, the text around them
+// content. The closing tag is looked for from close_from(text, body) on (past the call's own
+// text, whose strings may hold it: a model can write it into an argument, and the grammar lets
+// it); read(body) gives the calls of one body, nullopt to leave it as the model wrote it.
+template <typename CloseFrom, typename Read>
+ParsedAnswer parse_tagged(std::string_view text, std::string_view open_tag,
+                          std::string_view close_tag, CloseFrom close_from, Read read) {
   ParsedAnswer out;
   size_t at = 0;
   while (at < text.size()) {
-    const size_t open = text.find(kOpen, at);
+    const size_t open = text.find(open_tag, at);
     if (open == std::string_view::npos) break;
     append_content(out.content, text.substr(at, open - at));
-    const size_t body = open + kOpen.size();
-    // The close tag after the call's JSON, not one inside its strings (a model can write
-    // "</tool_call>" into an argument, and the grammar lets it).
-    const size_t first = text.find_first_not_of(kSpace, body);
-    const size_t json_stop = first != std::string_view::npos && (text[first] == '{' || text[first] == '[')
-                                 ? json_end(text, first)
-                                 : std::string_view::npos;
-    const size_t close = text.find(kClose, json_stop == std::string_view::npos ? body : json_stop);
+    const size_t body = open + open_tag.size();
+    const size_t from = close_from(text, body);
+    const size_t close = text.find(close_tag, from == std::string_view::npos ? body : from);
     const size_t end = close == std::string_view::npos ? text.size() : close;
-    if (std::optional<std::vector<ToolCall>> calls = calls_from(text.substr(body, end - body))) {
+    if (std::optional<std::vector<ToolCall>> calls = read(text.substr(body, end - body))) {
       out.calls.insert(out.calls.end(), calls->begin(), calls->end());
     } else {
       append_content(
           out.content,
-          text.substr(open, end + (close == std::string_view::npos ? 0 : kClose.size()) - open));
+          text.substr(open, end + (close == std::string_view::npos ? 0 : close_tag.size()) - open));
     }
-    at = close == std::string_view::npos ? text.size() : close + kClose.size();
+    at = close == std::string_view::npos ? text.size() : close + close_tag.size();
   }
   if (at < text.size()) append_content(out.content, text.substr(at));
   return out;
+}
+
+ParsedAnswer parse_hermes(std::string_view text) {
+  const auto after_json = [](std::string_view t, size_t body) {
+    const size_t first = t.find_first_not_of(kSpace, body);
+    return first != std::string_view::npos && (t[first] == '{' || t[first] == '[')
+               ? json_end(t, first)
+               : std::string_view::npos;
+  };
+  return parse_tagged(text, "<tool_call>", "</tool_call>", after_json, calls_from);
 }
 
 ParsedAnswer parse_llama3(std::string_view text) {
@@ -209,11 +219,155 @@ ParsedAnswer parse_generic(std::string_view text) {
   return out;
 }
 
+// Gemma 4's values (gemma4_arguments_to_json): a recursive reader over `text` from `at`.
+class Gemma4Reader {
+ public:
+  explicit Gemma4Reader(std::string_view text) : text_(text) {}
+  // The value at the cursor, as JSON; nullopt on anything else.
+  std::optional<json> value() {
+    skip_space();
+    if (at_ >= text_.size()) return std::nullopt;
+    if (text_.substr(at_).starts_with(kQuote)) {
+      const size_t end = text_.find(kQuote, at_ + kQuote.size());
+      if (end == std::string_view::npos) return std::nullopt;
+      json s = std::string(text_.substr(at_ + kQuote.size(), end - at_ - kQuote.size()));
+      at_ = end + kQuote.size();
+      return s;
+    }
+    const char c = text_[at_];
+    if (c == '{') return object();
+    if (c == '[') return array();
+    for (const auto& [word, v] : {std::pair<std::string_view, json>{"true", true},
+                                  {"false", false}, {"null", nullptr}}) {
+      if (text_.substr(at_).starts_with(word)) {
+        at_ += word.size();
+        return v;
+      }
+    }
+    // A number: JSON's syntax, checked by the JSON parser.
+    size_t end = at_;
+    while (end < text_.size() && std::string_view("+-.0123456789eE").find(text_[end]) != std::string_view::npos)
+      ++end;
+    if (end == at_) return std::nullopt;
+    std::optional<json> number = parse(text_.substr(at_, end - at_));
+    if (!number || !number->is_number()) return std::nullopt;
+    at_ = end;
+    return number;
+  }
+  // {key:value,...}: keys bare (up to ':') or between <|"|> marks.
+  std::optional<json> object() {
+    skip_space();
+    if (!eat('{')) return std::nullopt;
+    json out = json::object();
+    skip_space();
+    if (eat('}')) return out;
+    while (true) {
+      skip_space();
+      std::string key;
+      if (text_.substr(at_).starts_with(kQuote)) {
+        std::optional<json> k = value();
+        if (!k) return std::nullopt;
+        key = k->get<std::string>();
+      } else {
+        const size_t colon = text_.find_first_of(":}", at_);
+        if (colon == std::string_view::npos || text_[colon] != ':') return std::nullopt;
+        key = std::string(trim(text_.substr(at_, colon - at_)));
+        at_ = colon;
+      }
+      if (key.empty() || !eat(':')) return std::nullopt;
+      std::optional<json> v = value();
+      if (!v) return std::nullopt;
+      out[key] = std::move(*v);
+      skip_space();
+      if (eat('}')) return out;
+      if (!eat(',')) return std::nullopt;
+    }
+  }
+  std::optional<json> array() {
+    skip_space();
+    if (!eat('[')) return std::nullopt;
+    json out = json::array();
+    skip_space();
+    if (eat(']')) return out;
+    while (true) {
+      std::optional<json> v = value();
+      if (!v) return std::nullopt;
+      out.push_back(std::move(*v));
+      skip_space();
+      if (eat(']')) return out;
+      if (!eat(',')) return std::nullopt;
+    }
+  }
+  bool done() {
+    skip_space();
+    return at_ == text_.size();
+  }
+
+ private:
+  static constexpr std::string_view kQuote = "<|\"|>";
+  void skip_space() {
+    while (at_ < text_.size() && kSpace.find(text_[at_]) != std::string_view::npos) ++at_;
+  }
+  bool eat(char c) {
+    if (at_ < text_.size() && text_[at_] == c) {
+      ++at_;
+      return true;
+    }
+    return false;
+  }
+  std::string_view text_;
+  size_t at_ = 0;
+};
+
+// Where Gemma 4's {...} starting at s[start] ends (one past its closing brace), by brace and
+// bracket depth outside its <|"|> strings; npos when it does not close.
+size_t gemma4_object_end(std::string_view s, size_t start) {
+  constexpr std::string_view kQuote = "<|\"|>";
+  int depth = 0;
+  for (size_t i = start; i < s.size(); ++i) {
+    if (s.substr(i).starts_with(kQuote)) {
+      const size_t end = s.find(kQuote, i + kQuote.size());
+      if (end == std::string_view::npos) return std::string_view::npos;
+      i = end + kQuote.size() - 1;
+    } else if (s[i] == '{' || s[i] == '[') {
+      ++depth;
+    } else if ((s[i] == '}' || s[i] == ']') && --depth == 0) {
+      return i + 1;
+    }
+  }
+  return std::string_view::npos;
+}
+
+// <|tool_call>call:NAME{...}<tool_call|>, any number of them, anywhere in the answer.
+ParsedAnswer parse_gemma4(std::string_view text) {
+  const auto after_object = [](std::string_view t, size_t body) {
+    const size_t brace = t.find('{', body);
+    return brace == std::string_view::npos ? brace : gemma4_object_end(t, brace);
+  };
+  const auto read = [](std::string_view call) -> std::optional<std::vector<ToolCall>> {
+    const size_t brace = call.find('{');
+    if (brace == std::string_view::npos) return std::nullopt;
+    const std::string name(trim(call.substr(0, brace)));
+    std::optional<std::string> args = gemma4_arguments_to_json(call.substr(brace));
+    if (name.empty() || !args) return std::nullopt;
+    return std::vector<ToolCall>{{name, std::move(*args)}};
+  };
+  return parse_tagged(text, "<|tool_call>call:", "<tool_call|>", after_object, read);
+}
+
 }  // namespace
+
+std::optional<std::string> gemma4_arguments_to_json(std::string_view text) {
+  Gemma4Reader reader(text);
+  std::optional<json> v = reader.object();
+  if (!v || !reader.done()) return std::nullopt;
+  return v->dump();
+}
 
 ToolCallFormat detect_tool_call_format(std::string_view source) {
   // gpt-oss: its channel markers are its own, and its tool section names no other format.
   if (is_harmony_template(source)) return ToolCallFormat::kHarmony;
+  if (source.find("<|tool_call>call:") != std::string_view::npos) return ToolCallFormat::kGemma4;
   if (source.find("<tool_call>") != std::string_view::npos) return ToolCallFormat::kHermes;
   if (source.find("[TOOL_CALLS]") != std::string_view::npos) return ToolCallFormat::kMistral;
   if (source.find("<|python_tag|>") != std::string_view::npos ||
@@ -232,6 +386,8 @@ ParsedAnswer parse_tool_calls(std::string_view text, ToolCallFormat format) {
       return parse_mistral(text);
     case ToolCallFormat::kHarmony:
       return parse_harmony_calls(text);
+    case ToolCallFormat::kGemma4:
+      return parse_gemma4(text);
     case ToolCallFormat::kGeneric:
       return parse_generic(text);
   }

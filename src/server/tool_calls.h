@@ -4,6 +4,7 @@
 // content.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -15,6 +16,7 @@ enum class ToolCallFormat {
   kLlama3,   // {"name": ..., "parameters": {...}}, optionally after <|python_tag|> (Llama 3.1+)
   kMistral,  // [TOOL_CALLS][{"name": ..., "arguments": {...}}, ...] (Mistral v3 and later)
   kHarmony,  // <|channel|>commentary to=functions.NAME <|constrain|>json<|message|>{...} (gpt-oss)
+  kGemma4,   // <|tool_call>call:NAME{key:value,...}<tool_call|>, strings in <|"|> (Gemma 4)
   kGeneric,  // {"tool_calls": [{"name": ..., "arguments": {...}}]} (any other model)
 };
 
@@ -34,5 +36,10 @@ struct ParsedAnswer {
 // Calls that do not parse as JSON with a name are left in the content: a model that wrote a
 // malformed call is shown as it wrote it rather than dropped.
 ParsedAnswer parse_tool_calls(std::string_view text, ToolCallFormat format);
+
+// Gemma 4's argument syntax as JSON: {key:value,...} with bare keys, strings between <|"|>
+// marks, and JSON's numbers, true, false, null and arrays; nullopt when `text` (one object) is
+// not that.
+std::optional<std::string> gemma4_arguments_to_json(std::string_view text);
 
 }  // namespace inferd::server

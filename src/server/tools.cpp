@@ -51,6 +51,41 @@ structured::GrammarSpec harmony_call_grammar(const ToolRequest& tools) {
   return spec;
 }
 
+// Gemma 4's calls (<|tool_call>call:NAME{key:value,...}<tool_call|>), after its thoughts if it
+// writes them: the call syntax as llama.cpp's gemma4 parser accepts it, any argument values
+// (its argument syntax is not JSON, so the schema is not applied within them).
+structured::GrammarSpec gemma4_call_grammar(const ToolRequest& tools) {
+  std::string names;
+  for (const json& tool : tools.tools) {
+    const json& function = tool["function"];
+    if (tools.choice == ToolChoice::kNamed && function["name"] != tools.name) continue;
+    if (!names.empty()) names += " | ";
+    names += json(function["name"].get<std::string>()).dump();  // a quoted EBNF literal
+  }
+  const bool several = tools.parallel && tools.choice != ToolChoice::kNamed;
+  // 1 to n of `atom`: numbers keep to what a double holds, so every one reads back as JSON.
+  const auto up_to = [](int n, const std::string& atom) {
+    std::string out = atom;
+    for (int i = 1; i < n; ++i) out = atom + " (" + out + ")?";
+    return out;
+  };
+  structured::GrammarSpec spec;
+  spec.kind = structured::GrammarSpec::Kind::kEbnf;
+  spec.text = std::string("root ::= thought? ") + (several ? "call+" : "call") + "\n" +
+              "thought ::= ws \"<|channel>thought\" ([^<] | \"<\" [^c])* \"<channel|>\" ws\n"
+              "call ::= \"<|tool_call>call:\" name dict \"<tool_call|>\"\n"
+              "name ::= " + names + "\n"
+              "dict ::= \"{\" ws (\"}\" | member (\",\" ws member)* ws \"}\")\n"
+              "member ::= [a-zA-Z0-9_.-]+ \":\" ws value\n"
+              "value ::= string | dict | array | number | \"true\" | \"false\" | \"null\"\n"
+              "string ::= \"<|\\\"|>\" ([^<] | \"<\" [^|])* \"<|\\\"|>\"\n"
+              "array ::= \"[\" ws (\"]\" | value (\",\" ws value)* ws \"]\")\n"
+              "number ::= \"-\"? (\"0\" | [1-9] (" + up_to(14, "[0-9]") + ")?) (\".\" " +
+              up_to(15, "[0-9]") + ")? ([eE] [-+]? " + up_to(2, "[0-9]") + ")?\n"
+              "ws ::= [ \\t\\n]*\n";
+  return spec;
+}
+
 }  // namespace
 
 ToolRequest parse_tools(const json& body) {
@@ -118,6 +153,7 @@ ToolRequest parse_tools(const json& body) {
 
 structured::GrammarSpec tool_call_grammar(const ToolRequest& tools, ToolCallFormat format) {
   if (format == ToolCallFormat::kHarmony) return harmony_call_grammar(tools);
+  if (format == ToolCallFormat::kGemma4) return gemma4_call_grammar(tools);
   const char* arguments_key = format == ToolCallFormat::kLlama3 ? "parameters" : "arguments";
   json options = json::array();
   for (const json& tool : tools.tools) {
@@ -144,7 +180,8 @@ structured::GrammarSpec tool_call_grammar(const ToolRequest& tools, ToolCallForm
       spec.prefix = "[TOOL_CALLS]";
       break;
     }
-    case ToolCallFormat::kHarmony:  // its own kind of grammar, above
+    case ToolCallFormat::kHarmony:  // their own kind of grammar, above
+    case ToolCallFormat::kGemma4:
       break;
     case ToolCallFormat::kGeneric: {
       json list = {{"type", "array"}, {"items", one}, {"minItems", 1}};

@@ -177,6 +177,10 @@ std::vector<std::string> golden_names() {
     for (const char* type : {"F16", "Q8_0", "Q4_K_M"})
       out.push_back(std::string(family) + "." + type);
   for (const char* type : {"F16", "MXFP4_MOE"}) out.push_back(std::string("gpt-oss.") + type);
+  // Gemma 4 (per-layer embeddings, shared KV, two head sizes; experts beside a dense MLP), in
+  // F16 too.
+  for (const char* family : {"gemma4", "gemma4moe"})
+    for (const char* type : {"F16", "Q8_0", "Q4_K_M"}) out.push_back(std::string(family) + "." + type);
   // The hybrid families (Gated DeltaNet): F32 too, and F16 against llama.cpp's F32 run.
   for (const char* family : {"qwen35", "qwen35moe", "qwen3next"})
     for (const char* type : {"F32", "F16", "Q8_0", "Q4_K_M"})

@@ -277,7 +277,7 @@ std::vector<double> naive_attention(const std::vector<float>& q, const std::vect
 template <typename TableFor>
 std::vector<float> attend_tiles(const std::vector<float>& q, int n_tokens,
                                 const AttentionShape& shape, const kv::KvCache& cache,
-                                const KernelTable& table, TableFor table_for) {
+                                const KernelTable& table, TableFor table_for, int layer = 0) {
   const int q_dim = shape.n_heads * shape.head_dim;
   std::vector<int32_t> positions(static_cast<size_t>(n_tokens));
   for (int t = 0; t < n_tokens; ++t) positions[static_cast<size_t>(t)] = t;
@@ -289,7 +289,7 @@ std::vector<float> attend_tiles(const std::vector<float>& q, int n_tokens,
       const AttentionTile tile{
           &q[static_cast<size_t>(t0 * q_dim)], &positions[static_cast<size_t>(t0)],
           std::min(tile_tokens, n_tokens - t0), h, &out[static_cast<size_t>(t0 * q_dim)]};
-      attend_tile(tile, cache, 0, block_table, shape, nullptr, table);
+      attend_tile(tile, cache, layer, block_table, shape, nullptr, table);
     }
   }
   return out;
@@ -302,15 +302,17 @@ struct AttentionCase {
 // Random K and V of tokens 0..n_tokens-1 ([n_tokens, n_kv_heads * head_dim] each, from seeds
 // `seed` and `seed + 1`), written to layer 0 of `cache` through `block_table`.
 std::pair<std::vector<float>, std::vector<float>> write_random_kv(
-    kv::KvCache& cache, const std::vector<int32_t>& block_table, int n_tokens, uint32_t seed) {
-  const int kv_dim = cache.config().n_kv_heads * cache.config().head_dim;
+    kv::KvCache& cache, const std::vector<int32_t>& block_table, int n_tokens, uint32_t seed,
+    int layer = 0) {
+  const int kv_dim = cache.n_kv_heads(layer) * cache.head_dim(layer);
   const int block_size = cache.block_size();
   auto k = random_floats(int64_t{n_tokens} * kv_dim, seed);
   auto v = random_floats(int64_t{n_tokens} * kv_dim, seed + 1);
   for (int t = 0; t < n_tokens; ++t) {
     const int64_t slot =
         int64_t{block_table[static_cast<size_t>(t / block_size)]} * block_size + t % block_size;
-    cache.write(0, slot, &k[static_cast<size_t>(t * kv_dim)], &v[static_cast<size_t>(t * kv_dim)]);
+    cache.write(layer, slot, &k[static_cast<size_t>(t * kv_dim)],
+                &v[static_cast<size_t>(t * kv_dim)]);
   }
   return {std::move(k), std::move(v)};
 }
@@ -348,6 +350,52 @@ TEST(Attention, TilesMatchPlainSoftmaxAttention) {
                       want[static_cast<size_t>(t)][static_cast<size_t>(i)], 2e-5)
               << table->isa << " heads " << n_heads << "/" << n_kv_heads << " block_size "
               << block_size << " token " << t << " value " << i;
+      }
+    }
+  }
+}
+
+// A cache whose sliding layers have their own kv heads and head size (Gemma 4: 2 kv heads of
+// 512 on the sliding layer, 1 of 64 on the full one): each layer stores and attends with its
+// own, 512-dimension heads included, on every ISA.
+TEST(Attention, LayersOfTwoHeadSizesInOneCache) {
+  const int block_size = 16, n_tokens = 45, n_blocks = 4;
+  kv::KvCacheConfig config{2, 1, 64, block_size, n_blocks, DType::F16};
+  config.sliding_layers = {false, true};
+  config.sliding_window = 1000;
+  config.sliding_n_kv_heads = 2;
+  config.sliding_head_dim = 512;
+  kv::KvCache cache(config);
+  ASSERT_EQ(cache.groups().size(), 2u);
+  EXPECT_EQ(cache.head_dim(0), 64);
+  EXPECT_EQ(cache.n_kv_heads(0), 1);
+  EXPECT_EQ(cache.head_dim(1), 512);
+  EXPECT_EQ(cache.n_kv_heads(1), 2);
+  // A block of the sliding group holds 2 heads of 512 keys and values of 16 tokens in f16.
+  EXPECT_EQ(cache.groups()[1].block_bytes, size_t{2} * 2 * 512 * block_size * 2);
+  EXPECT_EQ(cache.groups()[0].block_bytes, size_t{1} * 2 * 64 * block_size * 2);
+  const std::vector<int32_t> table = {2, 0, 3, 1};
+  struct Layer {
+    int layer, n_heads, n_kv_heads, head_dim;
+  };
+  const auto [k0, v0] = write_random_kv(cache, table, n_tokens, 20, 0);
+  const auto [k1, v1] = write_random_kv(cache, table, n_tokens, 30, 1);
+  for (const Layer l : {Layer{0, 4, 1, 64}, Layer{1, 8, 2, 512}}) {
+    const std::vector<float>& k = l.layer == 0 ? k0 : k1;
+    const std::vector<float>& v = l.layer == 0 ? v0 : v1;
+    const int q_dim = l.n_heads * l.head_dim;
+    const auto q = random_floats(int64_t{n_tokens} * q_dim, 40 + l.layer, 0.2f);
+    const AttentionShape shape{l.n_heads, l.n_kv_heads, l.head_dim, 1.0f / std::sqrt(float(l.head_dim))};
+    for (const KernelTable* kernels : available_kernels()) {
+      const std::vector<float> out =
+          attend_tiles(q, n_tokens, shape, cache, *kernels, [&](int) { return table; }, l.layer);
+      for (int t = 0; t < n_tokens; ++t) {
+        std::vector<float> qt(q.begin() + t * q_dim, q.begin() + (t + 1) * q_dim);
+        const std::vector<double> want =
+            naive_attention(qt, k, v, t, l.n_heads, l.n_kv_heads, l.head_dim, shape.scale);
+        for (int i = 0; i < q_dim; ++i)
+          ASSERT_NEAR(out[static_cast<size_t>(t * q_dim + i)], want[static_cast<size_t>(i)], 2e-5)
+              << kernels->isa << " layer " << l.layer << " token " << t << " value " << i;
       }
     }
   }

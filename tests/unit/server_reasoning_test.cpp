@@ -69,6 +69,25 @@ TEST(ReasoningSplit, AnyCutGivesTheSameSplit) {
   }
 }
 
+// Gemma 4's thought channel: "<|channel>thought", whitespace, the thoughts, "<channel|>".
+TEST(ReasoningSplit, Gemma4ChannelAnyCutGivesTheSameSplit) {
+  const std::vector<std::tuple<std::string, std::string, std::string>> cases = {
+      {"<|channel>thought\nPlan: add.<channel|>The sum is 4.", "Plan: add.", "The sum is 4."},
+      {"<|channel>thought\n\n a < b <channel|>\n\n<|tool_call>call:f{}<tool_call|>", "a < b ",
+       "<|tool_call>call:f{}<tool_call|>"},
+      {"Straight to the answer.", "", "Straight to the answer."},
+      {"<|channel>thought unfinished", "unfinished", ""},
+      {"<think>not Gemma's</think>", "", "<think>not Gemma's</think>"},
+  };
+  for (const auto& [text, reasoning, content] : cases) {
+    for (const auto& cuts : every_cut(text)) {
+      const Split s = split_with(ReasoningSplitter::gemma4(), text, cuts);
+      EXPECT_EQ(s.reasoning, reasoning) << text << " cut at " << (cuts.empty() ? 0 : cuts[0]);
+      EXPECT_EQ(s.content, content) << text << " cut at " << (cuts.empty() ? 0 : cuts[0]);
+    }
+  }
+}
+
 // gpt-oss's generation prompt ends with the assistant's opening; the output writes the rest.
 constexpr const char* kHarmonyPrompt =
     "<|start|>user<|message|>Weather in Paris?<|end|><|start|>assistant";

@@ -129,6 +129,45 @@ TEST(ToolCalls, HarmonyCommentaryToFunctions) {
   expect_calls(parse_tool_calls(" Just text. ", ToolCallFormat::kHarmony), {}, "Just text.");
 }
 
+// Gemma 4: call:NAME{...} between its markers, its own argument syntax (bare keys, strings
+// between <|"|> marks) read as JSON; text around the calls is content; a call that does not
+// read stays as written.
+TEST(ToolCalls, Gemma4CallsAndTheirArgumentSyntax) {
+  const std::string q = "<|\"|>";
+  expect_calls(parse_tool_calls("<|tool_call>call:get_weather{city:" + q + "Paris, France" + q +
+                                    ",days:3}<tool_call|>",
+                                ToolCallFormat::kGemma4),
+               {{"get_weather", {{"city", "Paris, France"}, {"days", 3}}}}, "");
+  expect_calls(
+      parse_tool_calls("Let me look.\n<|tool_call>call:f{a:{b:true,c:null},list:[" + q + "x" + q +
+                           ", -1.5e2, []],empty:{}}<tool_call|><|tool_call>call:now{}<tool_call|> ok",
+                       ToolCallFormat::kGemma4),
+      {{"f", {{"a", {{"b", true}, {"c", nullptr}}}, {"list", {"x", -150.0, json::array()}}, {"empty", json::object()}}},
+       {"now", json::object()}},
+      "Let me look.\nok");
+  // A string may hold the closing marker (the grammar allows it there).
+  expect_calls(parse_tool_calls("<|tool_call>call:say{text:" + q + "x}<tool_call|>y" + q +
+                                    "}<tool_call|>",
+                                ToolCallFormat::kGemma4),
+               {{"say", {{"text", "x}<tool_call|>y"}}}}, "");
+  // A string may hold the syntax's own characters; a key may be quoted.
+  expect_calls(parse_tool_calls("<|tool_call>call:say{" + q + "text" + q + ":" + q + "a:b,{c}]" + q +
+                                    "}<tool_call|>",
+                                ToolCallFormat::kGemma4),
+               {{"say", {{"text", "a:b,{c}]"}}}}, "");
+  for (const std::string& bad : std::vector<std::string>{"<|tool_call>call:f{a:}<tool_call|>",
+                                "<|tool_call>call:f{a:" + q + "open}<tool_call|>",
+                                "<|tool_call>call:{a:1}<tool_call|>",
+                                "<|tool_call>call:f{a:1} trailing<tool_call|>",
+                                "<|tool_call>call:f{a:1,}<tool_call|>"}) {
+    const ParsedAnswer got = parse_tool_calls(bad, ToolCallFormat::kGemma4);
+    EXPECT_TRUE(got.calls.empty()) << bad;
+    EXPECT_EQ(got.content, bad);
+  }
+  EXPECT_EQ(gemma4_arguments_to_json("{n:007}"), std::nullopt);  // not a JSON number
+  EXPECT_EQ(gemma4_arguments_to_json(" { n : 7 } "), std::optional<std::string>("{\"n\":7}"));
+}
+
 TEST(ToolCalls, HarmonyTemplatesAreDetected) {
   EXPECT_EQ(detect_tool_call_format("{{ '<|start|>assistant<|channel|>final<|message|>' }}"),
             ToolCallFormat::kHarmony);
@@ -152,6 +191,8 @@ TEST(ToolCalls, FormatFromRealTemplates) {
       {"mistralai-Mistral-Nemo-Instruct-2407.jinja", ToolCallFormat::kMistral},
       {"google-gemma-2-2b-it.jinja", ToolCallFormat::kGeneric},
       {"openai-gpt-oss-120b.jinja", ToolCallFormat::kHarmony},
+      {"google-gemma-4-31B-it.jinja", ToolCallFormat::kGemma4},
+      {"google-gemma-4-31B-it-interleaved.jinja", ToolCallFormat::kGemma4},
       {"muse-glimmer.jinja", ToolCallFormat::kGeneric},  // <|start|> and <|message|>, not harmony
   };
   for (const auto& [file, format] : cases) {

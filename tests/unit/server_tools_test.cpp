@@ -99,6 +99,48 @@ TEST_F(ForcedCalls, EveryFormatParsesBackToDeclaredCalls) {
   }
 }
 
+// Gemma 4's forced calls: whatever the grammar lets a model write, with or without thoughts
+// first, reads back as calls of the declared tools; its own writing walks the grammar.
+TEST_F(ForcedCalls, Gemma4GrammarWritesCallsTheParserReadsBack) {
+  for (const json& choice :
+       {json("required"), json{{"type", "function"}, {"function", {{"name", "get_weather"}}}}}) {
+    const ToolRequest tools = parse_tools({{"tools", kTools}, {"tool_choice", choice}});
+    const structured::GrammarSpec spec = tool_call_grammar(tools, ToolCallFormat::kGemma4);
+    // Free text (thoughts, strings) makes many random walks run past their length.
+    int walks = 0;
+    for (uint32_t seed = 0; seed < 48; ++seed) {
+      const auto text = structured::random_walk(compiler_, *tok_, spec, seed, 800);
+      if (!text) continue;
+      ++walks;
+      ReasoningSplitter split = ReasoningSplitter::gemma4();
+      ReasoningSplitter::Pieces p = split.push(*text);
+      const ReasoningSplitter::Pieces tail = split.flush();
+      const ParsedAnswer parsed = parse_tool_calls(p.content + tail.content, ToolCallFormat::kGemma4);
+      ASSERT_FALSE(parsed.calls.empty()) << *text;
+      EXPECT_EQ(parsed.content, "") << *text;
+      for (const ToolCall& call : parsed.calls) {
+        EXPECT_TRUE(json::parse(call.arguments).is_object()) << *text;
+        if (tools.choice == ToolChoice::kNamed) {
+          EXPECT_EQ(call.name, "get_weather");
+        } else {
+          EXPECT_TRUE(call.name == "get_weather" || call.name == "now") << *text;
+        }
+      }
+    }
+    EXPECT_GE(walks, 4);
+  }
+  const ToolRequest tools = parse_tools({{"tools", kTools}, {"tool_choice", "required"}});
+  const std::string q = "<|\"|>";
+  for (const std::string& text : std::vector<std::string>{
+           "<|tool_call>call:get_weather{city:" + q + "Oslo" + q + ",days:2}<tool_call|>",
+        "<|channel>thought\nThe user asks about Oslo.<channel|><|tool_call>call:now{}<tool_call|>"}) {
+    structured::GrammarMatcher m(compiler_.compile(tool_call_grammar(tools, ToolCallFormat::kGemma4)));
+    for (const int32_t id : tok_->encode(text, false, true)) ASSERT_TRUE(m.accept(id)) << text;
+    ASSERT_TRUE(m.accept(tok_->vocab().find("</s>"))) << text;  // the end of the answer
+    EXPECT_TRUE(m.terminated()) << text;
+  }
+}
+
 // gpt-oss's vocabulary: the harmony frame as tokens, <|return|> and <|call|> ending the turn.
 std::unique_ptr<tokenizer::Tokenizer> harmony_tokenizer() {
   return tokenizer::Tokenizer::from_vocab(tokenizer::Vocab(tokenizer::make_toy_vocab(
