@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <cctype>
+#include <cstdio>
 #include <string>
 
 namespace inferd::app {
@@ -31,12 +32,23 @@ ModelFootprint model_footprint(const gguf::GgufFile& file) {
   const double active = experts > 0 ? double(file.get_int(a + "expert_used_count").value_or(experts)) /
                                           double(experts)
                                     : 1.0;
+  // Gemma 4's KV-sharing layers may carry key and value projections they never run.
+  const int64_t first_shared = file.get_int(a + "block_count").value_or(0) -
+                               file.get_int(a + "attention.shared_kv_layers").value_or(0);
+  const auto unused_kv_projection = [&](const std::string& name) {
+    int layer = -1;
+    char kind[16] = {};
+    return std::sscanf(name.c_str(), "blk.%d.attn_%15[^.].weight", &layer, kind) == 2 &&
+           layer >= first_shared && (std::string(kind) == "k" || std::string(kind) == "v");
+  };
   for (const gguf::TensorInfo& t : file.tensors()) {
     f.total_bytes += t.num_bytes;
     f.parameters += t.num_elements();
     // Decode reads every 2-D matrix once per token, and its share of the routed experts. The
-    // embedding table is only looked up (one row) unless it doubles as the output matrix.
+    // embedding tables (the token's and Gemma 4's per-layer one) are only looked up (one row)
+    // unless the first doubles as the output matrix.
     const bool embedding = t.name == "token_embd.weight";
+    if (t.name == "per_layer_token_embd.weight" || unused_kv_projection(t.name)) continue;
     if (routed_experts(t)) {
       f.matmul_bytes += static_cast<uint64_t>(double(t.num_bytes) * active);
       f.matmul_parameters += static_cast<uint64_t>(double(t.num_elements()) * active);

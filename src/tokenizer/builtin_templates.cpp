@@ -62,6 +62,27 @@ constexpr std::string_view kGemma =
     "{{ (m.content | trim) + '<end_of_turn>\\n' }}{% endif %}{% endfor %}"
     "{% if add_generation_prompt %}{{ '<start_of_turn>model\\n' }}{% endif %}";
 
+// Gemma 4's turns (no name in llama.cpp's list; what its own template renders for
+// conversations without tools): a system turn when there is a system message or thinking is on
+// (<|think|> first), the model's earlier turns without their thoughts, and with thinking off an
+// empty thought channel after the generation prompt.
+constexpr std::string_view kGemma4 =
+    "{{ bos_token }}{% set ns = namespace(rest=messages) %}"
+    "{% set thinking = enable_thinking is defined and enable_thinking %}"
+    "{% set has_system = messages | length > 0 and messages[0].role in ['system', 'developer'] %}"
+    "{% if thinking or has_system %}{{ '<|turn>system\\n' }}"
+    "{% if thinking %}{{ '<|think|>\\n' }}{% endif %}"
+    "{% if has_system %}{{ messages[0].content | trim }}{% set ns.rest = messages[1:] %}{% endif %}"
+    "{{ '<turn|>\\n' }}{% endif %}"
+    "{% for m in ns.rest %}{% set role = 'model' if m.role == 'assistant' else m.role %}"
+    "{{ '<|turn>' + role + '\\n' }}{% if role == 'model' %}{% set t = namespace(text='') %}"
+    "{% for part in m.content.split('<channel|>') %}"
+    "{% set t.text = t.text + (part.split('<|channel>')[0] if '<|channel>' in part else part) %}"
+    "{% endfor %}{{ t.text | trim }}{% else %}{{ m.content | trim }}{% endif %}"
+    "{{ '<turn|>\\n' }}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|turn>model\\n' }}"
+    "{% if not thinking %}{{ '<|channel>thought\\n<channel|>' }}{% endif %}{% endif %}";
+
 constexpr std::string_view kLlama3 =
     "{% for m in messages %}{{ '<|start_header_id|>' + m.role + '<|end_header_id|>\\n\\n' + "
     "(m.content | trim) + '<|eot_id|>' }}{% endfor %}{% if add_generation_prompt %}"
@@ -218,7 +239,7 @@ constexpr std::string_view kMegrez =
     "'<|turn_end|>' }}{% endfor %}{% if add_generation_prompt %}"
     "{{ '<|role_start|>assistant<|role_end|>' }}{% endif %}";
 
-constexpr std::array<Builtin, 40> kBuiltins = {{
+constexpr std::array<Builtin, 41> kBuiltins = {{
     {"chatml", "", kChatml},
     {"command-r", "", kCommandR},
     {"chatglm3", "", kChatglm3},
@@ -230,6 +251,7 @@ constexpr std::array<Builtin, 40> kBuiltins = {{
     {"exaone4", "{% set with_tool = true %}", kExaone},
     {"falcon3", "", kFalcon3},
     {"gemma", "", kGemma},
+    {"gemma4", "", kGemma4},
     {"glmedge", "", kGlmEdge},
     {"gpt-oss", "", kGptOss},
     {"granite", "{% set keep_tool_role = true %}", kGranite},
