@@ -627,45 +627,46 @@ class Decoder final : public Model {
     } else {
       dense_feed_forward(layer, T, bf16_from, pool);
     }
-    if (layer.post_ffn_norm) {
+    // A layer that finishes the residual stream itself (Gemma 4) adds its output in the same
+    // pass as the norm (and, without per-layer embeddings, scales the stream there too).
+    const bool finish = layer.finishes_residual();
+    const bool scale_now = finish && !layer.ple_post_norm && layer.out_scale != 1.0f;
+    if (layer.post_ffn_norm || finish) {
       per_token(pool, T, [&](int64_t t) {
         float* out = &ws.proj[t * c.n_embd];
-        kernels::rms_norm(out, layer.post_ffn_norm, out, c.n_embd, c.rms_eps);
+        if (layer.post_ffn_norm) kernels::rms_norm(out, layer.post_ffn_norm, out, c.n_embd, c.rms_eps);
+        if (!finish) return;
+        add_residual(t);
+        if (scale_now) kernels::scale_inplace(&ws.x[t * c.n_embd], layer.out_scale, c.n_embd);
       });
     }
-    proj_pending_ = !layer.finishes_residual();
-    if (!proj_pending_) finish_residual(l, T, bf16_from, pool);
+    proj_pending_ = !finish;
+    if (finish && layer.ple_post_norm) per_layer_embedding(l, T, bf16_from, pool);
   }
 
-  // The end of a layer that completes the residual stream itself (Gemma 4): x += the
-  // feed-forward output; with per-layer embeddings x += post_norm(proj(gelu(inp_gate x) *
-  // this layer's input)); then x *= the layer's output scale.
-  void finish_residual(int l, int64_t T, int64_t bf16_from, ThreadPool& pool) {
+  // A layer's per-layer embedding (Gemma 4's E models), once its output is in the residual
+  // stream x: x += post_norm(proj(gelu(inp_gate x) * this layer's input)), then x *= the
+  // layer's output scale (in the same pass).
+  void per_layer_embedding(int l, int64_t T, int64_t bf16_from, ThreadPool& pool) {
     const ModelConfig& c = config_;
     const DecoderLayer& layer = layers_[static_cast<size_t>(l)];
     DecoderWorkspace& ws = ws_;
-    per_token(pool, T, [&](int64_t t) { add_residual(t); });
-    if (layer.ple_post_norm) {
-      const int64_t n_ple = spec_.per_layer_embd, n = n_ple * c.n_layers;
-      kernels::matmul(layer.ple_gate, ws.x.data(), T, ws.ple_gate.data(), ws.scratch, pool,
-                      kernels::active_kernels(), bf16_from);  // [T, n_ple]
-      per_token(pool, T, [&](int64_t t) {
-        kernels::gelu_mul(&ws.ple_gate[static_cast<size_t>(t * n_ple)],
-                          &ws.ple_inputs[static_cast<size_t>(t * n + l * n_ple)], n_ple);
-      });
-      kernels::matmul(layer.ple_proj, ws.ple_gate.data(), T, ws.proj.data(), ws.scratch, pool,
-                      kernels::active_kernels(), bf16_from);  // [T, n_embd]
-      per_token(pool, T, [&](int64_t t) {
-        float* out = &ws.proj[t * c.n_embd];
-        kernels::rms_norm(out, layer.ple_post_norm, out, c.n_embd, c.rms_eps);
-        add_residual(t);
-      });
-    }
-    if (layer.out_scale != 1.0f) {
-      per_token(pool, T, [&](int64_t t) {
+    const int64_t n_ple = spec_.per_layer_embd, n = n_ple * c.n_layers;
+    kernels::matmul(layer.ple_gate, ws.x.data(), T, ws.ple_gate.data(), ws.scratch, pool,
+                    kernels::active_kernels(), bf16_from);  // [T, n_ple]
+    per_token(pool, T, [&](int64_t t) {
+      kernels::gelu_mul(&ws.ple_gate[static_cast<size_t>(t * n_ple)],
+                        &ws.ple_inputs[static_cast<size_t>(t * n + l * n_ple)], n_ple);
+    });
+    kernels::matmul(layer.ple_proj, ws.ple_gate.data(), T, ws.proj.data(), ws.scratch, pool,
+                    kernels::active_kernels(), bf16_from);  // [T, n_embd]
+    per_token(pool, T, [&](int64_t t) {
+      float* out = &ws.proj[t * c.n_embd];
+      kernels::rms_norm(out, layer.ple_post_norm, out, c.n_embd, c.rms_eps);
+      add_residual(t);
+      if (layer.out_scale != 1.0f)
         kernels::scale_inplace(&ws.x[t * c.n_embd], layer.out_scale, c.n_embd);
-      });
-    }
+    });
   }
 
   // ArchSpec::moe_beside_dense_mlp (Gemma 4's 26B-A4B), as llama.cpp's gemma4.cpp: ws.proj =
