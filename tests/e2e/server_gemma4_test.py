@@ -6,8 +6,6 @@ syntax), the thought channel comes back as reasoning_content, and a call in Gemm
 arguments, whole and streamed alike; a tool's result goes back into the prompt. Random weights
 write no words, so the answers are forced by a regex; the forced-call grammar is the unit tests'
 (server_tools_test), its rendering against jinja2 the chat_templates test's."""
-import importlib.machinery
-import importlib.util
 import json
 import os
 import shutil
@@ -17,7 +15,7 @@ import unittest
 
 import openai
 
-from server_harness import WEATHER_TOOL, Server
+from server_harness import WEATHER_TOOL, Server, make_golden, stream_chat
 
 if len(sys.argv) < 2:
     sys.exit("usage: server_gemma4_test.py INFERD_BINARY")
@@ -35,18 +33,13 @@ except ImportError:
 sys.path.insert(0, os.path.join(SRC, "gguf-py"))
 import gguf  # noqa: E402  (from the llama.cpp sources)
 
-HERE = os.path.dirname(os.path.abspath(__file__))
 ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
 Q = '<\\|"\\|>'  # Gemma 4's string mark, as a regex
 
 
 def write_model(directory):
     """make-golden's gemma4 model (F16, random weights, the Gemma 4 vocabulary)."""
-    loader = importlib.machinery.SourceFileLoader(
-        "make_golden", os.path.join(HERE, "..", "golden", "architectures", "make-golden"))
-    spec = importlib.util.spec_from_loader("make_golden", loader)
-    golden = importlib.util.module_from_spec(spec)
-    loader.exec_module(golden)
+    golden = make_golden()
     path = os.path.join(directory, "gemma4-tiny.F16.gguf")
     golden.make_f16("gemma4", golden.MODELS["gemma4"], path, gguf, 7)
     return path
@@ -68,20 +61,7 @@ class Gemma4Chat(unittest.TestCase):
         shutil.rmtree(cls.dir, ignore_errors=True)
 
     def stream(self, **kw):
-        """A streamed chat answer joined: (reasoning, content, calls by index, finish)."""
-        reasoning, content, calls, finish = "", "", {}, None
-        for chunk in self.client.chat.completions.create(model="", stream=True, **kw):
-            for choice in chunk.choices:
-                delta = choice.delta
-                reasoning += getattr(delta, "reasoning_content", None) or ""
-                content += delta.content or ""
-                for call in delta.tool_calls or []:
-                    entry = calls.setdefault(call.index, {"name": "", "arguments": "", "id": None})
-                    entry["id"] = entry["id"] or call.id
-                    entry["name"] += call.function.name or ""
-                    entry["arguments"] += call.function.arguments or ""
-                finish = choice.finish_reason or finish
-        return reasoning, content, calls, finish
+        return stream_chat(self.client, **kw)
 
     def test_prompt_is_the_gemma4_turns_with_tools_declared(self):
         status, rendered = self.server.post("/apply-template", {"messages": ASK, "tools": [WEATHER_TOOL]})

@@ -5,8 +5,6 @@ collection in the file. The analysis channel comes back as reasoning_content, a 
 as tool_calls (whole and streamed alike), and a tool's result goes back into the prompt in the
 template's commentary frame. (The template's rendering against jinja2 is the chat_templates
 test's; random weights write no meaningful words, so the channels are forced by a grammar.)"""
-import importlib.machinery
-import importlib.util
 import json
 import os
 import shutil
@@ -16,7 +14,7 @@ import unittest
 
 import openai
 
-from server_harness import CLOCK_TOOL, WEATHER_TOOL, Server
+from server_harness import CLOCK_TOOL, WEATHER_TOOL, Server, make_golden, stream_chat
 
 if len(sys.argv) < 2:
     sys.exit("usage: server_gpt_oss_test.py INFERD_BINARY")
@@ -34,7 +32,6 @@ except ImportError:
 sys.path.insert(0, os.path.join(SRC, "gguf-py"))
 import gguf  # noqa: E402  (from the llama.cpp sources)
 
-HERE = os.path.dirname(os.path.abspath(__file__))
 # o200k_harmony's special tokens, with their ids' order; <|return|> ends an answer, <|call|> a
 # tool call (the tokenizer makes both end the turn, and keeps the frame tokens as text).
 HARMONY = ["<|startoftext|>", "<|endoftext|>", "<|return|>", "<|constrain|>", "<|channel|>",
@@ -84,11 +81,7 @@ def write_vocab(path):
 
 def write_model(directory):
     """make-golden's gpt-oss (F16, random weights) with the vocabulary above."""
-    loader = importlib.machinery.SourceFileLoader(
-        "make_golden", os.path.join(HERE, "..", "golden", "architectures", "make-golden"))
-    spec = importlib.util.spec_from_loader("make_golden", loader)
-    golden = importlib.util.module_from_spec(spec)
-    loader.exec_module(golden)
+    golden = make_golden()
     vocab = os.path.join(directory, "harmony-vocab.gguf")
     write_vocab(vocab)
     golden.VOCAB_FILES["harmony-test"] = vocab  # an absolute path: os.path.join keeps it
@@ -117,20 +110,7 @@ class GptOssChat(unittest.TestCase):
         shutil.rmtree(cls.dir, ignore_errors=True)
 
     def stream(self, **kw):
-        """A streamed chat answer joined: (reasoning, content, calls by index, finish)."""
-        reasoning, content, calls, finish = "", "", {}, None
-        for chunk in self.client.chat.completions.create(model="", stream=True, **kw):
-            for choice in chunk.choices:
-                delta = choice.delta
-                reasoning += getattr(delta, "reasoning_content", None) or ""
-                content += delta.content or ""
-                for call in delta.tool_calls or []:
-                    entry = calls.setdefault(call.index, {"name": "", "arguments": "", "id": None})
-                    entry["id"] = entry["id"] or call.id
-                    entry["name"] += call.function.name or ""
-                    entry["arguments"] += call.function.arguments or ""
-                finish = choice.finish_reason or finish
-        return reasoning, content, calls, finish
+        return stream_chat(self.client, **kw)
 
     def test_prompt_is_the_harmony_frame(self):
         status, rendered = self.server.post("/apply-template", {"messages": ASK, "tools": [WEATHER]})

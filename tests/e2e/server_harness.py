@@ -1,4 +1,6 @@
 """Starts `inferd serve` on a free loopback port for the server tests and stops it after."""
+import importlib.machinery
+import importlib.util
 import json
 import os
 import re
@@ -97,3 +99,31 @@ def args():
         print("SKIP: no model (set INFERD_MODEL)")
         sys.exit(77)
     return sys.argv[1], model
+
+
+def make_golden():
+    """tests/golden/architectures/make-golden as a module: its random-weight models of each family."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "golden", "architectures",
+                        "make-golden")
+    loader = importlib.machinery.SourceFileLoader("make_golden", path)
+    module = importlib.util.module_from_spec(importlib.util.spec_from_loader("make_golden", loader))
+    loader.exec_module(module)
+    return module
+
+
+def stream_chat(client, **kw):
+    """A streamed chat answer of the openai client joined: (reasoning, content, calls by index,
+    finish)."""
+    reasoning, content, calls, finish = "", "", {}, None
+    for chunk in client.chat.completions.create(model="", stream=True, **kw):
+        for choice in chunk.choices:
+            delta = choice.delta
+            reasoning += getattr(delta, "reasoning_content", None) or ""
+            content += delta.content or ""
+            for call in delta.tool_calls or []:
+                entry = calls.setdefault(call.index, {"name": "", "arguments": "", "id": None})
+                entry["id"] = entry["id"] or call.id
+                entry["name"] += call.function.name or ""
+                entry["arguments"] += call.function.arguments or ""
+            finish = choice.finish_reason or finish
+    return reasoning, content, calls, finish
