@@ -203,7 +203,8 @@ void register_all() {
     // "memory" cycles through 24 copies (50 MB and more, past any last-level cache here).
     for (auto [type, name] : {std::pair{DType::Q4_K, "q4_k"}, std::pair{DType::Q5_K, "q5_k"},
                               std::pair{DType::Q6_K, "q6_k"}, std::pair{DType::Q8_0, "q8_0"},
-                              std::pair{DType::IQ4_XS, "iq4_xs"}}) {
+                              std::pair{DType::IQ4_XS, "iq4_xs"}, std::pair{DType::Q3_K, "q3_k"},
+                              std::pair{DType::Q2_K, "q2_k"}}) {
       for (auto [copies, where] : {std::pair{1, "cached"}, std::pair{24, "memory"}}) {
         benchmark::RegisterBenchmark(("Gemm/" + isa + "/" + name + "/2048x2048/" + where).c_str(),
                                      BM_PackedGemm, table, type, 2048, 2048, copies)

@@ -90,6 +90,8 @@ struct PackedKernels {
   GroupGemmFn q5_k = nullptr;    // PackedQ5KBlock, as q4_k
   GroupGemmFn q6_k = nullptr;    // PackedQ6KBlock, as q4_k
   GroupGemmFn iq4_xs = nullptr;  // PackedIQ4XSBlock, as q4_k
+  GroupGemmFn q3_k = nullptr;    // PackedQ3KBlock, as q4_k
+  GroupGemmFn q2_k = nullptr;    // PackedQ2KBlock, as q4_k
   // One scale per 256 values (Q8_K), for the layouts of uses_q8k_activations; n a multiple of
   // 256. The 8 blocks of each 256 values share d.
   QuantizeActFn quantize_act_k = nullptr;

@@ -69,6 +69,8 @@ void call_group_kernel(const PackedWeights& p, int64_t g, int64_t n_groups, cons
                                : format == PackedFormat::IQ4_XS ? table.packed.iq4_xs
                                : format == PackedFormat::Q5_1   ? table.packed.q5_1
                                : format == PackedFormat::MXFP4  ? table.packed.mxfp4
+                               : format == PackedFormat::Q3_K   ? table.packed.q3_k
+                               : format == PackedFormat::Q2_K   ? table.packed.q2_k
                                                                 : table.packed.q8_0;
     const int64_t act_blocks = in.cols / kPackCols;
     kernel(p.group(g), blocks, in.act + act_block_index(t0, 0, in.act_panel, act_blocks),

@@ -254,6 +254,72 @@ void pack_q6k_block(const uint8_t* const rows[kPackRows], int64_t b, PackedQ6KBl
   }
 }
 
+// The low 2 bits of value v (0..255) of a GGUF Q2_K or Q3_K super-block: each half of 128
+// values takes 32 bytes of qs, its four runs of 32 values the four 2-bit fields of those bytes,
+// lowest first.
+int k2_low_bits(const uint8_t* qs, int v) {
+  return (qs[32 * (v / 128) + v % 32] >> (2 * (v % 128 / 32))) & 3;
+}
+
+// Writes the 2-bit fields of row r for the 32 columns of a sub-block (PackedQ3KBlock's ql, and
+// PackedQ2KBlock's qs): ql[p] byte r * 4 + k, bits 2i, 2i + 1 take column 16p + 4i + k.
+template <typename Value>
+void interleave_two_bits(uint8_t (&ql)[2][64], int r, Value value) {
+  for (int p = 0; p < 2; ++p) {
+    for (int k = 0; k < 4; ++k) {
+      int byte = 0;
+      for (int i = 0; i < 4; ++i) byte |= (value(16 * p + 4 * i + k) & 3) << (2 * i);
+      ql[p][r * 4 + k] = static_cast<uint8_t>(byte);
+    }
+  }
+}
+
+// Q3_K: v = q + 4 = low 2 bits + 4 x (hmask bit: set means no -4 offset); the third bit of
+// value v is bit v / 32 of hmask[v % 32]. Scale s takes its low 4 bits from the nibble s / 8 of
+// scales[s % 8] and its high 2 bits from field s / 4 of scales[8 + s % 4], offset by 32.
+void pack_q3k_block(const uint8_t* const rows[kPackRows], int64_t b, PackedQ3KBlock& out) {
+  std::memset(&out, 0, sizeof(out));  // padding rows: zero scales and values
+  for (int r = 0; r < kPackRows; ++r) {
+    if (rows[r] == nullptr) continue;
+    const auto& blk = reinterpret_cast<const BlockQ3_K*>(rows[r])[b];
+    out.d[r] = blk.d;
+    for (int s = 0; s < 2 * kSubBlocks; ++s) {
+      const int low = (blk.scales[s % 8] >> (4 * (s / 8))) & 0x0F;
+      const int high = (blk.scales[8 + s % 4] >> (2 * (s / 4))) & 3;
+      out.scales[s][r] = static_cast<int8_t>((low | high << 4) - 32);
+    }
+    for (int j = 0; j < kSubBlocks; ++j) {
+      interleave_two_bits(out.sub[j].ql, r,
+                          [&](int col) { return k2_low_bits(blk.qs, 32 * j + col); });
+      for (int k = 0; k < 4; ++k) {
+        int byte = 0;
+        for (int g = 0; g < 8; ++g) {
+          const int v = 32 * j + 4 * g + k;
+          byte |= ((blk.hmask[v % 32] >> (v / 32)) & 1) << g;
+        }
+        out.sub[j].qh[r * 4 + k] = static_cast<uint8_t>(byte);
+      }
+    }
+  }
+}
+
+// Q2_K: d, dmin and the scale bytes as they are; the 2-bit values laid out as Q3_K's low bits.
+void pack_q2k_block(const uint8_t* const rows[kPackRows], int64_t b, PackedQ2KBlock& out) {
+  std::memset(&out, 0, sizeof(out));  // padding rows: zero scales, mins and values
+  for (int r = 0; r < kPackRows; ++r) {
+    if (rows[r] == nullptr) continue;
+    const auto& blk = reinterpret_cast<const BlockQ2_K*>(rows[r])[b];
+    out.d[r] = blk.d;
+    out.dmin[r] = blk.dmin;
+    for (int j = 0; j < kSubBlocks; ++j) {
+      out.scales[j][r][0] = blk.scales[2 * j];
+      out.scales[j][r][1] = blk.scales[2 * j + 1];
+      interleave_two_bits(out.qs[j], r,
+                          [&](int col) { return k2_low_bits(blk.qs, 32 * j + col); });
+    }
+  }
+}
+
 }  // namespace
 
 void PackedWeights::FreeDeleter::operator()(uint8_t* p) const {
@@ -272,6 +338,8 @@ bool PackedWeights::supports(DType type, int64_t cols) {
     case DType::MXFP4:
     case DType::F16:
       return cols % kPackCols == 0;
+    case DType::Q2_K:
+    case DType::Q3_K:
     case DType::Q4_K:
     case DType::Q5_K:
     case DType::Q6_K:
@@ -312,6 +380,12 @@ std::shared_ptr<const PackedWeights> PackedWeights::pack(DType type, const uint8
     case DType::Q6_K:
       packed->format_ = PackedFormat::Q6_K;
       break;
+    case DType::Q3_K:
+      packed->format_ = PackedFormat::Q3_K;
+      break;
+    case DType::Q2_K:
+      packed->format_ = PackedFormat::Q2_K;
+      break;
     case DType::IQ4_XS:
       packed->format_ = PackedFormat::IQ4_XS;
       break;
@@ -329,8 +403,8 @@ std::shared_ptr<const PackedWeights> PackedWeights::pack(DType type, const uint8
   packed->blocks_per_row_ = cols / packed->block_cols();
   const size_t bytes =
       static_cast<size_t>(packed->groups_ * packed->blocks_per_row_) * packed->block_bytes();
-  // 64-byte alignment: every packed block starts on a cache line (320 and 2368
-  // are multiples of 64; 544 and MXFP4's 272 are not, and their kernels load unaligned).
+  // 64-byte alignment: every packed block starts on a cache line (320, 1344 and 2368
+  // are multiples of 64; 544, 1824 and MXFP4's 272 are not, and their kernels load unaligned).
   if (arena != nullptr) {
     packed->data_ = arena->allocate(bytes, 64);
     packed->arena_ = std::move(arena);
@@ -360,6 +434,12 @@ std::shared_ptr<const PackedWeights> PackedWeights::pack(DType type, const uint8
           break;
         case PackedFormat::Q6_K:
           pack_q6k_block(group_rows, b, reinterpret_cast<PackedQ6KBlock*>(out)[b]);
+          break;
+        case PackedFormat::Q3_K:
+          pack_q3k_block(group_rows, b, reinterpret_cast<PackedQ3KBlock*>(out)[b]);
+          break;
+        case PackedFormat::Q2_K:
+          pack_q2k_block(group_rows, b, reinterpret_cast<PackedQ2KBlock*>(out)[b]);
           break;
         case PackedFormat::IQ4_XS:
           pack_iq4xs_block(group_rows, b, reinterpret_cast<PackedIQ4XSBlock*>(out)[b]);

@@ -146,6 +146,41 @@ struct PackedQ6KBlock {
 };
 static_assert(sizeof(PackedQ6KBlock) == 3360);
 
+// 16 rows x 256 columns of Q3_K weights: 16 sub-blocks of 16 columns with a signed 6-bit scale
+// per row (stored as an int8, its offset of 32 taken off), w = d * scale * q, q in [-4, 3].
+// Stored as v = q + 4 in [0, 7]: its low 2 bits in sub[j].ql, its third bit in sub[j].qh.
+// ql[p] covers columns 16p .. 16p + 15 of the 32 columns of sub-block j: byte i holds row i / 4,
+// and its bits 2k, 2k + 1 belong to column 16p + 4k + i % 4. qh's byte i holds row i / 4 too,
+// its bit g the third bit of column 4g + i % 4. So bits 2k of a ql vector, or bit g of qh, hold
+// one VNNI operand (16 rows x 4 columns) each. 3.56 bits a weight against the GGUF blocks' 3.44
+// (the scales unpacked to bytes); each 32 columns' bytes lie together (PackedQ6KBlock says why).
+struct PackedQ3KBlock {
+  static constexpr int64_t kColumns = kPackSuperCols;  // columns a block covers
+  uint16_t d[kPackRows];                               // fp16
+  int8_t scales[2 * kSubBlocks][kPackRows];
+  struct SubBlock {
+    uint8_t ql[2][64];
+    uint8_t qh[64];
+  } sub[kSubBlocks];
+};
+static_assert(sizeof(PackedQ3KBlock) == 1824);  // not a multiple of 64: kernels load unaligned
+
+// 16 rows x 256 columns of Q2_K weights: 16 sub-blocks of 16 columns with a 4-bit scale and a
+// 4-bit min per row, w = d * scale * q - dmin * min, q in [0, 3]. q as PackedQ3KBlock's low 2
+// bits (qs[j][p] for columns 16p .. 16p + 15 of sub-block j). The GGUF byte of each 16 columns
+// (scale in its low nibble, min in its high) as it is, the two of a row's 32 columns side by
+// side: scales[j][r][p] for half p of sub-block j, so that widened to int16 they are one 32-bit
+// word a row, the pair of mins an int16 multiply-add takes with the activation's two half sums.
+// As dense as the GGUF blocks (2.625 bits a weight).
+struct PackedQ2KBlock {
+  static constexpr int64_t kColumns = kPackSuperCols;  // columns a block covers
+  uint16_t d[kPackRows];                               // fp16
+  uint16_t dmin[kPackRows];                            // fp16
+  uint8_t scales[kSubBlocks][kPackRows][2];
+  uint8_t qs[kSubBlocks][2][64];
+};
+static_assert(sizeof(PackedQ2KBlock) == 1344);  // 21 cache lines
+
 // 16 rows x 256 columns of Q5_K weights: PackedQ4KBlock plus the fifth bit of each q in qh:
 // sub[j].qh has a byte at each position of sub[j].qs[c]'s bytes; its bit 2c is the fifth bit of
 // the value in that qs byte's low nibble, bit 2c + 1 of the one in its high nibble.
@@ -199,13 +234,27 @@ static_assert(sizeof(PackedMXFP4Block) == 272);
 // Which layout a packed matrix has: Q4_0 and Q4_1 share PackedQ4Block; Q8_0 also holds Q5_0
 // and IQ4_NL weights, whose values are small integers times an fp16 d (exactly). MXFP4's
 // power-of-two scales reach past fp16's range, so it has a layout of its own.
-enum class PackedFormat { Q4_0, Q4_1, Q8_0, F16, Q4_K, Q5_K, Q6_K, IQ4_XS, Q5_1, MXFP4 };
+enum class PackedFormat {
+  Q4_0,
+  Q4_1,
+  Q8_0,
+  F16,
+  Q4_K,
+  Q5_K,
+  Q6_K,
+  IQ4_XS,
+  Q5_1,
+  MXFP4,
+  Q3_K,
+  Q2_K
+};
 
 // The 256-wide layouts take activations rounded as Q8_K (one scale per 256 values, the
 // PackedKernels' quantize_act_k); the others one scale per 32 (quantize_act).
 constexpr bool uses_q8k_activations(PackedFormat format) {
   return format == PackedFormat::Q4_K || format == PackedFormat::Q5_K ||
-         format == PackedFormat::Q6_K || format == PackedFormat::IQ4_XS;
+         format == PackedFormat::Q6_K || format == PackedFormat::IQ4_XS ||
+         format == PackedFormat::Q3_K || format == PackedFormat::Q2_K;
 }
 
 // A whole weight matrix in packed form: groups of 16 rows (the last padded with zero rows),
@@ -228,6 +277,10 @@ class PackedWeights {
         return sizeof(PackedQ5KBlock);
       case PackedFormat::Q6_K:
         return sizeof(PackedQ6KBlock);
+      case PackedFormat::Q3_K:
+        return sizeof(PackedQ3KBlock);
+      case PackedFormat::Q2_K:
+        return sizeof(PackedQ2KBlock);
       case PackedFormat::IQ4_XS:
         return sizeof(PackedIQ4XSBlock);
       case PackedFormat::Q5_1:
@@ -253,6 +306,8 @@ class PackedWeights {
       case PackedFormat::Q5_K:
       case PackedFormat::Q6_K:
       case PackedFormat::IQ4_XS:
+      case PackedFormat::Q3_K:
+      case PackedFormat::Q2_K:
         return kPackSuperCols;
       default:
         return kPackCols;
@@ -265,7 +320,7 @@ class PackedWeights {
   }
 
   // Repacks rows x cols weights stored as GGUF rows of `type` (Q4_0, Q4_1, Q8_0, Q5_0, Q5_1,
-  // IQ4_NL, Q4_K, Q5_K, Q6_K, IQ4_XS, MXFP4 or F16), into
+  // IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS, MXFP4 or F16), into
   // memory from `arena` when given (a model's matrices share one, in huge pages), which the
   // packed matrix keeps alive.
   static std::shared_ptr<const PackedWeights> pack(DType type, const uint8_t* data, int64_t rows,

@@ -41,8 +41,8 @@ QuantMatrix make_matrix(DType type, int64_t rows, int64_t cols, uint32_t seed) {
     if (type == DType::Q8_0) ref::quantize_row_q8_0(x.data(), out, cols);
     if (type == DType::F16) ref::quantize_row_f16(x.data(), out, cols);
     if (type == DType::Q5_0 || type == DType::Q5_1 || type == DType::IQ4_NL ||
-        type == DType::Q4_K || type == DType::Q5_K || type == DType::Q6_K ||
-        type == DType::IQ4_XS) {  // no weight quantizer here: random blocks of the format
+        type == DType::Q2_K || type == DType::Q3_K || type == DType::Q4_K ||
+        type == DType::Q5_K || type == DType::Q6_K || type == DType::IQ4_XS) {  // no weight quantizer here: random blocks of the format
       const auto blocks = testing::random_blocks(type, cols, seed + static_cast<uint32_t>(r));
       std::copy(blocks.begin(), blocks.end(), out);
     }
@@ -58,11 +58,13 @@ void dequantize(const WeightMatrix& w, int64_t r, float* out) {
 }
 
 const DType kPackedTypes[] = {DType::Q4_0, DType::Q4_1, DType::Q8_0,   DType::F16,
-                              DType::Q5_0, DType::Q5_1, DType::IQ4_NL, DType::Q4_K,
-                              DType::Q5_K, DType::Q6_K, DType::IQ4_XS};
+                              DType::Q5_0, DType::Q5_1, DType::IQ4_NL, DType::Q2_K,
+                              DType::Q3_K, DType::Q4_K, DType::Q5_K,   DType::Q6_K,
+                              DType::IQ4_XS};
 // The formats whose integer kernels all ISAs share (the bf16 route aside).
-const DType kInt8Types[] = {DType::Q4_0,   DType::Q4_1, DType::Q8_0, DType::Q5_0, DType::Q5_1,
-                            DType::IQ4_NL, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_XS};
+const DType kInt8Types[] = {DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::Q5_0,
+                            DType::Q5_1, DType::IQ4_NL, DType::Q2_K, DType::Q3_K,
+                            DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_XS};
 
 // A width the type packs: k-quants pack 256 columns at a time, so `cols` is rounded up.
 int64_t cols_for(DType type, int64_t cols) {
@@ -466,29 +468,29 @@ TEST(KernelsPacked, MatmulManyMixingActivationRoundingsEqualsSeparateCalls) {
   }
 }
 
-// A weight type without a packed layout (Q3_K) beside packed ones: it goes row by row, the
+// A weight type without a packed layout (BF16) beside packed ones: it goes row by row, the
 // others still through the packed path; every output equals its own call's.
 TEST(KernelsPacked, MatmulManyWithAnUnpackedTypeEqualsSeparateCalls) {
   ThreadPool pool(2);
   const int64_t cols = 256, tokens = 3, rows = 20;
   QuantMatrix a = make_matrix(DType::Q5_1, 32, cols, 1);
-  const auto row_bytes = static_cast<size_t>(*inferd::row_bytes(DType::Q3_K, cols));
-  std::vector<uint8_t> bytes;
+  const auto row_bytes = static_cast<size_t>(*inferd::row_bytes(DType::BF16, cols));
+  std::vector<uint8_t> bytes(row_bytes * static_cast<size_t>(rows));
   for (int64_t r = 0; r < rows; ++r) {
-    const auto row = testing::random_blocks(DType::Q3_K, cols, 50 + static_cast<uint32_t>(r));
-    bytes.insert(bytes.end(), row.begin(), row.end());
+    const auto row = random_floats(cols, 50 + static_cast<uint32_t>(r));
+    ref::quantize_row_bf16(row.data(), bytes.data() + static_cast<size_t>(r) * row_bytes, cols);
   }
-  const WeightMatrix q3k{DType::Q3_K, rows, cols, row_bytes, bytes.data(), nullptr};
-  ASSERT_FALSE(PackedWeights::supports(DType::Q3_K, cols));
+  const WeightMatrix bf16{DType::BF16, rows, cols, row_bytes, bytes.data(), nullptr};
+  ASSERT_FALSE(PackedWeights::supports(DType::BF16, cols));
   auto x = random_floats(tokens * cols, 9);
   ActivationScratch scratch;
   scratch.reserve(tokens, cols);
   std::vector<float> ya(static_cast<size_t>(tokens * 32)), yb(static_cast<size_t>(tokens * rows));
   std::vector<float> ya1(ya.size()), yb1(yb.size());
-  const MatmulTarget targets[] = {{&q3k, yb.data()}, {&a.w, ya.data()}};
+  const MatmulTarget targets[] = {{&bf16, yb.data()}, {&a.w, ya.data()}};
   matmul_many(targets, x.data(), tokens, scratch, pool);
   matmul(a.w, x.data(), tokens, ya1.data(), scratch, pool);
-  matmul(q3k, x.data(), tokens, yb1.data(), scratch, pool);
+  matmul(bf16, x.data(), tokens, yb1.data(), scratch, pool);
   EXPECT_EQ(ya, ya1);
   EXPECT_EQ(yb, yb1);
 }

@@ -251,6 +251,73 @@ void gemm_q6k_group(const uint8_t* group, int64_t blocks, const ActQ8Block* act,
   }
 }
 
+// Q3_K: per 16-column sub-block, d * scale * (sum(v * a) - 4 * sum(a)) with v = q + 4, the
+// offset exact in integers through the activation's half sums (as Q6_K's).
+void gemm_q3k_group(const uint8_t* group, int64_t blocks, const ActQ8Block* act, int64_t act_stride,
+                    int64_t n_tokens, float* y, int64_t y_stride) {
+  const auto* w = reinterpret_cast<const PackedQ3KBlock*>(group);
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    for (int r = 0; r < kPackRows; ++r) {
+      float acc = 0;
+      for (int64_t b = 0; b < blocks; ++b) {
+        const float d = fp16_to_fp32(w[b].d[r]);
+        for (int j = 0; j < kSubBlocks; ++j) {
+          const ActQ8Block& a = act[(b * kSubBlocks + j) * act_stride + t];
+          const auto& sub = w[b].sub[j];
+          for (int p = 0; p < 2; ++p) {
+            int32_t isum = 0;
+            for (int i = 0; i < 4; ++i) {
+              for (int k = 0; k < 4; ++k) {
+                const int g = 4 * p + i;  // the 4-column group within the 32 columns
+                const int v = ((sub.ql[p][r * 4 + k] >> (2 * i)) & 3) |
+                              ((sub.qh[r * 4 + k] >> g) & 1) << 2;
+                isum += v * a.qs[4 * g + k];
+              }
+            }
+            const float scale = d * static_cast<float>(w[b].scales[2 * j + p][r]);
+            acc += static_cast<float>(isum - 4 * a.half_sum[p]) * (scale * a.d);
+          }
+        }
+      }
+      y[t * y_stride + r] = acc;
+    }
+  }
+}
+
+// Q2_K: per 16-column sub-block, d * scale * sum(q * a) - dmin * min * sum(a): the mins fold
+// through the activation's half sums, in integers over the super-block as llama.cpp folds them
+// through Q8_K's block sums.
+void gemm_q2k_group(const uint8_t* group, int64_t blocks, const ActQ8Block* act, int64_t act_stride,
+                    int64_t n_tokens, float* y, int64_t y_stride) {
+  const auto* w = reinterpret_cast<const PackedQ2KBlock*>(group);
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    for (int r = 0; r < kPackRows; ++r) {
+      float acc = 0;
+      for (int64_t b = 0; b < blocks; ++b) {
+        int32_t scaled = 0, mins = 0;
+        for (int j = 0; j < kSubBlocks; ++j) {
+          const ActQ8Block& a = act[(b * kSubBlocks + j) * act_stride + t];
+          for (int p = 0; p < 2; ++p) {
+            int32_t isum = 0;
+            for (int i = 0; i < 4; ++i) {
+              for (int k = 0; k < 4; ++k)
+                isum += ((w[b].qs[j][p][r * 4 + k] >> (2 * i)) & 3) * a.qs[16 * p + 4 * i + k];
+            }
+            const uint8_t byte = w[b].scales[j][r][p];
+            scaled += (byte & 0x0F) * isum;
+            mins += (byte >> 4) * a.half_sum[p];
+          }
+        }
+        // The 8 blocks of a super-block share the activation's d (Q8_K).
+        const float a_d = act[b * kSubBlocks * act_stride + t].d;
+        acc += static_cast<float>(scaled) * (fp16_to_fp32(w[b].d[r]) * a_d);
+        acc -= static_cast<float>(mins) * (fp16_to_fp32(w[b].dmin[r]) * a_d);
+      }
+      y[t * y_stride + r] = acc;
+    }
+  }
+}
+
 void gemm_q8_0_group(const uint8_t* group, int64_t blocks, const ActQ8Block* act,
                      int64_t act_stride, int64_t n_tokens, float* y, int64_t y_stride) {
   const auto* w = reinterpret_cast<const PackedQ8Block*>(group);
@@ -333,6 +400,8 @@ PackedKernels packed_kernels() {
   k.q4_k = gemm_q4k_group;
   k.q5_k = gemm_q5k_group;
   k.q6_k = gemm_q6k_group;
+  k.q3_k = gemm_q3k_group;
+  k.q2_k = gemm_q2k_group;
   k.iq4_xs = gemm_iq4xs_group;
   k.mxfp4 = gemm_mxfp4_group;
   return k;

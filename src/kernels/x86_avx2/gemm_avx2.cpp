@@ -353,6 +353,156 @@ void q6k_tile(const PackedQ6KBlock* w, int64_t blocks, int half, const ActQ8Bloc
     for (int h = 0; h < H; ++h) _mm256_storeu_ps(y + t * y_stride + 8 * (half + h), acc[t][h]);
 }
 
+// Shifts each 16-bit lane left by `bits` (right for a negative count).
+template <int bits>
+inline __m256i shift_bits(__m256i v) {
+  if constexpr (bits > 0) return _mm256_slli_epi16(v, bits);
+  if constexpr (bits < 0) return _mm256_srli_epi16(v, -bits);
+  return v;
+}
+
+// Q3_K's v = q + 4 (in [0, 7]) of 4-column group g of a sub-block's 32 columns: its low 2 bits
+// from field g % 4 of ql, its third from bit g of qh (PackedQ3KBlock).
+template <int g>
+inline __m256i q3k_values(__m256i ql, __m256i qh) {
+  return _mm256_add_epi8(_mm256_and_si256(shift_bits<-2 * (g % 4)>(ql), _mm256_set1_epi8(3)),
+                         _mm256_and_si256(shift_bits<2 - g>(qh), _mm256_set1_epi8(4)));
+}
+
+// Columns 16p .. 16p + 15 of a Q3_K sub-block, rows 8 (half + h) .., for NT tokens: two pairs
+// of maddubs (v <= 7: a pair sums to at most 3556) widen and scale in a madd with the rows'
+// scale16 ([scale, scale] a row).
+template <int NT, int H, int p>
+inline void q3k_half(const PackedQ3KBlock::SubBlock& sub, int r, __m256i qh, __m256i scale16,
+                     const ActQ8Block* a, __m256i (&isum)[NT][H], int h) {
+  const __m256i ql = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(sub.ql[p] + 4 * r));
+  const __m256i v[4] = {q3k_values<4 * p>(ql, qh), q3k_values<4 * p + 1>(ql, qh),
+                        q3k_values<4 * p + 2>(ql, qh), q3k_values<4 * p + 3>(ql, qh)};
+  for (int e = 0; e < 2; ++e) {
+    for (int t = 0; t < NT; ++t) {
+      const int8_t* q = a[t].qs + 16 * p + 8 * e;
+      const __m256i pair = _mm256_add_epi16(_mm256_maddubs_epi16(v[2 * e], broadcast_i32(q)),
+                                            _mm256_maddubs_epi16(v[2 * e + 1], broadcast_i32(q + 4)));
+      isum[t][h] = _mm256_add_epi32(isum[t][h], _mm256_madd_epi16(pair, scale16));
+      pin(isum[t][h]);
+    }
+  }
+}
+
+// Q3_K: Q6_K's integer scheme with v = q + 4 in place of Q6_K's q: everything up to d in
+// integers over the super-block, the -4 offset one madd of the rows' two scales times -4 with
+// the activation's two half sums.
+template <int NT, int H>
+void q3k_tile(const PackedQ3KBlock* w, int64_t blocks, int half, const ActQ8Block* act,
+              int64_t act_stride, float* y, int64_t y_stride) {
+  const __m256i minus_4 = _mm256_set1_epi16(-4);
+  __m256 acc[NT][H];
+  for (int t = 0; t < NT; ++t)
+    for (int h = 0; h < H; ++h) acc[t][h] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < blocks; ++b) {
+    __m256i isum[NT][H];
+    for (int t = 0; t < NT; ++t)
+      for (int h = 0; h < H; ++h) isum[t][h] = _mm256_setzero_si256();
+    for (int j = 0; j < kSubBlocks; ++j) {
+      prefetch_sub_block<H, NT>(half, w + b, j);
+      const ActQ8Block* a = act + (b * kSubBlocks + j) * act_stride;
+      for (int h = 0; h < H; ++h) {
+        const int r = 8 * (half + h);
+        const __m128i s0 =
+            _mm_loadl_epi64(reinterpret_cast<const __m128i*>(w[b].scales[2 * j] + r));
+        const __m128i s1 =
+            _mm_loadl_epi64(reinterpret_cast<const __m128i*>(w[b].scales[2 * j + 1] + r));
+        const __m256i offset_scales =
+            _mm256_mullo_epi16(_mm256_cvtepi8_epi16(_mm_unpacklo_epi8(s0, s1)), minus_4);
+        for (int t = 0; t < NT; ++t) {
+          const __m256i half_sums = _mm256_set1_epi32(a[t].half_sum_pair());
+          isum[t][h] = _mm256_add_epi32(isum[t][h], _mm256_madd_epi16(offset_scales, half_sums));
+        }
+        const __m256i qh =
+            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[b].sub[j].qh + 4 * r));
+        q3k_half<NT, H, 0>(w[b].sub[j], r, qh, _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(s0, s0)), a,
+                           isum, h);
+        q3k_half<NT, H, 1>(w[b].sub[j], r, qh, _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(s1, s1)), a,
+                           isum, h);
+      }
+    }
+    add_super_block<NT, H>(isum, w[b].d, half, act + b * kSubBlocks * act_stride, acc);
+  }
+  for (int t = 0; t < NT; ++t)
+    for (int h = 0; h < H; ++h) _mm256_storeu_ps(y + t * y_stride + 8 * (half + h), acc[t][h]);
+}
+
+// Q2_K: q a 2-bit field (a shift and an and) through maddubs, a pair of them (<= 1524) widened
+// and scaled by a madd with the 4-bit scale; the mins one madd a sub-block of the rows' two
+// mins with the activation's two half sums. Both sums stay integers over the super-block; d
+// and dmin (times the activation's scale) multiply them once.
+template <int NT, int H>
+void q2k_tile(const PackedQ2KBlock* w, int64_t blocks, int half, const ActQ8Block* act,
+              int64_t act_stride, float* y, int64_t y_stride) {
+  const __m256i two_bits = _mm256_set1_epi8(3);
+  const __m128i nibble = _mm_set1_epi8(0x0F);
+  // Byte 2k + p of a row pair's 4 scale bytes, twice: [scale_p, scale_p] a row once widened.
+  const __m128i pick[2] = {_mm_setr_epi8(0, 0, 2, 2, 4, 4, 6, 6, 8, 8, 10, 10, 12, 12, 14, 14),
+                           _mm_setr_epi8(1, 1, 3, 3, 5, 5, 7, 7, 9, 9, 11, 11, 13, 13, 15, 15)};
+  __m256 acc[NT][H];
+  for (int t = 0; t < NT; ++t)
+    for (int h = 0; h < H; ++h) acc[t][h] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < blocks; ++b) {
+    __m256i isum[NT][H], min_sum[NT][H];
+    for (int t = 0; t < NT; ++t) {
+      for (int h = 0; h < H; ++h) {
+        isum[t][h] = _mm256_setzero_si256();
+        min_sum[t][h] = _mm256_setzero_si256();
+      }
+    }
+    for (int j = 0; j < kSubBlocks; ++j) {
+      prefetch_sub_block<H, NT>(half, w + b, j);
+      const ActQ8Block* a = act + (b * kSubBlocks + j) * act_stride;
+      for (int h = 0; h < H; ++h) {
+        const int r = 8 * (half + h);
+        const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w[b].scales[j][r]));
+        const __m128i scales = _mm_and_si128(bytes, nibble);
+        const __m256i scale16[2] = {_mm256_cvtepu8_epi16(_mm_shuffle_epi8(scales, pick[0])),
+                                    _mm256_cvtepu8_epi16(_mm_shuffle_epi8(scales, pick[1]))};
+        const __m256i min_pair =
+            _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(bytes, 4), nibble));
+        for (int t = 0; t < NT; ++t) {
+          const __m256i half_sums = _mm256_set1_epi32(a[t].half_sum_pair());
+          min_sum[t][h] = _mm256_add_epi32(min_sum[t][h], _mm256_madd_epi16(min_pair, half_sums));
+        }
+        for (int p = 0; p < 2; ++p) {
+          const __m256i ql =
+              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[b].qs[j][p] + 4 * r));
+          for (int e = 0; e < 2; ++e) {
+            const __m256i first = _mm256_and_si256(_mm256_srli_epi16(ql, 4 * e), two_bits);
+            const __m256i second = _mm256_and_si256(_mm256_srli_epi16(ql, 4 * e + 2), two_bits);
+            for (int t = 0; t < NT; ++t) {
+              const int8_t* q = a[t].qs + 16 * p + 8 * e;
+              const __m256i pair = _mm256_add_epi16(_mm256_maddubs_epi16(first, broadcast_i32(q)),
+                                                    _mm256_maddubs_epi16(second, broadcast_i32(q + 4)));
+              isum[t][h] = _mm256_add_epi32(isum[t][h], _mm256_madd_epi16(pair, scale16[p]));
+              pin(isum[t][h]);
+            }
+          }
+        }
+      }
+    }
+    const ActQ8Block* a = act + b * kSubBlocks * act_stride;
+    for (int h = 0; h < H; ++h) {
+      const __m256 d = load_fp16x8(w[b].d + 8 * (half + h));
+      const __m256 dmin = load_fp16x8(w[b].dmin + 8 * (half + h));
+      for (int t = 0; t < NT; ++t) {
+        const __m256 a_d = _mm256_set1_ps(a[t].d);
+        acc[t][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[t][h]), _mm256_mul_ps(d, a_d), acc[t][h]);
+        acc[t][h] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(min_sum[t][h]), _mm256_mul_ps(dmin, a_d),
+                                     acc[t][h]);
+      }
+    }
+  }
+  for (int t = 0; t < NT; ++t)
+    for (int h = 0; h < H; ++h) _mm256_storeu_ps(y + t * y_stride + 8 * (half + h), acc[t][h]);
+}
+
 // IQ4_XS: each nibble becomes its table value by a byte shuffle; the signed weights go through
 // maddubs as |w| with the activation taking w's sign (|w| <= 127, so one maddubs stays inside
 // int16 and is widened at once).
@@ -615,12 +765,31 @@ struct MXFP4Tile {
 // Q6_K's unpacking (about 9 instructions a vector of weights) is shared by the tokens of a
 // pass: 6 of them, tiles of up to 12, where the other formats take 4 and 8.
 constexpr int kQ6KPassTokens = 6;
+// Q3_K unpacks at about Q6_K's cost (5 instructions a vector of weights), so its passes take as
+// many tokens.
+constexpr int kQ3KPassTokens = kQ6KPassTokens;
 template <int NT>
 struct Q6KTile {
   static void run(const PackedQ6KBlock* w, int64_t blocks, const ActQ8Block* act,
                   int64_t act_stride, float* y, int64_t y_stride) {
     split_tile<NT, kQ6KPassTokens>(w, blocks, act, act_stride, y, y_stride,
                                    []<int N, int H>(auto... args) { q6k_tile<N, H>(args...); });
+  }
+};
+template <int NT>
+struct Q3KTile {
+  static void run(const PackedQ3KBlock* w, int64_t blocks, const ActQ8Block* act,
+                  int64_t act_stride, float* y, int64_t y_stride) {
+    split_tile<NT, kQ3KPassTokens>(w, blocks, act, act_stride, y, y_stride,
+                                   []<int N, int H>(auto... args) { q3k_tile<N, H>(args...); });
+  }
+};
+template <int NT>
+struct Q2KTile {
+  static void run(const PackedQ2KBlock* w, int64_t blocks, const ActQ8Block* act,
+                  int64_t act_stride, float* y, int64_t y_stride) {
+    split_tile<NT>(w, blocks, act, act_stride, y, y_stride,
+                   []<int N, int H>(auto... args) { q2k_tile<N, H>(args...); });
   }
 };
 template <int NT>
@@ -740,6 +909,8 @@ PackedKernels packed_kernels() {
   k.q4_k = run_group_tiles<PackedQ4KBlock, Q4KTile>;
   k.q5_k = run_group_tiles<PackedQ5KBlock, Q5KTile>;
   k.q6_k = run_group_tiles<PackedQ6KBlock, Q6KTile, ActQ8Block, 2 * kQ6KPassTokens>;
+  k.q3_k = run_group_tiles<PackedQ3KBlock, Q3KTile, ActQ8Block, 2 * kQ3KPassTokens>;
+  k.q2_k = run_group_tiles<PackedQ2KBlock, Q2KTile>;
   // Panels that hold whole tiles of both sizes (the Q6_K tiles' 12 tokens, the others' 8).
   k.act_panel_tokens = std::lcm(kMaxTileTokens, 2 * kQ6KPassTokens);
   k.iq4_xs = run_group_tiles<PackedIQ4XSBlock, IQ4XSTile>;

@@ -11,8 +11,10 @@
 #include <type_traits>
 
 // GCC 12's AVX-512 conversion intrinsics start from _mm512_undefined_ps(), which its own
-// -Wmaybe-uninitialized then reports at every call site; the value is never read.
+// -Wmaybe-uninitialized (or, where inlined deeper, -Wuninitialized) then reports at every call
+// site; the value is never read.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 
 namespace inferd::kernels::avx512 {
 namespace {
@@ -248,6 +250,122 @@ void q6k_tile(const PackedQ6KBlock* w, int64_t blocks, const ActQ8Block* act, in
     const ActQ8Block* a = act + b * kSubBlocks * act_stride;
     for (int t = 0; t < NT; ++t)
       acc[t] = _mm512_fmadd_ps(block_sum[t], _mm512_mul_ps(d, _mm512_set1_ps(a[t].d)), acc[t]);
+  }
+  for (int t = 0; t < NT; ++t) _mm512_storeu_ps(y + t * y_stride, acc[t]);
+}
+
+// Shifts each 16-bit lane left by `bits` (right for a negative count): the kernels below move
+// a bit field to a fixed place with one shift whose direction depends on the field.
+template <int bits>
+inline __m512i shift_bits(__m512i v) {
+  if constexpr (bits > 0) return _mm512_slli_epi16(v, bits);
+  if constexpr (bits < 0) return _mm512_srli_epi16(v, -bits);
+  return v;
+}
+
+// Q3_K: each VNNI operand is 8 v = 8 (q + 4), its low 2 bits from ql moved to bits 3-4 and its
+// third from qh to bit 5 (a shift and an and each, then an add: packed.h's order of fields
+// makes every move one shift). Times 8, the -4 offset per 16 columns is -32 x the activation's
+// half sum: the ready-made offset32 the Q6_K tile starts its sums at; the 8 comes off with d.
+// The operand of 4-column group g of the 32 columns (field g % 4 of ql[g / 4], bit g of qh).
+template <int g>
+inline __m512i q3k_operand(__m512i ql, __m512i qh) {
+  return _mm512_add_epi8(
+      _mm512_and_si512(shift_bits<3 - 2 * (g % 4)>(ql), _mm512_set1_epi8(0x18)),
+      _mm512_and_si512(shift_bits<5 - g>(qh), _mm512_set1_epi8(0x20)));
+}
+
+// Columns 16p .. 16p + 15 of a Q3_K sub-block for NT tokens, added to block_sum times the
+// rows' scales.
+template <int NT, int p>
+inline void q3k_half(const PackedQ3KBlock::SubBlock& sub, __m512i qh, const int8_t* scales,
+                     const ActQ8Block* a, __m512 (&block_sum)[NT]) {
+  __m512i isum[NT];
+  for (int t = 0; t < NT; ++t) isum[t] = _mm512_set1_epi32(a[t].offset32[p]);
+  const __m512i ql = _mm512_loadu_si512(sub.ql[p]);
+  const __m512i v8[4] = {q3k_operand<4 * p>(ql, qh), q3k_operand<4 * p + 1>(ql, qh),
+                         q3k_operand<4 * p + 2>(ql, qh), q3k_operand<4 * p + 3>(ql, qh)};
+  for (int i = 0; i < 4; ++i) {
+    for (int t = 0; t < NT; ++t)
+      isum[t] = _mm512_dpbusd_epi32(isum[t], v8[i], broadcast_i32(a[t].qs + 16 * p + 4 * i));
+  }
+  const __m512 scale = load_i8x16(scales);
+  for (int t = 0; t < NT; ++t)
+    block_sum[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[t]), scale, block_sum[t]);
+}
+
+template <int NT, Prefetch P = Prefetch::kNextGroup>
+void q3k_tile(const PackedQ3KBlock* w, int64_t blocks, const ActQ8Block* act, int64_t act_stride,
+              float* y, int64_t y_stride) {
+  __m512 acc[NT];
+  for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < blocks; ++b) {
+    prefetch_for<P, NT>(w + b, blocks);
+    __m512 block_sum[NT];
+    for (int t = 0; t < NT; ++t) block_sum[t] = _mm512_setzero_ps();
+    for (int j = 0; j < kSubBlocks; ++j) {
+      const ActQ8Block* a = act + (b * kSubBlocks + j) * act_stride;
+      const __m512i qh = _mm512_loadu_si512(w[b].sub[j].qh);
+      q3k_half<NT, 0>(w[b].sub[j], qh, w[b].scales[2 * j], a, block_sum);
+      q3k_half<NT, 1>(w[b].sub[j], qh, w[b].scales[2 * j + 1], a, block_sum);
+    }
+    const __m512 d = _mm512_mul_ps(load_fp16x16(w[b].d), _mm512_set1_ps(0.125f));  // exact
+    const ActQ8Block* a = act + b * kSubBlocks * act_stride;
+    for (int t = 0; t < NT; ++t)
+      acc[t] = _mm512_fmadd_ps(block_sum[t], _mm512_mul_ps(d, _mm512_set1_ps(a[t].d)), acc[t]);
+  }
+  for (int t = 0; t < NT; ++t) _mm512_storeu_ps(y + t * y_stride, acc[t]);
+}
+
+// Q2_K: q is a 2-bit field as VNNI's unsigned operand (a shift and an and). A 16-column sum
+// times its 4-bit scale gathers in floats (exact: under 2^21 a row over the super-block); the
+// mins gather in integers, one int16 multiply-add a sub-block taking a row's two mins (the
+// scale bytes widened to int16, packed.h) with the activation's two half sums.
+template <int NT, Prefetch P = Prefetch::kNextGroup>
+void q2k_tile(const PackedQ2KBlock* w, int64_t blocks, const ActQ8Block* act, int64_t act_stride,
+              float* y, int64_t y_stride) {
+  const __m512i two_bits = _mm512_set1_epi8(0x03), nibble = _mm512_set1_epi32(0x0F);
+  __m512 acc[NT];
+  for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < blocks; ++b) {
+    prefetch_for<P, NT>(w + b, blocks);
+    __m512 block_sum[NT];
+    __m512i min_sum[NT];
+    for (int t = 0; t < NT; ++t) {
+      block_sum[t] = _mm512_setzero_ps();
+      min_sum[t] = _mm512_setzero_si512();
+    }
+    for (int j = 0; j < kSubBlocks; ++j) {
+      const ActQ8Block* a = act + (b * kSubBlocks + j) * act_stride;
+      // A row's two scale bytes as int16s in one 32-bit lane: the mins are their high nibbles.
+      const __m512i bytes16 = _mm512_cvtepu8_epi16(
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[b].scales[j])));
+      const __m512i min_pair = _mm512_srli_epi16(bytes16, 4);
+      const __m512 scale[2] = {
+          _mm512_cvtepi32_ps(_mm512_and_si512(bytes16, nibble)),
+          _mm512_cvtepi32_ps(_mm512_and_si512(_mm512_srli_epi32(bytes16, 16), nibble))};
+      for (int t = 0; t < NT; ++t)
+        min_sum[t] = _mm512_dpwssd_epi32(min_sum[t], min_pair, _mm512_set1_epi32(a[t].half_sum_pair()));
+      for (int p = 0; p < 2; ++p) {  // columns 16p .. 16p + 15 of the sub-block
+        __m512i isum[NT];
+        for (int t = 0; t < NT; ++t) isum[t] = _mm512_setzero_si512();
+        const __m512i raw = _mm512_loadu_si512(w[b].qs[j][p]);
+        for (int i = 0; i < 4; ++i) {
+          const __m512i q = _mm512_and_si512(_mm512_srli_epi16(raw, 2 * i), two_bits);
+          for (int t = 0; t < NT; ++t)
+            isum[t] = _mm512_dpbusd_epi32(isum[t], q, broadcast_i32(a[t].qs + 16 * p + 4 * i));
+        }
+        for (int t = 0; t < NT; ++t)
+          block_sum[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[t]), scale[p], block_sum[t]);
+      }
+    }
+    const __m512 d = load_fp16x16(w[b].d), dmin = load_fp16x16(w[b].dmin);
+    const ActQ8Block* a = act + b * kSubBlocks * act_stride;
+    for (int t = 0; t < NT; ++t) {
+      const __m512 sum = _mm512_fmsub_ps(d, block_sum[t],
+                                         _mm512_mul_ps(dmin, _mm512_cvtepi32_ps(min_sum[t])));
+      acc[t] = _mm512_fmadd_ps(sum, _mm512_set1_ps(a[t].d), acc[t]);
+    }
   }
   for (int t = 0; t < NT; ++t) _mm512_storeu_ps(y + t * y_stride, acc[t]);
 }
@@ -578,6 +696,40 @@ struct Q6KTile {
     q6k_tile<NT, Prefetch::kAhead>(w, blocks, act, act_stride, y, y_stride);
   }
 };
+// A tile kernel's three entries for run_group_tiles (Prefetch above says which does what);
+// Kernel::call<NT, P> runs it.
+template <typename Block, typename Kernel>
+struct PrefetchTiles {
+  template <int NT>
+  struct Tile {
+    static void run(const Block* w, int64_t blocks, const ActQ8Block* act, int64_t act_stride,
+                    float* y, int64_t y_stride) {
+      Kernel::template call<NT, Prefetch::kNextGroup>(w, blocks, act, act_stride, y, y_stride);
+    }
+    static void run_cached(const Block* w, int64_t blocks, const ActQ8Block* act,
+                           int64_t act_stride, float* y, int64_t y_stride) {
+      Kernel::template call<NT, Prefetch::kNone>(w, blocks, act, act_stride, y, y_stride);
+    }
+    static void run_small_step(const Block* w, int64_t blocks, const ActQ8Block* act,
+                               int64_t act_stride, float* y, int64_t y_stride) {
+      Kernel::template call<NT, Prefetch::kAhead>(w, blocks, act, act_stride, y, y_stride);
+    }
+  };
+};
+struct Q3KKernel {
+  template <int NT, Prefetch P>
+  static void call(const PackedQ3KBlock* w, int64_t blocks, const ActQ8Block* act,
+                   int64_t act_stride, float* y, int64_t y_stride) {
+    q3k_tile<NT, P>(w, blocks, act, act_stride, y, y_stride);
+  }
+};
+struct Q2KKernel {
+  template <int NT, Prefetch P>
+  static void call(const PackedQ2KBlock* w, int64_t blocks, const ActQ8Block* act,
+                   int64_t act_stride, float* y, int64_t y_stride) {
+    q2k_tile<NT, P>(w, blocks, act, act_stride, y, y_stride);
+  }
+};
 template <int NT>
 struct Q8Tile {
   static void run(const PackedQ8Block* w, int64_t blocks, const ActQ8Block* act, int64_t act_stride,
@@ -681,6 +833,8 @@ PackedKernels packed_kernels() {
   k.q4_k = run_group_tiles<PackedQ4KBlock, Q4KTile>;
   k.q5_k = run_group_tiles<PackedQ5KBlock, Q5KTile>;
   k.q6_k = run_group_tiles<PackedQ6KBlock, Q6KTile>;
+  k.q3_k = run_group_tiles<PackedQ3KBlock, PrefetchTiles<PackedQ3KBlock, Q3KKernel>::Tile>;
+  k.q2_k = run_group_tiles<PackedQ2KBlock, PrefetchTiles<PackedQ2KBlock, Q2KKernel>::Tile>;
   k.iq4_xs = run_group_tiles<PackedIQ4XSBlock, IQ4XSTile>;
   k.mxfp4 = run_group_tiles<PackedMXFP4Block, MXFP4Tile>;
   return k;
