@@ -55,16 +55,17 @@ void add_kv_type_options(CLI::App& cmd, DType& key_type, DType& value_type) {
   const auto add = [&cmd](const std::string& name, DType& type, const std::string& help) {
     cmd.add_option_function<std::string>(
            name,
-           [&type](std::string value) {  // one of the two names, in any case (the check)
+           [&type](std::string value) {  // one of the three names, in any case (the check)
              for (char& ch : value) ch = static_cast<char>(std::tolower(ch));
-             type = value == "q8_0" ? DType::Q8_0 : DType::F16;
+             type = value == "q8_0" ? DType::Q8_0 : value == "q4_0" ? DType::Q4_0 : DType::F16;
            },
            help)
-        ->check(CLI::IsMember({"f16", "q8_0"}, CLI::ignore_case));
+        ->check(CLI::IsMember({"f16", "q8_0", "q4_0"}, CLI::ignore_case));
   };
   // -ctk and -ctv (llama.cpp's spellings) are renamed to these by main().
-  add("--cache-type-k", key_type, "KV cache type of the keys: f16 (default) or q8_0 (-ctk)");
-  add("--cache-type-v", value_type, "KV cache type of the values: f16 (default) or q8_0 (-ctv)");
+  add("--cache-type-k", key_type, "KV cache type of the keys: f16 (default), q8_0 or q4_0 (-ctk)");
+  add("--cache-type-v", value_type,
+      "KV cache type of the values: f16 (default), q8_0 or q4_0 (-ctv)");
 }
 
 void add_prefix_cache_option(CLI::App& cmd, bool& no_prefix_cache) {

@@ -60,7 +60,7 @@ struct GenerationOptions {
 // --temp, --top-k, --top-p, --min-p, --repeat-penalty, --repeat-last-n, --presence-penalty,
 // --frequency-penalty, -s/--seed (llama.cpp's names), over the values `sampling` holds.
 void add_sampling_options(CLI::App& cmd, sampling::SamplingParams& sampling);
-// -ctk/--cache-type-k and -ctv/--cache-type-v (f16 or q8_0, as llama.cpp spells them).
+// -ctk/--cache-type-k and -ctv/--cache-type-v (f16, q8_0 or q4_0, as llama.cpp spells them).
 void add_kv_type_options(CLI::App& cmd, DType& key_type, DType& value_type);
 // --swa-full (llama.cpp's flag): sliding-window layers keep every position in the KV cache.
 void add_swa_full_option(CLI::App& cmd, bool& swa_full);

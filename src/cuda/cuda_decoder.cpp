@@ -767,8 +767,10 @@ class CudaDecoder final : public Model {
   void ensure_kv(const kv::KvCache& cache) {
     const kv::KvCacheConfig& kc = cache.config();
     if (kc.key_type != DType::F16 || kc.value_type != DType::F16)
-      fail("--device cuda keeps its KV cache in f16 (asked: keys {}, values {})",
-           dtype_name(kc.key_type), dtype_name(kc.value_type));
+      fail(
+          "--device cuda keeps its KV cache in f16 (asked: keys {}, values {}); leave out "
+          "-ctk/--cache-type-k and -ctv/--cache-type-v, or run on the CPU",
+          dtype_name(kc.key_type), dtype_name(kc.value_type));
     if (kv_for_ == &cache && same_blocks(cache)) return;
     kv_layout_ = {config_.n_kv_heads, config_.head_dim, cache.block_size(), 0};
     const size_t record = size_t(config_.n_kv_heads) * size_t(cache.block_size()) * config_.head_dim;

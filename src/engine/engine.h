@@ -42,8 +42,8 @@ struct EngineConfig {
   int max_seqs = 16;
   int block_size = 16;
   int32_t kv_blocks = 0;             // 0: enough for max_seqs sequences of `context` tokens
-  DType kv_key_type = DType::F16;    // F16 or Q8_0 (kv/kv_cache.h)
-  DType kv_value_type = DType::F16;  // F16 or Q8_0
+  DType kv_key_type = DType::F16;    // F16, Q8_0 or Q4_0 (kv/kv_cache.h)
+  DType kv_value_type = DType::F16;  // F16, Q8_0 or Q4_0
   // Sliding-window layers keep every position, as full-attention ones (llama.cpp --swa-full);
   // by default they hold only their window (kv/kv_cache.h).
   bool swa_full = false;

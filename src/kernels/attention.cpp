@@ -89,6 +89,44 @@ float output_scale(const RowState& state, const float* sink) {
   return correction / (state.sum * correction + std::exp(*sink - max));
 }
 
+// Scores of the tile's rows for one block's keys, in the form the cache stores them.
+void score_block(const AttentionKernels& k, const kv::KvCache& cache, int layer, int32_t block,
+                 int kv_head, int head_dim, const float* q, int rows, float* s, int s_stride) {
+  const int block_size = cache.block_size();
+  switch (cache.key_type()) {
+    case DType::Q8_0:
+      return k.scores_q8(cache.keys_q8(layer, block, kv_head),
+                         cache.key_scales(layer, block, kv_head), block_size, head_dim, q, rows, s,
+                         s_stride);
+    case DType::Q4_0:
+      return k.scores_q4(cache.keys_q4(layer, block, kv_head),
+                         cache.key_scales_q4(layer, block, kv_head), block_size, head_dim, q, rows,
+                         s, s_stride);
+    default:  // F16 (the cache accepts no other type)
+      return k.scores(cache.keys(layer, block, kv_head), block_size, head_dim, q, rows, s,
+                      s_stride);
+  }
+}
+
+// acc[r, :] += the weights p of row r times the first n_keys values of one block.
+void accumulate_block(const AttentionKernels& k, const kv::KvCache& cache, int layer, int32_t block,
+                      int kv_head, int n_keys, int head_dim, const float* p, int p_stride, int rows,
+                      float* acc) {
+  switch (cache.value_type()) {
+    case DType::Q8_0:
+      return k.accumulate_q8(cache.values_q8(layer, block, kv_head),
+                             cache.value_scales(layer, block, kv_head), n_keys, head_dim, p,
+                             p_stride, rows, acc);
+    case DType::Q4_0:
+      return k.accumulate_q4(cache.values_q4(layer, block, kv_head),
+                             cache.value_scales_q4(layer, block, kv_head), n_keys, head_dim, p,
+                             p_stride, rows, acc);
+    default:  // F16
+      return k.accumulate(cache.values(layer, block, kv_head), n_keys, head_dim, p, p_stride, rows,
+                          acc);
+  }
+}
+
 }  // namespace
 
 int attention_tile_tokens(const AttentionShape& shape) {
@@ -109,19 +147,23 @@ void attend_tile(const AttentionTile& tile, const kv::KvCache& cache, int layer,
   const AttentionKernels& k = table.attention;
   const int64_t q_stride = int64_t{shape.n_heads} * head_dim;
   // Row r = token t * group + head g. Queries meeting F16 keys are rounded to f16 like them, as
-  // llama.cpp does before its f16 dot products; Q8_0 keys meet them as they are.
+  // llama.cpp does before its f16 dot products; Q8_0 and Q4_0 keys meet them as they are.
   alignas(64) float q[kMaxTileValues];              // [rows, head_dim]
   alignas(64) float acc[kMaxTileValues];            // [rows, head_dim]
   alignas(64) float scores[kMaxRows * kChunkKeys];  // [rows, chunk_keys]
   RowState state[kMaxRows];
   int32_t first_key[kMaxRows], last_key[kMaxRows];  // the keys row r sees: [first, last]
   int32_t max_position = 0, min_first_key = std::numeric_limits<int32_t>::max();
+  // Keys and values the cache keeps rotated (kv_cache.h): queries rotated as the keys are, the
+  // output rotated back.
+  const int key_rotation = cache.key_rotation(layer), value_rotation = cache.value_rotation(layer);
   for (int t = 0; t < tile.n_tokens; ++t) {
     for (int g = 0; g < group; ++g) {
       const int r = t * group + g;
       const float* src = tile.q + t * q_stride + int64_t{tile.kv_head * group + g} * head_dim;
       std::copy(src, src + head_dim, q + r * head_dim);
       if (cache.key_type() == DType::F16) k.round_to_fp16(q + r * head_dim, head_dim);
+      if (key_rotation > 0) kv::hadamard_rotate(q + r * head_dim, head_dim, key_rotation);
       last_key[r] = tile.positions[t];
       first_key[r] = shape.window > 0 ? std::max(0, tile.positions[t] - shape.window + 1) : 0;
       min_first_key = std::min(min_first_key, first_key[r]);
@@ -133,8 +175,6 @@ void attend_tile(const AttentionTile& tile, const kv::KvCache& cache, int layer,
   const int chunk_blocks = std::max(1, kChunkKeys / block_size);
   const int chunk_keys = chunk_blocks * block_size;
   const int64_t n_keys = int64_t{max_position} + 1;
-  const bool q8_keys = cache.key_type() == DType::Q8_0,
-             q8_values = cache.value_type() == DType::Q8_0;
   // Blocks wholly before every row's window are never read (a sliding layer's old blocks may
   // already be gone from the table): the chunk that holds the first block seen starts at a
   // multiple of the chunk size, and its blocks before that one are skipped.
@@ -155,14 +195,8 @@ void attend_tile(const AttentionTile& tile, const kv::KvCache& cache, int layer,
     // the tiles ran up to 15% faster without it, from cache and from memory).
     for (int i = skip; i < n_blocks; ++i) {
       const int32_t block = block_table[static_cast<size_t>(first_block + i)];
-      if (q8_keys) {
-        k.scores_q8(cache.keys_q8(layer, block, tile.kv_head),
-                    cache.key_scales(layer, block, tile.kv_head), block_size, head_dim, q, rows,
-                    scores + i * block_size, chunk_keys);
-      } else {
-        k.scores(cache.keys(layer, block, tile.kv_head), block_size, head_dim, q, rows,
-                 scores + i * block_size, chunk_keys);
-      }
+      score_block(k, cache, layer, block, tile.kv_head, head_dim, q, rows, scores + i * block_size,
+                  chunk_keys);
       prefetcher.step();
     }
     for (int r = 0; r < rows; ++r) {
@@ -192,14 +226,8 @@ void attend_tile(const AttentionTile& tile, const kv::KvCache& cache, int layer,
     for (int i = skip; i < n_blocks; ++i) {
       const int32_t block = block_table[static_cast<size_t>(first_block + i)];
       const int keys = std::min(block_size, count - i * block_size);
-      if (q8_values) {
-        k.accumulate_q8(cache.values_q8(layer, block, tile.kv_head),
-                        cache.value_scales(layer, block, tile.kv_head), keys, head_dim,
-                        scores + i * block_size, chunk_keys, rows, acc);
-      } else {
-        k.accumulate(cache.values(layer, block, tile.kv_head), keys, head_dim,
-                     scores + i * block_size, chunk_keys, rows, acc);
-      }
+      accumulate_block(k, cache, layer, block, tile.kv_head, keys, head_dim,
+                       scores + i * block_size, chunk_keys, rows, acc);
     }
   }
   prefetcher.finish();
@@ -211,6 +239,7 @@ void attend_tile(const AttentionTile& tile, const kv::KvCache& cache, int layer,
       const float inv =
           output_scale(state[r], shape.sinks != nullptr ? &shape.sinks[head] : nullptr);
       for (int d = 0; d < head_dim; ++d) dst[d] = acc[r * head_dim + d] * inv;
+      if (value_rotation > 0) kv::hadamard_rotate(dst, head_dim, value_rotation);
     }
   }
 }

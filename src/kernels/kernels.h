@@ -53,6 +53,17 @@ struct AttentionKernels {
   // `accumulate` for Q8_0 values: int8 values [n_keys, head_dim], scales [n_keys, head_dim / 32].
   void (*accumulate_q8)(const int8_t* values, const float* scales, int n_keys, int head_dim,
                         const float* p, int p_stride, int n_rows, float* acc) = nullptr;
+  // `scores` for Q4_0 keys (kv/kv_cache.h): nibbles of two dimensions per byte, keys_t
+  // [head_dim / 2, block_size] (dimension 2i in the low nibble of row i, 2i + 1 in the high), each
+  // standing for d * (nibble - 8), and the fp16 d per 32 dimensions of each key, scales
+  // [head_dim / 32, block_size].
+  void (*scores_q4)(const uint8_t* keys_t, const uint16_t* scales, int block_size, int head_dim,
+                    const float* q, int n_rows, float* s, int s_stride) = nullptr;
+  // `accumulate` for Q4_0 values: per value, each 32 dimensions as the 16 bytes of a Q4_0 block
+  // (dimension i in the low nibble of byte i, i + 16 in the high), values [n_keys, head_dim / 2],
+  // and their fp16 d, scales [n_keys, head_dim / 32].
+  void (*accumulate_q4)(const uint8_t* values, const uint16_t* scales, int n_keys, int head_dim,
+                        const float* p, int p_stride, int n_rows, float* acc) = nullptr;
 };
 
 // The packed path (kernels/packed.h): activations become ActQ8 blocks once per row, then one

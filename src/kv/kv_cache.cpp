@@ -1,9 +1,11 @@
 #include "kv/kv_cache.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "kernels/kernels.h"
+#include "kernels/ref/quant_ref.h"
 #include "tensor/half.h"
 #include "tensor/quant_blocks.h"
 #include "util/error.h"
@@ -26,7 +28,71 @@ void quantize_q8(const float* x, int head_dim, int8_t* q, size_t q_stride, float
   }
 }
 
+// One token's head_dim values in Q4_0 blocks (the reference quantizer: a token's few hundred
+// values a layer cost little beside attention over the whole sequence), their fp16 scales to
+// scales[g * scale_stride].
+void quantize_q4(const float* x, int head_dim, BlockQ4_0* blocks, uint16_t* scales,
+                 size_t scale_stride) {
+  kernels::ref::quantize_row_q4_0(x, blocks, head_dim);
+  for (int g = 0; g < head_dim / kQ8Group; ++g)
+    scales[static_cast<size_t>(g) * scale_stride] = blocks[g].d;
+}
+
+// A value's Q4_0 blocks keep their nibbles as they are: [head_dim / 2] bytes.
+void store_q4_value(const float* x, int head_dim, uint8_t* q, uint16_t* scales) {
+  BlockQ4_0 blocks[KvCache::kMaxHeadDim / kQ8Group];
+  quantize_q4(x, head_dim, blocks, scales, 1);
+  for (int g = 0; g < head_dim / kQ8Group; ++g)
+    std::memcpy(q + g * kQ8Group / 2, blocks[g].qs, kQ8Group / 2);
+}
+
+// A key's nibbles go to column `pos` of the transposed [head_dim / 2, block_size] bytes: row i
+// holds dimensions 2i (low nibble) and 2i + 1 (high), so a kernel reads a key's two dimensions,
+// and 16 keys' with one load.
+void store_q4_key(const float* x, int head_dim, uint8_t* q, size_t block_size, uint16_t* scales) {
+  BlockQ4_0 blocks[KvCache::kMaxHeadDim / kQ8Group];
+  quantize_q4(x, head_dim, blocks, scales, block_size);
+  constexpr int kHalf = kQ8Group / 2;  // a Q4_0 block: dimension i in qs[i]'s low nibble,
+                                       // i + 16 in its high
+  const auto nibble = [&](int d) {
+    const uint8_t byte = blocks[d / kQ8Group].qs[d % kHalf];
+    return d % kQ8Group < kHalf ? byte & 0x0F : byte >> 4;
+  };
+  for (int d = 0; d < head_dim; d += 2)
+    q[static_cast<size_t>(d / 2) * block_size] =
+        static_cast<uint8_t>(nibble(d) | nibble(d + 1) << 4);
+}
+
+// The rotations (hadamard_rotate widths, 0: none) of a type's keys and values at a head size:
+// as llama.cpp's, for head sizes that are multiples of 64. Only Q4_0 takes them here: Q8_0's
+// 127 steps keep a head with a few large dimensions well enough (perplexity within 0.03% of F16 on
+// SmolLM2, docs/BENCHMARKS.md) and its results stay as they were.
+int key_rotation_for(DType type, int head_dim) {
+  if (type != DType::Q4_0 || head_dim % 64 != 0) return 0;
+  return head_dim & -head_dim;  // the largest power of two dividing it
+}
+int value_rotation_for(DType type, int head_dim) {
+  return type == DType::Q4_0 && head_dim % 64 == 0 ? 64 : 0;
+}
+
 }  // namespace
+
+void hadamard_rotate(float* x, int n, int width) {
+  const float norm = 1.0f / std::sqrt(static_cast<float>(width));
+  for (int start = 0; start < n; start += width) {
+    float* v = x + start;
+    for (int h = 1; h < width; h *= 2) {  // butterflies of the fast transform
+      for (int i = 0; i < width; i += 2 * h) {
+        for (int j = i; j < i + h; ++j) {
+          const float a = v[j], b = v[j + h];
+          v[j] = a + b;
+          v[j + h] = a - b;
+        }
+      }
+    }
+    for (int i = 0; i < width; ++i) v[i] *= norm;
+  }
+}
 
 bool grow_tables(std::span<KvGroup> groups, BlockTables& tables, int64_t blocks) {
   for (size_t g = 0; g < groups.size(); ++g) {
@@ -51,15 +117,16 @@ void release_blocks(std::span<KvGroup> groups, BlockTables& tables) {
 
 size_t KvCache::record_bytes(DType type, int head_dim) const {
   const size_t values = static_cast<size_t>(config_.block_size) * static_cast<size_t>(head_dim);
-  const size_t bytes =
-      type == DType::F16 ? values * sizeof(uint16_t) : values + values / kQ8Group * sizeof(float);
+  size_t bytes = values * sizeof(uint16_t);  // F16
+  if (type == DType::Q8_0) bytes = values + values / kQ8Group * sizeof(float);
+  if (type == DType::Q4_0) bytes = values / 2 + values / kQ8Group * sizeof(uint16_t);
   return (bytes + 63) / 64 * 64;  // records start on cache lines
 }
 
 KvCache::KvCache(const KvCacheConfig& config) : config_(config) {
   for (const DType type : {config.key_type, config.value_type}) {
-    if (type != DType::F16 && type != DType::Q8_0) {
-      fail("KV cache: type {} is not supported (f16 or q8_0)", dtype_name(type));
+    if (type != DType::F16 && type != DType::Q8_0 && type != DType::Q4_0) {
+      fail("KV cache: type {} is not supported (f16, q8_0 or q4_0)", dtype_name(type));
     }
   }
   const int sliding_heads = config.sliding_n_kv_heads > 0 ? config.sliding_n_kv_heads : config.n_kv_heads;
@@ -71,10 +138,13 @@ KvCache::KvCache(const KvCacheConfig& config) : config_(config) {
       fail("KV cache: invalid shape (layers {}, kv heads {}, head dim {}, block size {})",
            config.n_layers, heads, dim, config.block_size);
     }
-    if ((config.key_type == DType::Q8_0 || config.value_type == DType::Q8_0) &&
-        dim % kQ8Group != 0) {
-      fail("KV cache: q8_0 needs a head size that is a multiple of {}, this model's is {}",
-           kQ8Group, dim);
+    for (const DType type : {config.key_type, config.value_type}) {
+      if (type != DType::F16 && dim % kQ8Group != 0) {
+        fail(
+            "KV cache: type {} (-ctk/-ctv) needs a head size that is a multiple of {}, this "
+            "model's is {}",
+            dtype_name(type), kQ8Group, dim);
+      }
     }
   }
   const bool stateless_flags = !config.stateless_layers.empty();
@@ -104,6 +174,8 @@ KvCache::KvCache(const KvCacheConfig& config) : config_(config) {
       geometry.head_dim = sliding ? sliding_dim : config.head_dim;
       geometry.key_bytes = record_bytes(config.key_type, geometry.head_dim);
       geometry.value_bytes = record_bytes(config.value_type, geometry.head_dim);
+      geometry.key_rotation = key_rotation_for(config.key_type, geometry.head_dim);
+      geometry.value_rotation = value_rotation_for(config.value_type, geometry.head_dim);
       groups_.emplace_back(blocks, sliding && !config.sliding_keeps_all ? config.sliding_window : 0);
       break;
     }
@@ -262,25 +334,45 @@ void KvCache::write(int layer, int64_t slot, const float* k, const float* v) {
   // stored transposed.
   const kernels::QuantizeRowFn to_fp16 = kernels::active_kernels().f16.quantize_activation;
   uint16_t key_halves[kMaxHeadDim];
-  const size_t scales_at = q8_scales_offset(layer), groups = head_dim / kQ8Group;
+  float key_rotated[kMaxHeadDim], value_rotated[kMaxHeadDim];
+  const size_t key_scales_at = scales_offset(layer, config_.key_type),
+               value_scales_at = scales_offset(layer, config_.value_type),
+               groups = head_dim / kQ8Group;
   for (int h = 0; h < geo.n_kv_heads; ++h) {
     const float* ks = k + static_cast<size_t>(h) * head_dim;
     const float* vs = v + static_cast<size_t>(h) * head_dim;
+    if (geo.key_rotation > 0) {
+      std::copy_n(ks, dim, key_rotated);
+      hadamard_rotate(key_rotated, dim, geo.key_rotation);
+      ks = key_rotated;
+    }
+    if (geo.value_rotation > 0) {
+      std::copy_n(vs, dim, value_rotated);
+      hadamard_rotate(value_rotated, dim, geo.value_rotation);
+      vs = value_rotated;
+    }
     uint8_t* kb = key_data(layer) + offset(layer, block, h) * geo.key_bytes;
     uint8_t* vb = value_data(layer) + offset(layer, block, h) * geo.value_bytes;
     if (config_.key_type == DType::F16) {
       uint16_t* kd = reinterpret_cast<uint16_t*>(kb) + pos;
       to_fp16(ks, key_halves, dim);
       for (size_t d = 0; d < head_dim; ++d) kd[d * block_size] = key_halves[d];
-    } else {  // transposed: dimension d of this token at d * block_size + pos
+    } else if (config_.key_type ==
+               DType::Q8_0) {  // transposed: dimension d at d * block_size + pos
       quantize_q8(ks, dim, reinterpret_cast<int8_t*>(kb) + pos, block_size,
-                  reinterpret_cast<float*>(kb + scales_at) + pos, block_size);
+                  reinterpret_cast<float*>(kb + key_scales_at) + pos, block_size);
+    } else {
+      store_q4_key(ks, dim, kb + pos, block_size,
+                   reinterpret_cast<uint16_t*>(kb + key_scales_at) + pos);
     }
     if (config_.value_type == DType::F16) {
       to_fp16(vs, reinterpret_cast<uint16_t*>(vb) + pos * head_dim, dim);
-    } else {
+    } else if (config_.value_type == DType::Q8_0) {
       quantize_q8(vs, dim, reinterpret_cast<int8_t*>(vb) + pos * head_dim, 1,
-                  reinterpret_cast<float*>(vb + scales_at) + pos * groups, 1);
+                  reinterpret_cast<float*>(vb + value_scales_at) + pos * groups, 1);
+    } else {
+      store_q4_value(vs, dim, vb + pos * head_dim / 2,
+                     reinterpret_cast<uint16_t*>(vb + value_scales_at) + pos * groups);
     }
   }
 }

@@ -77,16 +77,20 @@ TEST_F(EngineTest, ConcurrentGreedyEqualsAlone) {
   expect_batched_equals_alone(e, prompts);
 }
 
-// With a Q8_0 KV cache the engine still answers the factual prompt, and a request's greedy
-// output does not depend on what it is batched with (each token's K/V is quantized on its own).
-TEST_F(EngineTest, Q8CacheGreedyIsCoherentAndEqualsAlone) {
-  auto e = make_engine(4, 1024, DType::Q8_0);
-  auto fact = submit(e, "The capital of France is", 12, greedy());
-  e.run_until_idle();
-  EXPECT_NE(fact->text_.find("Paris"), std::string::npos) << fact->text_;
-  const std::vector<std::string> prompts = {"Once upon a time",
-                                            "def fibonacci(n):", "The three primary colors are"};
-  expect_batched_equals_alone(e, prompts);
+// With a Q8_0 or Q4_0 KV cache the engine still answers the factual prompt, and a request's
+// greedy output does not depend on what it is batched with (each token's K/V is quantized on its
+// own, and a row's attention sums do not depend on the rows beside it).
+TEST_F(EngineTest, QuantizedCacheGreedyIsCoherentAndEqualsAlone) {
+  for (const DType type : {DType::Q8_0, DType::Q4_0}) {
+    SCOPED_TRACE(dtype_name(type));
+    auto e = make_engine(4, 1024, type);
+    auto fact = submit(e, "The capital of France is", 12, greedy());
+    e.run_until_idle();
+    EXPECT_NE(fact->text_.find("Paris"), std::string::npos) << fact->text_;
+    const std::vector<std::string> prompts = {"Once upon a time",
+                                              "def fibonacci(n):", "The three primary colors are"};
+    expect_batched_equals_alone(e, prompts);
+  }
 }
 
 TEST_F(EngineTest, SeededSamplingReproduces) {

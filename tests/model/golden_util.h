@@ -39,16 +39,15 @@ inline std::vector<float> log_softmax(std::span<const float> logits) {
 }
 
 // Runs prompt + forced continuation through the model and returns log-probabilities of the
-// next token after the prompt and after each of the first `positions - 1` forced tokens.
-inline std::vector<std::vector<float>> logprobs_along(model::Model& model,
-                                                      const std::vector<int32_t>& prompt,
-                                                      const std::vector<int32_t>& forced,
-                                                      size_t positions,
-                                                      std::vector<float>* margins = nullptr) {
+// next token after the prompt and after each of the first `positions - 1` forced tokens, with
+// keys and values cached as `kv_type`.
+inline std::vector<std::vector<float>> logprobs_along(
+    model::Model& model, const std::vector<int32_t>& prompt, const std::vector<int32_t>& forced,
+    size_t positions, std::vector<float>* margins = nullptr, DType kv_type = DType::F16) {
   std::vector<int32_t> tokens = prompt;
   tokens.insert(tokens.end(), forced.begin(), forced.begin() + static_cast<long>(positions - 1));
   const int n = static_cast<int>(tokens.size());
-  kv::KvCache cache(model.kv_config((n + 15) / 16, 16));
+  kv::KvCache cache(model.kv_config((n + 15) / 16, 16, kv_type, kv_type));
   const kv::BlockTables tables = cache.allocate_sequence(n);
   std::vector<int32_t> pos(static_cast<size_t>(n)), rows;
   for (int i = 0; i < n; ++i) pos[static_cast<size_t>(i)] = i;

@@ -5,7 +5,9 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <random>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -177,6 +179,107 @@ TEST(AttentionKernels, AccumulateQ8MatchesReference) {
         }
       }
     }
+  }
+}
+
+// Q4_0 KV storage (kv/kv_cache.h): every byte is two valid nibbles; fp16 scales.
+std::vector<uint8_t> random_bytes(int64_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<uint8_t> out(static_cast<size_t>(n));
+  for (uint8_t& b : out) b = static_cast<uint8_t>(rng());
+  return out;
+}
+std::vector<uint16_t> random_half_scales(int64_t n, uint32_t seed) {
+  std::vector<uint16_t> out;
+  for (const float x : random_scales(n, seed)) out.push_back(fp32_to_fp16(x));
+  return out;
+}
+
+// `run(kernels, out)` on every ISA against the reference, each from a copy of `start`.
+template <typename Run>
+void expect_isas_match_reference(const std::vector<float>& start, const std::string& where,
+                                 Run run) {
+  std::vector<float> want = start;
+  run(reference_kernels().attention, want);
+  for (const KernelTable* table : available_kernels()) {
+    std::vector<float> got = start;
+    run(table->attention, got);
+    ASSERT_NO_FATAL_FAILURE(expect_matches_reference(got, want, std::string(table->isa) + where));
+  }
+}
+
+// Block sizes that are and are not multiples of the SIMD widths (8 and 16 keys), head sizes of
+// one to five groups of 32, row counts on either side of each ISA's register groups.
+TEST(AttentionKernels, ScoresQ4MatchReference) {
+  for (int block_size : {5, 8, 12, 16, 24, 32}) {
+    for (int head_dim : {32, 64, 96, 160}) {
+      for (int rows : {1, 3, 4, 5, 9, 16}) {
+        const auto keys = random_bytes(int64_t{head_dim / 2} * block_size, 41);
+        const auto scales = random_half_scales(int64_t{head_dim / 32} * block_size, 42);
+        const auto q = random_floats(int64_t{rows} * head_dim, 43);
+        const int s_stride = block_size + 3;
+        ASSERT_NO_FATAL_FAILURE(expect_isas_match_reference(
+            std::vector<float>(static_cast<size_t>(rows * s_stride)),
+            " bs=" + std::to_string(block_size) + " hd=" + std::to_string(head_dim) +
+                " rows=" + std::to_string(rows),
+            [&](const AttentionKernels& k, std::vector<float>& s) {
+              k.scores_q4(keys.data(), scales.data(), block_size, head_dim, q.data(), rows,
+                          s.data(), s_stride);
+            }));
+      }
+    }
+  }
+}
+
+TEST(AttentionKernels, AccumulateQ4MatchesReference) {
+  for (int n_keys : {1, 5, 16}) {
+    for (int head_dim : {32, 64, 96, 128, 160}) {
+      for (int rows : {1, 2, 3, 4, 5, 8, 9, 16}) {
+        const int p_stride = 16;
+        const auto values = random_bytes(int64_t{n_keys} * head_dim / 2, 44);
+        const auto scales = random_half_scales(int64_t{n_keys} * (head_dim / 32), 45);
+        const auto p = random_floats(int64_t{rows} * p_stride, 46);
+        ASSERT_NO_FATAL_FAILURE(expect_isas_match_reference(
+            random_floats(int64_t{rows} * head_dim, 47),
+            " keys=" + std::to_string(n_keys) + " hd=" + std::to_string(head_dim) +
+                " rows=" + std::to_string(rows),
+            [&](const AttentionKernels& k, std::vector<float>& acc) {
+              k.accumulate_q4(values.data(), scales.data(), n_keys, head_dim, p.data(), p_stride,
+                              rows, acc.data());
+            }));
+      }
+    }
+  }
+}
+
+// As with F16: a row's Q4_0 scores and outputs are the same bits alone (decode) or among many
+// (a prompt tile), whatever register groups the rows fall into.
+TEST(AttentionKernels, Q4RowsDoNotDependOnTheRowsBesideThem) {
+  for (const KernelTable* table : available_kernels()) {
+    const int block_size = 16, head_dim = 96, rows = 16;
+    const auto keys = random_bytes(int64_t{head_dim / 2} * block_size, 48);
+    const auto key_scales = random_half_scales(int64_t{head_dim / 32} * block_size, 49);
+    const auto q = random_floats(int64_t{rows} * head_dim, 50);
+    std::vector<float> together(static_cast<size_t>(rows * block_size)), alone(together.size());
+    table->attention.scores_q4(keys.data(), key_scales.data(), block_size, head_dim, q.data(), rows,
+                               together.data(), block_size);
+    for (int r = 0; r < rows; ++r)
+      table->attention.scores_q4(keys.data(), key_scales.data(), block_size, head_dim,
+                                 q.data() + r * head_dim, 1, alone.data() + r * block_size,
+                                 block_size);
+    EXPECT_EQ(together, alone) << table->isa << " scores_q4";
+    const auto values = random_bytes(int64_t{block_size} * head_dim / 2, 51);
+    const auto value_scales = random_half_scales(int64_t{block_size} * (head_dim / 32), 52);
+    const auto p = random_floats(int64_t{rows} * block_size, 53);
+    std::vector<float> acc_together = random_floats(int64_t{rows} * head_dim, 54);
+    std::vector<float> acc_alone = acc_together;
+    table->attention.accumulate_q4(values.data(), value_scales.data(), block_size, head_dim,
+                                   p.data(), block_size, rows, acc_together.data());
+    for (int r = 0; r < rows; ++r)
+      table->attention.accumulate_q4(values.data(), value_scales.data(), block_size, head_dim,
+                                     p.data() + r * block_size, block_size, 1,
+                                     acc_alone.data() + r * head_dim);
+    EXPECT_EQ(acc_together, acc_alone) << table->isa << " accumulate_q4";
   }
 }
 
@@ -451,7 +554,7 @@ TEST(Attention, SlidingWindowAndSoftcapMatchPlainAttention) {
 TEST(Attention, TokenOutputDoesNotDependOnItsTile) {
   const int head_dim = 64, n_tokens = 600, block_size = 16;
   const int n_blocks = (n_tokens + block_size - 1) / block_size;
-  for (const DType type : {DType::F16, DType::Q8_0}) {
+  for (const DType type : {DType::F16, DType::Q8_0, DType::Q4_0}) {
     for (const auto& [n_heads, n_kv_heads] : {std::pair{9, 3}, std::pair{8, 2}}) {
       kv::KvCache cache({1, n_kv_heads, head_dim, block_size, n_blocks, type, type});
       std::vector<int32_t> block_table;
@@ -521,9 +624,113 @@ TEST(Attention, Q8CacheStoresEachValueWithinHalfAStep) {
   EXPECT_EQ(cache.key_scales(0, 1, 0)[pos + 1], 0.0f);
 }
 
+// Dimension d of key and of value `pos` of a block of a Q4_0 cache's layer 0, kv head h, read
+// back from the layout kv_cache.h describes: keys two dimensions a byte ([head_dim / 2,
+// block_size]), values as Q4_0 blocks ([block_size, head_dim / 2]), fp16 scales.
+float q4_key(const kv::KvCache& cache, int32_t block, int h, int d, int pos) {
+  const int block_size = cache.block_size();
+  const uint8_t byte = cache.keys_q4(0, block, h)[d / 2 * block_size + pos];
+  const float scale = fp16_to_fp32(cache.key_scales_q4(0, block, h)[d / 32 * block_size + pos]);
+  return scale * static_cast<float>((d % 2 == 0 ? byte & 0x0F : byte >> 4) - 8);
+}
+float q4_value(const kv::KvCache& cache, int32_t block, int h, int d, int pos) {
+  const int head_dim = cache.config().head_dim;
+  const uint8_t byte = cache.values_q4(0, block, h)[pos * head_dim / 2 + d / 32 * 16 + d % 16];
+  const float scale =
+      fp16_to_fp32(cache.value_scales_q4(0, block, h)[pos * (head_dim / 32) + d / 32]);
+  return scale * static_cast<float>((d % 32 < 16 ? byte & 0x0F : byte >> 4) - 8);
+}
+
+// One token's keys and values as the Q4_0 cache stores them: per 32 values the nibbles and fp16
+// scale of llama.cpp's Q4_0 block (the value of largest magnitude maps to -8), keys spread over
+// the transposed layout, every value within half a step of its input (a whole step where the
+// opposite extreme is clamped to 7). Head size 96, which is stored unrotated.
+TEST(Attention, Q4CacheStoresTheBlocksOfQ4_0) {
+  const int head_dim = 96, n_kv_heads = 2, block_size = 16, pos = 5;
+  kv::KvCache cache({1, n_kv_heads, head_dim, block_size, 2, DType::Q4_0, DType::Q4_0});
+  ASSERT_EQ(cache.key_rotation(0), 0);
+  ASSERT_EQ(cache.value_rotation(0), 0);
+  auto k = random_floats(n_kv_heads * head_dim, 42, 3.0f);
+  auto v = random_floats(n_kv_heads * head_dim, 43, 3.0f);
+  k[3] = 40.0f;  // a group whose extremes are opposite: -40 would be +8, and clamps to 7
+  k[7] = -40.0f;
+  cache.write(0, block_size + pos, k.data(), v.data());
+  for (int h = 0; h < n_kv_heads; ++h) {
+    for (const bool keys : {true, false}) {
+      const float* x = (keys ? k : v).data() + h * head_dim;
+      for (int g = 0; g < head_dim / 32; ++g) {
+        float max = 0;  // the signed value of largest magnitude
+        for (int i = 0; i < 32; ++i)
+          if (std::fabs(x[g * 32 + i]) > std::fabs(max)) max = x[g * 32 + i];
+        const float d_exact = max / -8, d = fp16_to_fp32(fp32_to_fp16(d_exact));
+        for (int i = 0; i < 32; ++i) {
+          const int dim = g * 32 + i;
+          const float held = keys ? q4_key(cache, 1, h, dim, pos) : q4_value(cache, 1, h, dim, pos);
+          if (i == 0) {
+            const uint16_t scale = keys ? cache.key_scales_q4(0, 1, h)[g * block_size + pos]
+                                        : cache.value_scales_q4(0, 1, h)[pos * (head_dim / 32) + g];
+            EXPECT_EQ(fp16_to_fp32(scale), d) << "head " << h << " group " << g;
+          }
+          const bool clamped = x[dim] / d_exact + 8 > 15.5f;
+          const float tol =
+              std::fabs(d_exact) * (clamped ? 1.0f : 0.5f) + 8 * std::fabs(d - d_exact) + 1e-6f;
+          ASSERT_LE(std::fabs(held - x[dim]), tol) << (keys ? "key" : "value") << " " << dim;
+        }
+      }
+    }
+  }
+  EXPECT_EQ(q4_key(cache, 1, 0, 3, pos), 40.0f);  // the extreme itself is exact
+  EXPECT_EQ(q4_key(cache, 1, 0, 7, pos), -35.0f);
+  // The other slots of the block were never written and read as zero.
+  EXPECT_EQ(cache.keys_q4(0, 1, 0)[pos + 1], 0);
+  EXPECT_EQ(cache.key_scales_q4(0, 1, 0)[pos + 1], 0);
+  // 18 bytes per 32 values, as llama.cpp's Q4_0, records rounded up to 64 bytes.
+  EXPECT_EQ(cache.key_block_bytes(0), (size_t{block_size} * head_dim / 32 * 18 + 63) / 64 * 64);
+}
+
+// The rotation of Q4_0 heads (kv_cache.h): orthonormal and its own inverse; keys rotated as wide
+// as the largest power of two dividing a head size that is a multiple of 64, values in pieces of
+// 64; other head sizes and types unrotated.
+TEST(Attention, Q4CacheRotatesHeadsOfMultiplesOf64) {
+  auto x = random_floats(256, 70);
+  auto y = x;
+  kv::hadamard_rotate(y.data(), 256, 64);
+  double norm_x = 0, norm_y = 0;
+  for (size_t i = 0; i < x.size(); ++i) norm_x += x[i] * x[i], norm_y += y[i] * y[i];
+  EXPECT_NEAR(norm_y, norm_x, 1e-4 * norm_x);
+  kv::hadamard_rotate(y.data(), 256, 64);
+  for (size_t i = 0; i < x.size(); ++i) ASSERT_NEAR(y[i], x[i], 1e-5f) << i;
+  for (const auto& [head_dim, key_rotation, value_rotation] :
+       {std::tuple{64, 64, 64}, std::tuple{128, 128, 64}, std::tuple{192, 64, 64},
+        std::tuple{256, 256, 64}, std::tuple{96, 0, 0}, std::tuple{32, 0, 0}}) {
+    kv::KvCache q4({1, 1, head_dim, 16, 1, DType::Q4_0, DType::Q4_0});
+    EXPECT_EQ(q4.key_rotation(0), key_rotation) << head_dim;
+    EXPECT_EQ(q4.value_rotation(0), value_rotation) << head_dim;
+    kv::KvCache q8({1, 1, head_dim, 16, 1, DType::Q8_0, DType::F16});
+    EXPECT_EQ(q8.key_rotation(0) + q8.value_rotation(0), 0) << head_dim;
+  }
+  // A head with an outlier dimension, as real keys have, stored and read back: rotated back, it
+  // is the input up to Q4_0's rounding (a wrong rotation leaves an error of the input's size).
+  const int head_dim = 128;
+  auto k = random_floats(head_dim, 71, 0.5f);
+  k[5] = 30.0f;
+  std::vector<float> held(head_dim);
+  kv::KvCache cache({1, 1, head_dim, 16, 1, DType::Q4_0, DType::Q4_0});
+  cache.write(0, 0, k.data(), k.data());
+  for (int d = 0; d < head_dim; ++d) held[static_cast<size_t>(d)] = q4_key(cache, 0, 0, d, 0);
+  kv::hadamard_rotate(held.data(), head_dim, cache.key_rotation(0));
+  double norm = 0, error = 0;
+  for (size_t d = 0; d < k.size(); ++d) {
+    norm += k[d] * k[d];
+    error += (held[d] - k[d]) * (held[d] - k[d]);
+  }
+  EXPECT_LT(error, 0.01 * norm);
+  EXPECT_NEAR(held[5], 30.0f, 1.0f);
+}
+
 // K and V ([n_tokens, n_kv_heads * head_dim], as written by write_random_kv) as layer 0 of
-// `cache` holds them, read back: dequantized Q8_0, or rounded to f16 (the reference rounds the
-// queries too when the keys are F16, as the tiles do).
+// `cache` holds them, read back: dequantized Q8_0 or Q4_0, or rounded to f16 (the reference
+// rounds the queries too when the keys are F16, as the tiles do).
 std::pair<std::vector<float>, std::vector<float>> held_kv(const kv::KvCache& cache,
                                                           const std::vector<int32_t>& block_table,
                                                           const std::vector<float>& k,
@@ -541,31 +748,43 @@ std::pair<std::vector<float>, std::vector<float>> held_kv(const kv::KvCache& cac
         if (cache.key_type() == DType::Q8_0) {
           k_held[i] = cache.key_scales(0, block, h)[d / 32 * block_size + pos] *
                       cache.keys_q8(0, block, h)[d * block_size + pos];
+        } else if (cache.key_type() == DType::Q4_0) {
+          k_held[i] = q4_key(cache, block, h, d, pos);
         } else {
           k_held[i] = fp16_to_fp32(fp32_to_fp16(k[i]));
         }
         if (cache.value_type() == DType::Q8_0) {
           v_held[i] = cache.value_scales(0, block, h)[pos * (head_dim / 32) + d / 32] *
                       cache.values_q8(0, block, h)[pos * head_dim + d];
+        } else if (cache.value_type() == DType::Q4_0) {
+          v_held[i] = q4_value(cache, block, h, d, pos);
         } else {
           v_held[i] = fp16_to_fp32(fp32_to_fp16(v[i]));
         }
       }
+      // Rotated heads (kv_cache.h) back to the space of the queries and outputs.
+      const auto head = static_cast<size_t>(t * kv_dim + h * head_dim);
+      if (cache.key_rotation(0) > 0)
+        kv::hadamard_rotate(&k_held[head], head_dim, cache.key_rotation(0));
+      if (cache.value_rotation(0) > 0)
+        kv::hadamard_rotate(&v_held[head], head_dim, cache.value_rotation(0));
     }
   }
   return {std::move(k_held), std::move(v_held)};
 }
 
-// With Q8_0 keys and values the tiles compute attention over what the cache holds: plain
-// softmax attention over the dequantized K and V (queries as they are).
-TEST(Attention, TilesWithQ8CacheMatchPlainSoftmaxAttention) {
+// With Q8_0 or Q4_0 keys and values, in any pairing, the tiles compute attention over what the
+// cache holds: plain softmax attention over the dequantized K and V (queries as they are).
+TEST(Attention, TilesWithQuantizedCacheMatchPlainSoftmaxAttention) {
   const int head_dim = 64;
   for (const auto [n_heads, n_kv_heads, block_size, n_tokens] :
        {AttentionCase{6, 2, 16, 37}, AttentionCase{6, 2, 8, 300}, AttentionCase{32, 1, 16, 300}}) {
     const int n_blocks = (n_tokens + block_size - 1) / block_size + 3;
     for (const auto& [key_type, value_type] :
          {std::pair{DType::Q8_0, DType::Q8_0}, std::pair{DType::Q8_0, DType::F16},
-          std::pair{DType::F16, DType::Q8_0}}) {
+          std::pair{DType::F16, DType::Q8_0}, std::pair{DType::Q4_0, DType::Q4_0},
+          std::pair{DType::Q4_0, DType::F16}, std::pair{DType::F16, DType::Q4_0},
+          std::pair{DType::Q8_0, DType::Q4_0}, std::pair{DType::Q4_0, DType::Q8_0}}) {
       kv::KvCache cache({1, n_kv_heads, head_dim, block_size, n_blocks, key_type, value_type});
       std::vector<int32_t> block_table;
       for (int b = 0; b < n_blocks; ++b) block_table.push_back((b * 7 + 3) % n_blocks);
@@ -585,8 +804,9 @@ TEST(Attention, TilesWithQ8CacheMatchPlainSoftmaxAttention) {
                                             shape.scale, false);
           for (int i = 0; i < q_dim; ++i)
             ASSERT_NEAR(out[static_cast<size_t>(t * q_dim + i)], want[static_cast<size_t>(i)], 2e-5)
-                << table->isa << " heads " << n_heads << "/" << n_kv_heads << " block_size "
-                << block_size << " token " << t << " value " << i;
+                << table->isa << " " << dtype_name(key_type) << "/" << dtype_name(value_type)
+                << " heads " << n_heads << "/" << n_kv_heads << " block_size " << block_size
+                << " token " << t << " value " << i;
         }
       }
     }
@@ -594,8 +814,8 @@ TEST(Attention, TilesWithQ8CacheMatchPlainSoftmaxAttention) {
 }
 
 // Attention sinks (gpt-oss): per query head one logit that joins the softmax without a value,
-// on every ISA, with F16 and Q8_0 KV, full and sliding, against the plain computation. Odd head
-// counts (7 = MHA, 9 on 3, 5 on 1 = MQA-like) and lengths; 300 tokens span several key chunks.
+// on every ISA, with F16, Q8_0 and Q4_0 KV, full and sliding, against the plain computation. Odd
+// head counts (7 = MHA, 9 on 3, 5 on 1 = MQA-like) and lengths; 300 tokens span several key chunks.
 // The softcap case checks that the sink enters as it is, neither scaled nor capped.
 TEST(Attention, SinksMatchPlainSoftmaxAttention) {
   const int head_dim = 64;
@@ -604,7 +824,7 @@ TEST(Attention, SinksMatchPlainSoftmaxAttention) {
     const int n_blocks = (n_tokens + block_size - 1) / block_size + 3;
     auto sinks = random_floats(n_heads, 50, 4.0f);  // [n_heads]
     sinks[1] = 12.0f;  // above most scores, so that head's outputs shrink
-    for (const DType type : {DType::F16, DType::Q8_0}) {
+    for (const DType type : {DType::F16, DType::Q8_0, DType::Q4_0}) {
       kv::KvCache cache({1, n_kv_heads, head_dim, block_size, n_blocks, type, type});
       std::vector<int32_t> block_table;
       for (int b = 0; b < n_blocks; ++b) block_table.push_back((b * 7 + 3) % n_blocks);
@@ -660,7 +880,7 @@ std::vector<float> attend_random(const AttentionShape& shape, DType type, int n_
 TEST(Attention, SinkOfMinusInfinityIsNoSink) {
   const int n_heads = 9, n_kv_heads = 3, head_dim = 64, n_tokens = 70;
   const std::vector<float> none(n_heads, -std::numeric_limits<float>::infinity());
-  for (const DType type : {DType::F16, DType::Q8_0}) {
+  for (const DType type : {DType::F16, DType::Q8_0, DType::Q4_0}) {
     for (const int window : {0, 13}) {
       AttentionShape shape{n_heads, n_kv_heads, head_dim, 0.125f, window};
       for (const KernelTable* table : available_kernels()) {
@@ -679,7 +899,7 @@ TEST(Attention, SinkOfMinusInfinityIsNoSink) {
 // above every score leaves exactly 0 (all the weight on it, and it has no value).
 TEST(Attention, HugeSinkDrivesOutputToZero) {
   const int n_heads = 9, n_kv_heads = 3, head_dim = 64, n_tokens = 40;
-  for (const DType type : {DType::F16, DType::Q8_0}) {
+  for (const DType type : {DType::F16, DType::Q8_0, DType::Q4_0}) {
     for (const KernelTable* table : available_kernels()) {
       float previous = std::numeric_limits<float>::infinity();
       for (const float sink : {0.0f, 10.0f, 20.0f, 40.0f, 1e4f}) {

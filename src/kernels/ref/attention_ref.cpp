@@ -85,10 +85,51 @@ void accumulate_q8(const int8_t* values, const float* scales, int n_keys, int he
   }
 }
 
+// Q4_0 KV: as Q8_0, each stored nibble standing for nibble - 8 (its fp16 scale as a float).
+void scores_q4(const uint8_t* keys_t, const uint16_t* scales, int block_size, int head_dim,
+               const float* q, int n_rows, float* s, int s_stride) {
+  // Dimension d of key j: row d / 2 of the transposed bytes, low nibble for even d.
+  const auto key = [&](int d, int j) {
+    const uint8_t byte = keys_t[d / 2 * block_size + j];
+    return static_cast<float>((d % 2 == 0 ? byte & 0x0F : byte >> 4) - 8);
+  };
+  for (int r = 0; r < n_rows; ++r) {
+    for (int j = 0; j < block_size; ++j) {
+      float acc = 0;
+      for (int g = 0; g < head_dim / kGroup; ++g) {
+        float part = 0;
+        for (int d = g * kGroup; d < (g + 1) * kGroup; ++d) part += q[r * head_dim + d] * key(d, j);
+        acc += part * fp16_to_fp32(scales[g * block_size + j]);
+      }
+      s[r * s_stride + j] = acc;
+    }
+  }
+}
+
+void accumulate_q4(const uint8_t* values, const uint16_t* scales, int n_keys, int head_dim,
+                   const float* p, int p_stride, int n_rows, float* acc) {
+  const int groups = head_dim / kGroup;
+  // Dimension d of value j: a Q4_0 block's byte d % 16 of its group, low nibble for the first 16.
+  const auto value = [&](int j, int d) {
+    const uint8_t byte = values[j * head_dim / 2 + d / kGroup * (kGroup / 2) + d % (kGroup / 2)];
+    return static_cast<float>((d % kGroup < kGroup / 2 ? byte & 0x0F : byte >> 4) - 8);
+  };
+  for (int r = 0; r < n_rows; ++r) {
+    for (int j = 0; j < n_keys; ++j) {
+      for (int g = 0; g < groups; ++g) {
+        const float w = p[r * p_stride + j] * fp16_to_fp32(scales[j * groups + g]);
+        for (int d = g * kGroup; d < (g + 1) * kGroup; ++d)
+          acc[r * head_dim + d] += w * value(j, d);
+      }
+    }
+  }
+}
+
 }  // namespace
 
 AttentionKernels attention_kernels() {
-  return {scores, accumulate, exp_sum, scale_max, round_to_fp16, scores_q8, accumulate_q8};
+  return {scores,    accumulate,    exp_sum,   scale_max,    round_to_fp16,
+          scores_q8, accumulate_q8, scores_q4, accumulate_q4};
 }
 
 }  // namespace inferd::kernels::ref

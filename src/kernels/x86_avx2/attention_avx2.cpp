@@ -211,7 +211,7 @@ void round_to_fp16(float* x, int n) {
   for (; i < n; ++i) x[i] = _cvtsh_ss(_cvtss_sh(x[i], kNearest));
 }
 
-// Q8_0 KV (kv/kv_cache.h): a scale per 32 dimensions of each key or value.
+// Q8_0 and Q4_0 KV (kv/kv_cache.h): a scale per 32 dimensions of each key or value.
 constexpr int kGroup = 32;
 
 inline __m256 load_int8x8(const int8_t* p) {
@@ -219,40 +219,93 @@ inline __m256 load_int8x8(const int8_t* p) {
       _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
 }
 
-// NR query rows x 8 keys: per group of 32 dimensions a dot product, then times the keys' scales
-// of that group.
-template <int NR>
-void score_rows_q8(const int8_t* keys_t, const float* scales, int block_size, int head_dim,
-                   const float* q, float* s, int s_stride, int j0) {
-  __m256 total[NR];
-  for (int r = 0; r < NR; ++r) total[r] = _mm256_setzero_ps();
-  for (int g = 0; g < head_dim / kGroup; ++g) {
-    __m256 part[NR];
-    for (int r = 0; r < NR; ++r) part[r] = _mm256_setzero_ps();
+// Q4_0 KV: nibbles standing for nibble - 8, an fp16 scale per 32 dimensions. Eight bytes
+// widened to 32-bit lanes; their low and high nibbles, less 8, as floats.
+struct Nibbles8 {
+  __m256 low, high;
+};
+inline Nibbles8 load_nibbles8(const uint8_t* p) {
+  const __m256i bytes = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+  const __m256i eight = _mm256_set1_epi32(8);
+  return {
+      _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_and_si256(bytes, _mm256_set1_epi32(0x0F)), eight)),
+      _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_srli_epi32(bytes, 4), eight))};
+}
+
+// How a quantized key format adds group g (32 dimensions) of 8 keys from j0 on, times NR query
+// rows, to part[NR]: summed in the order of the dimensions, as the reference does, whatever NR.
+struct Q8Keys {  // int8 [head_dim, block_size]: one dimension a load
+  template <int NR>
+  static void dot_group(const int8_t* keys_t, int block_size, int j0, const float* q, int head_dim,
+                        int g, __m256 (&part)[NR]) {
     for (int d = g * kGroup; d < (g + 1) * kGroup; ++d) {
       const __m256 k = load_int8x8(keys_t + d * block_size + j0);
       for (int r = 0; r < NR; ++r)
         part[r] = _mm256_fmadd_ps(_mm256_broadcast_ss(q + r * head_dim + d), k, part[r]);
     }
-    const __m256 scale = _mm256_loadu_ps(scales + g * block_size + j0);
+  }
+};
+struct Q4Keys {  // nibbles [head_dim / 2, block_size]: dimensions d (low) and d + 1 (high) a load
+  template <int NR>
+  static void dot_group(const uint8_t* keys_t, int block_size, int j0, const float* q, int head_dim,
+                        int g, __m256 (&part)[NR]) {
+    for (int d = g * kGroup; d < (g + 1) * kGroup; d += 2) {
+      const Nibbles8 k = load_nibbles8(keys_t + d / 2 * block_size + j0);
+      for (int r = 0; r < NR; ++r) {
+        part[r] = _mm256_fmadd_ps(_mm256_broadcast_ss(q + r * head_dim + d), k.low, part[r]);
+        part[r] = _mm256_fmadd_ps(_mm256_broadcast_ss(q + r * head_dim + d + 1), k.high, part[r]);
+      }
+    }
+  }
+};
+
+// NR query rows x 8 keys: per group of 32 dimensions a dot product, then times the keys' scales
+// of that group (floats for Q8_0, fp16 for Q4_0).
+template <typename Keys, int NR, typename K, typename Scale>
+void score_rows_quantized(const K* keys_t, const Scale* scales, int block_size, int head_dim,
+                          const float* q, float* s, int s_stride, int j0) {
+  __m256 total[NR];
+  for (int r = 0; r < NR; ++r) total[r] = _mm256_setzero_ps();
+  for (int g = 0; g < head_dim / kGroup; ++g) {
+    __m256 part[NR];
+    for (int r = 0; r < NR; ++r) part[r] = _mm256_setzero_ps();
+    Keys::template dot_group<NR>(keys_t, block_size, j0, q, head_dim, g, part);
+    const __m256 scale = load8(scales + g * block_size + j0);
     for (int r = 0; r < NR; ++r) total[r] = _mm256_fmadd_ps(part[r], scale, total[r]);
   }
   for (int r = 0; r < NR; ++r) _mm256_storeu_ps(s + r * s_stride + j0, total[r]);
 }
 
-// Up to 4 rows at a time: two accumulators per row in the 16 ymm registers.
-void scores_q8(const int8_t* keys_t, const float* scales, int block_size, int head_dim,
-               const float* q, int n_rows, float* s, int s_stride) {
-  if (block_size % 8 != 0) {
-    static const AttentionKernels reference = ref::attention_kernels();
-    return reference.scores_q8(keys_t, scales, block_size, head_dim, q, n_rows, s, s_stride);
-  }
+// Up to 4 rows at a time: two accumulators per row in the 16 ymm registers. Block sizes a
+// multiple of 8 (scores_q8 and scores_q4 send others to the reference).
+template <typename Keys, typename K, typename Scale>
+void scores_quantized(const K* keys_t, const Scale* scales, int block_size, int head_dim,
+                      const float* q, int n_rows, float* s, int s_stride) {
   for (int j0 = 0; j0 < block_size; j0 += 8) {
     for_row_groups<4>(n_rows, [&]<int NR>(int r0) {
-      score_rows_q8<NR>(keys_t, scales, block_size, head_dim, q + r0 * head_dim, s + r0 * s_stride,
-                        s_stride, j0);
+      score_rows_quantized<Keys, NR>(keys_t, scales, block_size, head_dim, q + r0 * head_dim,
+                                     s + r0 * s_stride, s_stride, j0);
     });
   }
+}
+
+const AttentionKernels& reference() {
+  static const AttentionKernels k = ref::attention_kernels();
+  return k;
+}
+
+void scores_q8(const int8_t* keys_t, const float* scales, int block_size, int head_dim,
+               const float* q, int n_rows, float* s, int s_stride) {
+  if (block_size % 8 != 0)
+    return reference().scores_q8(keys_t, scales, block_size, head_dim, q, n_rows, s, s_stride);
+  scores_quantized<Q8Keys>(keys_t, scales, block_size, head_dim, q, n_rows, s, s_stride);
+}
+
+void scores_q4(const uint8_t* keys_t, const uint16_t* scales, int block_size, int head_dim,
+               const float* q, int n_rows, float* s, int s_stride) {
+  if (block_size % 8 != 0)
+    return reference().scores_q4(keys_t, scales, block_size, head_dim, q, n_rows, s, s_stride);
+  scores_quantized<Q4Keys>(keys_t, scales, block_size, head_dim, q, n_rows, s, s_stride);
 }
 
 // NR query rows x DC chunks of 8 dimensions (within one group of 32): value j's chunk is
@@ -287,10 +340,58 @@ void accumulate_q8(const int8_t* values, const float* scales, int n_keys, int he
   });
 }
 
+// NR query rows x the dimensions that bytes [b0, b0 + 8 * NB) of one group's 16 hold: each 8
+// bytes give 8 dimensions in their low nibbles (group dimensions b0 + 8i on) and 8 in their high
+// (16 + b0 + 8i on). Value j's bytes are converted once and serve every row, weighted by p times
+// the value's scale; each output sums its values in order whatever NR and NB are.
+template <int NR, int NB>
+void accumulate_rows_q4(const uint8_t* values, const uint16_t* scales, int n_keys, int head_dim,
+                        const float* p, int p_stride, float* acc, int g, int b0) {
+  const int groups = head_dim / kGroup;
+  const auto dim = [&](int c) {  // the first dimension of chunk c: 2i low, 2i + 1 high
+    return g * kGroup + b0 + 8 * (c / 2) + (c % 2) * (kGroup / 2);
+  };
+  __m256 a[NR][2 * NB];
+  for (int r = 0; r < NR; ++r)
+    for (int c = 0; c < 2 * NB; ++c) a[r][c] = _mm256_loadu_ps(acc + r * head_dim + dim(c));
+  for (int j = 0; j < n_keys; ++j) {
+    const float scale = _cvtsh_ss(scales[j * groups + g]);
+    const uint8_t* qs = values + j * head_dim / 2 + g * (kGroup / 2) + b0;
+    for (int i = 0; i < NB; ++i) {
+      const Nibbles8 v = load_nibbles8(qs + 8 * i);
+      for (int r = 0; r < NR; ++r) {
+        const __m256 w = _mm256_set1_ps(p[r * p_stride + j] * scale);
+        a[r][2 * i] = _mm256_fmadd_ps(w, v.low, a[r][2 * i]);
+        a[r][2 * i + 1] = _mm256_fmadd_ps(w, v.high, a[r][2 * i + 1]);
+      }
+    }
+  }
+  for (int r = 0; r < NR; ++r)
+    for (int c = 0; c < 2 * NB; ++c) _mm256_storeu_ps(acc + r * head_dim + dim(c), a[r][c]);
+}
+
+void accumulate_q4(const uint8_t* values, const uint16_t* scales, int n_keys, int head_dim,
+                   const float* p, int p_stride, int n_rows, float* acc) {
+  // 16 ymm registers: up to 2 rows take a whole group (8 accumulators), 3 or 4 half of one.
+  for_row_groups<4>(n_rows, [&]<int NR>(int r0) {
+    for (int g = 0; g < head_dim / kGroup; ++g) {
+      const float* pr = p + r0 * p_stride;
+      float* ar = acc + r0 * head_dim;
+      if constexpr (NR <= 2) {
+        accumulate_rows_q4<NR, 2>(values, scales, n_keys, head_dim, pr, p_stride, ar, g, 0);
+      } else {
+        for (int b0 = 0; b0 < kGroup / 2; b0 += 8)
+          accumulate_rows_q4<NR, 1>(values, scales, n_keys, head_dim, pr, p_stride, ar, g, b0);
+      }
+    }
+  });
+}
+
 }  // namespace
 
 AttentionKernels attention_kernels() {
-  return {scores, accumulate, exp_sum, scale_max, round_to_fp16, scores_q8, accumulate_q8};
+  return {scores,    accumulate,    exp_sum,   scale_max,    round_to_fp16,
+          scores_q8, accumulate_q8, scores_q4, accumulate_q4};
 }
 
 }  // namespace inferd::kernels::avx2

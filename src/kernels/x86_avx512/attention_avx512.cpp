@@ -148,7 +148,7 @@ float scale_max(float* x, int n, float scale, float max) {
   return hmax_ps(m);
 }
 
-// Q8_0 KV (kv/kv_cache.h): a scale per 32 dimensions of each key or value.
+// Q8_0 and Q4_0 KV (kv/kv_cache.h): a scale per 32 dimensions of each key or value.
 constexpr int kGroup = 32;
 
 inline __m512 load_int8x16(const int8_t* p) {
@@ -156,37 +156,94 @@ inline __m512 load_int8x16(const int8_t* p) {
       _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
 }
 
-// NR query rows x 16 keys: per group of 32 dimensions a dot product, then times the keys'
-// scales of that group.
-template <int NR>
-void score_rows_q8(const int8_t* keys_t, const float* scales, int block_size, int head_dim,
-                   const float* q, float* s, int s_stride, int j0) {
-  __m512 total[NR];
-  for (int r = 0; r < NR; ++r) total[r] = _mm512_setzero_ps();
-  for (int g = 0; g < head_dim / kGroup; ++g) {
-    __m512 part[NR];
-    for (int r = 0; r < NR; ++r) part[r] = _mm512_setzero_ps();
+// Q4_0 KV: nibbles standing for nibble - 8, an fp16 scale per 32 dimensions. Sixteen bytes
+// widened to 32-bit lanes; their low and high nibbles, less 8, as floats.
+struct Nibbles16 {
+  __m512 low, high;
+};
+inline Nibbles16 load_nibbles16(const uint8_t* p) {
+  const __m512i bytes = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  const __m512i eight = _mm512_set1_epi32(8);
+  return {
+      _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_and_si512(bytes, _mm512_set1_epi32(0x0F)), eight)),
+      _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_srli_epi32(bytes, 4), eight))};
+}
+
+// How a quantized key format adds group g (32 dimensions) of 16 keys from j0 on, times NR query
+// rows, to part[NR], in the order of the dimensions whatever NR is.
+struct Q8Keys {  // int8 [head_dim, block_size]: one dimension a load
+  template <int NR>
+  static void dot_group(const int8_t* keys_t, int block_size, int j0, const float* q, int head_dim,
+                        int g, __m512 (&part)[NR]) {
     for (int d = g * kGroup; d < (g + 1) * kGroup; ++d) {
       const __m512 k = load_int8x16(keys_t + d * block_size + j0);
       for (int r = 0; r < NR; ++r)
         part[r] = _mm512_fmadd_ps(_mm512_set1_ps(q[r * head_dim + d]), k, part[r]);
     }
-    const __m512 scale = _mm512_loadu_ps(scales + g * block_size + j0);
+  }
+};
+struct Q4Keys {  // nibbles [head_dim / 2, block_size]: dimensions d (low) and d + 1 (high) a load
+  template <int NR>
+  static void dot_group(const uint8_t* keys_t, int block_size, int j0, const float* q, int head_dim,
+                        int g, __m512 (&part)[NR]) {
+    for (int d = g * kGroup; d < (g + 1) * kGroup; d += 2) {
+      const Nibbles16 k = load_nibbles16(keys_t + d / 2 * block_size + j0);
+      for (int r = 0; r < NR; ++r) {
+        part[r] = _mm512_fmadd_ps(_mm512_set1_ps(q[r * head_dim + d]), k.low, part[r]);
+        part[r] = _mm512_fmadd_ps(_mm512_set1_ps(q[r * head_dim + d + 1]), k.high, part[r]);
+      }
+    }
+  }
+};
+
+inline __m512 load_scales16(const float* p) {
+  return _mm512_loadu_ps(p);
+}
+inline __m512 load_scales16(const uint16_t* p) {
+  return load_fp16x16(p);
+}
+
+// NR query rows x 16 keys: per group of 32 dimensions a dot product, then times the keys'
+// scales of that group (floats for Q8_0, fp16 for Q4_0).
+template <typename Keys, int NR, typename K, typename Scale>
+void score_rows_quantized(const K* keys_t, const Scale* scales, int block_size, int head_dim,
+                          const float* q, float* s, int s_stride, int j0) {
+  __m512 total[NR];
+  for (int r = 0; r < NR; ++r) total[r] = _mm512_setzero_ps();
+  for (int g = 0; g < head_dim / kGroup; ++g) {
+    __m512 part[NR];
+    for (int r = 0; r < NR; ++r) part[r] = _mm512_setzero_ps();
+    Keys::template dot_group<NR>(keys_t, block_size, j0, q, head_dim, g, part);
+    const __m512 scale = load_scales16(scales + g * block_size + j0);
     for (int r = 0; r < NR; ++r) total[r] = _mm512_fmadd_ps(part[r], scale, total[r]);
   }
   for (int r = 0; r < NR; ++r) _mm512_storeu_ps(s + r * s_stride + j0, total[r]);
+}
+
+// Block sizes a multiple of 16 (scores_q8 and scores_q4 send others to the AVX2 version).
+template <typename Keys, typename K, typename Scale>
+void scores_quantized(const K* keys_t, const Scale* scales, int block_size, int head_dim,
+                      const float* q, int n_rows, float* s, int s_stride) {
+  for (int j0 = 0; j0 < block_size; j0 += 16) {
+    for_row_groups(n_rows, [&]<int NR>(int r0) {
+      score_rows_quantized<Keys, NR>(keys_t, scales, block_size, head_dim, q + r0 * head_dim,
+                                     s + r0 * s_stride, s_stride, j0);
+    });
+  }
 }
 
 void scores_q8(const int8_t* keys_t, const float* scales, int block_size, int head_dim,
                const float* q, int n_rows, float* s, int s_stride) {
   if (block_size % 16 != 0)
     return narrower().scores_q8(keys_t, scales, block_size, head_dim, q, n_rows, s, s_stride);
-  for (int j0 = 0; j0 < block_size; j0 += 16) {
-    for_row_groups(n_rows, [&]<int NR>(int r0) {
-      score_rows_q8<NR>(keys_t, scales, block_size, head_dim, q + r0 * head_dim, s + r0 * s_stride,
-                        s_stride, j0);
-    });
-  }
+  scores_quantized<Q8Keys>(keys_t, scales, block_size, head_dim, q, n_rows, s, s_stride);
+}
+
+void scores_q4(const uint8_t* keys_t, const uint16_t* scales, int block_size, int head_dim,
+               const float* q, int n_rows, float* s, int s_stride) {
+  if (block_size % 16 != 0)
+    return narrower().scores_q4(keys_t, scales, block_size, head_dim, q, n_rows, s, s_stride);
+  scores_quantized<Q4Keys>(keys_t, scales, block_size, head_dim, q, n_rows, s, s_stride);
 }
 
 // NR query rows x DC chunks of 16 dimensions (DC <= 2 stay inside a group of 32; 4 span two):
@@ -224,12 +281,56 @@ void accumulate_q8(const int8_t* values, const float* scales, int n_keys, int he
   });
 }
 
+// NR query rows x GC groups of 32 dimensions from group g on: value j's 16 bytes of a group give
+// its first 16 dimensions (low nibbles) and its last 16 (high), converted once for every row and
+// weighted by p times the group's scale. Each output sums its values in order whatever NR and
+// GC are.
+template <int NR, int GC>
+void accumulate_rows_q4(const uint8_t* values, const uint16_t* scales, int n_keys, int head_dim,
+                        const float* p, int p_stride, float* acc, int g) {
+  const int groups = head_dim / kGroup;
+  __m512 a[NR][2 * GC];  // chunk c: dimensions g * 32 + 16 * c on
+  for (int r = 0; r < NR; ++r)
+    for (int c = 0; c < 2 * GC; ++c)
+      a[r][c] = _mm512_loadu_ps(acc + r * head_dim + g * kGroup + 16 * c);
+  for (int j = 0; j < n_keys; ++j) {
+    for (int i = 0; i < GC; ++i) {
+      const float scale = _cvtsh_ss(scales[j * groups + g + i]);
+      const Nibbles16 v = load_nibbles16(values + j * head_dim / 2 + (g + i) * (kGroup / 2));
+      for (int r = 0; r < NR; ++r) {
+        const __m512 w = _mm512_set1_ps(p[r * p_stride + j] * scale);
+        a[r][2 * i] = _mm512_fmadd_ps(w, v.low, a[r][2 * i]);
+        a[r][2 * i + 1] = _mm512_fmadd_ps(w, v.high, a[r][2 * i + 1]);
+      }
+    }
+  }
+  for (int r = 0; r < NR; ++r)
+    for (int c = 0; c < 2 * GC; ++c)
+      _mm512_storeu_ps(acc + r * head_dim + g * kGroup + 16 * c, a[r][c]);
+}
+
+void accumulate_q4(const uint8_t* values, const uint16_t* scales, int n_keys, int head_dim,
+                   const float* p, int p_stride, int n_rows, float* acc) {
+  const int groups = head_dim / kGroup;
+  for_row_groups(n_rows, [&]<int NR>(int r0) {
+    // At most 16 accumulators of the 32 zmm registers: two groups for up to 4 rows, one for more.
+    constexpr int GC = NR <= 4 ? 2 : 1;
+    const float* pr = p + r0 * p_stride;
+    float* ar = acc + r0 * head_dim;
+    int g = 0;
+    for (; g + GC <= groups; g += GC)
+      accumulate_rows_q4<NR, GC>(values, scales, n_keys, head_dim, pr, p_stride, ar, g);
+    for (; g < groups; ++g)
+      accumulate_rows_q4<NR, 1>(values, scales, n_keys, head_dim, pr, p_stride, ar, g);
+  });
+}
+
 }  // namespace
 
 AttentionKernels attention_kernels() {
   // Rounding queries is a few hundred values a tile: the AVX2 version serves.
-  return {scores,    accumulate,   exp_sum, scale_max, narrower().round_to_fp16,
-          scores_q8, accumulate_q8};
+  return {scores,    accumulate,    exp_sum,   scale_max,    narrower().round_to_fp16,
+          scores_q8, accumulate_q8, scores_q4, accumulate_q4};
 }
 
 }  // namespace inferd::kernels::avx512
