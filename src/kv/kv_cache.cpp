@@ -64,15 +64,16 @@ void store_q4_key(const float* x, int head_dim, uint8_t* q, size_t block_size, u
 }
 
 // The rotations (hadamard_rotate widths, 0: none) of a type's keys and values at a head size:
-// as llama.cpp's, for head sizes that are multiples of 64. Only Q4_0 takes them here: Q8_0's
-// 127 steps keep a head with a few large dimensions well enough (perplexity within 0.03% of F16 on
-// SmolLM2, docs/BENCHMARKS.md) and its results stay as they were.
+// llama.cpp's, which rotates every quantized cache type (Q8_0 as well as Q4_0) whose head size is
+// a multiple of 64, so that a Q8_0 or Q4_0 cache here holds what llama.cpp's holds.
+bool rotated(DType type, int head_dim) {
+  return type != DType::F16 && head_dim % 64 == 0;
+}
 int key_rotation_for(DType type, int head_dim) {
-  if (type != DType::Q4_0 || head_dim % 64 != 0) return 0;
-  return head_dim & -head_dim;  // the largest power of two dividing it
+  return rotated(type, head_dim) ? head_dim & -head_dim : 0;  // the largest power of two dividing it
 }
 int value_rotation_for(DType type, int head_dim) {
-  return type == DType::Q4_0 && head_dim % 64 == 0 ? 64 : 0;
+  return rotated(type, head_dim) ? 64 : 0;
 }
 
 }  // namespace

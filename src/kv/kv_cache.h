@@ -17,14 +17,14 @@
 // 0..15): 18 bytes per 32 values as llama.cpp's, 28% of F16. A decode step reads every
 // sequence's whole KV, so with many sequences or long contexts this is memory traffic saved.
 //
-// Q4_0 keys and values are stored rotated, as llama.cpp rotates a quantized cache's: a key's
-// head by a Walsh-Hadamard transform as wide as the largest power of two dividing the head size,
-// a value's in pieces of 64 (head sizes that are multiples of 64; others are stored as they
-// are). A few large dimensions of a head otherwise set the scales of their groups and leave the
-// rest a step or two of 16; rotated, every dimension is a mix of them all (SmolLM2 at context
+// Q8_0 and Q4_0 keys and values are stored rotated, as llama.cpp rotates a quantized cache's:
+// a key's head by a Walsh-Hadamard transform as wide as the largest power of two dividing the
+// head size, a value's in pieces of 64 (head sizes that are multiples of 64; others are stored as
+// they are). A few large dimensions of a head otherwise set the scales of their groups and leave
+// the rest a step or two of 16; rotated, every dimension is a mix of them all (SmolLM2 at context
 // 4096, Q4_0 keys and values: perplexity +13% over F16 unrotated, +5% rotated). The transform is
-// orthonormal and its own inverse, so attention rotates the queries the same way (q . k unchanged)
-// and rotates its output back.
+// orthonormal and its own inverse, so attention rotates the queries the same way (q . k
+// unchanged) and rotates its output back.
 #pragma once
 
 #include <algorithm>

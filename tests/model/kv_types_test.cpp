@@ -59,7 +59,7 @@ TEST(KvTypes, QuantizedCacheKeepsNextTokenDistributionsCloseToF16) {
     const std::vector<int32_t> forced(text.begin() + kPrompt, text.end());
     const auto f16 = logprobs_along(*model, prompt, forced, kPositions);
     // Bounds about 2x what was measured (SmolLM2 / Gemma 3: Q8_0 KL 0.008 / 0.035 nats, same top
-    // token 97% / 95%; Q4_0, rotated (kv_cache.h), 0.12 / 0.50, 88% / 78%). Small models feel 4
+    // token 97% / 95%, unrotated; Q4_0, rotated (kv_cache.h), 0.12 / 0.50, 88% / 78%). Small models feel 4
     // bits of K and V; a broken cache gives unrelated distributions, several nats apart.
     for (const auto& [type, max_kl, min_same_top] :
          {std::tuple{DType::Q8_0, 0.08, 0.9}, std::tuple{DType::Q4_0, 1.0, 0.7}}) {

@@ -587,10 +587,12 @@ TEST(Attention, TokenOutputDoesNotDependOnItsTile) {
 }
 
 // One token's values as the Q8_0 cache stores them: a scale of amax / 127 (rounded to fp16, as
-// Q8_0) per 32 values and every value within about half a step of its input.
+// Q8_0) per 32 values and every value within about half a step of its input. Head size 96, which
+// is stored unrotated.
 TEST(Attention, Q8CacheStoresEachValueWithinHalfAStep) {
-  const int head_dim = 64, n_kv_heads = 2, block_size = 16;
+  const int head_dim = 96, n_kv_heads = 2, block_size = 16;
   kv::KvCache cache({1, n_kv_heads, head_dim, block_size, 2, DType::Q8_0, DType::Q8_0});
+  ASSERT_EQ(cache.key_rotation(0) + cache.value_rotation(0), 0);
   auto k = random_floats(n_kv_heads * head_dim, 40, 3.0f);
   auto v = random_floats(n_kv_heads * head_dim, 41, 3.0f);
   const int pos = 5;
@@ -688,10 +690,10 @@ TEST(Attention, Q4CacheStoresTheBlocksOfQ4_0) {
   EXPECT_EQ(cache.key_block_bytes(0), (size_t{block_size} * head_dim / 32 * 18 + 63) / 64 * 64);
 }
 
-// The rotation of Q4_0 heads (kv_cache.h): orthonormal and its own inverse; keys rotated as wide
-// as the largest power of two dividing a head size that is a multiple of 64, values in pieces of
-// 64; other head sizes and types unrotated.
-TEST(Attention, Q4CacheRotatesHeadsOfMultiplesOf64) {
+// The rotation of Q8_0 and Q4_0 heads (kv_cache.h): orthonormal and its own inverse; keys rotated
+// as wide as the largest power of two dividing a head size that is a multiple of 64, values in
+// pieces of 64; other head sizes and F16 unrotated.
+TEST(Attention, QuantizedCacheRotatesHeadsOfMultiplesOf64) {
   auto x = random_floats(256, 70);
   auto y = x;
   kv::hadamard_rotate(y.data(), 256, 64);
@@ -707,7 +709,8 @@ TEST(Attention, Q4CacheRotatesHeadsOfMultiplesOf64) {
     EXPECT_EQ(q4.key_rotation(0), key_rotation) << head_dim;
     EXPECT_EQ(q4.value_rotation(0), value_rotation) << head_dim;
     kv::KvCache q8({1, 1, head_dim, 16, 1, DType::Q8_0, DType::F16});
-    EXPECT_EQ(q8.key_rotation(0) + q8.value_rotation(0), 0) << head_dim;
+    EXPECT_EQ(q8.key_rotation(0), key_rotation) << head_dim;
+    EXPECT_EQ(q8.value_rotation(0), 0) << head_dim;
   }
   // A head with an outlier dimension, as real keys have, stored and read back: rotated back, it
   // is the input up to Q4_0's rounding (a wrong rotation leaves an error of the input's size).
