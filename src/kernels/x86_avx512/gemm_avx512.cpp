@@ -602,149 +602,43 @@ struct F16Tile {
   }
 };
 
-// Q4_0 and Q4_1 differ only in which activation sum their offset m multiplies.
-template <float ActQ8Block::*offset_sum, typename Block = PackedQ4Block>
-struct Q4Tiles {
-  template <int NT>
-  struct Tile {
-    static void run(const Block* w, int64_t blocks, const ActQ8Block* act, int64_t act_stride,
-                    float* y, int64_t y_stride) {
-      q4_tile<NT, offset_sum>(w, blocks, act, act_stride, y, y_stride);
-    }
-    static void run_cached(const Block* w, int64_t blocks, const ActQ8Block* act,
-                           int64_t act_stride, float* y, int64_t y_stride) {
-      q4_tile<NT, offset_sum, Block, Prefetch::kNone>(w, blocks, act, act_stride, y, y_stride);
-    }
-    static void run_small_step(const Block* w, int64_t blocks, const ActQ8Block* act,
-                               int64_t act_stride, float* y, int64_t y_stride) {
-      q4_tile<NT, offset_sum, Block, Prefetch::kAhead>(w, blocks, act, act_stride, y, y_stride);
-    }
-  };
-};
-template <int NT>
-struct Q4KTile {
-  static void run(const PackedQ4KBlock* w, int64_t blocks, const ActQ8Block* act,
-                  int64_t act_stride, float* y, int64_t y_stride) {
-    q4k_tile<NT>(w, blocks, act, act_stride, y, y_stride);
-  }
-  static void run_cached(const PackedQ4KBlock* w, int64_t blocks, const ActQ8Block* act,
-                         int64_t act_stride, float* y, int64_t y_stride) {
-    q4k_tile<NT, Prefetch::kNone>(w, blocks, act, act_stride, y, y_stride);
-  }
-  static void run_small_step(const PackedQ4KBlock* w, int64_t blocks, const ActQ8Block* act,
-                             int64_t act_stride, float* y, int64_t y_stride) {
-    q4k_tile<NT, Prefetch::kAhead>(w, blocks, act, act_stride, y, y_stride);
-  }
-};
-template <int NT>
-struct Q5KTile {
-  static void run(const PackedQ5KBlock* w, int64_t blocks, const ActQ8Block* act,
-                  int64_t act_stride, float* y, int64_t y_stride) {
-    q5k_tile<NT>(w, blocks, act, act_stride, y, y_stride);
-  }
-  static void run_cached(const PackedQ5KBlock* w, int64_t blocks, const ActQ8Block* act,
-                         int64_t act_stride, float* y, int64_t y_stride) {
-    q5k_tile<NT, Prefetch::kNone>(w, blocks, act, act_stride, y, y_stride);
-  }
-  static void run_small_step(const PackedQ5KBlock* w, int64_t blocks, const ActQ8Block* act,
-                             int64_t act_stride, float* y, int64_t y_stride) {
-    q5k_tile<NT, Prefetch::kAhead>(w, blocks, act, act_stride, y, y_stride);
-  }
-};
-template <int NT>
-struct IQ4XSTile {
-  static void run(const PackedIQ4XSBlock* w, int64_t blocks, const ActQ8Block* act,
-                  int64_t act_stride, float* y, int64_t y_stride) {
-    iq4xs_tile<NT>(w, blocks, act, act_stride, y, y_stride);
-  }
-  static void run_cached(const PackedIQ4XSBlock* w, int64_t blocks, const ActQ8Block* act,
-                         int64_t act_stride, float* y, int64_t y_stride) {
-    iq4xs_tile<NT, Prefetch::kNone>(w, blocks, act, act_stride, y, y_stride);
-  }
-  static void run_small_step(const PackedIQ4XSBlock* w, int64_t blocks, const ActQ8Block* act,
-                             int64_t act_stride, float* y, int64_t y_stride) {
-    iq4xs_tile<NT, Prefetch::kAhead>(w, blocks, act, act_stride, y, y_stride);
-  }
-};
-template <int NT>
-struct MXFP4Tile {
-  static void run(const PackedMXFP4Block* w, int64_t blocks, const ActQ8Block* act,
-                  int64_t act_stride, float* y, int64_t y_stride) {
-    mxfp4_tile<NT>(w, blocks, act, act_stride, y, y_stride);
-  }
-  static void run_cached(const PackedMXFP4Block* w, int64_t blocks, const ActQ8Block* act,
-                         int64_t act_stride, float* y, int64_t y_stride) {
-    mxfp4_tile<NT, Prefetch::kNone>(w, blocks, act, act_stride, y, y_stride);
-  }
-  static void run_small_step(const PackedMXFP4Block* w, int64_t blocks, const ActQ8Block* act,
-                             int64_t act_stride, float* y, int64_t y_stride) {
-    mxfp4_tile<NT, Prefetch::kAhead>(w, blocks, act, act_stride, y, y_stride);
-  }
-};
-template <int NT>
-struct Q6KTile {
-  static void run(const PackedQ6KBlock* w, int64_t blocks, const ActQ8Block* act,
-                  int64_t act_stride, float* y, int64_t y_stride) {
-    q6k_tile<NT>(w, blocks, act, act_stride, y, y_stride);
-  }
-  static void run_cached(const PackedQ6KBlock* w, int64_t blocks, const ActQ8Block* act,
-                         int64_t act_stride, float* y, int64_t y_stride) {
-    q6k_tile<NT, Prefetch::kNone>(w, blocks, act, act_stride, y, y_stride);
-  }
-  static void run_small_step(const PackedQ6KBlock* w, int64_t blocks, const ActQ8Block* act,
-                             int64_t act_stride, float* y, int64_t y_stride) {
-    q6k_tile<NT, Prefetch::kAhead>(w, blocks, act, act_stride, y, y_stride);
-  }
-};
 // A tile kernel's three entries for run_group_tiles (Prefetch above says which does what);
-// Kernel::call<NT, P> runs it.
+// Kernel is a generic lambda's type, Kernel{}.operator()<NT, P> runs it.
 template <typename Block, typename Kernel>
 struct PrefetchTiles {
   template <int NT>
   struct Tile {
     static void run(const Block* w, int64_t blocks, const ActQ8Block* act, int64_t act_stride,
                     float* y, int64_t y_stride) {
-      Kernel::template call<NT, Prefetch::kNextGroup>(w, blocks, act, act_stride, y, y_stride);
+      Kernel{}.template operator()<NT, Prefetch::kNextGroup>(w, blocks, act, act_stride, y, y_stride);
     }
     static void run_cached(const Block* w, int64_t blocks, const ActQ8Block* act,
                            int64_t act_stride, float* y, int64_t y_stride) {
-      Kernel::template call<NT, Prefetch::kNone>(w, blocks, act, act_stride, y, y_stride);
+      Kernel{}.template operator()<NT, Prefetch::kNone>(w, blocks, act, act_stride, y, y_stride);
     }
     static void run_small_step(const Block* w, int64_t blocks, const ActQ8Block* act,
                                int64_t act_stride, float* y, int64_t y_stride) {
-      Kernel::template call<NT, Prefetch::kAhead>(w, blocks, act, act_stride, y, y_stride);
+      Kernel{}.template operator()<NT, Prefetch::kAhead>(w, blocks, act, act_stride, y, y_stride);
     }
   };
 };
-struct Q3KKernel {
-  template <int NT, Prefetch P>
-  static void call(const PackedQ3KBlock* w, int64_t blocks, const ActQ8Block* act,
-                   int64_t act_stride, float* y, int64_t y_stride) {
-    q3k_tile<NT, P>(w, blocks, act, act_stride, y, y_stride);
-  }
+// The tile kernels, each as the generic lambda PrefetchTiles calls. Q4_0 and Q4_1 differ only
+// in which activation sum their offset m multiplies.
+template <float ActQ8Block::*offset_sum, typename Block = PackedQ4Block>
+constexpr auto kQ4Kernel = []<int NT, Prefetch P>(auto... args) {
+  q4_tile<NT, offset_sum, Block, P>(args...);
 };
-struct Q2KKernel {
-  template <int NT, Prefetch P>
-  static void call(const PackedQ2KBlock* w, int64_t blocks, const ActQ8Block* act,
-                   int64_t act_stride, float* y, int64_t y_stride) {
-    q2k_tile<NT, P>(w, blocks, act, act_stride, y, y_stride);
-  }
-};
-template <int NT>
-struct Q8Tile {
-  static void run(const PackedQ8Block* w, int64_t blocks, const ActQ8Block* act, int64_t act_stride,
-                  float* y, int64_t y_stride) {
-    q8_tile<NT>(w, blocks, act, act_stride, y, y_stride);
-  }
-  static void run_cached(const PackedQ8Block* w, int64_t blocks, const ActQ8Block* act,
-                         int64_t act_stride, float* y, int64_t y_stride) {
-    q8_tile<NT, Prefetch::kNone>(w, blocks, act, act_stride, y, y_stride);
-  }
-  static void run_small_step(const PackedQ8Block* w, int64_t blocks, const ActQ8Block* act,
-                             int64_t act_stride, float* y, int64_t y_stride) {
-    q8_tile<NT, Prefetch::kAhead>(w, blocks, act, act_stride, y, y_stride);
-  }
-};
+constexpr auto kQ4KKernel = []<int NT, Prefetch P>(auto... args) { q4k_tile<NT, P>(args...); };
+constexpr auto kQ5KKernel = []<int NT, Prefetch P>(auto... args) { q5k_tile<NT, P>(args...); };
+constexpr auto kQ6KKernel = []<int NT, Prefetch P>(auto... args) { q6k_tile<NT, P>(args...); };
+constexpr auto kQ3KKernel = []<int NT, Prefetch P>(auto... args) { q3k_tile<NT, P>(args...); };
+constexpr auto kQ2KKernel = []<int NT, Prefetch P>(auto... args) { q2k_tile<NT, P>(args...); };
+constexpr auto kIQ4XSKernel = []<int NT, Prefetch P>(auto... args) { iq4xs_tile<NT, P>(args...); };
+constexpr auto kMXFP4Kernel = []<int NT, Prefetch P>(auto... args) { mxfp4_tile<NT, P>(args...); };
+constexpr auto kQ8Kernel = []<int NT, Prefetch P>(auto... args) { q8_tile<NT, P>(args...); };
+// The tiles run_group_tiles takes for Block's kernel.
+template <typename Block, const auto& kernel>
+using TilesOf = PrefetchTiles<Block, std::remove_cvref_t<decltype(kernel)>>;
 
 // Fills an activation block from its 32 values (columns 0..15 in q0, 16..31 in q1, each within
 // int8), the scale the kernels multiply by (`d`) and the one q was computed with (`exact_d`).
@@ -823,20 +717,22 @@ void quantize_act_q8k(const float* x, ActQ8Block* out, int64_t n, int64_t out_st
 }  // namespace
 
 PackedKernels packed_kernels() {
-  PackedKernels k{
-      quantize_act_q8, run_group_tiles<PackedQ4Block, Q4Tiles<&ActQ8Block::d_sum>::Tile>,
-      run_group_tiles<PackedQ4Block, Q4Tiles<&ActQ8Block::s>::Tile>,
-      run_group_tiles<PackedQ8Block, Q8Tile>, run_group_tiles<PackedF16Block, F16Tile, float>};
+  PackedKernels k{quantize_act_q8,
+                  run_group_tiles<PackedQ4Block, TilesOf<PackedQ4Block, kQ4Kernel<&ActQ8Block::d_sum>>::Tile>,
+                  run_group_tiles<PackedQ4Block, TilesOf<PackedQ4Block, kQ4Kernel<&ActQ8Block::s>>::Tile>,
+                  run_group_tiles<PackedQ8Block, TilesOf<PackedQ8Block, kQ8Kernel>::Tile>,
+                  run_group_tiles<PackedF16Block, F16Tile, float>};
   k.quantize_act_k = quantize_act_q8k;
   k.act_panel_tokens = kMaxTileTokens;  // every tile here takes up to kMaxTileTokens
-  k.q5_1 = run_group_tiles<PackedQ5_1Block, Q4Tiles<&ActQ8Block::s, PackedQ5_1Block>::Tile>;
-  k.q4_k = run_group_tiles<PackedQ4KBlock, Q4KTile>;
-  k.q5_k = run_group_tiles<PackedQ5KBlock, Q5KTile>;
-  k.q6_k = run_group_tiles<PackedQ6KBlock, Q6KTile>;
-  k.q3_k = run_group_tiles<PackedQ3KBlock, PrefetchTiles<PackedQ3KBlock, Q3KKernel>::Tile>;
-  k.q2_k = run_group_tiles<PackedQ2KBlock, PrefetchTiles<PackedQ2KBlock, Q2KKernel>::Tile>;
-  k.iq4_xs = run_group_tiles<PackedIQ4XSBlock, IQ4XSTile>;
-  k.mxfp4 = run_group_tiles<PackedMXFP4Block, MXFP4Tile>;
+  k.q5_1 = run_group_tiles<PackedQ5_1Block,
+                           TilesOf<PackedQ5_1Block, kQ4Kernel<&ActQ8Block::s, PackedQ5_1Block>>::Tile>;
+  k.q4_k = run_group_tiles<PackedQ4KBlock, TilesOf<PackedQ4KBlock, kQ4KKernel>::Tile>;
+  k.q5_k = run_group_tiles<PackedQ5KBlock, TilesOf<PackedQ5KBlock, kQ5KKernel>::Tile>;
+  k.q6_k = run_group_tiles<PackedQ6KBlock, TilesOf<PackedQ6KBlock, kQ6KKernel>::Tile>;
+  k.q3_k = run_group_tiles<PackedQ3KBlock, TilesOf<PackedQ3KBlock, kQ3KKernel>::Tile>;
+  k.q2_k = run_group_tiles<PackedQ2KBlock, TilesOf<PackedQ2KBlock, kQ2KKernel>::Tile>;
+  k.iq4_xs = run_group_tiles<PackedIQ4XSBlock, TilesOf<PackedIQ4XSBlock, kIQ4XSKernel>::Tile>;
+  k.mxfp4 = run_group_tiles<PackedMXFP4Block, TilesOf<PackedMXFP4Block, kMXFP4Kernel>::Tile>;
   return k;
 }
 
