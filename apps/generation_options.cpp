@@ -96,9 +96,10 @@ void add_spec_options(CLI::App& cmd, engine::SpeculativeConfig& spec) {
   cmd.add_option_function<std::string>(
          "--spec",
          [&spec](const std::string& name) { spec.method = engine::parse_spec_method(name); },
-         "Speculative decoding: off (default), ngram (drafts from earlier text: prompt lookup) or "
-         "draft (drafts from --draft-model)")
-      ->check(CLI::IsMember({"off", "ngram", "draft"}));
+         "Speculative decoding: off (default), ngram (drafts from earlier text: prompt lookup), "
+         "draft (drafts from --draft-model) or mtp (the model's own multi-token-prediction "
+         "layer drafts: Qwen3.5 files that carry one)")
+      ->check(CLI::IsMember({"off", "ngram", "draft", "mtp"}));
   cmd.add_option("--draft-model,--model-draft", spec.draft_model,
                  "GGUF file of a small model with the same vocabulary that drafts tokens "
                  "(implies --spec draft)")

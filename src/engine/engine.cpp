@@ -190,6 +190,9 @@ Engine::Engine(const gguf::GgufFile& file, const EngineConfig& config)
   config_.context = resolve_context(config, model::ModelConfig::from_gguf(file).context_length);
   options.max_context = config_.context;
   options.device = config.device;
+  options.mtp = config.spec.enabled() && config.spec.method == SpecMethod::kMtp;
+  if (options.mtp && config.device != model::Device::kCpu)
+    fail("--spec mtp runs on the CPU executor only");
   model_ = model::load_model(file, options);
   config_.state_snapshots =
       model_->has_recurrent_state() && config_.prefix_caching
@@ -256,6 +259,11 @@ Engine::Engine(const gguf::GgufFile& file, const EngineConfig& config)
                                           config.max_batched_tokens, *pool_);
     draft_jobs_.reserve(static_cast<size_t>(config.max_seqs));
     draft_owners_.reserve(static_cast<size_t>(config.max_seqs));
+  }
+  if (model_->config().mtp) {
+    runner_->enable_mtp_catch_up();
+    mtp_ = std::make_unique<MtpDrafter>(*model_, *cache_, *pool_, config.max_seqs);
+    mtp_jobs_.reserve(static_cast<size_t>(config.max_seqs));
   }
   scheduled_.reserve(static_cast<size_t>(config.max_seqs));
   grammar_fills_.reserve(static_cast<size_t>(config.max_seqs));
@@ -393,6 +401,7 @@ std::unique_ptr<Engine::Active> Engine::make_active(Request request) {
   seq.num_prompt_tokens = prompt;
   seq.tokens.reserve(static_cast<size_t>(prompt + request.max_tokens));
   seq.tokens = request.prompt;
+  if (mtp_) seq.mtp_hidden.assign(static_cast<size_t>(model_->config().n_embd), 0.0f);
   const auto max_blocks =
       static_cast<size_t>((prompt + request.max_tokens) / config_.block_size + 1);
   for (std::vector<int32_t>& table : seq.block_tables) table.reserve(max_blocks);
@@ -415,8 +424,9 @@ std::unique_ptr<Engine::Active> Engine::make_active(Request request) {
   if (draft_ && active->spec_max > 0) {
     active->draft_state = std::make_unique<DraftModel::State>();
     draft_->reserve(*active->draft_state, prompt + request.max_tokens + 1);
-    active->draft_out.resize(SpecDecodeStats::kMaxPositions);
   }
+  if ((draft_ || mtp_) && active->spec_max > 0)
+    active->draft_out.resize(SpecDecodeStats::kMaxPositions);
   if (request.beam_width > 0) {
     active->beams = std::make_unique<BeamState>(request, seq);
     for (Sequence& other : active->beams->others) {
@@ -465,6 +475,7 @@ void Engine::step() {
     const int64_t first_position = seq.num_computed;
     seq.num_computed += scheduled_[i].num_new_tokens;
     computed_tokens_ += scheduled_[i].num_new_tokens;
+    if (mtp_) remember_mtp_hidden(seq, i);
     if (seq.request.report_progress && first_position < seq.num_prompt_tokens)
       report_prompt_progress(*active_.at(seq.request_id), seq, Clock::now());
     // Draft tokens are not indexed: a rejected one's K/V is overwritten later. Accepted ones
@@ -484,6 +495,7 @@ void Engine::step() {
       observe_beam(active, seq, runner_->logits_for(i));
     } else if (seq.num_draft > 0) {
       verify_drafts(active, i, first_position);
+      if (mtp_) remember_mtp_hidden(seq, i);  // num_computed moved back over rejected drafts
     } else {
       if (!active.choices.empty()) fork_choices(active, runner_->logits_for(i));
       const int32_t token = process_output(active, runner_->logits_for(i));
@@ -517,7 +529,7 @@ void Engine::step() {
     for (size_t i = 0; i < scheduled_.size() && budget > 0; ++i) {
       Active& active = *active_.at(scheduled_[i].seq->request_id);
       if (active.done || active.spec_max == 0) continue;
-      const int64_t n = propose_drafts(active, budget, running - 1 + drafted);
+      const int64_t n = propose_drafts(active, budget, running - 1 + drafted, i);
       budget -= n;
       drafted += n;
     }
@@ -531,6 +543,15 @@ void Engine::step() {
       }
       draft_jobs_.clear();
       draft_owners_.clear();
+    }
+    if (!mtp_jobs_.empty()) {  // likewise the MTP block
+      mtp_->propose(mtp_jobs_);
+      for (const MtpDrafter::Job& job : mtp_jobs_) {
+        job.seq->tokens.insert(job.seq->tokens.end(), job.out.begin(),
+                               job.out.begin() + job.proposed);
+        job.seq->num_draft = job.proposed;
+      }
+      mtp_jobs_.clear();
     }
   }
   for (uint64_t id : finished_ids_) active_.erase(id);
@@ -1046,13 +1067,25 @@ void Engine::record_step_time(double seconds) {
 }
 
 double Engine::draft_model_cost() const {
-  if (!draft_ || draft_->step_seconds() == 0 || !config_.spec.measure_row_cost) return 0;
+  const double seconds = draft_ ? draft_->step_seconds() : mtp_ ? mtp_->step_seconds() : 0;
+  if (seconds == 0 || !config_.spec.measure_row_cost) return 0;
   const std::optional<StepCostModel::Cost> cost = step_costs_.cost();
-  // Until the engine has timed its own steps, the draft's size against the target's stands
-  // in for their time (decode reads every weight once per step).
   const double one_row = cost ? cost->one_row : 0;
-  if (one_row > 0) return draft_->step_seconds() / one_row;
+  if (one_row > 0) return seconds / one_row;
+  // Until the engine has timed its own steps, the draft's size against the target's stands
+  // in for their time (decode reads every weight once per step); an MTP block is one layer
+  // and the vocabulary projection: about two layers' worth.
+  if (mtp_) return 2.0 / model_->config().n_layers;
   return static_cast<double>(draft_->file_bytes()) / static_cast<double>(target_file_bytes_);
+}
+
+void Engine::remember_mtp_hidden(Sequence& seq, size_t scheduled_index) {
+  const int64_t pos = seq.num_computed - 1;
+  if (pos < 0 || pos == seq.mtp_hidden_pos) return;
+  const std::span<const float> hidden = runner_->token_hidden(scheduled_index, pos);
+  if (hidden.empty()) return;
+  std::copy(hidden.begin(), hidden.end(), seq.mtp_hidden.begin());
+  seq.mtp_hidden_pos = pos;
 }
 
 double Engine::draft_row_cost() const {
@@ -1062,7 +1095,8 @@ double Engine::draft_row_cost() const {
   return std::clamp(cost->per_row / cost->one_row, 0.0, 10.0);
 }
 
-int64_t Engine::propose_drafts(Active& active, int64_t budget, int64_t other_rows) {
+int64_t Engine::propose_drafts(Active& active, int64_t budget, int64_t other_rows,
+                               size_t scheduled_index) {
   Sequence& seq = active.seq;
   // One token to compute, or with a hybrid model after a rejected draft the kept ones again
   // (verify_drafts): drafts then follow them in the same step.
@@ -1076,7 +1110,7 @@ int64_t Engine::propose_drafts(Active& active, int64_t budget, int64_t other_row
       1;
   // An n-gram proposal comes first: how far to trust it depends on what kind of match it is.
   NgramProposal proposal;
-  if (!draft_) {
+  if (!draft_ && !mtp_) {
     const int64_t most = std::min<int64_t>({active.spec_max, room, budget});
     if (most <= 0) return 0;
     proposal =
@@ -1123,8 +1157,20 @@ int64_t Engine::propose_drafts(Active& active, int64_t budget, int64_t other_row
     if (k == 0 || seq.num_tokens() - active.draft_state->seq.num_computed > kMaxLagInBatch)
       return 0;
   }
+  if (mtp_ && other_rows > 0 && k == 0) return 0;  // as a draft model's, in a batch
   const int64_t want = std::min<int64_t>({std::max(k, 1), room, budget});
   if (want <= 0) return 0;
+  if (mtp_) {  // from the model's hidden state at the position before the last token
+    const int64_t before = seq.num_tokens() - 2;
+    const std::span<const float> h = runner_->token_hidden(scheduled_index, before);
+    const float* hidden = !h.empty()                      ? h.data()
+                          : seq.mtp_hidden_pos == before ? seq.mtp_hidden.data()
+                                                         : nullptr;
+    if (hidden == nullptr) return 0;
+    mtp_jobs_.push_back(
+        {&seq, hidden, want, std::span(active.draft_out).first(static_cast<size_t>(want))});
+    return want;
+  }
   if (draft_) {  // proposed with the others after this pass
     draft_jobs_.push_back({active.draft_state.get(), seq.tokens, want,
                            std::span(active.draft_out).first(static_cast<size_t>(want))});

@@ -15,6 +15,7 @@
 #include "engine/mask_prefetcher.h"
 #include "engine/mask_stats.h"
 #include "engine/model_runner.h"
+#include "engine/mtp_drafter.h"
 #include "engine/request.h"
 #include "engine/scheduler.h"
 #include "engine/sequence.h"
@@ -129,12 +130,18 @@ class Engine {
   void checkpoint_recurrent_states();
   // Appends up to `budget` draft tokens to a decoding sequence, as many as pay in a step that
   // has `other_rows` rows besides this sequence's; returns how many.
-  int64_t propose_drafts(Active& active, int64_t budget, int64_t other_rows);
+  // scheduled_index: the sequence's place in this step (its hidden states, --spec mtp).
+  int64_t propose_drafts(Active& active, int64_t budget, int64_t other_rows,
+                         size_t scheduled_index);
   // A draft row's cost relative to a one-row decode step: from step_costs_ once it is known,
   // else the configured guess.
   double draft_row_cost() const;
-  // The draft model's cost per drafted token relative to a one-row decode step (0 without one).
+  // The drafter's cost per drafted token relative to a one-row decode step: a draft model's
+  // step, or an MTP block's (0 for n-gram lookup).
   double draft_model_cost() const;
+  // --spec mtp: keeps the model's final hidden state at the sequence's last computed position,
+  // when this step computed it (scheduled[i]), for the MTP block's next step.
+  void remember_mtp_hidden(Sequence& seq, size_t scheduled_index);
   void record_step_time(double seconds);
   // Whether a sequence beside `other_rows` others could gain from drafts even if all were
   // accepted: beyond that batch size computing its text in the draft model is wasted.
@@ -180,6 +187,8 @@ class Engine {
   std::vector<float> fork_logits_;           // [n_vocab] a choice's copy of the logits it forks at
   std::vector<int32_t> drafts_;              // [SpecDecodeStats::kMaxPositions] scratch
   std::unique_ptr<DraftModel> draft_;        // --spec draft only
+  std::unique_ptr<MtpDrafter> mtp_;          // --spec mtp only
+  std::vector<MtpDrafter::Job> mtp_jobs_;    // [max_seqs] this step's MTP proposals
   std::vector<DraftModel::Job> draft_jobs_;  // [max_seqs] this step's proposals
   std::vector<Active*> draft_owners_;        // [max_seqs] the sequence of each job
   SpecDecodeStats spec_stats_;

@@ -39,6 +39,9 @@ void ModelRunner::run(std::span<const ScheduledSequence> scheduled) {
   if (scheduled.size() > logit_index_.size())
     fail("model runner: {} sequences in one step", scheduled.size());
   size_t t = 0, entries = 0, rows = 0, hidden = 0;
+  if (mtp_) {
+    for (size_t i = 0; i < scheduled.size(); ++i) entry_ranges_[i] = {};
+  }
   // Appends positions [begin, end) of sequence i as one batch entry; logits where the entry
   // reaches the end of the known tokens (the next one is sampled), and for each draft token.
   const auto add = [&](size_t i, int64_t begin, int64_t end) {
@@ -46,8 +49,19 @@ void ModelRunner::run(std::span<const ScheduledSequence> scheduled) {
     const Sequence& seq = *scheduled[i].seq;
     if (t + static_cast<size_t>(end - begin) > tokens_.size())
       fail("model runner: step exceeds the token budget");
+    // The MTP block pairs the first token with the hidden state of the position before it: the
+    // sequence's own, when that is the one it holds (a cached prefix or a recomputed one has
+    // none: zeros; another entry of this batch may hold it, which the model looks for).
+    const float* prev_hidden =
+        mtp_ && begin > 0 && begin == seq.num_computed && seq.mtp_hidden_pos == begin - 1
+            ? seq.mtp_hidden.data()
+            : nullptr;
     sequences_[entries++] = {static_cast<int64_t>(t), static_cast<int64_t>(t) + (end - begin),
-                             &seq.block_tables, seq.state_slot};
+                             &seq.block_tables, seq.state_slot, prev_hidden};
+    if (mtp_) {
+      std::array<EntryRange, 2>& ranges = entry_ranges_[i];
+      (ranges[0].count == 0 ? ranges[0] : ranges[1]) = {begin, static_cast<int64_t>(t), end - begin};
+    }
     const int64_t first_logit = seq.num_tokens() - 1 - seq.num_draft;
     if (seq.request.embed) {
       // A prompt alone: one entry per step, so its rows are consecutive and in position order.
@@ -101,7 +115,29 @@ void ModelRunner::run(std::span<const ScheduledSequence> scheduled) {
                      static_cast<int64_t>(bf16_rows_begin),
                      {hidden_rows_.data(), hidden},
                      hidden_.data()};
+  if (mtp_) {
+    batch.token_hidden = token_hidden_.data();
+    batch.mtp_catch_up = true;
+  }
   model_.forward(batch, cache_, logits_.data(), pool_);
+}
+
+void ModelRunner::enable_mtp_catch_up() {
+  if (!model_.config().mtp) fail("model runner: the model runs no multi-token-prediction block");
+  mtp_ = true;
+  token_hidden_.resize(tokens_.size() * static_cast<size_t>(n_embd_));
+  entry_ranges_.resize(logit_index_.size());
+}
+
+std::span<const float> ModelRunner::token_hidden(size_t i, int64_t pos) const {
+  if (!mtp_ || i >= entry_ranges_.size()) return {};
+  for (const EntryRange& r : entry_ranges_[i]) {
+    if (pos >= r.first_position && pos < r.first_position + r.count) {
+      const auto row = static_cast<size_t>(r.first_row + pos - r.first_position);
+      return {token_hidden_.data() + row * static_cast<size_t>(n_embd_), static_cast<size_t>(n_embd_)};
+    }
+  }
+  return {};
 }
 
 std::span<const float> ModelRunner::hidden_for(size_t i) const {

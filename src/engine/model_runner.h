@@ -2,6 +2,7 @@
 // per-sequence block tables) and runs the model. Buffers are sized once for the largest step.
 #pragma once
 
+#include <array>
 #include <span>
 #include <vector>
 
@@ -33,6 +34,14 @@ class ModelRunner {
   // the sequence's num_computed before the step.
   std::span<const float> hidden_for(size_t i) const;
 
+  // Multi-token prediction (ModelConfig::mtp): every step also runs the model's MTP block over
+  // its tokens (Batch::mtp_catch_up), each sequence's first one paired with its mtp_hidden, and
+  // keeps every token's final hidden state for token_hidden().
+  void enable_mtp_catch_up();
+  // The final hidden state [n_embd] the last run computed for scheduled[i]'s position `pos`;
+  // empty when that step did not compute it.
+  std::span<const float> token_hidden(size_t i, int64_t pos) const;
+
  private:
   model::Model& model_;
   kv::KvCache& cache_;
@@ -49,6 +58,14 @@ class ModelRunner {
   std::vector<int32_t> hidden_index_;  // per scheduled sequence: its first hidden row
   std::vector<int32_t> hidden_count_;  // per scheduled sequence: its hidden rows (0: none)
   std::vector<float> hidden_;          // [max_batch_tokens, n_embd]
+  // enable_mtp_catch_up: every token's final hidden state, [max_batch_tokens, n_embd], and
+  // where each scheduled sequence's positions lie in the batch (at most two entries each).
+  bool mtp_ = false;
+  std::vector<float> token_hidden_;
+  struct EntryRange {
+    int64_t first_position = 0, first_row = 0, count = 0;
+  };
+  std::vector<std::array<EntryRange, 2>> entry_ranges_;  // [max_seqs]
   // [max_logit_rows, n_vocab], in huge pages: the rows the output matmul stores together lie
   // n_vocab floats apart (192 KiB for a 49K vocabulary), so in 4 KiB pages each is a page of its
   // own.

@@ -227,6 +227,8 @@ bool Scheduler::fork(Sequence& parent, Sequence& child) {
   if (parent.num_draft > 0) fail("scheduler: fork of sequence {} with drafts", parent.id);
   child.tokens.assign(parent.tokens.begin(), parent.tokens.end());
   child.num_draft = 0;
+  child.mtp_hidden.assign(parent.mtp_hidden.begin(), parent.mtp_hidden.end());
+  child.mtp_hidden_pos = parent.mtp_hidden_pos;
   child.num_prompt_tokens = parent.num_prompt_tokens;
   child.num_cached_tokens = parent.num_cached_tokens;
   child.prefix.root = parent.prefix.root;

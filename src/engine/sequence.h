@@ -44,6 +44,11 @@ struct Sequence {
   // Speculative decoding: the last num_draft tokens are proposals, scheduled with the real ones
   // and verified against the model's logits after the step (engine/speculative.h).
   int64_t num_draft = 0;
+  // Multi-token-prediction drafting (--spec mtp): the model's final hidden state at position
+  // mtp_hidden_pos ([n_embd], sized at admission; -1: none), the input the MTP block pairs with
+  // the token after it.
+  std::vector<float> mtp_hidden;
+  int64_t mtp_hidden_pos = -1;
 
   int64_t num_tokens() const { return static_cast<int64_t>(tokens.size()); }
   int64_t num_generated() const { return num_tokens() - num_prompt_tokens; }

@@ -17,6 +17,8 @@ std::string_view spec_method_name(SpecMethod method) {
       return "ngram";
     case SpecMethod::kDraftModel:
       return "draft";
+    case SpecMethod::kMtp:
+      return "mtp";
   }
   return "unknown";
 }
@@ -25,7 +27,8 @@ SpecMethod parse_spec_method(std::string_view name) {
   if (name == "off") return SpecMethod::kOff;
   if (name == "ngram") return SpecMethod::kNgram;
   if (name == "draft") return SpecMethod::kDraftModel;
-  fail("unknown speculative method '{}' (off, ngram, draft)", name);
+  if (name == "mtp") return SpecMethod::kMtp;
+  fail("unknown speculative method '{}' (off, ngram, draft, mtp)", name);
 }
 
 void SpeculativeConfig::validate() const {
@@ -61,8 +64,10 @@ SpeculativeConfig parse_speculative_config(std::string_view json, SpeculativeCon
         base.method = SpecMethod::kDraftModel;
       } else if (method == "ngram") {
         base.method = SpecMethod::kNgram;
+      } else if (method == "mtp" || method == "qwen3_next_mtp" || method == "deepseek_mtp") {
+        base.method = SpecMethod::kMtp;  // vLLM's names of the model's own MTP layers
       } else {
-        fail("speculative config: method '{}' is not supported (ngram, draft_model)", method);
+        fail("speculative config: method '{}' is not supported (ngram, draft_model, mtp)", method);
       }
     } else if (key == "num_speculative_tokens") {
       base.num_tokens = integer(value, key);

@@ -19,9 +19,10 @@
 
 namespace inferd::engine {
 
-enum class SpecMethod { kOff, kNgram, kDraftModel };
+// kMtp: the model's own multi-token-prediction layer drafts (engine/mtp_drafter.h).
+enum class SpecMethod { kOff, kNgram, kDraftModel, kMtp };
 std::string_view spec_method_name(SpecMethod method);
-SpecMethod parse_spec_method(std::string_view name);  // "off", "ngram", "draft"; else Error
+SpecMethod parse_spec_method(std::string_view name);  // "off", "ngram", "draft", "mtp"; else Error
 
 struct SpeculativeConfig {
   SpecMethod method = SpecMethod::kOff;
@@ -52,7 +53,7 @@ struct SpeculativeConfig {
   void validate() const;  // inferd::Error naming the bad field
 };
 
-// vLLM's --speculative-config: a JSON object with `method` ("ngram", "draft_model"),
+// vLLM's --speculative-config: a JSON object with `method` ("ngram", "draft_model", "mtp"),
 // `num_speculative_tokens`, `prompt_lookup_min`, `prompt_lookup_max` and `model` (the draft
 // model's file; implies draft_model). Applied over `base`; a field inferd does not know, or a
 // value of the wrong type, is an inferd::Error naming it (never silently ignored).

@@ -27,6 +27,10 @@ struct BatchSequence {
   // its state after the tokens before token_begin. A sequence whose first token here is at
   // position 0 starts from a zero state whatever the slot held.
   int32_t state_slot = -1;
+  // Batch::mtp_catch_up: the final hidden state of the position before token_begin, [n_embd];
+  // nullptr: zeros (position 0, or a state not known: a prefix found in the cache), unless
+  // another entry of the batch with the same block tables holds that position.
+  const float* mtp_prev_hidden = nullptr;
 };
 
 struct Batch {
@@ -46,6 +50,13 @@ struct Batch {
   // choose different experts where it is near 0 (a near-tie), as they may pick different
   // greedy tokens where two logits nearly tie: the model tests use it to tell those apart.
   float* routing_margins = nullptr;
+  // Out, optional: [n_tokens, n_embd] every token's final hidden state (the output norm's
+  // result). Required with mtp_catch_up.
+  float* token_hidden = nullptr;
+  // Multi-token prediction (ModelConfig::mtp): after the trunk, the MTP block also runs over
+  // every token, paired with the hidden state of the position before it, so that its K/V cover
+  // the positions the trunk computed (llama.cpp feeds its MTP context every batch alike).
+  bool mtp_catch_up = false;
 
   int64_t num_tokens() const { return static_cast<int64_t>(tokens.size()); }
 };

@@ -19,6 +19,9 @@ struct ModelConfig {
   std::string name;
   int n_layers = 0;  // the trunk's: `block_count` less the multi-token-prediction layers
   int n_nextn_layers = 0;  // `nextn_predict_layers`: MTP blocks after the trunk's
+  // The file's multi-token-prediction block runs (ModelOptions::mtp, Model::forward_mtp): the KV
+  // cache carries its K/V as one more layer, index n_layers, in the full-attention group.
+  bool mtp = false;
   int n_embd = 0;  // hidden size
   int n_ff = 0;    // feed-forward size
   int n_heads = 0;

@@ -86,6 +86,9 @@ struct DecoderWorkspace {
   std::span<float> gate;     // [T, n_ff]
   std::span<float> up;       // [T, n_ff]
   std::span<float> last;     // [R, n_embd] rows that need logits
+  // ModelConfig::mtp: the MTP block's input, [T, 2 * n_embd]: each token's normed embedding,
+  // then the normed hidden state it is paired with.
+  std::span<float> mtp_in;
   // Per-layer embeddings: each token's inputs of every layer, [T, n_layers * per_layer_embd],
   // the rows of per_layer_token_embd, the same shape, and a layer's gate, [T, per_layer_embd].
   std::span<float> ple_inputs;
@@ -174,7 +177,22 @@ class Decoder final : public Model {
       if (spec_.attention_sinks)
         layer.attn_sinks = w.vector(layer_prefix(i) + "attn_sinks.weight", c.n_heads);
     }
-    if (spec_.keeps_nextn_layers && c.n_nextn_layers > 0) load_nextn_layers(file, w);
+    if (options.mtp && !spec_.keeps_nextn_layers)
+      fail("{}: multi-token-prediction drafting is not implemented for architecture '{}'",
+           file.name(), c.architecture);
+    if (options.mtp && c.n_nextn_layers != 1)
+      fail("{}: {} multi-token-prediction layers; MTP drafting runs files with one", file.name(),
+           c.n_nextn_layers);
+    if (spec_.keeps_nextn_layers) {
+      for (int l = c.n_layers; l < c.n_layers + c.n_nextn_layers; ++l) load_mtp_block(file, w, l);
+      config_.mtp = options.mtp;
+      if (c.n_nextn_layers > 0 && !options.mtp) {  // said once, where a user reads start-up lines
+        fmt::print(stderr,
+                   "[inferd] {}: {} multi-token-prediction layer(s) loaded and not run: `--spec "
+                   "mtp` drafts with them\n",
+                   file.name(), c.n_nextn_layers);
+      }
+    }
     const int64_t max_context = options.max_context > 0 ? options.max_context : c.context_length;
     const std::string factors = rope_factor_tensor(file, spec_, c, max_context);
     const float* freq_factors = nullptr;
@@ -227,7 +245,30 @@ class Decoder final : public Model {
       feed_forward_block(l, T, batch.bf16_rows_begin, pool, batch.routing_margins);
     }
     if (!batch.hidden_rows.empty()) compute_hidden(batch, pool);
-    compute_logits(batch, logits, pool);
+    if (batch.token_hidden != nullptr) {
+      per_token(pool, T, [&](int64_t t) {
+        final_hidden(t, batch.token_hidden + t * c.n_embd, output_norm_);
+      });
+    }
+    compute_logits(batch, logits, pool, output_norm_, output_);
+    if (batch.mtp_catch_up) mtp_catch_up(batch, cache, pool);
+  }
+
+  void forward_mtp(const Batch& batch, const float* hidden_in, kv::KvCache& cache, float* logits,
+                   float* hidden_out, ThreadPool& pool) override {
+    const ModelConfig& c = config_;
+    if (!c.mtp) fail("{}: the model was loaded without its multi-token-prediction block", c.name);
+    const int64_t T = batch.num_tokens();
+    if (T > max_tokens_)
+      fail("batch of {} tokens exceeds the {} the model was sized for", T, max_tokens_);
+    check_batch(batch, c.n_vocab, rope_.full.max_positions());
+    place_tokens(batch, cache);
+    run_mtp_block(batch, cache, pool, [&](int64_t t) { return hidden_in + t * c.n_embd; });
+    const auto R = static_cast<int64_t>(batch.logit_rows.size());
+    per_token(pool, R, [&](int64_t r) {
+      final_hidden(batch.logit_rows[static_cast<size_t>(r)], hidden_out + r * c.n_embd, mtp_blocks_[0].norm);
+    });
+    compute_logits(batch, logits, pool, mtp_blocks_[0].norm, mtp_blocks_[0].head);
   }
 
  private:
@@ -385,10 +426,12 @@ class Decoder final : public Model {
     if (delta_config_)
       delta_ = std::make_unique<DeltaNetBlock>(*delta_config_, *spec_.delta_net, c.n_embd, max_tokens_);
     ws_.last = floats(T * c.n_embd);
+    if (c.mtp) ws_.mtp_in = floats(T * 2 * static_cast<size_t>(c.n_embd));
     ws_.slots = ws_.memory.allocate_array<int64_t>(kv::kMaxKvGroups * T);
     ws_.scratch.reserve(max_tokens_,
                         std::max<int64_t>({c.n_embd, any_dense ? int64_t(n_ff) : 0, int64_t(q_dim),
-                                           int64_t{spec_.per_layer_embd}}));
+                                           int64_t{spec_.per_layer_embd},
+                                           c.mtp ? 2 * int64_t{c.n_embd} : 0}));
     ws_.memory.prefault();  // every forward pass uses it: fault it in now, not in the first one
   }
 
@@ -477,29 +520,97 @@ class Decoder final : public Model {
     }
   }
 
-  // Loads the multi-token-prediction blocks after the trunk (ModelConfig::n_nextn_layers) as
-  // they are, kept for the MTP drafter; the forward pass does not run them yet.
-  void load_nextn_layers(const gguf::GgufFile& file, WeightLoader& w) {
+  // Multi-token-prediction block l (after the trunk's layers) as llama.cpp's Qwen3.5 MTP graph
+  // runs it: a full-attention decoder layer of the model's kind, fed eh_proj of [enorm(embedding
+  // of the token); hnorm(hidden state of the position before)], and read out through
+  // shared_head_norm / shared_head_head, or the model's output norm and output where the file
+  // has none of its own. The first block's layer is layers_[n_layers] and its K/V the cache's
+  // layer n_layers (ModelConfig::mtp); drafting runs only that one.
+  void load_mtp_block(const gguf::GgufFile& file, WeightLoader& w, int l) {
     const ModelConfig& c = config_;
-    for (int l = c.n_layers; l < c.n_layers + c.n_nextn_layers; ++l) {
-      const std::string p = layer_prefix(l);
-      for (const gguf::TensorInfo& t : file.tensors()) {
-        if (!t.name.starts_with(p)) continue;
-        if (t.shape.size() == 1) {
-          nextn_vectors_.push_back(w.vector(t.name, int64_t(t.shape[0])));
-        } else if (t.shape.size() == 2) {
-          nextn_matrices_.push_back(w.matrix(t.name, int64_t(t.shape[1]), int64_t(t.shape[0])));
-        } else {
-          fail("{}: multi-token-prediction tensor '{}' has shape {}", file.name(), t.name,
-               t.shape_string());
-        }
-      }
+    if (!c.layer_n_ff.empty() || !c.layer_n_kv_heads.empty() || !c.kv_source_layers.empty() ||
+        !spec_.sliding_layers.empty() || spec_.per_layer_embd > 0)
+      fail("{}: multi-token-prediction layers with per-layer shapes are not implemented",
+           file.name());
+    const std::string p = layer_prefix(l);
+    DecoderLayer& layer = layers_.emplace_back();
+    load_layer_attention(w, spec_, c, l, layer);
+    layer.head_dim = c.head_dim;
+    layer.n_kv_heads = c.n_kv_heads;
+    layer.n_ff = c.n_ff;
+    layer.kv_layer = l;  // the cache's extra layer (Model::kv_config)
+    if (moe_config_ && moe_config_->moe_layer(l)) {
+      layer.moe = load_moe_layer(w, p, *moe_config_, *spec_.moe, c.n_embd);
+    } else {
+      load_layer_dense_ffn(w, spec_, c, l, layer);
     }
-    // Said once, at load, where a user reads the server's start-up lines.
-    fmt::print(stderr,
-               "[inferd] {}: {} multi-token-prediction layer(s) loaded and kept; they are not "
-               "run until MTP drafting is implemented (the trunk's output is unchanged)\n",
-               file.name(), c.n_nextn_layers);
+    const std::string n = p + "nextn.";
+    MtpBlock& mtp = mtp_blocks_.emplace_back();
+    mtp.eh_proj = w.matrix(n + "eh_proj.weight", c.n_embd, 2 * int64_t{c.n_embd});
+    mtp.enorm = w.vector(n + "enorm.weight", c.n_embd);
+    mtp.hnorm = w.vector(n + "hnorm.weight", c.n_embd);
+    if (w.has(n + "embed_tokens.weight")) {
+      w.keep_rows(n + "embed_tokens.weight", false);
+      mtp.embed = w.matrix(n + "embed_tokens.weight", c.n_vocab, c.n_embd);
+    } else {
+      mtp.embed = token_embd_;
+    }
+    mtp.norm = w.has(n + "shared_head_norm.weight") ? w.vector(n + "shared_head_norm.weight", c.n_embd)
+                                                      : output_norm_;
+    mtp.head = w.has(n + "shared_head_head.weight")
+                   ? w.matrix(n + "shared_head_head.weight", c.n_vocab, c.n_embd)
+                   : output_;
+  }
+
+  // Batch::mtp_catch_up, after the trunk (whose final hidden states are in batch.token_hidden):
+  // the MTP block over every token, token t paired with the hidden state of the position before
+  // it: the row before it in its entry, the row of that position in another entry of the same
+  // sequence, the entry's mtp_prev_hidden, or zeros.
+  void mtp_catch_up(const Batch& batch, kv::KvCache& cache, ThreadPool& pool) {
+    const ModelConfig& c = config_;
+    if (!c.mtp) fail("{}: MTP catch-up on a model loaded without its MTP block", c.name);
+    if (batch.token_hidden == nullptr) fail("MTP catch-up without the batch's token_hidden");
+    const int64_t n = c.n_embd;
+    const auto hidden_before = [&](int64_t t) -> const float* {
+      for (const BatchSequence& seq : batch.sequences) {
+        if (t < seq.token_begin || t >= seq.token_end) continue;
+        if (t > seq.token_begin) return batch.token_hidden + (t - 1) * n;
+        const int32_t before = batch.positions[static_cast<size_t>(t)] - 1;
+        for (const BatchSequence& other : batch.sequences) {
+          if (other.block_tables != seq.block_tables || &other == &seq) continue;
+          for (int64_t u = other.token_begin; u < other.token_end; ++u)
+            if (batch.positions[static_cast<size_t>(u)] == before) return batch.token_hidden + u * n;
+        }
+        return seq.mtp_prev_hidden;
+      }
+      return nullptr;
+    };
+    run_mtp_block(batch, cache, pool, hidden_before);
+  }
+
+  // The MTP block over the batch's tokens (their KV slots placed), token t paired with
+  // hidden(t) ([n_embd], nullptr: zeros); leaves its output in ws.x (+ ws.proj) as the trunk's
+  // layers do, for final_hidden.
+  template <typename HiddenOf>
+  void run_mtp_block(const Batch& batch, kv::KvCache& cache, ThreadPool& pool, HiddenOf&& hidden) {
+    const ModelConfig& c = config_;
+    const int64_t T = batch.num_tokens(), n = c.n_embd;
+    DecoderWorkspace& ws = ws_;
+    per_token(pool, T, [&](int64_t t) {
+      float* in = &ws.mtp_in[static_cast<size_t>(t * 2 * n)];
+      kernels::dequantize_row(mtp_blocks_[0].embed, batch.tokens[static_cast<size_t>(t)], in);
+      kernels::rms_norm(in, mtp_blocks_[0].enorm, in, n, c.rms_eps);
+      if (const float* h = hidden(t)) {
+        kernels::rms_norm(h, mtp_blocks_[0].hnorm, in + n, n, c.rms_eps);
+      } else {
+        std::fill_n(in + n, n, 0.0f);  // the norm of zeros
+      }
+    });
+    kernels::matmul(mtp_blocks_[0].eh_proj, ws.mtp_in.data(), T, ws.x.data(), ws.scratch, pool,  // [T, n_embd]
+                    kernels::active_kernels(), batch.bf16_rows_begin);
+    proj_pending_ = false;
+    attention_block(c.n_layers, batch, cache, pool);
+    feed_forward_block(c.n_layers, T, batch.bf16_rows_begin, pool, nullptr);
   }
 
   // Interleaved M-RoPE for text (ArchSpec::interleaved_mrope): a frequency divisor per rotated
@@ -724,28 +835,32 @@ class Decoder final : public Model {
     if (batch.hidden == nullptr) fail("batch asks for hidden states without a buffer for them");
     const auto R = static_cast<int64_t>(batch.hidden_rows.size());
     per_token(pool, R, [&](int64_t r) {
-      final_hidden(batch.hidden_rows[static_cast<size_t>(r)], batch.hidden + r * c.n_embd);
+      final_hidden(batch.hidden_rows[static_cast<size_t>(r)], batch.hidden + r * c.n_embd,
+                   output_norm_);
     });
   }
 
-  // out[n_embd] = the output norm of token t's residual stream after the last layer: the last
-  // layer's residual add happens here, into `out`, so a token asked for twice is not added to
-  // twice.
-  void final_hidden(int64_t t, float* out) const {
+  // out[n_embd] = the final norm (`norm`: the output norm, or the MTP block's) of token t's
+  // residual stream after the last layer: the last layer's residual add happens here, into
+  // `out`, so a token asked for twice is not added to twice.
+  void final_hidden(int64_t t, float* out, const float* norm) const {
     const int64_t n = config_.n_embd;
     std::copy_n(&ws_.x[t * n], n, out);
     if (proj_pending_) kernels::add_inplace(out, &ws_.proj[t * n], n);
-    kernels::rms_norm(out, output_norm_, out, n, config_.rms_eps);
+    kernels::rms_norm(out, norm, out, n, config_.rms_eps);
   }
 
-  void compute_logits(const Batch& batch, float* logits, ThreadPool& pool) {
+  // Logits of the batch's logit rows through `norm` and the vocabulary projection `head` (the
+  // model's, or the MTP block's).
+  void compute_logits(const Batch& batch, float* logits, ThreadPool& pool, const float* norm,
+                      const WeightMatrix& head) {
     const ModelConfig& c = config_;
     DecoderWorkspace& ws = ws_;
     const auto R = static_cast<int64_t>(batch.logit_rows.size());
     if (R == 0) return;  // a step of embedding requests only
     for (int64_t r = 0; r < R; ++r)
-      final_hidden(batch.logit_rows[static_cast<size_t>(r)], &ws.last[r * c.n_embd]);
-    kernels::matmul(output_, ws.last.data(), R, logits, ws.scratch, pool);  // [R, n_vocab]
+      final_hidden(batch.logit_rows[static_cast<size_t>(r)], &ws.last[r * c.n_embd], norm);
+    kernels::matmul(head, ws.last.data(), R, logits, ws.scratch, pool);  // [R, n_vocab]
     if (spec_.final_softcap > 0) {
       const float cap = spec_.final_softcap;
       per_token(pool, R, [&](int64_t r) {
@@ -767,8 +882,17 @@ class Decoder final : public Model {
   std::unique_ptr<MoeBlock> moe_;        // the MoE layers' work buffers
   std::optional<DeltaNetConfig> delta_config_;  // ArchSpec::delta_net's, as the file sets it
   std::unique_ptr<DeltaNetBlock> delta_;         // the recurrent layers' work buffers
-  std::vector<kernels::WeightMatrix> nextn_matrices_;  // ArchSpec::keeps_nextn_layers
-  std::vector<const float*> nextn_vectors_;
+  // The multi-token-prediction blocks (ModelConfig::n_nextn_layers; drafting runs the first,
+  // ModelConfig::mtp); their decoder layers follow the trunk's in layers_.
+  struct MtpBlock {
+    WeightMatrix eh_proj;           // [n_embd, 2 * n_embd] of [normed embedding; normed hidden]
+    const float* enorm = nullptr;   // [n_embd]
+    const float* hnorm = nullptr;   // [n_embd]
+    WeightMatrix embed;             // [n_vocab, n_embd] its own, or the model's token_embd_
+    const float* norm = nullptr;    // [n_embd] shared_head_norm, or the output norm
+    WeightMatrix head;              // [n_vocab, n_embd] shared_head_head, or the output
+  };
+  std::vector<MtpBlock> mtp_blocks_;
   RopeTables rope_;
   DecoderWorkspace ws_;
   // Whether ws.proj holds a layer output not yet added to ws.x (a layer leaves its feed-forward

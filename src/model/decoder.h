@@ -70,8 +70,9 @@ struct ArchSpec {
   // axis; text tokens carry their position on the first three axes and 0 on the fourth, so the
   // pairs of the fourth do not rotate.
   bool interleaved_mrope = false;
-  // Multi-token-prediction blocks after the trunk (`nextn_predict_layers`) are loaded and kept
-  // for the MTP drafter; without this a file that has them is refused by name.
+  // Multi-token-prediction blocks after the trunk (`nextn_predict_layers`) are loaded; with
+  // ModelOptions::mtp the first one runs as a drafter (Model::forward_mtp). Without this a file
+  // that has them is refused by name.
   bool keeps_nextn_layers = false;
 
   // Gemma 4. The sliding layers' head size and rotated dimensions where they differ from the

@@ -9,6 +9,7 @@
 #include "kv/kv_cache.h"
 #include "model/batch.h"
 #include "model/config.h"
+#include "util/error.h"
 #include "util/thread_pool.h"
 
 namespace inferd::model {
@@ -20,6 +21,9 @@ struct ModelOptions {
   int64_t max_batch_tokens = 512;  // work buffers are sized for this many tokens per forward
   int64_t max_context = 0;         // 0: the model's trained context
   Device device = Device::kCpu;
+  // Run the file's multi-token-prediction block (`nextn_predict_layers`) as a drafter
+  // (forward_mtp); its K/V join the cache as one more layer (ModelConfig::mtp).
+  bool mtp = false;
 };
 
 class Model {
@@ -29,6 +33,17 @@ class Model {
   // Runs the batch through the model, writing its K/V into `cache` at the blocks of the
   // sequences' tables, and fills logits: [batch.logit_rows.size(), n_vocab]. Does not allocate.
   virtual void forward(const Batch& batch, kv::KvCache& cache, float* logits, ThreadPool& pool) = 0;
+  // Multi-token prediction (ModelConfig::mtp): the file's MTP block over the batch's tokens,
+  // each token t paired with hidden_in[t] (the final hidden state, as Batch::token_hidden
+  // gives it, of the position before t), writing the block's K/V at the tokens' positions.
+  // Fills logits [batch.logit_rows.size(), n_vocab] (its guesses at the token after the next)
+  // and hidden_out [batch.logit_rows.size(), n_embd] (its own final hidden state of those rows,
+  // the hidden_in of a chained draft). Does not allocate.
+  virtual void forward_mtp(const Batch& /*batch*/, const float* /*hidden_in*/,
+                           kv::KvCache& /*cache*/, float* /*logits*/, float* /*hidden_out*/,
+                           ThreadPool& /*pool*/) {
+    fail("{}: this executor runs no multi-token-prediction block", config().name);
+  }
   // Whether the K/V of `cache`'s blocks live in the executor's device memory (the cache then
   // keeps only the block tables and pools: KvCacheConfig::host_storage false).
   virtual bool kv_on_device() const { return false; }
@@ -52,14 +67,20 @@ class Model {
       for (int l = 0; l < c.n_layers; ++l)
         if (c.kv_layer(l) != l) stateless[static_cast<size_t>(l)] = true;
     }
-    return {c.n_layers,
+    // The MTP block attends over K/V of its own: a full-attention layer after the trunk's.
+    std::vector<bool> sliding = c.sliding_layers;
+    if (c.mtp) {
+      if (!stateless.empty()) stateless.push_back(false);
+      if (!sliding.empty()) sliding.push_back(false);
+    }
+    return {c.n_layers + (c.mtp ? 1 : 0),
             c.n_kv_heads,
             c.head_dim,
             block_size,
             num_blocks,
             key_type,
             value_type,
-            c.sliding_layers,
+            std::move(sliding),
             c.sliding_window,
             num_blocks,
             !kv_on_device(),

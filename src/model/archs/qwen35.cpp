@@ -8,7 +8,7 @@
 //     renormalised, plus a shared expert behind a sigmoid gate.
 //   `qwen3next`: Qwen3-Next-80B-A3B: NEOX RoPE, the same experts, one ssm_ba tensor for beta
 //     and alpha, value heads grouped under their key head.
-// Multi-token-prediction blocks in the file are loaded and kept (not run yet).
+// Multi-token-prediction blocks in the file are loaded; `--spec mtp` drafts with the first.
 #include "model/decoder.h"
 #include "model/registry.h"
 
