@@ -475,7 +475,9 @@ void Engine::step() {
     const int64_t first_position = seq.num_computed;
     seq.num_computed += scheduled_[i].num_new_tokens;
     computed_tokens_ += scheduled_[i].num_new_tokens;
-    if (mtp_) remember_mtp_hidden(seq, i);
+    // (With drafts, once verify_drafts has settled num_computed: a hybrid model's rollback keeps
+    // the hidden state of the position before the step.)
+    if (mtp_ && seq.num_draft == 0) remember_mtp_hidden(seq, i);
     if (seq.request.report_progress && first_position < seq.num_prompt_tokens)
       report_prompt_progress(*active_.at(seq.request_id), seq, Clock::now());
     // Draft tokens are not indexed: a rejected one's K/V is overwritten later. Accepted ones
@@ -1083,7 +1085,7 @@ void Engine::remember_mtp_hidden(Sequence& seq, size_t scheduled_index) {
   const int64_t pos = seq.num_computed - 1;
   if (pos < 0 || pos == seq.mtp_hidden_pos) return;
   const std::span<const float> hidden = runner_->token_hidden(scheduled_index, pos);
-  if (hidden.empty()) return;
+  if (hidden.empty() || hidden.size() != seq.mtp_hidden.size()) return;
   std::copy(hidden.begin(), hidden.end(), seq.mtp_hidden.begin());
   seq.mtp_hidden_pos = pos;
 }

@@ -15,6 +15,7 @@
 #include <cmath>
 #include <filesystem>
 #include <optional>
+#include <random>
 #include <string>
 
 #include <gtest/gtest.h>
@@ -81,13 +82,14 @@ float top10_prob_diff(const nlohmann::json& top, const std::vector<float>& lp) {
 TEST_P(MtpTest, DraftDistributionMatchesLlamaCpp) {
   const std::string name = GetParam();
   // As the architecture test: llama.cpp's F16 run rounds every product's activations to fp16 and
-  // the recurrent state carries that, so inferd's F16 path is held to llama.cpp's F32 run.
-  const bool f16 = name.ends_with(".F16");
-  const std::string golden_name = f16 ? name.substr(0, name.size() - 3) + "F32" : name;
+  // the recurrent state carries that, so inferd's F16 path is held to llama.cpp's F32 run (the
+  // hybrid Qwen files; the others against their F16 run).
+  const bool f16_against_f32 = name.ends_with(".F16") && name.starts_with("qwen35");
+  const std::string golden_name = f16_against_f32 ? name.substr(0, name.size() - 3) + "F32" : name;
   const nlohmann::json golden = load_json("tests/golden/architectures/" + golden_name + "-mtp.json");
   ASSERT_FALSE(golden.is_null()) << "missing tests/golden/architectures/" << golden_name << "-mtp.json";
   std::string model_name = golden["model"].get<std::string>();
-  if (f16) model_name.replace(model_name.rfind(".F32."), 5, ".F16.");
+  if (f16_against_f32) model_name.replace(model_name.rfind(".F32."), 5, ".F16.");
   const std::string path = cache_dir() + "/golden-models/" + model_name;
   if (!std::filesystem::exists(path))
     GTEST_SKIP() << path << " is absent (tests/golden/architectures/make-golden --models-only)";
@@ -95,7 +97,7 @@ TEST_P(MtpTest, DraftDistributionMatchesLlamaCpp) {
   model::ModelOptions options{1024, 1024};
   options.mtp = true;
   auto model = model::load_model(file, options);
-  const bool quantized = !f16 && !name.ends_with(".F32");
+  const bool quantized = !name.ends_with(".F16") && !name.ends_with(".F32");
   // NAME-seedS.TYPE.gguf -> NAME-seedS.F16.gguf: the same weights before quantization.
   const std::string f16_path = path.substr(0, path.rfind('.', path.size() - 6)) + ".F16.gguf";
   std::optional<gguf::GgufFile> f16_file;
@@ -162,6 +164,8 @@ std::vector<std::string> mtp_names() {
   for (const char* family : {"qwen35mtp", "qwen35moemtp"})
     for (const char* type : {"F32", "F16", "Q8_0", "Q4_K_M"})
       out.push_back(std::string(family) + "." + type);
+  // GLM-4.5 (attention only: its F16 file against llama.cpp's F16 run).
+  for (const char* type : {"F16", "Q8_0", "Q4_K_M"}) out.push_back(std::string("glm4moe.") + type);
   return out;
 }
 
@@ -170,6 +174,88 @@ INSTANTIATE_TEST_SUITE_P(Golden, MtpTest, ::testing::ValuesIn(mtp_names()), [](c
   std::replace(n.begin(), n.end(), '.', '_');
   return n;
 });
+
+// The engine with --spec mtp gives the same text as without, greedy and seeded, one sequence at
+// a time and batched: on the random-weight model (whose MTP block is random: its drafts are
+// rejected, every step rolls the recurrent state back) and on one whose block agrees with its
+// trunk (bench/make-random-gguf --mtp-agrees: most drafts are kept, and seeded sampling at a
+// temperature parts from them now and then, a partly kept draft).
+class MtpEngineTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(MtpEngineTest, TextIsTheSameWithMtpDrafts) {
+  const std::string path = cache_dir() + "/golden-models/" + GetParam();
+  if (!std::filesystem::exists(path))
+    GTEST_SKIP() << path << " is absent (scripts/test makes it: make-golden, make-random-gguf)";
+  const gguf::GgufFile file = gguf::GgufFile::open(path);
+  const bool agrees = GetParam().find("agrees") != std::string::npos;
+  std::mt19937 rng(5);
+  std::vector<std::vector<int32_t>> prompts;
+  for (const int n : {1, 6, 30, 70, 130, 9, 45, 3}) {
+    std::vector<int32_t> p;
+    for (int i = 0; i < n; ++i) p.push_back(static_cast<int32_t>(300 + rng() % 3000));
+    prompts.push_back(p);
+  }
+  for (const int max_seqs : {1, 4}) {
+    for (const float temperature : {0.0f, 0.8f}) {
+      std::vector<std::vector<int32_t>> results[2];
+      engine::SpecDecodeStats stats;
+      for (const bool spec : {false, true}) {
+        engine::EngineConfig config;
+        config.threads = 2;
+        config.context = 512;
+        config.max_seqs = max_seqs;
+        config.max_batched_tokens = 64;  // the longer prompts in chunks
+        if (spec) {
+          config.spec.method = engine::SpecMethod::kMtp;
+          config.spec.num_tokens = 3;
+          config.spec.max_step_rows = 0;  // drafts in batched steps too, as many as allowed
+          config.spec.row_cost = 0;
+          config.spec.measure_row_cost = false;
+        }
+        engine::Engine e(file, config);
+        std::vector<std::shared_ptr<CollectOutput>> outs;
+        for (size_t i = 0; i < prompts.size(); ++i) {
+          engine::Request r;
+          r.prompt = prompts[i];
+          r.sampling.temperature = temperature;
+          r.sampling.seed = 100 + i;
+          r.max_tokens = 40;
+          r.ignore_eos = true;
+          outs.push_back(submit_request(e, std::move(r)));
+        }
+        e.run_until_idle();
+        for (const auto& out : outs) {
+          EXPECT_EQ(out->finishes_, 1);
+          results[spec].push_back(out->result_.output_tokens);
+        }
+        stats = e.spec_decode_stats();
+      }
+      for (size_t i = 0; i < prompts.size(); ++i) {
+        EXPECT_EQ(results[1][i], results[0][i])
+            << GetParam() << ": prompt " << i << ", " << max_seqs << " sequences, temperature "
+            << temperature;
+      }
+      std::printf("[ mtp      ] %s, %d sequences, temperature %.1f: %lld drafts, %lld of %lld "
+                  "tokens accepted\n",
+                  GetParam().c_str(), max_seqs, temperature, (long long)stats.num_drafts,
+                  (long long)stats.num_accepted_tokens, (long long)stats.num_draft_tokens);
+      EXPECT_GT(stats.num_drafts, 20);
+      if (agrees && temperature == 0) {
+        EXPECT_GT(stats.num_accepted_tokens * 10, stats.num_draft_tokens * 8);
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, MtpEngineTest,
+                         ::testing::Values("qwen35mtp-seed7.Q8_0.gguf",
+                                           "qwen35-small-mtp-agrees.Q8_0.gguf"),
+                         [](const auto& info) {
+                           std::string n = info.param;
+                           std::replace(n.begin(), n.end(), '.', '_');
+                           std::replace(n.begin(), n.end(), '-', '_');
+                           return n;
+                         });
 
 }  // namespace
 }  // namespace inferd::testing
