@@ -180,6 +180,10 @@ class Decoder final : public Model {
     if (options.mtp && !spec_.keeps_nextn_layers)
       fail("{}: multi-token-prediction drafting is not implemented for architecture '{}'",
            file.name(), c.architecture);
+    if (options.mtp && c.n_nextn_layers == 0)
+      fail("{}: the file has no multi-token-prediction layer (`nextn_predict_layers`) to draft "
+           "with (--spec mtp)",
+           file.name());
     if (options.mtp && c.n_nextn_layers != 1)
       fail("{}: {} multi-token-prediction layers; MTP drafting runs files with one", file.name(),
            c.n_nextn_layers);
