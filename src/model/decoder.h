@@ -32,6 +32,9 @@ struct ArchSpec {
   bool post_norms = false;
   // attn_q_norm / attn_k_norm: RMSNorm of every query and key head before RoPE (Qwen3, Gemma 3).
   bool qk_norms = false;
+  // The same norms where the file has them, each one optional (GLM-4.5: the 355B has them, Air
+  // not).
+  bool optional_qk_norms = false;
   // Accepts rope_freqs.weight (per-pair frequency divisors, Llama 3.1+ rope scaling).
   bool rope_freq_factors = false;
   // LongRoPE (Phi-3): rope_factors_long.weight when the context exceeds

@@ -52,11 +52,12 @@ void load_layer_attention(Loader& w, const ArchSpec& spec, const ModelConfig& c,
   layer.bk = w.optional_vector(p + "attn_k.bias", kv_dim);
   layer.bv = w.optional_vector(p + "attn_v.bias", kv_dim);
   layer.bo = w.optional_vector(p + "attn_output.bias", c.n_embd);
-  if (spec.qk_norms) {
+  // ArchSpec::qk_norms requires them; ArchSpec::optional_qk_norms takes each one the file has.
+  if (spec.qk_norms || (spec.optional_qk_norms && w.has(p + "attn_q_norm.weight")))
     layer.q_norm = w.vector(p + "attn_q_norm.weight", head_dim);
-    if (own_kv || w.has(p + "attn_k_norm.weight"))
-      layer.k_norm = w.vector(p + "attn_k_norm.weight", head_dim);
-  }
+  if ((spec.qk_norms && own_kv) ||
+      ((spec.qk_norms || spec.optional_qk_norms) && w.has(p + "attn_k_norm.weight")))
+    layer.k_norm = w.vector(p + "attn_k_norm.weight", head_dim);
   if (spec.post_norms) {
     layer.post_attn_norm = w.vector(p + "post_attention_norm.weight", c.n_embd);
     layer.post_ffn_norm = w.vector(p + "post_ffw_norm.weight", c.n_embd);

@@ -93,6 +93,12 @@ MoeConfig MoeConfig::from_gguf(const gguf::GgufFile& file, const MoeSpec& spec, 
     const int64_t shared = file.get_int(a + "expert_shared_feed_forward_length").value_or(0);
     c.n_ff_shared = checked_count(file, a + "expert_shared_feed_forward_length",
                                   shared > 0 ? shared : n_ff, int64_t{1} << 20);
+  } else if (spec.counted_shared_experts) {  // as llama.cpp: count x the routed width, no gate
+    const int64_t count = file.get_int(a + "expert_shared_count").value_or(0);
+    if (count < 0 || count > 64)
+      fail("{}: '{}' = {} is out of range (0..64)", file.name(), a + "expert_shared_count", count);
+    c.n_ff_shared = static_cast<int>(count * c.n_ff_expert);
+    c.shared_gated = false;
   } else {
     refuse_unless(file, a + "expert_shared_count", 0, "shared experts in this architecture");
     refuse_unless(file, a + "expert_shared_feed_forward_length", 0,
@@ -158,7 +164,7 @@ MoeLayer load_moe_layer(const WeightLoader& w, const std::string& p, const MoeCo
     m.shared_gate = w.matrix(p + "ffn_gate_shexp.weight", c.n_ff_shared, n_embd);
     m.shared_up = w.matrix(p + "ffn_up_shexp.weight", c.n_ff_shared, n_embd);
     m.shared_down = w.matrix(p + "ffn_down_shexp.weight", n_embd, c.n_ff_shared);
-    m.shared_gate_inp = w.matrix(p + "ffn_gate_inp_shexp.weight", 1, n_embd);
+    if (c.shared_gated) m.shared_gate_inp = w.matrix(p + "ffn_gate_inp_shexp.weight", 1, n_embd);
   }
   return m;
 }
@@ -182,7 +188,7 @@ MoeBlock::MoeBlock(const MoeConfig& config, int n_embd, int64_t max_tokens)
     shared_gate_ = floats(C * static_cast<size_t>(config.n_ff_shared));
     shared_up_ = floats(C * static_cast<size_t>(config.n_ff_shared));
     shared_down_ = floats(C * static_cast<size_t>(n_embd));
-    shared_scale_ = floats(C);
+    if (config.shared_gated) shared_scale_ = floats(C);
   }
   memory_.prefault();
   items_.reserve(2 * static_cast<size_t>(config.n_experts) + 2);
@@ -232,10 +238,24 @@ void MoeBlock::route(const MoeLayer& layer, int64_t n_tokens, float* margins) {
       return sx > sy || (sx == sy && x < y);
     });
     if (margins != nullptr && K < E) {
-      const float last = score[static_cast<size_t>(order[static_cast<size_t>(K - 1)])];
-      const float next = score[static_cast<size_t>(order[static_cast<size_t>(K)])];
+      const int32_t a = order[static_cast<size_t>(K - 1)], b = order[static_cast<size_t>(K)];
+      const float last = score[static_cast<size_t>(a)], next = score[static_cast<size_t>(b)];
       const bool log_ratio = c.gating == ExpertGating::kSoftmax && layer.selection_bias == nullptr;
-      const float margin = log_ratio ? std::log(last) - std::log(next) : last - next;
+      float margin = log_ratio ? std::log(last) - std::log(next) : last - next;
+      if (c.gating == ExpertGating::kSigmoid) {
+        // In logits too: the least change of two logits, one chosen and one not, that swaps
+        // them (to first order, their score gap over the steeper of their sigmoids' slopes
+        // p (1 - p)); with the selection bias the closest pair need not be the last and next.
+        margin = std::numeric_limits<float>::infinity();
+        for (int i = 0; i < K; ++i) {
+          for (int j = K; j < E; ++j) {
+            const int32_t x = order[static_cast<size_t>(i)], y = order[static_cast<size_t>(j)];
+            const float slope = std::max(logits[x] * (1 - logits[x]), logits[y] * (1 - logits[y]));
+            const float gap = score[static_cast<size_t>(x)] - score[static_cast<size_t>(y)];
+            if (slope > 0) margin = std::min(margin, gap / slope);
+          }
+        }
+      }
       margins[t] = std::min(margins[t], margin);
     }
     int32_t* sel = &selected_[static_cast<size_t>(t * K)];
@@ -349,16 +369,21 @@ void MoeBlock::run_chunk(const MoeLayer& layer, const float* h, const float* rou
         }
       }
       if (S > 0) {
-        const float scale = shared_scale_[static_cast<size_t>(t)];
         const float* sd = &shared_down_[static_cast<size_t>(t * D)];
-        for (int64_t i = 0; i < D; ++i) o[i] += sd[i] * scale;
+        if (c.shared_gated) {
+          const float scale = shared_scale_[static_cast<size_t>(t)];
+          for (int64_t i = 0; i < D; ++i) o[i] += sd[i] * scale;
+        } else {  // routed + shared, as llama.cpp adds them
+          kernels::add_inplace(o, sd, D);
+        }
       }
     }
   });
 }
 
-// The shared expert's output and its sigmoid gate of each token (shared_down_, shared_scale_),
-// from the gate and up products the grouped matmul made beside the routed experts'.
+// The shared expert's output and (MoeConfig::shared_gated) its sigmoid gate of each token
+// (shared_down_, shared_scale_), from the gate and up products the grouped matmul made beside
+// the routed experts'.
 void MoeBlock::shared_expert(const MoeLayer& layer, const float* h, int64_t n_tokens,
                              ThreadPool& pool) {
   const int64_t S = config_.n_ff_shared;
@@ -369,6 +394,7 @@ void MoeBlock::shared_expert(const MoeLayer& layer, const float* h, int64_t n_to
   });
   kernels::matmul(layer.shared_down, shared_gate_.data(), n_tokens, shared_down_.data(), scratch_,
                   pool);  // [T, n_embd]
+  if (!config_.shared_gated) return;
   kernels::matmul(layer.shared_gate_inp, h, n_tokens, shared_scale_.data(), scratch_, pool);
   for (int64_t t = 0; t < n_tokens; ++t)
     shared_scale_[static_cast<size_t>(t)] = sigmoid(shared_scale_[static_cast<size_t>(t)]);

@@ -1,6 +1,6 @@
-// The mixture-of-experts feed-forward block (Mixtral, Qwen2-MoE, Qwen3-MoE, gpt-oss): a router
-// scores every expert for each token, the top expert_used_count are run and their outputs summed
-// with the router's weights; optionally a shared expert that every token runs. Owns the MoE
+// The mixture-of-experts feed-forward block (Mixtral, Qwen2-MoE, Qwen3-MoE, gpt-oss, GLM-4.5): a
+// router scores every expert for each token, the top expert_used_count are run and their outputs
+// summed with the router's weights; optionally a shared expert that every token runs. Owns the MoE
 // hyperparameters (read from `<arch>.expert_*`), each layer's expert weights and the work
 // buffers of one forward pass; the decoder (model/decoder.cpp) calls it where a dense layer
 // runs its gated feed-forward.
@@ -41,6 +41,10 @@ struct MoeSpec {
   // ffn_{gate,up,down}_shexp run by every token, scaled by sigmoid(ffn_gate_inp_shexp . x)
   // (Qwen2-MoE); Mixtral-style files have none.
   bool shared_expert = false;
+  // `expert_shared_count` shared experts of the routed experts' width, stored as one of count x
+  // that width, run by every token and added without a gate (GLM-4.5); none when the count is 0
+  // or absent.
+  bool counted_shared_experts = false;
   // ffn_down_exps.scale: one number an expert that multiplies its output (Gemma 4).
   bool expert_scales = false;
   // An expert is `feed_forward_length` wide, whatever `expert_feed_forward_length` says
@@ -54,6 +58,7 @@ struct MoeConfig {
   int n_used = 0;             // experts each token runs
   int n_ff_expert = 0;        // an expert's feed-forward size
   int n_ff_shared = 0;        // the shared expert's (0: none)
+  bool shared_gated = true;   // the shared expert's output times sigmoid(ffn_gate_inp_shexp . x)
   int leading_dense = 0;      // layers [0, leading_dense) are dense
   ExpertGating gating = ExpertGating::kSoftmax;
   bool normalize_weights = false;
@@ -82,7 +87,7 @@ struct MoeLayer {
   // The shared expert (MoeConfig::n_ff_shared > 0).
   kernels::WeightMatrix shared_gate, shared_up;  // [n_ff_shared, n_embd]
   kernels::WeightMatrix shared_down;             // [n_embd, n_ff_shared]
-  kernels::WeightMatrix shared_gate_inp;         // [1, n_embd]
+  kernels::WeightMatrix shared_gate_inp;         // [1, n_embd] MoeConfig::shared_gated
 };
 
 // Loads the MoE tensors of layer prefix `p` ("blk.N."): merged 3-D expert tensors
@@ -98,7 +103,9 @@ class MoeBlock {
   // out[T, n_embd] = the MoE feed-forward of h[T, n_embd]. No allocation. With `margins`
   // ([T]), each token's value is lowered to this layer's routing margin when smaller: the gap
   // between the last chosen expert and the best one left out, in logits for softmax gating
-  // (log-probability ratio) and in the selection score otherwise. With `router_input`
+  // (log-probability ratio), for sigmoid gating the least change of their two logits that
+  // swaps them (the score gap over the steeper sigmoid slope), and in the selection score
+  // otherwise. With `router_input`
   // ([T, n_embd]) the router scores that instead of h (Gemma 4 routes on its own norm of the
   // residual stream).
   void forward(const MoeLayer& layer, const float* h, int64_t n_tokens, float* out,
@@ -125,7 +132,7 @@ class MoeBlock {
   std::span<float> down_;           // [C * n_used, n_embd]
   std::span<float> shared_gate_, shared_up_;  // [C, n_ff_shared]
   std::span<float> shared_down_;              // [C, n_embd]
-  std::span<float> shared_scale_;             // [C]
+  std::span<float> shared_scale_;             // [C] MoeConfig::shared_gated
   std::vector<kernels::GroupedProduct> items_;  // reserved for every expert and the shared one
   kernels::ActivationScratch scratch_;
 };

@@ -29,5 +29,6 @@ std::unique_ptr<Model> make_phi3(const gguf::GgufFile& file, const ModelOptions&
 std::unique_ptr<Model> make_qwen35(const gguf::GgufFile& file, const ModelOptions& options);
 std::unique_ptr<Model> make_qwen35moe(const gguf::GgufFile& file, const ModelOptions& options);
 std::unique_ptr<Model> make_qwen3next(const gguf::GgufFile& file, const ModelOptions& options);
+std::unique_ptr<Model> make_glm4moe(const gguf::GgufFile& file, const ModelOptions& options);
 
 }  // namespace inferd::model

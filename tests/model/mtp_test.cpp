@@ -1,17 +1,19 @@
 // The multi-token-prediction block (Model::forward_mtp) against llama.cpp's MTP draft head on
-// the same random-weight Qwen3.5 files (tests/golden/architectures/make-golden's qwen35mtp and
-// qwen35moemtp; mtp-reference.cpp drives llama.cpp as its draft-mtp speculation does): after
-// each prompt, the trunk runs with its MTP catch-up (the block over every prompt token, token k
-// paired with the trunk's hidden state at k - 1, zeros at 0), then four draft steps: llama.cpp's
-// greedy next token at position n with the trunk's last hidden state, then each of llama.cpp's
-// drafted tokens with the block's own output hidden state of the step before. On the F32 and F16
-// files every step's top-10 probabilities must be within 0.05 of llama.cpp's (the bar)
-// and the drafted token the same unless llama.cpp's top two are a near-tie. On the quantized
-// files the two engines round activations differently (llama.cpp in fp16 or Q8_K, inferd in
-// 32-value blocks; the architecture test's relaxed margins), and the recurrent state carries
-// that over the whole prompt into the hidden state the block reads (the trunk alone differs by
-// up to 0.12 there): each step within 0.1, 85% of the drafts the same, and inferd at least as
-// near as llama.cpp (within 5%) to the unquantized model's drafts (inferd's F16 path).
+// the same random-weight Qwen3.5 and GLM-4.5 files (tests/golden/architectures/make-golden's
+// qwen35mtp, qwen35moemtp and glm4moe; mtp-reference.cpp drives llama.cpp as its draft-mtp
+// speculation does): after each prompt, the trunk runs with its MTP catch-up (the block over
+// every prompt token, token k paired with the trunk's hidden state at k - 1, zeros at 0), then
+// four draft steps: llama.cpp's greedy next token at position n with the trunk's last hidden
+// state, then each of llama.cpp's drafted tokens with the block's own output hidden state of the
+// step before. On the F32 and F16 files every step's top-10 probabilities must be within 0.05 of
+// llama.cpp's (the bar) and the drafted token the same unless llama.cpp's top two are a
+// near-tie. On the quantized files the two engines round activations differently (llama.cpp in
+// fp16 or Q8_K, inferd in 32-value blocks; the architecture test's relaxed margins), and the
+// recurrent state (Qwen3.5) carries that over the whole prompt into the hidden state the block
+// reads (the trunk alone differs by up to 0.12 there): each step within 0.1, 85% of the drafts
+// the same (or, where not, llama.cpp's top two within 0.1 of each other, which that bound lets
+// swap), and inferd at least as near as llama.cpp (within 5%) to the unquantized model's drafts
+// (inferd's F16 path).
 #include <cmath>
 #include <filesystem>
 #include <optional>
@@ -110,7 +112,7 @@ TEST_P(MtpTest, DraftDistributionMatchesLlamaCpp) {
   double ours_to_f16 = 0, theirs_to_f16 = 0;
   ASSERT_TRUE(model->config().mtp);
   float largest = 0;
-  int steps = 0, same_draft = 0;
+  int steps = 0, same_draft = 0, near_tie_drafts = 0;
   for (const auto& cs : golden["cases"]) {
     const auto prompt = cs["prompt_ids"].get<std::vector<int32_t>>();
     const auto drafts = cs["draft_ids"].get<std::vector<int32_t>>();
@@ -144,19 +146,21 @@ TEST_P(MtpTest, DraftDistributionMatchesLlamaCpp) {
         const float gap = top[0][1].get<float>() - top[1][1].get<float>();
         EXPECT_LT(gap, 0.05f) << name << ": drafted " << ours << ", llama.cpp " << drafts[step]
                               << " at step " << step << " of the prompt of " << n;
+      } else if (std::exp(top[0][1].get<float>()) - std::exp(top[1][1].get<float>()) < 0.1f) {
+        ++near_tie_drafts;  // llama.cpp's top two closer than a step's bound allows
       }
     }
   }
   if (quantized) {
-    EXPECT_GE(same_draft * 100, 85 * steps) << name;
+    EXPECT_GE((same_draft + near_tie_drafts) * 100, 85 * steps) << name;
     EXPECT_LE(ours_to_f16, 1.05 * theirs_to_f16) << name;
     std::printf("[ mtp      ] %-16s summed |probability - the F16 model's|: inferd %.4f, "
                 "llama.cpp %.4f\n",
                 name.c_str(), ours_to_f16, theirs_to_f16);
   }
-  std::printf("[ mtp      ] %-16s %d/%d drafts as llama.cpp's; largest top-10 probability "
-              "difference %.4f\n",
-              name.c_str(), same_draft, steps, largest);
+  std::printf("[ mtp      ] %-16s %d/%d drafts as llama.cpp's (%d others where its top two "
+              "are within 0.1); largest top-10 probability difference %.4f\n",
+              name.c_str(), same_draft, steps, near_tie_drafts, largest);
 }
 
 std::vector<std::string> mtp_names() {

@@ -49,6 +49,7 @@ struct Options {
   float scale = 1.0f;
   ExpertActivation activation = ExpertActivation::kSilu;
   bool biases = false, selection_bias = false, shared = false;
+  bool shared_ungated = false;  // the shared expert added without its sigmoid gate (GLM-4.5)
 };
 
 // A hand-built layer of E experts of F, hidden D, with the reference computation beside it.
@@ -72,6 +73,7 @@ struct Fixture {
     config.n_used = K;
     config.n_ff_expert = F;
     config.n_ff_shared = o.shared ? S : 0;
+    config.shared_gated = !o.shared_ungated;
     config.gating = o.gating;
     config.normalize_weights = o.normalize;
     config.weights_scale = o.scale;
@@ -98,7 +100,7 @@ struct Fixture {
       layer.shared_gate = shared_gate.w;
       layer.shared_up = shared_up.w;
       layer.shared_down = shared_down.w;
-      layer.shared_gate_inp = shared_gate_inp.w;
+      if (!o.shared_ungated) layer.shared_gate_inp = shared_gate_inp.w;
     }
   }
 
@@ -157,7 +159,7 @@ struct Fixture {
     if (o.shared) {
       std::vector<double> act(S);
       for (int i = 0; i < S; ++i) act[i] = silu(shared_gate.dot(i, x)) * shared_up.dot(i, x);
-      const double g = 1 / (1 + std::exp(-shared_gate_inp.dot(0, x)));
+      const double g = o.shared_ungated ? 1.0 : 1 / (1 + std::exp(-shared_gate_inp.dot(0, x)));
       for (int j = 0; j < D; ++j) out[j] += g * shared_down.dot(j, act);
     }
     return out;
@@ -204,6 +206,12 @@ TEST(MoeBlock, SoftmaxOfTheChosenWithBiasesAndClampedSwiglu) {  // gpt-oss
 TEST(MoeBlock, SigmoidWithSelectionBiasAndScale) {  // DeepSeek-V3-style routing
   expect_block_matches_reference({.gating = ExpertGating::kSigmoid, .normalize = true, .scale = 2.5f, .selection_bias = true},
                                  "sigmoid, selection bias, scale");
+}
+
+TEST(MoeBlock, SigmoidWithUngatedSharedExpert) {  // GLM-4.5
+  expect_block_matches_reference({.gating = ExpertGating::kSigmoid, .normalize = true, .scale = 2.5f,
+                                  .selection_bias = true, .shared = true, .shared_ungated = true},
+                                 "sigmoid, selection bias, ungated shared expert");
 }
 
 // --- whole tiny models (the llama architecture with experts: Mixtral) ---
