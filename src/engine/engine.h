@@ -146,6 +146,9 @@ class Engine {
   // Whether a sequence beside `other_rows` others could gain from drafts even if all were
   // accepted: beyond that batch size computing its text in the draft model is wasted.
   bool drafts_could_pay(int64_t other_rows) const;
+  // Whether this step's sequences may draft after it: within the row budget, and in a batch in
+  // which a draft could pay (drafts_could_pay).
+  bool anyone_may_draft() const;
   // The prompt tokens this step computed, computed in the draft model's cache too.
   void catch_up_draft_on_prompts();
   // Folds a verification (or a shadow check of one draft) into a sequence's acceptance, and for

@@ -117,7 +117,7 @@ void ModelRunner::run(std::span<const ScheduledSequence> scheduled) {
                      hidden_.data()};
   if (mtp_) {
     batch.token_hidden = token_hidden_.data();
-    batch.mtp_catch_up = true;
+    batch.mtp_catch_up = mtp_catch_up_;
   }
   model_.forward(batch, cache_, logits_.data(), pool_);
 }

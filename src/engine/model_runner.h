@@ -38,6 +38,8 @@ class ModelRunner {
   // its tokens (Batch::mtp_catch_up), each sequence's first one paired with its mtp_hidden, and
   // keeps every token's final hidden state for token_hidden().
   void enable_mtp_catch_up();
+  // Whether the next runs compute the MTP block (the hidden states are kept either way).
+  void set_mtp_catch_up(bool on) { mtp_catch_up_ = on; }
   // The final hidden state [n_embd] the last run computed for scheduled[i]'s position `pos`;
   // empty when that step did not compute it.
   std::span<const float> token_hidden(size_t i, int64_t pos) const;
@@ -61,6 +63,7 @@ class ModelRunner {
   // enable_mtp_catch_up: every token's final hidden state, [max_batch_tokens, n_embd], and
   // where each scheduled sequence's positions lie in the batch (at most two entries each).
   bool mtp_ = false;
+  bool mtp_catch_up_ = true;
   std::vector<float> token_hidden_;
   struct EntryRange {
     int64_t first_position = 0, first_row = 0, count = 0;
