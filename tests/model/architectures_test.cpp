@@ -189,12 +189,7 @@ std::vector<std::string> golden_names() {
 }
 
 INSTANTIATE_TEST_SUITE_P(Golden, ArchitectureTest, ::testing::ValuesIn(golden_names()),
-                         [](const auto& info) {
-                           std::string n = info.param;
-                           std::replace(n.begin(), n.end(), '.', '_');
-                           std::replace(n.begin(), n.end(), '-', '_');
-                           return n;
-                         });
+                         [](const auto& info) { return param_test_name(info.param); });
 
 }  // namespace
 }  // namespace inferd::testing

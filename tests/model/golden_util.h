@@ -27,6 +27,14 @@ inline nlohmann::json load_json(const std::string& relative) {
   return nlohmann::json::parse(in);
 }
 
+// A test parameter (a golden file's name, NAME.TYPE or a GGUF file name) as a gtest name:
+// '.' and '-' become '_'.
+inline std::string param_test_name(std::string name) {
+  std::replace(name.begin(), name.end(), '.', '_');
+  std::replace(name.begin(), name.end(), '-', '_');
+  return name;
+}
+
 // Log-softmax of one row of logits.
 inline std::vector<float> log_softmax(std::span<const float> logits) {
   const float max = *std::max_element(logits.begin(), logits.end());

@@ -173,11 +173,8 @@ std::vector<std::string> mtp_names() {
   return out;
 }
 
-INSTANTIATE_TEST_SUITE_P(Golden, MtpTest, ::testing::ValuesIn(mtp_names()), [](const auto& info) {
-  std::string n = info.param;
-  std::replace(n.begin(), n.end(), '.', '_');
-  return n;
-});
+INSTANTIATE_TEST_SUITE_P(Golden, MtpTest, ::testing::ValuesIn(mtp_names()),
+                         [](const auto& info) { return param_test_name(info.param); });
 
 // The engine with --spec mtp gives the same text as without, greedy and seeded, one sequence at
 // a time and batched: on the random-weight model (whose MTP block is random: its drafts are
@@ -254,12 +251,7 @@ TEST_P(MtpEngineTest, TextIsTheSameWithMtpDrafts) {
 INSTANTIATE_TEST_SUITE_P(Models, MtpEngineTest,
                          ::testing::Values("qwen35mtp-seed7.Q8_0.gguf",
                                            "qwen35-small-mtp-agrees.Q8_0.gguf"),
-                         [](const auto& info) {
-                           std::string n = info.param;
-                           std::replace(n.begin(), n.end(), '.', '_');
-                           std::replace(n.begin(), n.end(), '-', '_');
-                           return n;
-                         });
+                         [](const auto& info) { return param_test_name(info.param); });
 
 }  // namespace
 }  // namespace inferd::testing
