@@ -97,13 +97,16 @@ void add_spec_options(CLI::App& cmd, engine::SpeculativeConfig& spec) {
          "--spec",
          [&spec](const std::string& name) { spec.method = engine::parse_spec_method(name); },
          "Speculative decoding: off (default), ngram (drafts from earlier text: prompt lookup), "
-         "draft (drafts from --draft-model) or mtp (the model's own multi-token-prediction "
-         "layer drafts: Qwen3.5 files that carry one)")
-      ->check(CLI::IsMember({"off", "ngram", "draft", "mtp"}));
+         "draft (drafts from --draft-model), mtp (the model's own multi-token-prediction "
+         "layer drafts: Qwen3.5, GLM-4.5 files that carry one) or eagle3 (an EAGLE-3 head, "
+         "--draft-model, drafts from the model's hidden states)")
+      ->check(CLI::IsMember({"off", "ngram", "draft", "mtp", "eagle3"}));
   cmd.add_option("--draft-model,--model-draft", spec.draft_model,
                  "GGUF file of a small model with the same vocabulary that drafts tokens "
-                 "(implies --spec draft)")
-      ->each([&spec](const std::string&) { spec.method = engine::SpecMethod::kDraftModel; });
+                 "(implies --spec draft), or with --spec eagle3 of the EAGLE-3 head")
+      ->each([&spec](const std::string&) {
+        if (spec.method != engine::SpecMethod::kEagle3) spec.method = engine::SpecMethod::kDraftModel;
+      });
   cmd.add_option_function<std::string>(
       "--speculative-config",
       [&spec](const std::string& json) { spec = engine::parse_speculative_config(json, spec); },

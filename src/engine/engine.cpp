@@ -193,6 +193,9 @@ Engine::Engine(const gguf::GgufFile& file, const EngineConfig& config)
   options.mtp = config.spec.enabled() && config.spec.method == SpecMethod::kMtp;
   if (options.mtp && config.device != model::Device::kCpu)
     fail("--spec mtp runs on the CPU executor only");
+  if (config.spec.enabled() && config.spec.method == SpecMethod::kEagle3 &&
+      config.device != model::Device::kCpu)
+    fail("--spec eagle3 runs on the CPU executor only");
   model_ = model::load_model(file, options);
   config_.state_snapshots =
       model_->has_recurrent_state() && config_.prefix_caching
@@ -265,6 +268,7 @@ Engine::Engine(const gguf::GgufFile& file, const EngineConfig& config)
     mtp_ = std::make_unique<MtpDrafter>(*model_, *cache_, *pool_, config.max_seqs);
     mtp_jobs_.reserve(static_cast<size_t>(config.max_seqs));
   }
+  if (config.spec.enabled() && config.spec.method == SpecMethod::kEagle3) load_eagle3_head();
   scheduled_.reserve(static_cast<size_t>(config.max_seqs));
   grammar_fills_.reserve(static_cast<size_t>(config.max_seqs));
   grammar_fill_rows_.reserve(static_cast<size_t>(config.max_seqs));
@@ -401,7 +405,7 @@ std::unique_ptr<Engine::Active> Engine::make_active(Request request) {
   seq.num_prompt_tokens = prompt;
   seq.tokens.reserve(static_cast<size_t>(prompt + request.max_tokens));
   seq.tokens = request.prompt;
-  if (mtp_) seq.mtp_hidden.assign(static_cast<size_t>(model_->config().n_embd), 0.0f);
+  if (mtp_) seq.mtp_hidden.assign(static_cast<size_t>(mtp_->hidden_width()), 0.0f);
   const auto max_blocks =
       static_cast<size_t>((prompt + request.max_tokens) / config_.block_size + 1);
   for (std::vector<int32_t>& table : seq.block_tables) table.reserve(max_blocks);
@@ -1088,6 +1092,28 @@ double Engine::draft_model_cost() const {
   // and the vocabulary projection: about two layers' worth.
   if (mtp_) return 2.0 / model_->config().n_layers;
   return static_cast<double>(draft_->file_bytes()) / static_cast<double>(target_file_bytes_);
+}
+
+void Engine::load_eagle3_head() {
+  const std::string& path = config_.spec.draft_model;
+  eagle3_file_ = std::make_unique<gguf::GgufFile>(gguf::GgufFile::open(path));
+  if (eagle3_file_->architecture() != "eagle3")
+    fail("{}: architecture '{}' is no EAGLE-3 head (--spec eagle3 takes one; --spec draft a "
+         "draft model)",
+         path, eagle3_file_->architecture());
+  model::ModelOptions options;
+  options.max_batch_tokens = config_.max_batched_tokens;
+  options.max_context = config_.context;
+  options.target = model_.get();
+  eagle3_ = model::load_model(*eagle3_file_, options);
+  // Its one layer's K/V at the positions of the model's full-attention group (group 0), whose
+  // block tables place them (ModelRunner::enable_eagle3).
+  eagle3_cache_ = std::make_unique<kv::KvCache>(
+      eagle3_->kv_config(cache_->groups()[0].pool.num_blocks(), config_.block_size,
+                         config_.kv_key_type, config_.kv_value_type));
+  runner_->enable_eagle3(*eagle3_, *eagle3_cache_);
+  mtp_ = std::make_unique<MtpDrafter>(*eagle3_, *eagle3_cache_, *cache_, *pool_, config_.max_seqs);
+  mtp_jobs_.reserve(static_cast<size_t>(config_.max_seqs));
 }
 
 void Engine::remember_mtp_hidden(Sequence& seq, size_t scheduled_index) {

@@ -142,6 +142,9 @@ class Engine {
   // --spec mtp: keeps the model's final hidden state at the sequence's last computed position,
   // when this step computed it (scheduled[i]), for the MTP block's next step.
   void remember_mtp_hidden(Sequence& seq, size_t scheduled_index);
+  // --spec eagle3: opens the head (SpeculativeConfig::draft_model) against the model, its
+  // cache, the runner's catch-up and the drafter.
+  void load_eagle3_head();
   void record_step_time(double seconds);
   // Whether a sequence beside `other_rows` others could gain from drafts even if all were
   // accepted: beyond that batch size computing its text in the draft model is wasted.
@@ -190,7 +193,12 @@ class Engine {
   std::vector<float> fork_logits_;           // [n_vocab] a choice's copy of the logits it forks at
   std::vector<int32_t> drafts_;              // [SpecDecodeStats::kMaxPositions] scratch
   std::unique_ptr<DraftModel> draft_;        // --spec draft only
-  std::unique_ptr<MtpDrafter> mtp_;          // --spec mtp only
+  // --spec eagle3: the head's file, the head (which may read the model's embeddings and
+  // output, so it goes before the model) and its K/V cache.
+  std::unique_ptr<gguf::GgufFile> eagle3_file_;
+  std::unique_ptr<model::Model> eagle3_;
+  std::unique_ptr<kv::KvCache> eagle3_cache_;
+  std::unique_ptr<MtpDrafter> mtp_;          // --spec mtp and eagle3 only
   std::vector<MtpDrafter::Job> mtp_jobs_;    // [max_seqs] this step's MTP proposals
   std::vector<DraftModel::Job> draft_jobs_;  // [max_seqs] this step's proposals
   std::vector<Active*> draft_owners_;        // [max_seqs] the sequence of each job

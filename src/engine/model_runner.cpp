@@ -115,16 +115,82 @@ void ModelRunner::run(std::span<const ScheduledSequence> scheduled) {
                      static_cast<int64_t>(bf16_rows_begin),
                      {hidden_rows_.data(), hidden},
                      hidden_.data()};
-  if (mtp_) {
+  if (head_ != nullptr) {
+    batch.feature_layers = head_->feature_layers();
+    batch.features = features_.data();
+  } else if (mtp_) {
     batch.token_hidden = token_hidden_.data();
     batch.mtp_catch_up = mtp_catch_up_;
   }
   model_.forward(batch, cache_, logits_.data(), pool_);
+  if (head_ != nullptr) {
+    head_->encode_features(features_.data(), batch.num_tokens(), token_hidden_.data(), pool_);
+    if (mtp_catch_up_) eagle3_catch_up(batch);
+  }
+}
+
+void ModelRunner::eagle3_catch_up(const model::Batch& batch) {
+  const auto n = static_cast<size_t>(hidden_width_);
+  size_t rows = 0, entries = 0;
+  // g of position `before` of the entry's sequence: the row before in the entry, that position
+  // in another entry of the same sequence (a sequence split between the kernel routes), the
+  // sequence's mtp_hidden; nullptr (zeros) when none holds it.
+  const auto g_of = [&](const model::BatchSequence& seq, int64_t t) -> const float* {
+    if (t > seq.token_begin) return &token_hidden_[static_cast<size_t>(t - 1) * n];
+    const int32_t before = batch.positions[static_cast<size_t>(t)] - 1;
+    for (const model::BatchSequence& other : batch.sequences) {
+      if (other.block_tables != seq.block_tables || &other == &seq) continue;
+      for (int64_t u = other.token_begin; u < other.token_end; ++u)
+        if (batch.positions[static_cast<size_t>(u)] == before) return &token_hidden_[static_cast<size_t>(u) * n];
+    }
+    return seq.mtp_prev_hidden;
+  };
+  for (const model::BatchSequence& seq : batch.sequences) {
+    const size_t first = rows;
+    for (int64_t t = seq.token_begin; t < seq.token_end; ++t) {
+      const int32_t pos = batch.positions[static_cast<size_t>(t)];
+      if (pos == 0) continue;  // no g before the first token: nothing to pair it with
+      head_tokens_[rows] = batch.tokens[static_cast<size_t>(t)];
+      head_positions_[rows] = pos - 1;
+      float* g = &head_hidden_[rows * n];
+      if (const float* from = g_of(seq, t)) {
+        std::copy_n(from, n, g);
+      } else {
+        std::fill_n(g, n, 0.0f);
+      }
+      ++rows;
+    }
+    if (rows > first)
+      head_sequences_[entries++] = {static_cast<int64_t>(first), static_cast<int64_t>(rows),
+                                    seq.block_tables, -1, nullptr};
+  }
+  if (rows == 0) return;
+  const model::Batch shifted{{head_tokens_.data(), rows},
+                             {head_positions_.data(), rows},
+                             {head_sequences_.data(), entries},
+                             {}};
+  head_->forward_mtp(shifted, head_hidden_.data(), *head_cache_, nullptr, nullptr, pool_);
+}
+
+void ModelRunner::enable_eagle3(model::Model& head, kv::KvCache& head_cache) {
+  head_ = &head;
+  head_cache_ = &head_cache;
+  mtp_ = true;
+  hidden_width_ = head.config().n_embd;
+  const size_t tokens = tokens_.size();
+  features_.resize(tokens * head.feature_layers().size() * static_cast<size_t>(n_embd_));
+  token_hidden_.resize(tokens * static_cast<size_t>(hidden_width_));
+  head_hidden_.resize(tokens * static_cast<size_t>(hidden_width_));
+  head_tokens_.resize(tokens);
+  head_positions_.resize(tokens);
+  head_sequences_.resize(sequences_.size());
+  entry_ranges_.resize(logit_index_.size());
 }
 
 void ModelRunner::enable_mtp_catch_up() {
   if (!model_.config().mtp) fail("model runner: the model runs no multi-token-prediction block");
   mtp_ = true;
+  hidden_width_ = n_embd_;
   token_hidden_.resize(tokens_.size() * static_cast<size_t>(n_embd_));
   entry_ranges_.resize(logit_index_.size());
 }
@@ -134,7 +200,8 @@ std::span<const float> ModelRunner::token_hidden(size_t i, int64_t pos) const {
   for (const EntryRange& r : entry_ranges_[i]) {
     if (pos >= r.first_position && pos < r.first_position + r.count) {
       const auto row = static_cast<size_t>(r.first_row + pos - r.first_position);
-      return {token_hidden_.data() + row * static_cast<size_t>(n_embd_), static_cast<size_t>(n_embd_)};
+      const auto n = static_cast<size_t>(hidden_width_);
+      return {token_hidden_.data() + row * n, n};
     }
   }
   return {};

@@ -38,10 +38,19 @@ class ModelRunner {
   // its tokens (Batch::mtp_catch_up), each sequence's first one paired with its mtp_hidden, and
   // keeps every token's final hidden state for token_hidden().
   void enable_mtp_catch_up();
-  // Whether the next runs compute the MTP block (the hidden states are kept either way).
+  // EAGLE-3 (--spec eagle3): every step also hands `head` the inputs of the target layers it
+  // reads (Batch::features), turns them into its g (Model::encode_features), kept for
+  // token_hidden(), and catches the head's K/V in `head_cache` up: at position p it pairs the
+  // token at p + 1 with g of p, as llama.cpp's EAGLE-3 decoder does, so a step that computes
+  // positions [b, e) writes [b - 1, e - 1) (b - 1 with the sequence's mtp_hidden, which then
+  // holds g of b - 1). The head's cache has the model's block size and as many blocks as the
+  // model's full-attention group (0): the sequences' group-0 tables place its K/V too.
+  void enable_eagle3(model::Model& head, kv::KvCache& head_cache);
+  // Whether the next runs compute the MTP block or the EAGLE-3 head's catch-up (the hidden
+  // states are kept either way).
   void set_mtp_catch_up(bool on) { mtp_catch_up_ = on; }
-  // The final hidden state [n_embd] the last run computed for scheduled[i]'s position `pos`;
-  // empty when that step did not compute it.
+  // The final hidden state [n_embd] (EAGLE-3: g, [the head's n_embd]) the last run computed for
+  // scheduled[i]'s position `pos`; empty when that step did not compute it.
   std::span<const float> token_hidden(size_t i, int64_t pos) const;
 
  private:
@@ -64,7 +73,17 @@ class ModelRunner {
   // where each scheduled sequence's positions lie in the batch (at most two entries each).
   bool mtp_ = false;
   bool mtp_catch_up_ = true;
-  std::vector<float> token_hidden_;
+  int hidden_width_ = 0;             // of token_hidden_'s rows
+  std::vector<float> token_hidden_;  // [max_batch_tokens, hidden_width_]
+  // enable_eagle3: the head, its cache, the target layers' inputs [max_batch_tokens, layers x
+  // n_embd], and the catch-up's batch (tokens shifted by one position) with its g rows.
+  model::Model* head_ = nullptr;
+  kv::KvCache* head_cache_ = nullptr;
+  std::vector<float> features_;
+  std::vector<int32_t> head_tokens_, head_positions_;
+  std::vector<model::BatchSequence> head_sequences_;
+  std::vector<float> head_hidden_;  // [max_batch_tokens, hidden_width_]
+  void eagle3_catch_up(const model::Batch& batch);
   struct EntryRange {
     int64_t first_position = 0, first_row = 0, count = 0;
   };

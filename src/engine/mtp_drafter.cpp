@@ -9,12 +9,19 @@
 namespace inferd::engine {
 
 MtpDrafter::MtpDrafter(model::Model& model, kv::KvCache& cache, ThreadPool& pool, int max_seqs)
+    : MtpDrafter(model, cache, cache, pool, max_seqs) {}
+
+MtpDrafter::MtpDrafter(model::Model& model, kv::KvCache& cache, kv::KvCache& tables,
+                       ThreadPool& pool, int max_seqs)
     : model_(model),
       cache_(cache),
+      tables_(tables),
+      position_offset_(model.feature_layers().empty() ? 0 : -1),
       pool_(pool),
       n_embd_(model.config().n_embd),
       n_vocab_(model.config().n_vocab) {
-  if (!model.config().mtp) fail("MTP drafting: the model was loaded without its MTP block");
+  if (!model.config().mtp && model.feature_layers().empty())
+    fail("MTP drafting: the model was loaded without its MTP block");
   const auto seqs = static_cast<size_t>(max_seqs);
   tokens_.resize(seqs);
   positions_.resize(seqs);
@@ -34,13 +41,13 @@ void MtpDrafter::propose(std::span<Job> jobs) {
   if (jobs.size() > tokens_.size()) fail("MTP drafting: {} sequences at once", jobs.size());
   const auto n = static_cast<size_t>(n_embd_);
   const int64_t block_size = cache_.block_size();
-  // Round r writes the block's K/V at position num_tokens - 1 + r: cover the last of them, or as
-  // many as the blocks the sequence holds already allow.
+  // Round r writes the block's K/V at position num_tokens - 1 + r (+ the offset): cover the last
+  // of them, or as many as the blocks the sequence holds already allow.
   for (Job& job : jobs) {
     job.proposed = 0;
-    const int64_t first = job.seq->num_tokens() - 1;
+    const int64_t first = job.seq->num_tokens() - 1 + position_offset_;
     const int64_t held = std::ssize(job.seq->block_tables[0]) * block_size - first;
-    if (!kv::grow_tables(cache_.groups(), job.seq->block_tables,
+    if (!kv::grow_tables(tables_.groups(), job.seq->block_tables,
                          (first + job.want - 1) / block_size + 1))
       job.want = std::clamp<int64_t>(held, 0, job.want);
   }
@@ -52,7 +59,7 @@ void MtpDrafter::propose(std::span<Job> jobs) {
       Job& job = jobs[j];
       if (job.proposed != r || r >= job.want) continue;
       const Sequence& seq = *job.seq;
-      const int64_t position = seq.num_tokens() - 1 + r;
+      const int64_t position = seq.num_tokens() - 1 + r + position_offset_;
       tokens_[rows] = r == 0 ? seq.tokens.back() : job.out[static_cast<size_t>(r - 1)];
       positions_[rows] = static_cast<int32_t>(position);
       logit_rows_[rows] = static_cast<int32_t>(rows);

@@ -8,6 +8,11 @@
 // round r - 1 with the block's own output hidden state, one position further (as llama.cpp and
 // vLLM chain one MTP layer). Every drafting sequence runs in one batch per round. Drafts are the
 // block's argmax: one-hot proposals, so verification keeps sampling exact (speculative.h).
+//
+// An EAGLE-3 head (`--spec eagle3`, a separate file; model/archs/eagle3.cpp) drafts the same
+// way, with its g (ModelRunner::enable_eagle3) in place of the hidden state and everything one
+// position earlier: llama.cpp's EAGLE-3 decoder writes the pair (token at p + 1, g of p) at
+// position p. Its K/V live in a cache of its own, placed by the sequences' group-0 tables.
 #pragma once
 
 #include <cstdint>
@@ -26,10 +31,14 @@ class MtpDrafter {
  public:
   // The model must have been loaded with its MTP block (ModelOptions::mtp).
   MtpDrafter(model::Model& model, kv::KvCache& cache, ThreadPool& pool, int max_seqs);
+  // An EAGLE-3 head with its own cache; `tables` is the target's, whose block tables it grows.
+  MtpDrafter(model::Model& head, kv::KvCache& head_cache, kv::KvCache& tables, ThreadPool& pool,
+             int max_seqs);
 
   struct Job {
     Sequence* seq;             // drafts follow its last token, at position num_tokens() - 1
-    const float* hidden;       // [n_embd] the model's final hidden state at the position before
+    const float* hidden;       // [hidden_width()] the model's final hidden state (EAGLE-3: g)
+                               // at the position before
     int64_t want;              // drafts wanted, 1 or more
     std::span<int32_t> out;    // [want]
     int64_t proposed = 0;      // set by propose(): fewer than want when the cache ran short
@@ -40,10 +49,14 @@ class MtpDrafter {
 
   // Mean seconds of one batched draft round (for the engine's cost model); 0 before the first.
   double step_seconds() const { return step_seconds_; }
+  // The values of a hidden state the drafter takes (Sequence::mtp_hidden's size).
+  int hidden_width() const { return n_embd_; }
 
  private:
   model::Model& model_;
-  kv::KvCache& cache_;
+  kv::KvCache& cache_;   // where the drafter's K/V go
+  kv::KvCache& tables_;  // whose block pools the sequences' tables draw from
+  int position_offset_;  // EAGLE-3: -1 (its pairs sit a position before the token)
   ThreadPool& pool_;
   int n_embd_, n_vocab_;
   std::vector<int32_t> tokens_, positions_, logit_rows_;  // [max_seqs]

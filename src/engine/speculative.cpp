@@ -19,6 +19,8 @@ std::string_view spec_method_name(SpecMethod method) {
       return "draft";
     case SpecMethod::kMtp:
       return "mtp";
+    case SpecMethod::kEagle3:
+      return "eagle3";
   }
   return "unknown";
 }
@@ -28,7 +30,8 @@ SpecMethod parse_spec_method(std::string_view name) {
   if (name == "ngram") return SpecMethod::kNgram;
   if (name == "draft") return SpecMethod::kDraftModel;
   if (name == "mtp") return SpecMethod::kMtp;
-  fail("unknown speculative method '{}' (off, ngram, draft, mtp)", name);
+  if (name == "eagle3") return SpecMethod::kEagle3;
+  fail("unknown speculative method '{}' (off, ngram, draft, mtp, eagle3)", name);
 }
 
 void SpeculativeConfig::validate() const {
@@ -42,6 +45,8 @@ void SpeculativeConfig::validate() const {
   if (!(row_cost >= 0.0f && row_cost <= 10.0f)) fail("speculative row_cost must be in [0, 10]");
   if (method == SpecMethod::kDraftModel && draft_model.empty())
     fail("speculative decoding with a draft model needs its file (--draft-model)");
+  if (method == SpecMethod::kEagle3 && draft_model.empty())
+    fail("EAGLE-3 drafting needs the head's file (--draft-model)");
 }
 
 SpeculativeConfig parse_speculative_config(std::string_view json, SpeculativeConfig base) {
@@ -66,8 +71,11 @@ SpeculativeConfig parse_speculative_config(std::string_view json, SpeculativeCon
         base.method = SpecMethod::kNgram;
       } else if (method == "mtp" || method == "qwen3_next_mtp" || method == "deepseek_mtp") {
         base.method = SpecMethod::kMtp;  // vLLM's names of the model's own MTP layers
+      } else if (method == "eagle3") {
+        base.method = SpecMethod::kEagle3;  // the head's file is `model`
       } else {
-        fail("speculative config: method '{}' is not supported (ngram, draft_model, mtp)", method);
+        fail("speculative config: method '{}' is not supported (ngram, draft_model, mtp, eagle3)",
+             method);
       }
     } else if (key == "num_speculative_tokens") {
       base.num_tokens = integer(value, key);

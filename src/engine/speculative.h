@@ -19,10 +19,11 @@
 
 namespace inferd::engine {
 
-// kMtp: the model's own multi-token-prediction layer drafts (engine/mtp_drafter.h).
-enum class SpecMethod { kOff, kNgram, kDraftModel, kMtp };
+// kMtp: the model's own multi-token-prediction layer drafts (engine/mtp_drafter.h); kEagle3: an
+// EAGLE-3 head (SpeculativeConfig::draft_model) from the model's hidden states, the same way.
+enum class SpecMethod { kOff, kNgram, kDraftModel, kMtp, kEagle3 };
 std::string_view spec_method_name(SpecMethod method);
-SpecMethod parse_spec_method(std::string_view name);  // "off", "ngram", "draft", "mtp"; else Error
+SpecMethod parse_spec_method(std::string_view name);  // "off", "ngram", "draft", "mtp", "eagle3"
 
 struct SpeculativeConfig {
   SpecMethod method = SpecMethod::kOff;
@@ -46,14 +47,14 @@ struct SpeculativeConfig {
   // 0 drafts the most every step)
   bool measure_row_cost = true;
 
-  // kDraftModel: the GGUF file of the draft model (engine/draft_model.h).
+  // kDraftModel: the GGUF file of the draft model (engine/draft_model.h); kEagle3: the head's.
   std::string draft_model;
 
   bool enabled() const { return method != SpecMethod::kOff && num_tokens > 0; }
   void validate() const;  // inferd::Error naming the bad field
 };
 
-// vLLM's --speculative-config: a JSON object with `method` ("ngram", "draft_model", "mtp"),
+// vLLM's --speculative-config: a JSON object with `method` ("ngram", "draft_model", "mtp", "eagle3"),
 // `num_speculative_tokens`, `prompt_lookup_min`, `prompt_lookup_max` and `model` (the draft
 // model's file; implies draft_model). Applied over `base`; a field inferd does not know, or a
 // value of the wrong type, is an inferd::Error naming it (never silently ignored).

@@ -53,6 +53,11 @@ struct Batch {
   // Out, optional: [n_tokens, n_embd] every token's final hidden state (the output norm's
   // result). Required with mtp_catch_up.
   float* token_hidden = nullptr;
+  // Out, optional (an EAGLE-3 drafter: Model::feature_layers of its head): the input of each of
+  // these layers (the residual stream entering it) for every token,
+  // [n_tokens, feature_layers.size() * n_embd], a token's layers side by side in this order.
+  std::span<const int> feature_layers{};
+  float* features = nullptr;
   // Multi-token prediction (ModelConfig::mtp): after the trunk, the MTP block also runs over
   // every token, paired with the hidden state of the position before it, so that its K/V cover
   // the positions the trunk computed (llama.cpp feeds its MTP context every batch alike).

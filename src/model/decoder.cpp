@@ -55,6 +55,9 @@ struct DecoderLayer {
   int head_dim = 0, n_kv_heads = 0, n_ff = 0;
   int kv_layer = 0;             // whose K/V it attends over: itself, or an earlier layer's
   bool value_from_key = false;  // no attn_v: the keys' projection is the values' (Gemma 4)
+  // An EAGLE-3 head's layer: Q/K/V read ws.mtp_in ([normed embedding; normed g], built by
+  // run_mtp_block) instead of attn_norm of the residual stream.
+  bool reads_fused_input = false;
   float out_scale = 1.0f;       // layer_output_scale (Gemma 4)
   // Per-layer embeddings (ArchSpec::per_layer_embd): the layer's output, gelu-gated by its
   // per-layer input, projected back and normed, joins the residual stream.
@@ -87,8 +90,12 @@ struct DecoderWorkspace {
   std::span<float> up;       // [T, n_ff]
   std::span<float> last;     // [R, n_embd] rows that need logits
   // ModelConfig::mtp: the MTP block's input, [T, 2 * n_embd]: each token's normed embedding,
-  // then the normed hidden state it is paired with.
+  // then the normed hidden state it is paired with (an EAGLE-3 head's: the normed g).
   std::span<float> mtp_in;
+  // An EAGLE-3 head with norm_before_fc: the normed features, [T, features width].
+  std::span<float> fc_in;
+  // An EAGLE-3 head with a draft vocabulary: one row of its logits, [draft vocabulary].
+  std::span<float> draft_row;
   // Per-layer embeddings: each token's inputs of every layer, [T, n_layers * per_layer_embd],
   // the rows of per_layer_token_embd, the same shape, and a layer's gate, [T, per_layer_embd].
   std::span<float> ple_inputs;
@@ -129,6 +136,36 @@ class Decoder final : public Model {
       config_.recurrent_layers = delta_config_->recurrent_layers;
     }
     WeightLoader w(file);
+    if (spec_.eagle3) {
+      load_eagle3_head(file, w, options);
+    } else {
+      load_trunk(file, w, options);
+    }
+    const int64_t max_context = options.max_context > 0 ? options.max_context : c.context_length;
+    const std::string factors = rope_factor_tensor(file, spec_, c, max_context);
+    const float* freq_factors = nullptr;
+    for (const std::string& name : rope_factor_tensors(spec_)) {
+      const float* f = w.optional_vector(name, c.rope_dims / 2);
+      if (name == factors) freq_factors = f;
+    }
+    std::vector<float> mrope_divisors;
+    if (spec_.interleaved_mrope) {
+      if (freq_factors != nullptr) fail("{}: M-RoPE with frequency factors is not implemented", file.name());
+      mrope_divisors = interleaved_mrope_text_divisors(file, c.rope_dims);
+      if (!mrope_divisors.empty()) freq_factors = mrope_divisors.data();
+    }
+    w.check_all_used();
+    weights_memory_ = w.memory();
+    rope_ = make_rope_tables(c, spec_, max_context,
+                             freq_factors ? std::span<const float>(freq_factors, size_t(c.rope_dims / 2))
+                                          : std::span<const float>());
+    for (DecoderLayer& layer : layers_) layer.rope = &rope_.for_layer(layer.sliding);
+    allocate_workspace();
+  }
+
+  // The token embeddings, the layers and the output of an ordinary model, and its MTP blocks.
+  void load_trunk(const gguf::GgufFile& file, WeightLoader& w, const ModelOptions& options) {
+    const ModelConfig& c = config_;
     // Looked up row by row; multiplied too when the output is tied to it.
     w.keep_rows("token_embd.weight", !w.has("output.weight"));
     if (spec_.per_layer_embd > 0) {  // a row a token, read in place: never the whole table
@@ -197,36 +234,123 @@ class Decoder final : public Model {
                    file.name(), c.n_nextn_layers);
       }
     }
-    const int64_t max_context = options.max_context > 0 ? options.max_context : c.context_length;
-    const std::string factors = rope_factor_tensor(file, spec_, c, max_context);
-    const float* freq_factors = nullptr;
-    for (const std::string& name : rope_factor_tensors(spec_)) {
-      const float* f = w.optional_vector(name, c.rope_dims / 2);
-      if (name == factors) freq_factors = f;
+  }
+
+  // An EAGLE-3 head (ArchSpec::eagle3): its one layer, fc and its norms, and the token
+  // embeddings and vocabulary projection of its own, or else the target's
+  // (ModelOptions::target). Its draft vocabulary (the rows of its projection) maps to the
+  // target's through d2t, as llama.cpp's converter writes it (absolute target ids).
+  void load_eagle3_head(const gguf::GgufFile& file, WeightLoader& w, const ModelOptions& options) {
+    const ModelConfig& c = config_;
+    const ArchSpec::Eagle3Spec& e = *spec_.eagle3;
+    if (options.target == nullptr)
+      fail("{}: an EAGLE-3 head drafts for a model, it is none itself: pass it with --spec eagle3 "
+           "--draft-model",
+           file.name());
+    if (c.n_layers != 1) fail("{}: an EAGLE-3 head has one layer, not {}", file.name(), c.n_layers);
+    if (e.target_layers.empty() || e.target_n_embd <= 0)
+      fail("{}: the EAGLE-3 head names no target layers or target hidden size", file.name());
+    {
+      const ModelConfig& t = options.target->config();
+      if (t.n_embd != e.target_n_embd)
+        fail("{}: the EAGLE-3 head reads hidden states of {} values; the target's are {}",
+             file.name(), e.target_n_embd, t.n_embd);
+      if (t.n_vocab != c.n_vocab)
+        fail("{}: the EAGLE-3 head's vocabulary has {} tokens; the target's {}", file.name(),
+             c.n_vocab, t.n_vocab);
+      for (const int l : e.target_layers) {
+        if (l < 0 || l >= t.n_layers)
+          fail("{}: the EAGLE-3 head reads the input of layer {} of a target of {} layers (the "
+               "final hidden state, layer {}, is not supported)",
+               file.name(), l, t.n_layers, t.n_layers);
+      }
     }
-    std::vector<float> mrope_divisors;
-    if (spec_.interleaved_mrope) {
-      if (freq_factors != nullptr) fail("{}: M-RoPE with frequency factors is not implemented", file.name());
-      mrope_divisors = interleaved_mrope_text_divisors(file, c.rope_dims);
-      if (!mrope_divisors.empty()) freq_factors = mrope_divisors.data();
+    const auto from_target = [&](const kernels::WeightMatrix* m, const char* what) {
+      if (m == nullptr)
+        fail("{}: the EAGLE-3 head has no {} of its own, and no target to take them from",
+             file.name(), what);
+      if (m->cols != c.n_embd || m->rows != c.n_vocab)
+        fail("{}: the target's {} are [{}, {}]; the head needs [{}, {}]", file.name(), what,
+             m->rows, m->cols, c.n_vocab, c.n_embd);
+      return *m;
+    };
+    if (w.has("token_embd.weight")) {
+      w.keep_rows("token_embd.weight", false);
+      token_embd_ = w.matrix("token_embd.weight", c.n_vocab, c.n_embd);
+    } else {
+      token_embd_ = from_target(options.target->token_embedding(), "token embeddings");
     }
-    w.check_all_used();
-    weights_memory_ = w.memory();
-    rope_ = make_rope_tables(c, spec_, max_context,
-                             freq_factors ? std::span<const float>(freq_factors, size_t(c.rope_dims / 2))
-                                          : std::span<const float>());
-    for (DecoderLayer& layer : layers_) layer.rope = &rope_.for_layer(layer.sliding);
-    allocate_workspace();
+    output_norm_ = w.vector("output_norm.weight", c.n_embd);
+    if (const gguf::TensorInfo* t = file.find_tensor("output.weight")) {
+      const int64_t n_draft = t->shape.size() == 2 ? static_cast<int64_t>(t->shape[1]) : 0;
+      output_ = w.matrix("output.weight", n_draft, c.n_embd);
+    } else {
+      output_ = from_target(options.target->output_projection(), "vocabulary projection");
+    }
+    if (w.has("d2t")) {
+      draft_to_target_ = w.token_ids("d2t", output_.rows, c.n_vocab);
+    } else if (output_.rows != c.n_vocab) {
+      fail("{}: the EAGLE-3 head projects to {} tokens of a vocabulary of {} without a d2t map",
+           file.name(), output_.rows, c.n_vocab);
+    }
+    const int64_t features = std::ssize(e.target_layers) * int64_t{e.target_n_embd};
+    fc_ = w.matrix("fc.weight", c.n_embd, features);
+    if (e.norm_before_fc) fc_norm_ = w.vector("enc.output_norm.weight", features);
+    DecoderLayer& layer = layers_.emplace_back();
+    load_layer_attention(w, spec_, c, 0, layer);
+    load_layer_dense_ffn(w, spec_, c, 0, layer);
+    layer.head_dim = c.head_dim;
+    layer.n_kv_heads = c.n_kv_heads;
+    layer.n_ff = c.n_ff;
+    layer.reads_fused_input = true;
+    MtpBlock& head = mtp_blocks_.emplace_back();
+    head.enorm = layer.attn_norm;
+    head.hnorm = w.vector("blk.0.attn_norm_2.weight", c.n_embd);
+    head.embed = token_embd_;
+    head.norm = output_norm_;
+    head.head = output_;
   }
 
   const ModelConfig& config() const override { return config_; }
+  const kernels::WeightMatrix* token_embedding() const override { return &token_embd_; }
+  const kernels::WeightMatrix* output_projection() const override {
+    return spec_.eagle3 ? nullptr : &output_;
+  }
+  std::span<const int> feature_layers() const override {
+    return spec_.eagle3 ? std::span<const int>(spec_.eagle3->target_layers) : std::span<const int>();
+  }
+
+  void encode_features(const float* features, int64_t T, float* g, ThreadPool& pool) override {
+    if (!spec_.eagle3) fail("{}: this model is no EAGLE-3 head", config_.name);
+    if (T > max_tokens_)
+      fail("{} tokens' features exceed the {} the model was sized for", T, max_tokens_);
+    const float* in = features;
+    if (fc_norm_ != nullptr) {
+      const int64_t width = fc_.cols;
+      per_token(pool, T, [&](int64_t t) {
+        kernels::rms_norm(features + t * width, fc_norm_, &ws_.fc_in[static_cast<size_t>(t * width)],
+                          width, config_.rms_eps);
+      });
+      in = ws_.fc_in.data();
+    }
+    kernels::matmul(fc_, in, T, g, ws_.scratch, pool);  // [T, n_embd]
+  }
 
   void forward(const Batch& batch, kv::KvCache& cache, float* logits, ThreadPool& pool) override {
     const ModelConfig& c = config_;
     const int64_t T = batch.num_tokens();
+    if (spec_.eagle3) fail("{}: an EAGLE-3 head runs as a drafter only", c.name);
     if (T > max_tokens_)
       fail("batch of {} tokens exceeds the {} the model was sized for", T, max_tokens_);
     check_batch(batch, c.n_vocab, rope_.full.max_positions());
+    std::fill(feature_slot_.begin(), feature_slot_.end(), -1);
+    for (size_t k = 0; k < batch.feature_layers.size(); ++k) {
+      const int l = batch.feature_layers[k];
+      if (l < 0 || l >= c.n_layers || batch.features == nullptr)
+        fail("{}: the input of layer {} asked for (of {} layers, into {})", c.name, l, c.n_layers,
+             batch.features == nullptr ? "no buffer" : "a buffer");
+      feature_slot_[static_cast<size_t>(l)] = static_cast<int>(k);
+    }
     DecoderWorkspace& ws = ws_;
     for (int64_t t = 0; t < T; ++t) {
       const int32_t token = batch.tokens[static_cast<size_t>(t)];
@@ -261,7 +385,8 @@ class Decoder final : public Model {
   void forward_mtp(const Batch& batch, const float* hidden_in, kv::KvCache& cache, float* logits,
                    float* hidden_out, ThreadPool& pool) override {
     const ModelConfig& c = config_;
-    if (!c.mtp) fail("{}: the model was loaded without its multi-token-prediction block", c.name);
+    if (!c.mtp && !spec_.eagle3)
+      fail("{}: the model was loaded without its multi-token-prediction block", c.name);
     const int64_t T = batch.num_tokens();
     if (T > max_tokens_)
       fail("batch of {} tokens exceeds the {} the model was sized for", T, max_tokens_);
@@ -269,10 +394,14 @@ class Decoder final : public Model {
     place_tokens(batch, cache);
     run_mtp_block(batch, cache, pool, [&](int64_t t) { return hidden_in + t * c.n_embd; });
     const auto R = static_cast<int64_t>(batch.logit_rows.size());
+    // An EAGLE-3 head chains its residual stream before the output norm (llama.cpp's
+    // eagle3_prenorm); an MTP block its normed final hidden state.
+    const float* chained_norm = spec_.eagle3 ? nullptr : mtp_blocks_[0].norm;
     per_token(pool, R, [&](int64_t r) {
-      final_hidden(batch.logit_rows[static_cast<size_t>(r)], hidden_out + r * c.n_embd, mtp_blocks_[0].norm);
+      final_hidden(batch.logit_rows[static_cast<size_t>(r)], hidden_out + r * c.n_embd, chained_norm);
     });
     compute_logits(batch, logits, pool, mtp_blocks_[0].norm, mtp_blocks_[0].head);
+    if (!draft_to_target_.empty()) spread_draft_logits(logits, R);
   }
 
  private:
@@ -430,12 +559,16 @@ class Decoder final : public Model {
     if (delta_config_)
       delta_ = std::make_unique<DeltaNetBlock>(*delta_config_, *spec_.delta_net, c.n_embd, max_tokens_);
     ws_.last = floats(T * c.n_embd);
-    if (c.mtp) ws_.mtp_in = floats(T * 2 * static_cast<size_t>(c.n_embd));
+    if (c.mtp || spec_.eagle3) ws_.mtp_in = floats(T * 2 * static_cast<size_t>(c.n_embd));
+    if (fc_norm_ != nullptr) ws_.fc_in = floats(T * static_cast<size_t>(fc_.cols));
+    if (!draft_to_target_.empty()) ws_.draft_row = floats(static_cast<size_t>(output_.rows));
+    feature_slot_.assign(static_cast<size_t>(c.n_layers), -1);
     ws_.slots = ws_.memory.allocate_array<int64_t>(kv::kMaxKvGroups * T);
     ws_.scratch.reserve(max_tokens_,
                         std::max<int64_t>({c.n_embd, any_dense ? int64_t(n_ff) : 0, int64_t(q_dim),
                                            int64_t{spec_.per_layer_embd},
-                                           c.mtp ? 2 * int64_t{c.n_embd} : 0}));
+                                           c.mtp || spec_.eagle3 ? 2 * int64_t{c.n_embd} : 0,
+                                           fc_.cols}));
     ws_.memory.prefault();  // every forward pass uses it: fault it in now, not in the first one
   }
 
@@ -448,8 +581,16 @@ class Decoder final : public Model {
     const int64_t q_dim = int64_t{c.n_heads} * head_dim,
                   kv_dim = int64_t{layer.n_kv_heads} * head_dim;
     const bool pending = proj_pending_;
+    // The layer's input for an EAGLE-3 drafter (Batch::features), where it asks for this one.
+    const int feature = batch.features != nullptr && l < std::ssize(feature_slot_)
+                            ? feature_slot_[static_cast<size_t>(l)]
+                            : -1;
+    const auto n_features = static_cast<int64_t>(batch.feature_layers.size());
     per_token(pool, T, [&](int64_t t) {
       if (pending) add_residual(t);  // the previous layer's feed-forward output
+      if (feature >= 0)
+        std::copy_n(&ws.x[t * c.n_embd], c.n_embd, batch.features + (t * n_features + feature) * c.n_embd);
+      if (layer.reads_fused_input) return;
       kernels::rms_norm(&ws.x[t * c.n_embd], layer.attn_norm, &ws.h[t * c.n_embd], c.n_embd,
                         c.rms_eps);
     });
@@ -466,8 +607,9 @@ class Decoder final : public Model {
         {&layer.wk, ws.k.data()},                                              // k: [T, kv_dim]
         {&layer.wv, ws.v.data()}};                                             // v: [T, kv_dim]
     const size_t n_targets = !own_kv ? 1 : (layer.value_from_key ? 2 : 3);
-    kernels::matmul_many(std::span(qkv, n_targets), ws.h.data(), T, ws.scratch, pool,
-                         kernels::active_kernels(), batch.bf16_rows_begin);
+    kernels::matmul_many(std::span(qkv, n_targets),
+                         layer.reads_fused_input ? ws.mtp_in.data() : ws.h.data(), T, ws.scratch,
+                         pool, kernels::active_kernels(), batch.bf16_rows_begin);
     const int64_t* slots = &ws.slots[static_cast<size_t>(cache.group_of(layer.kv_layer) * max_tokens_)];
     const int32_t* positions = batch.positions.data();
     per_token(pool, T, [&](int64_t t) {  // every token writes its own KV slot
@@ -521,6 +663,21 @@ class Decoder final : public Model {
     for (int h = 0; h < config_.n_heads; ++h) {
       std::copy_n(both + 2 * h * hd, hd, &ws_.q[t * q_dim + h * hd]);
       std::copy_n(both + 2 * h * hd + hd, hd, &ws_.attn_gate[t * q_dim + h * hd]);
+    }
+  }
+
+  // An EAGLE-3 head's logits over its draft vocabulary, R rows of output_.rows in `logits`, moved
+  // in place to rows of n_vocab: each draft token's logit at its target id (d2t), -inf at the
+  // ids it cannot propose. Rows go from the last, whose new place lies past every earlier
+  // row's old one.
+  void spread_draft_logits(float* logits, int64_t R) {
+    const int64_t n_draft = output_.rows, n_vocab = config_.n_vocab;
+    for (int64_t r = R - 1; r >= 0; --r) {
+      std::copy_n(logits + r * n_draft, n_draft, ws_.draft_row.data());
+      float* row = logits + r * n_vocab;
+      std::fill_n(row, n_vocab, -std::numeric_limits<float>::infinity());
+      for (int64_t i = 0; i < n_draft; ++i)
+        row[draft_to_target_[static_cast<size_t>(i)]] = ws_.draft_row[static_cast<size_t>(i)];
     }
   }
 
@@ -594,27 +751,43 @@ class Decoder final : public Model {
 
   // The MTP block over the batch's tokens (their KV slots placed), token t paired with
   // hidden(t) ([n_embd], nullptr: zeros); leaves its output in ws.x (+ ws.proj) as the trunk's
-  // layers do, for final_hidden.
+  // layers do, for final_hidden. An MTP block starts its residual stream at eh_proj of
+  // [enorm(embedding); hnorm(hidden)]; an EAGLE-3 head's layer attends over that pair itself,
+  // and its stream starts at the hidden state g (or hnorm(g), norm_before_residual).
   template <typename HiddenOf>
   void run_mtp_block(const Batch& batch, kv::KvCache& cache, ThreadPool& pool, HiddenOf&& hidden) {
     const ModelConfig& c = config_;
     const int64_t T = batch.num_tokens(), n = c.n_embd;
     DecoderWorkspace& ws = ws_;
+    const MtpBlock& block = mtp_blocks_[0];
+    const bool eagle3 = spec_.eagle3.has_value();
+    const bool normed_residual = eagle3 && spec_.eagle3->norm_before_residual;
     per_token(pool, T, [&](int64_t t) {
       float* in = &ws.mtp_in[static_cast<size_t>(t * 2 * n)];
-      kernels::dequantize_row(mtp_blocks_[0].embed, batch.tokens[static_cast<size_t>(t)], in);
-      kernels::rms_norm(in, mtp_blocks_[0].enorm, in, n, c.rms_eps);
-      if (const float* h = hidden(t)) {
-        kernels::rms_norm(h, mtp_blocks_[0].hnorm, in + n, n, c.rms_eps);
+      kernels::dequantize_row(block.embed, batch.tokens[static_cast<size_t>(t)], in);
+      kernels::rms_norm(in, block.enorm, in, n, c.rms_eps);
+      const float* h = hidden(t);
+      if (h != nullptr) {
+        kernels::rms_norm(h, block.hnorm, in + n, n, c.rms_eps);
       } else {
         std::fill_n(in + n, n, 0.0f);  // the norm of zeros
       }
+      if (!eagle3) return;
+      float* x = &ws.x[static_cast<size_t>(t * n)];
+      if (normed_residual || h == nullptr) {
+        std::copy_n(in + n, n, x);
+      } else {
+        std::copy_n(h, n, x);
+      }
     });
-    kernels::matmul(mtp_blocks_[0].eh_proj, ws.mtp_in.data(), T, ws.x.data(), ws.scratch, pool,  // [T, n_embd]
-                    kernels::active_kernels(), batch.bf16_rows_begin);
+    if (!eagle3) {
+      kernels::matmul(block.eh_proj, ws.mtp_in.data(), T, ws.x.data(), ws.scratch, pool,  // [T, n_embd]
+                      kernels::active_kernels(), batch.bf16_rows_begin);
+    }
     proj_pending_ = false;
-    attention_block(c.n_layers, batch, cache, pool);
-    feed_forward_block(c.n_layers, T, batch.bf16_rows_begin, pool, nullptr);
+    const int l = eagle3 ? 0 : c.n_layers;  // the block's layer in layers_ and in the cache
+    attention_block(l, batch, cache, pool);
+    feed_forward_block(l, T, batch.bf16_rows_begin, pool, nullptr);
   }
 
   // Interleaved M-RoPE for text (ArchSpec::interleaved_mrope): a frequency divisor per rotated
@@ -844,14 +1017,14 @@ class Decoder final : public Model {
     });
   }
 
-  // out[n_embd] = the final norm (`norm`: the output norm, or the MTP block's) of token t's
+  // out[n_embd] = the final norm (`norm`: the output norm, or the MTP block's; none: nullptr) of token t's
   // residual stream after the last layer: the last layer's residual add happens here, into
   // `out`, so a token asked for twice is not added to twice.
   void final_hidden(int64_t t, float* out, const float* norm) const {
     const int64_t n = config_.n_embd;
     std::copy_n(&ws_.x[t * n], n, out);
     if (proj_pending_) kernels::add_inplace(out, &ws_.proj[t * n], n);
-    kernels::rms_norm(out, norm, out, n, config_.rms_eps);
+    if (norm != nullptr) kernels::rms_norm(out, norm, out, n, config_.rms_eps);
   }
 
   // Logits of the batch's logit rows through `norm` and the vocabulary projection `head` (the
@@ -897,6 +1070,14 @@ class Decoder final : public Model {
     WeightMatrix head;              // [n_vocab, n_embd] shared_head_head, or the output
   };
   std::vector<MtpBlock> mtp_blocks_;
+  // An EAGLE-3 head (ArchSpec::eagle3; mtp_blocks_[0] holds its norms, embeddings and output):
+  // fc [n_embd, target layers x target n_embd], its optional input norm, and the target id of
+  // each draft-vocabulary token (empty: the same vocabulary).
+  kernels::WeightMatrix fc_;
+  const float* fc_norm_ = nullptr;
+  std::vector<int32_t> draft_to_target_;
+  // Per layer, its place in Batch::feature_layers of the running forward (-1: not asked for).
+  std::vector<int> feature_slot_;
   RopeTables rope_;
   DecoderWorkspace ws_;
   // Whether ws.proj holds a layer output not yet added to ws.x (a layer leaves its feed-forward

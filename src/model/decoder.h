@@ -73,6 +73,18 @@ struct ArchSpec {
   // axis; text tokens carry their position on the first three axes and 0 on the fourth, so the
   // pairs of the fourth do not rotate.
   bool interleaved_mrope = false;
+  // An EAGLE-3 draft head (`eagle3`; model.h's Model::encode_features): no trunk, one layer
+  // whose attention reads [attn_norm(embedding of the token); attn_norm_2(g)] (2 x n_embd wide)
+  // where g, the residual stream's start, is fc of the target's hidden states at
+  // `target_layers` (each the input of that layer), or the head's own output a draft step
+  // before. Run by Model::forward_mtp only.
+  struct Eagle3Spec {
+    std::vector<int> target_layers;
+    int target_n_embd = 0;
+    bool norm_before_residual = false;  // the residual is attn_norm_2(g), not g
+    bool norm_before_fc = false;        // enc.output_norm of the features before fc
+  };
+  std::optional<Eagle3Spec> eagle3;
   // Multi-token-prediction blocks after the trunk (`nextn_predict_layers`) are loaded; with
   // ModelOptions::mtp the first one runs as a drafter (Model::forward_mtp). Without this a file
   // that has them is refused by name.

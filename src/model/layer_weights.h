@@ -29,6 +29,8 @@ void load_layer_attention(Loader& w, const ArchSpec& spec, const ModelConfig& c,
   // A layer that reads another's K/V (ModelConfig::kv_layer) may still carry its own key and
   // value projections: taken, never run.
   const bool own_kv = c.kv_layer(i) == i;
+  // An EAGLE-3 head's Q/K/V read its normed token embedding and normed g side by side.
+  const int64_t in = spec.eagle3 ? 2 * int64_t{c.n_embd} : c.n_embd;
   layer.attn_norm = w.vector(p + "attn_norm.weight", c.n_embd);
   if (spec.fused_projections && w.has(p + "attn_qkv.weight")) {
     const std::string qkv = p + "attn_qkv.weight";  // rows [q; k; v]
@@ -38,12 +40,12 @@ void load_layer_attention(Loader& w, const ArchSpec& spec, const ModelConfig& c,
     layer.wv = w.matrix_rows(qkv, q_dim + kv_dim, kv_dim, rows, c.n_embd);
   } else {
     // Gated attention: each head's query rows, then its gate rows (ArchSpec::gated_attention).
-    layer.wq = w.matrix(p + "attn_q.weight", spec.gated_attention ? 2 * q_dim : q_dim, c.n_embd);
+    layer.wq = w.matrix(p + "attn_q.weight", spec.gated_attention ? 2 * q_dim : q_dim, in);
     if (own_kv || w.has(p + "attn_k.weight"))
-      layer.wk = w.matrix(p + "attn_k.weight", kv_dim, c.n_embd);
+      layer.wk = w.matrix(p + "attn_k.weight", kv_dim, in);
     // Without attn_v (ArchSpec::value_from_key_when_absent) the keys' projection is the values'.
     if ((own_kv && !spec.value_from_key_when_absent) || w.has(p + "attn_v.weight"))
-      layer.wv = w.matrix(p + "attn_v.weight", kv_dim, c.n_embd);
+      layer.wv = w.matrix(p + "attn_v.weight", kv_dim, in);
   }
   layer.wo = w.matrix(p + "attn_output.weight", c.n_embd, q_dim);
   layer.ffn_norm = w.vector(p + spec.ffn_norm + ".weight", c.n_embd);

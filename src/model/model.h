@@ -4,8 +4,10 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 
 #include "gguf/gguf.h"
+#include "kernels/matmul.h"
 #include "kv/kv_cache.h"
 #include "model/batch.h"
 #include "model/config.h"
@@ -13,6 +15,8 @@
 #include "util/thread_pool.h"
 
 namespace inferd::model {
+
+class Model;
 
 // Where the forward pass runs: this process's CPU cores, or one CUDA device (src/cuda/).
 enum class Device { kCpu, kCuda };
@@ -24,6 +28,10 @@ struct ModelOptions {
   // Run the file's multi-token-prediction block (`nextn_predict_layers`) as a drafter
   // (forward_mtp); its K/V join the cache as one more layer (ModelConfig::mtp).
   bool mtp = false;
+  // The target of an EAGLE-3 draft head (architecture `eagle3`), whose token embeddings and
+  // vocabulary projection the head takes where its file has none of its own; it must outlive
+  // the head.
+  const Model* target = nullptr;
 };
 
 class Model {
@@ -38,11 +46,27 @@ class Model {
   // gives it, of the position before t), writing the block's K/V at the tokens' positions.
   // Fills logits [batch.logit_rows.size(), n_vocab] (its guesses at the token after the next)
   // and hidden_out [batch.logit_rows.size(), n_embd] (its own final hidden state of those rows,
-  // the hidden_in of a chained draft). Does not allocate.
+  // the hidden_in of a chained draft). Does not allocate. An EAGLE-3 head runs the same way,
+  // hidden_in being g (encode_features, or its own hidden_out: the residual stream before its
+  // output norm); logits outside its draft vocabulary are -inf.
   virtual void forward_mtp(const Batch& /*batch*/, const float* /*hidden_in*/,
                            kv::KvCache& /*cache*/, float* /*logits*/, float* /*hidden_out*/,
                            ThreadPool& /*pool*/) {
     fail("{}: this executor runs no multi-token-prediction block", config().name);
+  }
+  // The token embeddings [n_vocab, n_embd] and the vocabulary projection [n_vocab, n_embd], for
+  // a draft head that shares them (ModelOptions::target); nullptr where the executor keeps them
+  // elsewhere.
+  virtual const kernels::WeightMatrix* token_embedding() const { return nullptr; }
+  virtual const kernels::WeightMatrix* output_projection() const { return nullptr; }
+  // An EAGLE-3 head (architecture `eagle3`): the target's layers whose inputs it reads
+  // (Batch::feature_layers), and g = fc(features) for n_tokens of them: features
+  // [n_tokens, feature_layers().size() * the target's n_embd] to g [n_tokens, n_embd], the
+  // hidden_in of forward_mtp. Does not allocate.
+  virtual std::span<const int> feature_layers() const { return {}; }
+  virtual void encode_features(const float* /*features*/, int64_t /*n_tokens*/, float* /*g*/,
+                               ThreadPool& /*pool*/) {
+    fail("{}: this model is no EAGLE-3 head", config().name);
   }
   // Whether the K/V of `cache`'s blocks live in the executor's device memory (the cache then
   // keeps only the block tables and pools: KvCacheConfig::host_storage false).

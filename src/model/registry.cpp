@@ -18,6 +18,7 @@ constexpr Entry kArchitectures[] = {
     {"qwen2moe", make_qwen2moe}, {"qwen3moe", make_qwen3moe}, {"gpt-oss", make_gpt_oss},
     {"qwen35", make_qwen35},     {"qwen35moe", make_qwen35moe}, {"qwen3next", make_qwen3next},
     {"glm4moe", make_glm4moe},
+    {"eagle3", make_eagle3},
 };
 
 }  // namespace

@@ -30,5 +30,6 @@ std::unique_ptr<Model> make_qwen35(const gguf::GgufFile& file, const ModelOption
 std::unique_ptr<Model> make_qwen35moe(const gguf::GgufFile& file, const ModelOptions& options);
 std::unique_ptr<Model> make_qwen3next(const gguf::GgufFile& file, const ModelOptions& options);
 std::unique_ptr<Model> make_glm4moe(const gguf::GgufFile& file, const ModelOptions& options);
+std::unique_ptr<Model> make_eagle3(const gguf::GgufFile& file, const ModelOptions& options);
 
 }  // namespace inferd::model

@@ -125,6 +125,34 @@ const float* WeightLoader::vector(const std::string& name, int64_t n) const {
   return reinterpret_cast<const float*>(take_out(t.data, t.num_bytes, true));
 }
 
+std::vector<int32_t> WeightLoader::token_ids(const std::string& name, int64_t n,
+                                             int64_t limit) const {
+  const gguf::TensorInfo& t = find(name);
+  if (t.shape.size() != 1 || t.shape[0] != uint64_t(n)) {
+    fail("{}: tensor '{}' has shape {}, expected [{}]", file_.name(), name, t.shape_string(), n);
+  }
+  if (t.type != DType::I64 && t.type != DType::I32) {
+    fail("{}: tensor '{}' has type {}, expected I64 or I32 token ids", file_.name(), name,
+         dtype_name(t.type));
+  }
+  std::vector<int32_t> ids(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    int64_t id = 0;
+    if (t.type == DType::I64) {
+      std::memcpy(&id, t.data + i * 8, 8);
+    } else {
+      int32_t v = 0;
+      std::memcpy(&v, t.data + i * 4, 4);
+      id = v;
+    }
+    if (id < 0 || id >= limit)
+      fail("{}: tensor '{}' holds token id {} at {}, outside [0, {})", file_.name(), name, id, i,
+           limit);
+    ids[static_cast<size_t>(i)] = static_cast<int32_t>(id);
+  }
+  return ids;
+}
+
 void WeightLoader::check_multipliable(const gguf::TensorInfo& t) const {
   if (kernels::active_kernels().for_weight(t.type) == nullptr) {
     fail("{}: tensor '{}' has type {}, which inferd cannot multiply yet", file_.name(), t.name,

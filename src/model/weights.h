@@ -49,6 +49,9 @@ class WeightLoader {
   const float* f32_rows(const std::string& name, int64_t rows, int64_t n) const;
   // An F32 vector of n values (norm weights).
   const float* vector(const std::string& name, int64_t n) const;
+  // An I64 or I32 vector of n token ids (an EAGLE-3 head's d2t), each checked to lie in
+  // [0, limit): copied out.
+  std::vector<int32_t> token_ids(const std::string& name, int64_t n, int64_t limit) const;
   // The same for a tensor that a file may leave out (biases): nullptr when absent.
   const float* optional_vector(const std::string& name, int64_t n) const {
     return has(name) ? vector(name, n) : nullptr;

@@ -28,10 +28,11 @@ inline nlohmann::json load_json(const std::string& relative) {
 }
 
 // A test parameter (a golden file's name, NAME.TYPE or a GGUF file name) as a gtest name:
-// '.' and '-' become '_'.
+// '.', '-' and '+' become '_'.
 inline std::string param_test_name(std::string name) {
   std::replace(name.begin(), name.end(), '.', '_');
   std::replace(name.begin(), name.end(), '-', '_');
+  std::replace(name.begin(), name.end(), '+', '_');
   return name;
 }
 

@@ -105,7 +105,11 @@ TEST(SpeculativeConfig, BadSettingsAreErrors) {
   c.prompt_lookup_max = 3;
   EXPECT_THROW(c.validate(), Error);
   EXPECT_EQ(parse_spec_method("ngram"), SpecMethod::kNgram);
+  EXPECT_EQ(parse_spec_method("eagle3"), SpecMethod::kEagle3);
   EXPECT_THROW(parse_spec_method("eagle"), Error);
+  c = {};
+  c.method = SpecMethod::kEagle3;  // the head's file is missing
+  EXPECT_THROW(c.validate(), Error);
 }
 
 TEST(SpeculativeConfig, VllmJsonForm) {
@@ -121,11 +125,15 @@ TEST(SpeculativeConfig, VllmJsonForm) {
   EXPECT_EQ(c.method, SpecMethod::kDraftModel);
   EXPECT_EQ(c.draft_model, "draft.gguf");
   // Only max given: min follows it down (as vLLM), the other settings are kept.
+  c = parse_speculative_config(R"({"method": "eagle3", "model": "head.gguf"})", {});
+  EXPECT_EQ(c.method, SpecMethod::kEagle3);
+  EXPECT_EQ(c.draft_model, "head.gguf");
   c = parse_speculative_config(R"({"method": "ngram", "prompt_lookup_max": 1})", {});
   EXPECT_EQ(c.prompt_lookup_min, 1);
   for (const char* bad : {R"({"method": "eagle"})", R"({"num_speculative_tokens": "4"})",
                           R"({"acceptance_method": "typical"})", R"([1, 2])", "{oops",
-                          R"({"method": "draft_model"})", R"({"num_speculative_tokens": 99})"}) {
+                          R"({"method": "draft_model"})", R"({"method": "eagle3"})",
+                          R"({"num_speculative_tokens": 99})"}) {
     EXPECT_THROW(parse_speculative_config(bad, {}), Error) << bad;
   }
 }
