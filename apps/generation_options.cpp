@@ -29,6 +29,14 @@ int ThreadOptions::count() const {
   return threads > 0 ? threads : default_threads();
 }
 
+void add_tensor_parallel_option(CLI::App& cmd, int& ranks) {
+  cmd.add_option("--tensor-parallel,--tensor-parallel-size", ranks,
+                 "Split the model over this many processes (tensor parallelism: heads and "
+                 "feed-forward columns per rank), started by `mpirun -n N inferd ...` on one "
+                 "machine or several")
+      ->check(CLI::Range(1, 64));
+}
+
 void add_device_option(CLI::App& cmd, model::Device& device) {
   // llama.cpp's names too: "none" (no GPU) and "CUDA0" (its first CUDA device).
   cmd.add_option_function<std::string>(
@@ -164,6 +172,7 @@ void GenerationOptions::add_to(CLI::App& cmd) {
   add_spec_options(cmd, spec);
   add_grammar_thread_option(cmd, grammar_thread);
   add_device_option(cmd, device);
+  add_tensor_parallel_option(cmd, tensor_parallel);
   auto* schema = cmd.add_option("-j,--json-schema,--json-schema-file", json_schema,
                                 "Constrain the output to a JSON schema (inline JSON or a file)");
   auto* gbnf = cmd.add_option("--grammar,--grammar-file", grammar,
@@ -228,6 +237,7 @@ engine::EngineConfig GenerationOptions::engine_config() const {
   config.prefix_caching = !no_prefix_cache;
   config.spec = spec;
   config.device = device;
+  config.tensor_parallel = tensor_parallel;
   config.grammar_thread = grammar_thread;
   return config;
 }

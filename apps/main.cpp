@@ -9,6 +9,8 @@
 #include <fmt/format.h>
 
 #include "commands.h"
+#include "dist/communicator.h"
+#include "dist/tensor_parallel.h"
 #include "util/error.h"
 
 namespace {
@@ -27,7 +29,7 @@ std::vector<std::string> with_long_names(int argc, char** argv) {
       {"-lv", "--log-verbosity"},    {"-nocb", "--no-cont-batching"}, {"-nkvo", "--no-kv-offload"},
       {"-dev", "--device"},          {"-cb", "--cont-batching"},      {"-rea", "--reasoning"},
       {"-bs", "--backend-sampling"}, {"-kvu", "--kv-unified"},        {"-ag", "--agent"},
-      {"-no-ag", "--no-agent"}};
+      {"-no-ag", "--no-agent"},     {"-tp", "--tensor-parallel"}};
   std::vector<std::string> args(argv, argv + argc);
   const bool serve = args.size() > 1 && args[1] == "serve";
   for (std::string& a : args) {
@@ -41,7 +43,9 @@ std::vector<std::string> with_long_names(int argc, char** argv) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+namespace {
+
+int run_command(int argc, char** argv) {
   CLI::App app{"inferd: run and serve GGUF language models on the CPU"};
   app.require_subcommand(1);
   inferd::app::register_inspect(app);
@@ -70,4 +74,18 @@ int main(int argc, char** argv) {
     return 2;
   }
   return 0;
+}
+
+}  // namespace
+
+// Under `mpirun -n N` every process starts here: rank 0 runs the command (whose engine splits
+// the model over the ranks, --tensor-parallel N), the others follow it (dist::run_worker) until
+// it is done.
+int main(int argc, char** argv) {
+  inferd::dist::init(argc, argv);
+  inferd::dist::Communicator& world = inferd::dist::world();
+  const int code = world.rank() == 0 ? run_command(argc, argv) : inferd::dist::run_worker(world);
+  inferd::dist::release_workers(world);
+  inferd::dist::finalize();
+  return code;
 }

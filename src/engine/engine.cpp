@@ -6,6 +6,7 @@
 #include <limits>
 #include <utility>
 
+#include "dist/communicator.h"
 #include "engine/beam_search.h"
 #include "engine/stop_matcher.h"
 #include "model/registry.h"
@@ -191,6 +192,12 @@ Engine::Engine(const gguf::GgufFile& file, const EngineConfig& config)
   options.max_context = config_.context;
   options.device = config.device;
   options.mtp = config.spec.enabled() && config.spec.method == SpecMethod::kMtp;
+  dist::Communicator& world = dist::world();
+  if (config.tensor_parallel != world.size())
+    fail("--tensor-parallel {} in a job of {} process(es): start it with `mpirun -n {} inferd "
+         "...` and give --tensor-parallel the same number",
+         config.tensor_parallel, world.size(), std::max(config.tensor_parallel, world.size()));
+  if (world.size() > 1) options.tp = &world;
   if (options.mtp && config.device != model::Device::kCpu)
     fail("--spec mtp runs on the CPU executor only");
   if (config.spec.enabled() && config.spec.method == SpecMethod::kEagle3 &&
@@ -243,6 +250,7 @@ Engine::Engine(const gguf::GgufFile& file, const EngineConfig& config)
     }
   }
   cache_ = std::make_unique<kv::KvCache>(kv);
+  model_->attach_cache(kv, config.threads);  // the other ranks' caches, alike
   if (config_.prefix_caching) {
     prefix_cache_ =
         std::make_unique<kv::PrefixCache>(cache_->groups(), config.block_size, blocks_per_seq + 1);

@@ -38,6 +38,9 @@ enum class GrammarThread { kAuto, kOn, kOff };
 struct EngineConfig {
   int threads = 2;
   bool pin_threads = true;  // ThreadPool's `pin`: each thread on its own CPU when they match
+  // The model split over this many ranks of the process's world (dist/communicator.h; this
+  // engine is rank 0's, the others run dist::run_worker): mpirun -n N.
+  int tensor_parallel = 1;
   int64_t context = 0;      // tokens per sequence (prompt + output); 0: the model's, capped at 4096
   int64_t max_batched_tokens = 512;
   int max_seqs = 16;

@@ -4,6 +4,7 @@
 #include "model/decoder.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <limits>
 #include <optional>
@@ -12,6 +13,8 @@
 
 #include <fmt/core.h>
 
+#include "dist/communicator.h"
+#include "dist/tensor_parallel.h"
 #include "kernels/attention.h"
 #include "kernels/matmul.h"
 #include "kernels/ops.h"
@@ -105,6 +108,10 @@ struct DecoderWorkspace {
   std::span<float> ones_embd;   // [n_embd] 1s: the weights of Gemma 4's router norm
   std::span<float> router_in;   // [T, n_embd] ArchSpec::moe_beside_dense_mlp: what the router scores
   std::span<float> moe_out;     // [T, n_embd] and the experts' output
+  // Tensor parallelism: this rank's slice of the logits, [T, vocabulary slice], and on rank 0
+  // every rank's slices as they come together, [T, n_vocab].
+  std::span<float> tp_logits;
+  std::span<float> tp_gathered;
   std::span<int64_t> slots;  // [kMaxKvGroups, T] each token's KV slot in each group
   kernels::ActivationScratch scratch;
 };
@@ -136,6 +143,7 @@ class Decoder final : public Model {
       config_.recurrent_layers = delta_config_->recurrent_layers;
     }
     WeightLoader w(file);
+    if (options.tp != nullptr && options.tp->size() > 1) split_for_tensor_parallel(file, options, w);
     if (spec_.eagle3) {
       load_eagle3_head(file, w, options);
     } else {
@@ -163,6 +171,46 @@ class Decoder final : public Model {
     allocate_workspace();
   }
 
+  // Tensor parallelism (dist/tensor_parallel.h): this rank's share of the heads, kv heads and
+  // feed-forward width (config_ holds them from here on, so every shape below is the shard's),
+  // its slice of the vocabulary, and the loader set to take its parts of the tensors. Rank 0
+  // first tells the other ranks to load theirs. What the split does not cover is refused by
+  // name.
+  void split_for_tensor_parallel(const gguf::GgufFile& file, const ModelOptions& options,
+                                 WeightLoader& w) {
+    tp_ = options.tp;
+    const int ranks = tp_->size();
+    ModelConfig& c = config_;
+    const auto refuse = [&](const char* what) {
+      fail("{}: tensor parallelism over {} ranks is not implemented for {}", file.name(), ranks,
+           what);
+    };
+    if (spec_.moe) refuse("mixtures of experts (the experts' split is the expert-parallel issue)");
+    if (spec_.delta_net) refuse("hybrid models with recurrent layers");
+    if (spec_.gated_attention) refuse("gated attention");
+    if (spec_.fused_projections) refuse("fused Q/K/V and gate/up tensors (Phi-3)");
+    if (spec_.per_layer_embd > 0 || spec_.shared_kv_layers > 0 || !c.layer_n_kv_heads.empty() ||
+        !c.layer_n_ff.empty() || c.sliding_head_dim > 0)
+      refuse("layers of different shapes (Gemma 4)");
+    if (spec_.eagle3 || options.mtp) refuse("draft heads (EAGLE-3, MTP)");
+    if (c.n_heads % ranks != 0 || c.n_kv_heads % ranks != 0 || c.n_ff % ranks != 0)
+      fail("{}: {} heads, {} kv heads and a feed-forward of {} do not split into {} ranks: "
+           "--tensor-parallel must divide each",
+           file.name(), c.n_heads, c.n_kv_heads, c.n_ff, ranks);
+    if (tp_->rank() == 0) {
+      dist::encode_load(tp_message_, file.name(), options.max_batch_tokens, options.max_context);
+      tp_->broadcast(tp_message_);
+    }
+    c.n_heads /= ranks;
+    c.n_kv_heads /= ranks;
+    c.n_ff /= ranks;
+    const int64_t slice = (int64_t{c.n_vocab} + ranks - 1) / ranks;
+    for (int r = 0; r < ranks; ++r)
+      tp_vocab_counts_.push_back(std::clamp<int64_t>(c.n_vocab - r * slice, 0, slice));
+    tp_vocab_begin_ = tp_->rank() * slice;
+    w.shard(tp_->rank(), ranks);
+  }
+
   // The token embeddings, the layers and the output of an ordinary model, and its MTP blocks.
   void load_trunk(const gguf::GgufFile& file, WeightLoader& w, const ModelOptions& options) {
     const ModelConfig& c = config_;
@@ -175,9 +223,17 @@ class Decoder final : public Model {
       ple_model_proj_ = w.matrix("per_layer_model_proj.weight", n, c.n_embd);
       ple_proj_norm_ = w.vector("per_layer_proj_norm.weight", spec_.per_layer_embd);
     }
+    if (tp_ != nullptr) {  // this rank's rows of the vocabulary projection, packed
+      const std::string name = w.has("output.weight") ? "output.weight" : "token_embd.weight";
+      const int64_t rows = tp_vocab_counts_[static_cast<size_t>(tp_->rank())];
+      w.keep_rows("token_embd.weight", name == "token_embd.weight");
+      output_ = w.matrix_rows(name, tp_vocab_begin_, rows, c.n_vocab, c.n_embd);
+      w.keep_rows("token_embd.weight", false);
+    }
     token_embd_ = w.matrix("token_embd.weight", c.n_vocab, c.n_embd);
     output_norm_ = w.vector("output_norm.weight", c.n_embd);
-    output_ = w.has("output.weight") ? w.matrix("output.weight", c.n_vocab, c.n_embd) : token_embd_;
+    if (tp_ == nullptr)
+      output_ = w.has("output.weight") ? w.matrix("output.weight", c.n_vocab, c.n_embd) : token_embd_;
     for (int i = 0; i < c.n_layers; ++i) {
       DecoderLayer& layer = layers_.emplace_back();
       if (delta_config_ && delta_config_->recurrent_layers[static_cast<size_t>(i)]) {
@@ -314,7 +370,19 @@ class Decoder final : public Model {
   const ModelConfig& config() const override { return config_; }
   const kernels::WeightMatrix* token_embedding() const override { return &token_embd_; }
   const kernels::WeightMatrix* output_projection() const override {
-    return spec_.eagle3 ? nullptr : &output_;
+    return spec_.eagle3 || tp_ != nullptr ? nullptr : &output_;  // (a shard holds a slice)
+  }
+  void attach_cache(const kv::KvCacheConfig& config, int threads) override {
+    if (tp_ == nullptr || tp_->rank() != 0) return;
+    dist::encode_cache(tp_message_, config, threads);
+    tp_->broadcast(tp_message_);
+  }
+  void copy_kv_block(kv::KvCache& cache, size_t group, int32_t from, int32_t to) override {
+    if (tp_ != nullptr && tp_->rank() == 0) {
+      dist::encode_copy_block(tp_message_, group, from, to);
+      tp_->broadcast(tp_message_);
+    }
+    cache.copy_block(group, from, to);
   }
   std::span<const int> feature_layers() const override {
     return spec_.eagle3 ? std::span<const int>(spec_.eagle3->target_layers) : std::span<const int>();
@@ -343,6 +411,12 @@ class Decoder final : public Model {
     if (T > max_tokens_)
       fail("batch of {} tokens exceeds the {} the model was sized for", T, max_tokens_);
     check_batch(batch, c.n_vocab, rope_.full.max_positions());
+    if (tp_ != nullptr && tp_->rank() == 0) {  // the other ranks run the same batch
+      if (!batch.feature_layers.empty() || batch.token_hidden != nullptr || batch.mtp_catch_up)
+        fail("{}: a tensor-parallel model gives no hidden states for drafters", c.name);
+      dist::encode_forward(tp_message_, batch);
+      tp_->broadcast(tp_message_);
+    }
     std::fill(feature_slot_.begin(), feature_slot_.end(), -1);
     for (size_t k = 0; k < batch.feature_layers.size(); ++k) {
       const int l = batch.feature_layers[k];
@@ -563,6 +637,10 @@ class Decoder final : public Model {
     if (fc_norm_ != nullptr) ws_.fc_in = floats(T * static_cast<size_t>(fc_.cols));
     if (!draft_to_target_.empty()) ws_.draft_row = floats(static_cast<size_t>(output_.rows));
     feature_slot_.assign(static_cast<size_t>(c.n_layers), -1);
+    if (tp_ != nullptr) {
+      ws_.tp_logits = floats(T * static_cast<size_t>(tp_vocab_counts_[0]));
+      if (tp_->rank() == 0) ws_.tp_gathered = floats(T * static_cast<size_t>(c.n_vocab));
+    }
     ws_.slots = ws_.memory.allocate_array<int64_t>(kv::kMaxKvGroups * T);
     ws_.scratch.reserve(max_tokens_,
                         std::max<int64_t>({c.n_embd, any_dense ? int64_t(n_ff) : 0, int64_t(q_dim),
@@ -645,6 +723,7 @@ class Decoder final : public Model {
     }
     kernels::matmul(layer.wo, ws.attn.data(), T, ws.proj.data(), ws.scratch, pool,  // [T, n_embd]
                     kernels::active_kernels(), batch.bf16_rows_begin);
+    if (tp_ != nullptr) tp_->allreduce_sum(ws.proj.data(), T * c.n_embd);  // every rank's heads
     if (layer.bo || layer.post_attn_norm) {
       per_token(pool, T, [&](int64_t t) {
         float* out = &ws.proj[t * c.n_embd];
@@ -663,6 +742,32 @@ class Decoder final : public Model {
     for (int h = 0; h < config_.n_heads; ++h) {
       std::copy_n(both + 2 * h * hd, hd, &ws_.q[t * q_dim + h * hd]);
       std::copy_n(both + 2 * h * hd + hd, hd, &ws_.attn_gate[t * q_dim + h * hd]);
+    }
+  }
+
+  // Tensor parallelism: this rank's vocabulary slice of R rows of logits, every rank's put
+  // together on rank 0 into `logits` [R, n_vocab] (the others pass nullptr).
+  void gather_logits(int64_t R, float* logits, ThreadPool& pool) {
+    const int64_t n_vocab = config_.n_vocab;
+    kernels::matmul(output_, ws_.last.data(), R, ws_.tp_logits.data(), ws_.scratch, pool);  // [R, slice]
+    const auto ranks = static_cast<size_t>(tp_->size());
+    std::array<int64_t, 64> counts{};
+    if (ranks > counts.size()) fail("tensor parallelism over more than {} ranks", counts.size());
+    for (size_t r = 0; r < ranks; ++r) counts[r] = R * tp_vocab_counts_[r];
+    const bool root = tp_->rank() == 0;
+    tp_->gather(ws_.tp_logits.data(), root ? ws_.tp_gathered.data() : nullptr,
+                std::span(counts.data(), ranks));
+    if (!root) return;
+    if (logits == nullptr) fail("rank 0 of a tensor-parallel model got no logits buffer");
+    // Rank r's block holds R rows of its slice: each goes to its columns of the row.
+    int64_t offset = 0, column = 0;
+    for (size_t r = 0; r < ranks; ++r) {
+      const int64_t width = tp_vocab_counts_[r];
+      for (int64_t row = 0; row < R; ++row)
+        std::copy_n(&ws_.tp_gathered[static_cast<size_t>(offset + row * width)], width,
+                    logits + row * n_vocab + column);
+      offset += R * width;
+      column += width;
     }
   }
 
@@ -1003,6 +1108,7 @@ class Decoder final : public Model {
     });
     kernels::matmul(layer.w_down, ws.gate.data(), T, ws.proj.data(), ws.scratch,  // [T, n_embd]
                     pool, kernels::active_kernels(), bf16_from);
+    if (tp_ != nullptr) tp_->allreduce_sum(ws.proj.data(), T * config_.n_embd);  // every rank's columns
   }
 
   // The final hidden states of the rows asked for (embeddings): the last layer's residual add
@@ -1037,7 +1143,12 @@ class Decoder final : public Model {
     if (R == 0) return;  // a step of embedding requests only
     for (int64_t r = 0; r < R; ++r)
       final_hidden(batch.logit_rows[static_cast<size_t>(r)], &ws.last[r * c.n_embd], norm);
-    kernels::matmul(head, ws.last.data(), R, logits, ws.scratch, pool);  // [R, n_vocab]
+    if (tp_ != nullptr) {
+      gather_logits(R, logits, pool);
+      if (logits == nullptr) return;  // a rank other than 0
+    } else {
+      kernels::matmul(head, ws.last.data(), R, logits, ws.scratch, pool);  // [R, n_vocab]
+    }
     if (spec_.final_softcap > 0) {
       const float cap = spec_.final_softcap;
       per_token(pool, R, [&](int64_t r) {
@@ -1078,6 +1189,12 @@ class Decoder final : public Model {
   std::vector<int32_t> draft_to_target_;
   // Per layer, its place in Batch::feature_layers of the running forward (-1: not asked for).
   std::vector<int> feature_slot_;
+  // Tensor parallelism (ModelOptions::tp; null: the whole model here): the ranks, rank 0's
+  // message buffer, each rank's share of the vocabulary and where this rank's starts.
+  dist::Communicator* tp_ = nullptr;
+  std::vector<uint8_t> tp_message_;
+  std::vector<int64_t> tp_vocab_counts_;
+  int64_t tp_vocab_begin_ = 0;
   RopeTables rope_;
   DecoderWorkspace ws_;
   // Whether ws.proj holds a layer output not yet added to ws.x (a layer leaves its feed-forward

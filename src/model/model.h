@@ -14,6 +14,10 @@
 #include "util/error.h"
 #include "util/thread_pool.h"
 
+namespace inferd::dist {
+class Communicator;
+}
+
 namespace inferd::model {
 
 class Model;
@@ -32,6 +36,10 @@ struct ModelOptions {
   // vocabulary projection the head takes where its file has none of its own; it must outlive
   // the head.
   const Model* target = nullptr;
+  // Tensor parallelism (dist/tensor_parallel.h): this process's rank of the ranks that split
+  // the model, each loading its shard; rank 0 tells the others what to do. nullptr or one rank:
+  // the whole model here.
+  dist::Communicator* tp = nullptr;
 };
 
 class Model {
@@ -68,6 +76,9 @@ class Model {
                                ThreadPool& /*pool*/) {
     fail("{}: this model is no EAGLE-3 head", config().name);
   }
+  // Called once the engine has made the model's KV cache (tensor parallelism: rank 0 tells the
+  // other ranks to make theirs alike, with pools of `threads`).
+  virtual void attach_cache(const kv::KvCacheConfig& /*config*/, int /*threads*/) {}
   // Whether the K/V of `cache`'s blocks live in the executor's device memory (the cache then
   // keeps only the block tables and pools: KvCacheConfig::host_storage false).
   virtual bool kv_on_device() const { return false; }

@@ -41,6 +41,15 @@ kernels::WeightMatrix WeightLoader::matrix_rows(const std::string& name, int64_t
                                                 int64_t rows, int64_t total_rows,
                                                 int64_t cols) const {
   const gguf::TensorInfo& t = find(name);
+  if (shard_ranks_ > 1 && rows == total_rows && t.shape.size() == 2) {
+    const int64_t ranks = shard_ranks_;
+    if (t.shape[0] == uint64_t(cols) && t.shape[1] == uint64_t(rows * ranks)) {
+      row_begin = shard_rank_ * rows;  // this rank's rows
+      total_rows = rows * ranks;
+    } else if (t.shape[0] == uint64_t(cols * ranks) && t.shape[1] == uint64_t(rows)) {
+      return matrix_columns(t, rows, cols);
+    }
+  }
   bool shape_ok =
       (t.shape.size() == 2 && t.shape[0] == uint64_t(cols) && t.shape[1] == uint64_t(total_rows)) ||
       (total_rows == 1 && t.shape.size() == 1 && t.shape[0] == uint64_t(cols));
@@ -67,6 +76,30 @@ kernels::WeightMatrix WeightLoader::matrix_rows(const std::string& name, int64_t
     w.packed = kernels::PackedWeights::pack(t.type, w.data, rows, cols, w.row_bytes, arena_);
   if (kept == keep_rows_.end())
     w.data = take_out(w.data, static_cast<size_t>(rows) * w.row_bytes, w.packed == nullptr);
+  return w;
+}
+
+kernels::WeightMatrix WeightLoader::matrix_columns(const gguf::TensorInfo& t, int64_t rows,
+                                                   int64_t cols) const {
+  check_multipliable(t);
+  const int64_t all_cols = cols * shard_ranks_;
+  const std::optional<int64_t> full = row_bytes(t.type, all_cols);
+  const std::optional<int64_t> part = row_bytes(t.type, cols);
+  if (!full || !part || *part * shard_ranks_ != *full)
+    fail("{}: tensor '{}' ({}) cannot be split into {} column ranges of {}: not on its blocks",
+         file_.name(), t.name, dtype_name(t.type), shard_ranks_, cols);
+  kernels::WeightMatrix w;
+  w.type = t.type;
+  w.rows = rows;
+  w.cols = cols;
+  w.row_bytes = static_cast<size_t>(*part);
+  uint8_t* to = arena_->allocate(static_cast<size_t>(rows) * w.row_bytes, 64);
+  for (int64_t r = 0; r < rows; ++r)
+    std::memcpy(to + r * w.row_bytes, t.data + r * *full + shard_rank_ * *part, w.row_bytes);
+  file_.release_pages(t.data, t.num_bytes);
+  w.data = to;
+  if (kernels::PackedWeights::supports(t.type, cols) && rows > 1)
+    w.packed = kernels::PackedWeights::pack(t.type, w.data, rows, cols, w.row_bytes, arena_);
   return w;
 }
 
@@ -116,6 +149,12 @@ const float* WeightLoader::f32_rows(const std::string& name, int64_t rows,
 
 const float* WeightLoader::vector(const std::string& name, int64_t n) const {
   const gguf::TensorInfo& t = find(name);
+  if (shard_ranks_ > 1 && t.shape.size() == 1 && t.shape[0] == uint64_t(n * shard_ranks_) &&
+      t.type == DType::F32) {  // this rank's part (a bias of its heads, their sinks)
+    return reinterpret_cast<const float*>(
+        take_out(t.data + shard_rank_ * n * static_cast<int64_t>(sizeof(float)),
+                 static_cast<size_t>(n) * sizeof(float), true));
+  }
   if (t.shape.size() != 1 || t.shape[0] != uint64_t(n)) {
     fail("{}: tensor '{}' has shape {}, expected [{}]", file_.name(), name, t.shape_string(), n);
   }

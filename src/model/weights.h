@@ -31,6 +31,14 @@ class WeightLoader {
   // first for a tensor whose rows are read in place (the token embeddings: one row a token);
   // it is packed only when it is `multiplied` too (an output tied to the embeddings).
   void keep_rows(const std::string& name, bool multiplied) { keep_rows_[name] = multiplied; }
+  // Tensor parallelism (dist/tensor_parallel.h): rank `rank` of `ranks` takes its shard of a
+  // tensor asked for with 1/ranks of the file's rows (its rows rank * rows ..), of its columns
+  // (likewise; whole blocks of the weight type or an error naming the tensor) or of a vector's
+  // values; a tensor asked for whole is taken whole.
+  void shard(int rank, int ranks) {
+    shard_rank_ = rank;
+    shard_ranks_ = ranks;
+  }
   // A [rows, cols] matrix (GGUF shape [cols, rows]) whose type the kernels can multiply.
   kernels::WeightMatrix matrix(const std::string& name, int64_t rows, int64_t cols) const;
   // Rows [row_begin, row_begin + rows) of a [total_rows, cols] matrix, as a matrix of its own:
@@ -64,6 +72,9 @@ class WeightLoader {
 
  private:
   const gguf::TensorInfo& find(const std::string& name) const;
+  // shard(): this rank's columns of a [rows, cols x ranks] tensor, copied together.
+  kernels::WeightMatrix matrix_columns(const gguf::TensorInfo& t, int64_t rows, int64_t cols) const;
+  int shard_rank_ = 0, shard_ranks_ = 1;
   // Fails naming a tensor whose type the kernels cannot multiply.
   void check_multipliable(const gguf::TensorInfo& t) const;
   // `bytes` of the file at `data`, copied into the arena when `copy` (else already repacked),

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 
+#include "dist/communicator.h"
+
 namespace inferd::server {
 namespace {
 
@@ -114,6 +116,15 @@ std::string ServerMetrics::render() const {
   };
   counter("vllm:prefix_cache_queries", "Prompt tokens looked up in the prefix cache.",
           prefix_queries.load());
+  if (const dist::Communicator& world = dist::world(); world.size() > 1) {  // --tensor-parallel
+    counter("inferd:tensor_parallel_bytes_sent_total",
+            "Bytes rank 0 sent to the other ranks (all-reduces, batches, block copies).",
+            world.bytes_sent());
+    gauge("inferd:tensor_parallel_comm_seconds",
+          "Seconds rank 0 spent in collectives with the other ranks (their compute it waits "
+          "for included).",
+          world.comm_seconds());
+  }
   counter("vllm:prefix_cache_hits", "Prompt tokens found in the prefix cache.", prefix_hits.load());
   if (spec_positions > 0) {
     counter("vllm:spec_decode_num_drafts", "Verification steps of a sequence with draft tokens.",

@@ -1,0 +1,204 @@
+#include "dist/communicator.h"
+
+#include <algorithm>
+#include <barrier>
+#include <cstring>
+#include <memory>
+#include <numeric>
+
+#ifdef INFERD_MPI
+#include <mpi.h>
+#endif
+
+#include "util/error.h"
+
+namespace inferd::dist {
+namespace {
+
+// One rank alone: the collectives have nothing to do.
+class Alone final : public Communicator {
+ public:
+  int rank() const override { return 0; }
+  int size() const override { return 1; }
+  void allreduce_sum(float*, int64_t) override {}
+  void broadcast(std::vector<uint8_t>&) override {}
+  void gather(const float* send, float* recv, std::span<const int64_t> counts) override {
+    std::copy_n(send, counts[0], recv);
+  }
+};
+
+#ifdef INFERD_MPI
+// MPI_COMM_WORLD. MPI is initialized with MPI_THREAD_SERIALIZED: the server's engine thread
+// makes the calls, not main's, but never two threads at once.
+class Mpi final : public Communicator {
+ public:
+  Mpi() {
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
+    MPI_Comm_size(MPI_COMM_WORLD, &size_);
+  }
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  // Every rank's part to every rank (MPI_Allgather), then the sum in rank order: the same bits
+  // on every rank and for every row whatever the batch holds. MPI_Allreduce may add the ranks'
+  // parts in an order that depends on the message's size and the element's place in it, which
+  // would make a sequence's tokens depend on what it is batched with.
+  void allreduce_sum(float* data, int64_t n) override {
+    const Timed timed(*this);
+    parts_.resize(static_cast<size_t>(n) * static_cast<size_t>(size_));
+    check(MPI_Allgather(data, count(n), MPI_FLOAT, parts_.data(), count(n), MPI_FLOAT,
+                        MPI_COMM_WORLD),
+          "MPI_Allgather");
+    std::fill_n(data, n, 0.0f);
+    for (int r = 0; r < size_; ++r) {
+      const float* part = parts_.data() + static_cast<size_t>(r) * static_cast<size_t>(n);
+      for (int64_t i = 0; i < n; ++i) data[i] += part[i];
+    }
+    count_sent(n * static_cast<int64_t>(sizeof(float)) * (size_ - 1));
+  }
+  void broadcast(std::vector<uint8_t>& bytes) override {
+    const Timed timed(*this);
+    uint64_t n = bytes.size();
+    check(MPI_Bcast(&n, 1, MPI_UINT64_T, 0, MPI_COMM_WORLD), "MPI_Bcast");
+    bytes.resize(n);
+    check(MPI_Bcast(bytes.data(), count(static_cast<int64_t>(n)), MPI_BYTE, 0, MPI_COMM_WORLD),
+          "MPI_Bcast");
+    if (rank_ == 0) count_sent(static_cast<int64_t>(n) * (size_ - 1));
+  }
+  void gather(const float* send, float* recv, std::span<const int64_t> counts) override {
+    const Timed timed(*this);
+    counts_.resize(counts.size());
+    displacements_.resize(counts.size());
+    int offset = 0;
+    for (size_t r = 0; r < counts.size(); ++r) {
+      counts_[r] = count(counts[r]);
+      displacements_[r] = offset;
+      offset += counts_[r];
+    }
+    check(MPI_Gatherv(send, counts_[static_cast<size_t>(rank_)], MPI_FLOAT, recv, counts_.data(),
+                      displacements_.data(), MPI_FLOAT, 0, MPI_COMM_WORLD),
+          "MPI_Gatherv");
+    if (rank_ != 0) count_sent(counts[static_cast<size_t>(rank_)] * static_cast<int64_t>(sizeof(float)));
+  }
+
+ private:
+  static int count(int64_t n) {
+    if (n > INT32_MAX) fail("MPI: a message of {} elements is too large", n);
+    return static_cast<int>(n);
+  }
+  static void check(int rc, const char* what) {
+    if (rc != MPI_SUCCESS) fail("{} failed (MPI error {})", what, rc);
+  }
+  int rank_ = 0, size_ = 1;
+  std::vector<int> counts_, displacements_;
+  std::vector<float> parts_;  // [size, n] every rank's part of an all-reduce
+};
+#endif
+
+std::unique_ptr<Communicator>& world_slot() {
+  static std::unique_ptr<Communicator> world;
+  return world;
+}
+
+bool& mpi_started() {
+  static bool started = false;
+  return started;
+}
+
+// The shared side of a ThreadGroup: each rank's posted buffer, and a barrier between phases.
+struct ThreadShared {
+  explicit ThreadShared(int size) : barrier(size), posted(static_cast<size_t>(size)) {}
+  std::barrier<> barrier;
+  std::vector<const void*> posted;  // [size] what each rank put up for the collective
+};
+
+class ThreadRank final : public Communicator {
+ public:
+  ThreadRank(std::shared_ptr<ThreadShared> shared, int rank, int size)
+      : shared_(std::move(shared)), rank_(rank), size_(size) {}
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  void allreduce_sum(float* data, int64_t n) override {
+    post(data);
+    sum_.assign(static_cast<size_t>(n), 0.0f);
+    for (int r = 0; r < size_; ++r) {  // every rank adds in rank order: the same bits everywhere
+      const auto* from = static_cast<const float*>(shared_->posted[static_cast<size_t>(r)]);
+      for (int64_t i = 0; i < n; ++i) sum_[static_cast<size_t>(i)] += from[i];
+    }
+    shared_->barrier.arrive_and_wait();  // everyone has read every rank's data
+    std::copy(sum_.begin(), sum_.end(), data);
+    count_sent(n * static_cast<int64_t>(sizeof(float)) * (size_ - 1));
+  }
+  void broadcast(std::vector<uint8_t>& bytes) override {
+    post(&bytes);
+    if (rank_ != 0) bytes = *static_cast<const std::vector<uint8_t>*>(shared_->posted[0]);
+    shared_->barrier.arrive_and_wait();
+    if (rank_ == 0) count_sent(static_cast<int64_t>(bytes.size()) * (size_ - 1));
+  }
+  void gather(const float* send, float* recv, std::span<const int64_t> counts) override {
+    post(send);
+    if (rank_ == 0) {
+      int64_t offset = 0;
+      for (int r = 0; r < size_; ++r) {
+        const auto* from = static_cast<const float*>(shared_->posted[static_cast<size_t>(r)]);
+        std::copy_n(from, counts[static_cast<size_t>(r)], recv + offset);
+        offset += counts[static_cast<size_t>(r)];
+      }
+    }
+    shared_->barrier.arrive_and_wait();
+    if (rank_ != 0) count_sent(counts[static_cast<size_t>(rank_)] * static_cast<int64_t>(sizeof(float)));
+  }
+
+ private:
+  // Puts this rank's buffer up and waits until every rank has.
+  void post(const void* data) {
+    shared_->posted[static_cast<size_t>(rank_)] = data;
+    shared_->barrier.arrive_and_wait();
+  }
+  std::shared_ptr<ThreadShared> shared_;
+  int rank_, size_;
+  std::vector<float> sum_;
+};
+
+}  // namespace
+
+void init(int& argc, char**& argv) {
+#ifdef INFERD_MPI
+  // Only under a launcher (mpirun sets OMPI_COMM_WORLD_SIZE, PMI_SIZE or PMIX_RANK): a plain
+  // `inferd` run starts no MPI runtime.
+  if (std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr || std::getenv("PMI_SIZE") != nullptr ||
+      std::getenv("PMIX_RANK") != nullptr) {
+    int provided = 0;
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &provided);
+    mpi_started() = true;
+    if (provided < MPI_THREAD_SERIALIZED) fail("MPI gives no MPI_THREAD_SERIALIZED support");
+    world_slot() = std::make_unique<Mpi>();
+    return;
+  }
+#else
+  (void)argc;
+  (void)argv;
+#endif
+  world_slot() = std::make_unique<Alone>();
+}
+
+void finalize() {
+  world_slot().reset();
+#ifdef INFERD_MPI
+  if (mpi_started()) MPI_Finalize();
+#endif
+  mpi_started() = false;
+}
+
+Communicator& world() {
+  if (!world_slot()) world_slot() = std::make_unique<Alone>();
+  return *world_slot();
+}
+
+std::vector<std::unique_ptr<Communicator>> ThreadGroup::make(int size) {
+  auto shared = std::make_shared<ThreadShared>(size);
+  std::vector<std::unique_ptr<Communicator>> ranks;
+  for (int r = 0; r < size; ++r) ranks.push_back(std::make_unique<ThreadRank>(shared, r, size));
+  return ranks;
+}
+
+}  // namespace inferd::dist

@@ -1,0 +1,72 @@
+// Communicator: the collective operations between the processes (ranks) that split one model
+// (tensor parallelism, dist/tensor_parallel.h). Two transports: MPI between processes, on one
+// machine or several (`mpirun -n N inferd ...`; built with INFERD_MPI), and threads of one
+// process (ThreadGroup: the tests' stand-in, the same code on the model's side). Every rank
+// calls each collective in the same order; a call returns when its result is there.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+namespace inferd::dist {
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  // data [n] becomes the element-wise sum of every rank's data.
+  virtual void allreduce_sum(float* data, int64_t n) = 0;
+  // Rank 0's bytes to every rank: the others' `bytes` become a copy of them.
+  virtual void broadcast(std::vector<uint8_t>& bytes) = 0;
+  // Rank r's counts[r] floats of `send`, one rank after the other, into `recv` on rank 0
+  // (sum of counts floats; the others pass nullptr).
+  virtual void gather(const float* send, float* recv, std::span<const int64_t> counts) = 0;
+  // Bytes this rank has sent so far (each collective counted as its payload once per other rank
+  // it reaches: what a ring or tree moves is about that), and the seconds it spent in
+  // collectives (waiting for the others included). Read from any thread (metrics).
+  int64_t bytes_sent() const { return bytes_sent_.load(std::memory_order_relaxed); }
+  double comm_seconds() const { return comm_ns_.load(std::memory_order_relaxed) * 1e-9; }
+
+ protected:
+  void count_sent(int64_t bytes) { bytes_sent_.fetch_add(bytes, std::memory_order_relaxed); }
+  // Adds the time from its making to its end to comm_seconds (one per collective).
+  class Timed {
+   public:
+    explicit Timed(Communicator& c) : c_(c), start_(std::chrono::steady_clock::now()) {}
+    ~Timed() {
+      c_.comm_ns_.fetch_add(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                std::chrono::steady_clock::now() - start_)
+                                .count(),
+                            std::memory_order_relaxed);
+    }
+
+   private:
+    Communicator& c_;
+    std::chrono::steady_clock::time_point start_;
+  };
+
+ private:
+  std::atomic<int64_t> bytes_sent_{0};
+  std::atomic<int64_t> comm_ns_{0};
+};
+
+// This process's world: MPI's when built with INFERD_MPI and started by mpirun with more than
+// one process, else one rank alone. init() before anything else in main (it takes MPI's
+// arguments out of argv), finalize() last; world() in between.
+void init(int& argc, char**& argv);
+void finalize();
+Communicator& world();
+
+// N ranks as threads of this process (tests): make(N) gives each thread its communicator; the
+// threads then call the collectives as processes would.
+class ThreadGroup {
+ public:
+  static std::vector<std::unique_ptr<Communicator>> make(int size);
+};
+
+}  // namespace inferd::dist

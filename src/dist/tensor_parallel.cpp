@@ -1,0 +1,291 @@
+#include "dist/tensor_parallel.h"
+
+#include <cstring>
+#include <memory>
+#include <span>
+#include <type_traits>
+
+#include <fmt/core.h>
+
+#ifdef INFERD_MPI
+#include <mpi.h>
+#endif
+
+#include "gguf/gguf.h"
+#include "model/registry.h"
+#include "util/error.h"
+#include "util/thread_pool.h"
+
+namespace inferd::dist {
+namespace {
+
+// Appends plain values and arrays of them to a message.
+class Writer {
+ public:
+  Writer(std::vector<uint8_t>& out, Op op) : out_(out) {
+    out_.clear();
+    put(op);
+  }
+  template <typename T>
+  void put(const T& value) {
+    static_assert(std::is_trivially_copyable_v<T>);
+    const auto* p = reinterpret_cast<const uint8_t*>(&value);
+    out_.insert(out_.end(), p, p + sizeof(T));
+  }
+  template <typename T>
+  void put_span(std::span<const T> values) {
+    put<uint64_t>(values.size());
+    const auto* p = reinterpret_cast<const uint8_t*>(values.data());
+    out_.insert(out_.end(), p, p + values.size_bytes());
+  }
+  void put_flags(const std::vector<bool>& flags) {
+    put<uint64_t>(flags.size());
+    for (const bool f : flags) put<uint8_t>(f ? 1 : 0);
+  }
+  // One field of a struct (cache_fields).
+  template <typename T>
+  void operator()(const T& value) {
+    if constexpr (std::is_same_v<T, std::vector<bool>>) {
+      put_flags(value);
+    } else if constexpr (std::is_same_v<T, bool>) {
+      put<uint8_t>(value ? 1 : 0);
+    } else {
+      put(value);
+    }
+  }
+
+ private:
+  std::vector<uint8_t>& out_;
+};
+
+// Reads what a Writer wrote, in the same order; a short message is an error.
+class Reader {
+ public:
+  explicit Reader(const std::vector<uint8_t>& in) : in_(in) {}
+  template <typename T>
+  T get() {
+    T value;
+    take(&value, sizeof(T));
+    return value;
+  }
+  template <typename T>
+  void get_vector(std::vector<T>& out) {
+    out.resize(get<uint64_t>());
+    take(out.data(), out.size() * sizeof(T));
+  }
+  std::vector<bool> get_flags() {
+    std::vector<bool> flags(get<uint64_t>());
+    for (size_t i = 0; i < flags.size(); ++i) flags[i] = get<uint8_t>() != 0;
+    return flags;
+  }
+  template <typename T>
+  void operator()(T& value) {
+    if constexpr (std::is_same_v<T, std::vector<bool>>) {
+      value = get_flags();
+    } else if constexpr (std::is_same_v<T, bool>) {
+      value = get<uint8_t>() != 0;
+    } else {
+      value = get<T>();
+    }
+  }
+  std::string get_string() {
+    std::vector<char> chars;
+    get_vector(chars);
+    return {chars.begin(), chars.end()};
+  }
+
+ private:
+  void take(void* to, size_t n) {
+    if (at_ + n > in_.size()) fail("tensor parallel: a message from rank 0 ends early");
+    std::memcpy(to, in_.data() + at_, n);
+    at_ += n;
+  }
+  const std::vector<uint8_t>& in_;
+  size_t at_ = 0;
+};
+
+// A batch as run_worker rebuilds it: the arrays the Batch's spans view.
+struct BatchStorage {
+  std::vector<int32_t> tokens, positions, logit_rows, hidden_rows;
+  std::vector<model::BatchSequence> sequences;
+  std::vector<kv::BlockTables> tables;  // [sequence]
+  std::vector<float> hidden;            // [hidden_rows, n_embd]
+  int64_t bf16_rows_begin = 0;
+
+  model::Batch batch(int n_embd) {
+    hidden.resize(hidden_rows.size() * static_cast<size_t>(n_embd));
+    model::Batch b{tokens, positions, sequences, logit_rows, bf16_rows_begin, hidden_rows,
+                   hidden.empty() ? nullptr : hidden.data()};
+    return b;
+  }
+};
+
+void decode_forward(Reader& in, BatchStorage& s) {
+  in.get_vector(s.tokens);
+  in.get_vector(s.positions);
+  in.get_vector(s.logit_rows);
+  in.get_vector(s.hidden_rows);
+  s.bf16_rows_begin = in.get<int64_t>();
+  const auto n = in.get<uint64_t>();
+  s.sequences.resize(n);
+  s.tables.resize(n);
+  for (size_t i = 0; i < n; ++i) {
+    model::BatchSequence& seq = s.sequences[i];
+    seq.token_begin = in.get<int64_t>();
+    seq.token_end = in.get<int64_t>();
+    seq.state_slot = in.get<int32_t>();
+    const auto groups = in.get<uint64_t>();
+    if (groups > s.tables[i].size()) fail("tensor parallel: {} KV groups in a message", groups);
+    for (size_t g = 0; g < groups; ++g) in.get_vector(s.tables[i][g]);
+    seq.block_tables = &s.tables[i];
+  }
+}
+
+// Every field of a KvCacheConfig in message order, handed to a Writer or a Reader alike.
+template <typename Config, typename Field>
+void cache_fields(Config& c, Field& f) {
+  f(c.n_layers);
+  f(c.n_kv_heads);
+  f(c.head_dim);
+  f(c.block_size);
+  f(c.num_blocks);
+  f(c.key_type);
+  f(c.value_type);
+  f(c.sliding_layers);
+  f(c.sliding_window);
+  f(c.num_sliding_blocks);
+  f(c.host_storage);
+  f(c.stateless_layers);
+  f(c.state_floats);
+  f(c.num_state_slots);
+  f(c.num_snapshot_slots);
+  f(c.sliding_n_kv_heads);
+  f(c.sliding_head_dim);
+  f(c.sliding_keeps_all);
+}
+
+kv::KvCacheConfig decode_cache(Reader& in, int& threads) {
+  kv::KvCacheConfig c;
+  cache_fields(c, in);
+  threads = in.get<int>();
+  return c;
+}
+
+[[noreturn]] void abort_job(Communicator& comm, const std::string& what) {
+  fmt::print(stderr, "inferd rank {}: error: {} (ending the whole job)\n", comm.rank(), what);
+  std::fflush(stderr);
+#ifdef INFERD_MPI
+  if (comm.size() > 1) MPI_Abort(MPI_COMM_WORLD, 1);
+#endif
+  std::abort();
+}
+
+}  // namespace
+
+void encode_load(std::vector<uint8_t>& out, const std::string& path, int64_t max_batch_tokens,
+                 int64_t max_context) {
+  Writer w(out, Op::kLoad);
+  w.put_span(std::span<const char>(path.data(), path.size()));
+  w.put(max_batch_tokens);
+  w.put(max_context);
+}
+
+void encode_cache(std::vector<uint8_t>& out, const kv::KvCacheConfig& c, int threads) {
+  Writer w(out, Op::kCache);
+  cache_fields(c, w);
+  w.put(threads);
+}
+
+void encode_forward(std::vector<uint8_t>& out, const model::Batch& batch) {
+  Writer w(out, Op::kForward);
+  w.put_span(batch.tokens);
+  w.put_span(batch.positions);
+  w.put_span(batch.logit_rows);
+  w.put_span(batch.hidden_rows);
+  w.put(batch.bf16_rows_begin);
+  w.put<uint64_t>(batch.sequences.size());
+  for (const model::BatchSequence& seq : batch.sequences) {
+    w.put(seq.token_begin);
+    w.put(seq.token_end);
+    w.put(seq.state_slot);
+    w.put<uint64_t>(seq.block_tables->size());
+    for (const std::vector<int32_t>& table : *seq.block_tables)
+      w.put_span(std::span<const int32_t>(table));
+  }
+}
+
+void encode_copy_block(std::vector<uint8_t>& out, size_t group, int32_t from, int32_t to) {
+  Writer w(out, Op::kCopyBlock);
+  w.put<uint64_t>(group);
+  w.put(from);
+  w.put(to);
+}
+
+void encode_stop(std::vector<uint8_t>& out) { Writer w(out, Op::kStop); }
+
+void release_workers(Communicator& comm) {
+  static Communicator* released = nullptr;
+  if (comm.size() <= 1 || comm.rank() != 0 || released == &comm) return;
+  std::vector<uint8_t> message;
+  encode_stop(message);
+  comm.broadcast(message);
+  released = &comm;
+}
+
+int run_worker(Communicator& comm) {
+  std::unique_ptr<gguf::GgufFile> file;
+  std::unique_ptr<model::Model> shard;
+  std::unique_ptr<kv::KvCache> cache;
+  std::unique_ptr<ThreadPool> pool;
+  std::vector<uint8_t> message;
+  BatchStorage storage;
+  try {
+    for (;;) {
+      comm.broadcast(message);
+      Reader in(message);
+      switch (in.get<Op>()) {
+        case Op::kLoad: {
+          const std::string path = in.get_string();
+          model::ModelOptions options;
+          options.max_batch_tokens = in.get<int64_t>();
+          options.max_context = in.get<int64_t>();
+          options.tp = &comm;
+          cache.reset();
+          shard.reset();
+          file = std::make_unique<gguf::GgufFile>(gguf::GgufFile::open(path));
+          shard = model::load_model(*file, options);
+          break;
+        }
+        case Op::kCache: {
+          int threads = 1;
+          const kv::KvCacheConfig config = decode_cache(in, threads);
+          cache = std::make_unique<kv::KvCache>(config);
+          if (!pool || pool->num_threads() != threads) pool = std::make_unique<ThreadPool>(threads);
+          break;
+        }
+        case Op::kForward: {
+          if (!shard || !cache) fail("a forward pass before the model and its cache");
+          decode_forward(in, storage);
+          shard->forward(storage.batch(shard->config().n_embd), *cache, nullptr, *pool);
+          break;
+        }
+        case Op::kCopyBlock: {
+          if (!cache) fail("a block copy before the cache");
+          const auto group = in.get<uint64_t>();
+          const auto from = in.get<int32_t>();
+          const auto to = in.get<int32_t>();
+          cache->copy_block(group, from, to);
+          break;
+        }
+        case Op::kStop:
+          return 0;
+        default:
+          fail("tensor parallel: an unknown message from rank 0");
+      }
+    }
+  } catch (const std::exception& e) {
+    abort_job(comm, e.what());
+  }
+}
+
+}  // namespace inferd::dist
