@@ -108,8 +108,8 @@ struct DecoderWorkspace {
   std::span<float> ones_embd;   // [n_embd] 1s: the weights of Gemma 4's router norm
   std::span<float> router_in;   // [T, n_embd] ArchSpec::moe_beside_dense_mlp: what the router scores
   std::span<float> moe_out;     // [T, n_embd] and the experts' output
-  // Tensor parallelism: this rank's slice of the logits, [T, vocabulary slice], and on rank 0
-  // every rank's slices as they come together, [T, n_vocab].
+  // Tensor parallelism: this rank's slice of up to 16 rows of logits, [16, vocabulary slice],
+  // and on rank 0 every rank's slices as they come together, [16, n_vocab].
   std::span<float> tp_logits;
   std::span<float> tp_gathered;
   std::span<int64_t> slots;  // [kMaxKvGroups, T] each token's KV slot in each group
@@ -638,8 +638,9 @@ class Decoder final : public Model {
     if (!draft_to_target_.empty()) ws_.draft_row = floats(static_cast<size_t>(output_.rows));
     feature_slot_.assign(static_cast<size_t>(c.n_layers), -1);
     if (tp_ != nullptr) {
-      ws_.tp_logits = floats(T * static_cast<size_t>(tp_vocab_counts_[0]));
-      if (tp_->rank() == 0) ws_.tp_gathered = floats(T * static_cast<size_t>(c.n_vocab));
+      const auto rows = static_cast<size_t>(std::min<int64_t>(max_tokens_, kTpLogitRows));
+      ws_.tp_logits = floats(rows * static_cast<size_t>(tp_vocab_counts_[0]));
+      if (tp_->rank() == 0) ws_.tp_gathered = floats(rows * static_cast<size_t>(c.n_vocab));
     }
     ws_.slots = ws_.memory.allocate_array<int64_t>(kv::kMaxKvGroups * T);
     ws_.scratch.reserve(max_tokens_,
@@ -746,30 +747,36 @@ class Decoder final : public Model {
   }
 
   // Tensor parallelism: this rank's vocabulary slice of R rows of logits, every rank's put
-  // together on rank 0 into `logits` [R, n_vocab] (the others pass nullptr).
+  // together on rank 0 into `logits` [R, n_vocab] (the others pass nullptr), kTpLogitRows rows
+  // at a time (so that the buffers stay small beside a large vocabulary).
   void gather_logits(int64_t R, float* logits, ThreadPool& pool) {
     const int64_t n_vocab = config_.n_vocab;
-    kernels::matmul(output_, ws_.last.data(), R, ws_.tp_logits.data(), ws_.scratch, pool);  // [R, slice]
     const auto ranks = static_cast<size_t>(tp_->size());
     std::array<int64_t, 64> counts{};
     if (ranks > counts.size()) fail("tensor parallelism over more than {} ranks", counts.size());
-    for (size_t r = 0; r < ranks; ++r) counts[r] = R * tp_vocab_counts_[r];
     const bool root = tp_->rank() == 0;
-    tp_->gather(ws_.tp_logits.data(), root ? ws_.tp_gathered.data() : nullptr,
-                std::span(counts.data(), ranks));
-    if (!root) return;
-    if (logits == nullptr) fail("rank 0 of a tensor-parallel model got no logits buffer");
-    // Rank r's block holds R rows of its slice: each goes to its columns of the row.
-    int64_t offset = 0, column = 0;
-    for (size_t r = 0; r < ranks; ++r) {
-      const int64_t width = tp_vocab_counts_[r];
-      for (int64_t row = 0; row < R; ++row)
-        std::copy_n(&ws_.tp_gathered[static_cast<size_t>(offset + row * width)], width,
-                    logits + row * n_vocab + column);
-      offset += R * width;
-      column += width;
+    if (root && logits == nullptr) fail("rank 0 of a tensor-parallel model got no logits buffer");
+    for (int64_t first = 0; first < R; first += kTpLogitRows) {
+      const int64_t rows = std::min(kTpLogitRows, R - first);
+      kernels::matmul(output_, &ws_.last[static_cast<size_t>(first * config_.n_embd)], rows,
+                      ws_.tp_logits.data(), ws_.scratch, pool);  // [rows, slice]
+      for (size_t r = 0; r < ranks; ++r) counts[r] = rows * tp_vocab_counts_[r];
+      tp_->gather(ws_.tp_logits.data(), root ? ws_.tp_gathered.data() : nullptr,
+                  std::span(counts.data(), ranks));
+      if (!root) continue;
+      // Rank r's block holds the rows of its slice: each goes to its columns of the row.
+      int64_t offset = 0, column = 0;
+      for (size_t r = 0; r < ranks; ++r) {
+        const int64_t width = tp_vocab_counts_[r];
+        for (int64_t row = 0; row < rows; ++row)
+          std::copy_n(&ws_.tp_gathered[static_cast<size_t>(offset + row * width)], width,
+                      logits + (first + row) * n_vocab + column);
+        offset += rows * width;
+        column += width;
+      }
     }
   }
+  static constexpr int64_t kTpLogitRows = 16;
 
   // An EAGLE-3 head's logits over its draft vocabulary, R rows of output_.rows in `logits`, moved
   // in place to rows of n_vocab: each draft token's logit at its target id (d2t), -inf at the

@@ -88,18 +88,18 @@ kernels::WeightMatrix WeightLoader::matrix_columns(const gguf::TensorInfo& t, in
   if (!full || !part || *part * shard_ranks_ != *full)
     fail("{}: tensor '{}' ({}) cannot be split into {} column ranges of {}: not on its blocks",
          file_.name(), t.name, dtype_name(t.type), shard_ranks_, cols);
+  // This rank's part of every row, read in place: rows `full` bytes apart (the stride a
+  // WeightMatrix's row_bytes is), each part a whole number of blocks.
   kernels::WeightMatrix w;
   w.type = t.type;
   w.rows = rows;
   w.cols = cols;
-  w.row_bytes = static_cast<size_t>(*part);
-  uint8_t* to = arena_->allocate(static_cast<size_t>(rows) * w.row_bytes, 64);
-  for (int64_t r = 0; r < rows; ++r)
-    std::memcpy(to + r * w.row_bytes, t.data + r * *full + shard_rank_ * *part, w.row_bytes);
-  file_.release_pages(t.data, t.num_bytes);
-  w.data = to;
-  if (kernels::PackedWeights::supports(t.type, cols) && rows > 1)
+  w.row_bytes = static_cast<size_t>(*full);
+  w.data = t.data + shard_rank_ * *part;
+  if (kernels::PackedWeights::supports(t.type, cols) && rows > 1) {
     w.packed = kernels::PackedWeights::pack(t.type, w.data, rows, cols, w.row_bytes, arena_);
+    file_.release_pages(t.data, t.num_bytes);
+  }
   return w;
 }
 

@@ -72,7 +72,7 @@ class WeightLoader {
 
  private:
   const gguf::TensorInfo& find(const std::string& name) const;
-  // shard(): this rank's columns of a [rows, cols x ranks] tensor, copied together.
+  // shard(): this rank's columns of a [rows, cols x ranks] tensor, rows a whole row apart.
   kernels::WeightMatrix matrix_columns(const gguf::TensorInfo& t, int64_t rows, int64_t cols) const;
   int shard_rank_ = 0, shard_ranks_ = 1;
   // Fails naming a tensor whose type the kernels cannot multiply.
