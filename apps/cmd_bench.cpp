@@ -14,6 +14,7 @@
 
 #include "bench_roofline.h"
 #include "cuda/device_info.h"
+#include "dist/communicator.h"
 #include "commands.h"
 #include "generation_options.h"
 #include "kernels/cpu_features.h"
@@ -38,6 +39,7 @@ struct BenchArgs {
   DType kv_key_type = DType::F16;
   DType kv_value_type = DType::F16;
   model::Device device = model::Device::kCpu;
+  int tensor_parallel = 1;
 };
 
 using Clock = std::chrono::steady_clock;
@@ -184,13 +186,20 @@ void bench(const BenchArgs& args) {
   const bool cuda = args.device == model::Device::kCuda;
   std::optional<cuda::DeviceInfo> device;
   if (cuda) device = cuda::probe_device();
-  auto model = model::load_model(
-      file, {max_batch, context, cuda ? model::Device::kCuda : model::Device::kCpu});
+  model::ModelOptions options{max_batch, context, cuda ? model::Device::kCuda : model::Device::kCpu};
+  dist::Communicator& world = dist::world();
+  if (args.tensor_parallel != world.size())
+    fail("--tensor-parallel {} in a job of {} process(es): start it with `mpirun -n {} inferd "
+         "bench ...`",
+         args.tensor_parallel, world.size(), std::max(args.tensor_parallel, world.size()));
+  if (world.size() > 1) options.tp = &world;
+  auto model = model::load_model(file, options);
   const int block = 16;
   const auto blocks = static_cast<int32_t>((context + block - 1) / block);
   kv::KvCache cache(model->kv_config(blocks * static_cast<int32_t>(args.n_parallel), block,
                                      args.kv_key_type, args.kv_value_type,
                                      static_cast<int32_t>(args.n_parallel)));
+  model->attach_cache(cache.config(), threads);  // (tensor parallelism: the other ranks')
   BenchSequences tables;
   for (int64_t s = 0; s < args.n_parallel; ++s) {
     tables.tables.push_back(cache.allocate_sequence(context));
@@ -273,6 +282,7 @@ void register_bench(CLI::App& app) {
   cmd->add_flag("--json", args->json, "Print a JSON list with llama-bench's fields");
   add_kv_type_options(*cmd, args->kv_key_type, args->kv_value_type);
   add_device_option(*cmd, args->device);
+  add_tensor_parallel_option(*cmd, args->tensor_parallel);
   cmd->callback([args] { bench(*args); });
 }
 

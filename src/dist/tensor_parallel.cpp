@@ -96,6 +96,7 @@ class Reader {
 
  private:
   void take(void* to, size_t n) {
+    if (n == 0) return;  // (an empty vector's data() may be null)
     if (at_ + n > in_.size()) fail("tensor parallel: a message from rank 0 ends early");
     std::memcpy(to, in_.data() + at_, n);
     at_ += n;
