@@ -110,19 +110,19 @@ void score_block(const AttentionKernels& k, const kv::KvCache& cache, int layer,
 
 // acc[r, :] += the weights p of row r times the first n_keys values of one block.
 void accumulate_block(const AttentionKernels& k, const kv::KvCache& cache, int layer, int32_t block,
-                      int kv_head, int n_keys, int head_dim, const float* p, int p_stride, int rows,
+                      int kv_head, int n_keys, int value_dim, const float* p, int p_stride, int rows,
                       float* acc) {
   switch (cache.value_type()) {
     case DType::Q8_0:
       return k.accumulate_q8(cache.values_q8(layer, block, kv_head),
-                             cache.value_scales(layer, block, kv_head), n_keys, head_dim, p,
+                             cache.value_scales(layer, block, kv_head), n_keys, value_dim, p,
                              p_stride, rows, acc);
     case DType::Q4_0:
       return k.accumulate_q4(cache.values_q4(layer, block, kv_head),
-                             cache.value_scales_q4(layer, block, kv_head), n_keys, head_dim, p,
+                             cache.value_scales_q4(layer, block, kv_head), n_keys, value_dim, p,
                              p_stride, rows, acc);
     default:  // F16
-      return k.accumulate(cache.values(layer, block, kv_head), n_keys, head_dim, p, p_stride, rows,
+      return k.accumulate(cache.values(layer, block, kv_head), n_keys, value_dim, p, p_stride, rows,
                           acc);
   }
 }
@@ -138,18 +138,20 @@ void attend_tile(const AttentionTile& tile, const kv::KvCache& cache, int layer,
                  std::span<const int32_t> block_table, const AttentionShape& shape,
                  const AttentionPrefetch* next, const KernelTable& table) {
   const int group = shape.n_heads / shape.n_kv_heads, head_dim = shape.head_dim;
+  const int value_dim = shape.value_head_dim();  // the accumulators' and the output's
   const int rows = group * tile.n_tokens, block_size = cache.block_size();
-  if (rows > kMaxRows || head_dim > kMaxHeadDim || rows * head_dim > kMaxTileValues ||
-      block_size > kMaxBlockSize) {
-    fail("attention: tile of {} rows, head size {} or block size {} is above the limits", rows,
-         head_dim, block_size);
+  if (rows > kMaxRows || std::max(head_dim, value_dim) > kMaxHeadDim ||
+      rows * std::max(head_dim, value_dim) > kMaxTileValues || block_size > kMaxBlockSize) {
+    fail("attention: tile of {} rows, head size {} ({} values) or block size {} is above the "
+         "limits", rows, head_dim, value_dim, block_size);
   }
   const AttentionKernels& k = table.attention;
   const int64_t q_stride = int64_t{shape.n_heads} * head_dim;
+  const int64_t out_stride = int64_t{shape.n_heads} * value_dim;
   // Row r = token t * group + head g. Queries meeting F16 keys are rounded to f16 like them, as
   // llama.cpp does before its f16 dot products; Q8_0 and Q4_0 keys meet them as they are.
   alignas(64) float q[kMaxTileValues];              // [rows, head_dim]
-  alignas(64) float acc[kMaxTileValues];            // [rows, head_dim]
+  alignas(64) float acc[kMaxTileValues];            // [rows, value_dim]
   alignas(64) float scores[kMaxRows * kChunkKeys];  // [rows, chunk_keys]
   RowState state[kMaxRows];
   int32_t first_key[kMaxRows], last_key[kMaxRows];  // the keys row r sees: [first, last]
@@ -170,7 +172,7 @@ void attend_tile(const AttentionTile& tile, const kv::KvCache& cache, int layer,
     }
     max_position = std::max(max_position, tile.positions[t]);
   }
-  std::fill(acc, acc + rows * head_dim, 0.0f);
+  std::fill(acc, acc + rows * value_dim, 0.0f);
   // Whole blocks per chunk; scores of row r, chunk key j are at scores[r * chunk_keys + j].
   const int chunk_blocks = std::max(1, kChunkKeys / block_size);
   const int chunk_keys = chunk_blocks * block_size;
@@ -219,14 +221,14 @@ void attend_tile(const AttentionTile& tile, const kv::KvCache& cache, int layer,
       const float correction = std::exp(state[r].max - chunk_max);
       state[r].sum = state[r].sum * correction + k.exp_sum(s + lo, hi - lo, chunk_max);
       if (correction != 1.0f) {
-        for (int d = 0; d < head_dim; ++d) acc[r * head_dim + d] *= correction;
+        for (int d = 0; d < value_dim; ++d) acc[r * value_dim + d] *= correction;
       }
       state[r].max = chunk_max;
     }
     for (int i = skip; i < n_blocks; ++i) {
       const int32_t block = block_table[static_cast<size_t>(first_block + i)];
       const int keys = std::min(block_size, count - i * block_size);
-      accumulate_block(k, cache, layer, block, tile.kv_head, keys, head_dim,
+      accumulate_block(k, cache, layer, block, tile.kv_head, keys, value_dim,
                        scores + i * block_size, chunk_keys, rows, acc);
     }
   }
@@ -235,11 +237,11 @@ void attend_tile(const AttentionTile& tile, const kv::KvCache& cache, int layer,
     for (int g = 0; g < group; ++g) {
       const int r = t * group + g;
       const int head = tile.kv_head * group + g;
-      float* dst = tile.out + t * q_stride + int64_t{head} * head_dim;
+      float* dst = tile.out + t * out_stride + int64_t{head} * value_dim;
       const float inv =
           output_scale(state[r], shape.sinks != nullptr ? &shape.sinks[head] : nullptr);
-      for (int d = 0; d < head_dim; ++d) dst[d] = acc[r * head_dim + d] * inv;
-      if (value_rotation > 0) kv::hadamard_rotate(dst, head_dim, value_rotation);
+      for (int d = 0; d < value_dim; ++d) dst[d] = acc[r * value_dim + d] * inv;
+      if (value_rotation > 0) kv::hadamard_rotate(dst, value_dim, value_rotation);
     }
   }
 }

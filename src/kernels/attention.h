@@ -15,7 +15,7 @@ namespace inferd::kernels {
 struct AttentionShape {
   int n_heads = 0;
   int n_kv_heads = 0;  // query head h reads kv head h / (n_heads / n_kv_heads) (GQA)
-  int head_dim = 0;
+  int head_dim = 0;  // of queries and keys
   float scale = 0;  // usually 1 / sqrt(head_dim)
   // Sliding window: a query at position p sees keys p - window + 1 .. p only; 0: all keys.
   int window = 0;
@@ -26,6 +26,10 @@ struct AttentionShape {
   // query whatever its window) but carries no value, so a head can attend to "nothing". Finite
   // or -inf (-inf: no sink).
   const float* sinks = nullptr;
+  // The values' head size where it differs from the keys' (DeepSeek's MLA, decompressed); 0:
+  // head_dim. The output has n_heads heads of it.
+  int value_dim = 0;
+  int value_head_dim() const { return value_dim > 0 ? value_dim : head_dim; }
 };
 
 // One unit of attention work: the query heads of one kv head, for up to
@@ -35,7 +39,7 @@ struct AttentionTile {
   const int32_t* positions;  // [n_tokens] each token attends to keys [0, position] (or its window)
   int n_tokens;
   int kv_head;
-  float* out;  // [n_tokens, n_heads * head_dim]
+  float* out;  // [n_tokens, n_heads * value_head_dim()]
 };
 
 // The keys and values another tile will read: attend_tile fetches them into L2 a little at a

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <tuple>
 
 #include "kernels/kernels.h"
 #include "kernels/ref/quant_ref.h"
@@ -132,20 +133,21 @@ KvCache::KvCache(const KvCacheConfig& config) : config_(config) {
   }
   const int sliding_heads = config.sliding_n_kv_heads > 0 ? config.sliding_n_kv_heads : config.n_kv_heads;
   const int sliding_dim = config.sliding_head_dim > 0 ? config.sliding_head_dim : config.head_dim;
-  for (const auto& [heads, dim] : {std::pair{config.n_kv_heads, config.head_dim},
-                                   std::pair{sliding_heads, sliding_dim}}) {
+  const int value_dim = config.value_head_dim > 0 ? config.value_head_dim : config.head_dim;
+  for (const auto& [heads, dim, type] : {std::tuple{config.n_kv_heads, config.head_dim, config.key_type},
+                                         std::tuple{config.n_kv_heads, value_dim, config.value_type},
+                                         std::tuple{sliding_heads, sliding_dim, config.key_type},
+                                         std::tuple{sliding_heads, sliding_dim, config.value_type}}) {
     if (config.n_layers <= 0 || heads <= 0 || dim <= 0 || dim > kMaxHeadDim ||
         config.block_size <= 0) {
       fail("KV cache: invalid shape (layers {}, kv heads {}, head dim {}, block size {})",
            config.n_layers, heads, dim, config.block_size);
     }
-    for (const DType type : {config.key_type, config.value_type}) {
-      if (type != DType::F16 && dim % kQ8Group != 0) {
-        fail(
-            "KV cache: type {} (-ctk/-ctv) needs a head size that is a multiple of {}, this "
-            "model's is {}",
-            dtype_name(type), kQ8Group, dim);
-      }
+    if (type != DType::F16 && dim % kQ8Group != 0) {
+      fail(
+          "KV cache: type {} (-ctk/-ctv) needs a head size that is a multiple of {}, this "
+          "model's is {}",
+          dtype_name(type), kQ8Group, dim);
     }
   }
   const bool stateless_flags = !config.stateless_layers.empty();
@@ -173,10 +175,11 @@ KvCache::KvCache(const KvCacheConfig& config) : config_(config) {
       Geometry& geometry = geometry_[groups_.size()];
       geometry.n_kv_heads = sliding ? sliding_heads : config.n_kv_heads;
       geometry.head_dim = sliding ? sliding_dim : config.head_dim;
+      geometry.value_dim = sliding ? sliding_dim : value_dim;
       geometry.key_bytes = record_bytes(config.key_type, geometry.head_dim);
-      geometry.value_bytes = record_bytes(config.value_type, geometry.head_dim);
+      geometry.value_bytes = record_bytes(config.value_type, geometry.value_dim);
       geometry.key_rotation = key_rotation_for(config.key_type, geometry.head_dim);
-      geometry.value_rotation = value_rotation_for(config.value_type, geometry.head_dim);
+      geometry.value_rotation = value_rotation_for(config.value_type, geometry.value_dim);
       groups_.emplace_back(blocks, sliding && !config.sliding_keeps_all ? config.sliding_window : 0);
       break;
     }
@@ -329,27 +332,27 @@ void KvCache::write(int layer, int64_t slot, const float* k, const float* v) {
   const auto pos = static_cast<size_t>(slot % config_.block_size);
   const auto block_size = static_cast<size_t>(config_.block_size);
   const Geometry& geo = geometry(layer);
-  const int dim = geo.head_dim;
-  const auto head_dim = static_cast<size_t>(dim);
+  const int dim = geo.head_dim, vdim = geo.value_dim;
+  const auto head_dim = static_cast<size_t>(dim), value_dim = static_cast<size_t>(vdim);
   // The table's fp16 conversion (F16C where the CPU has it); keys go through a buffer to be
   // stored transposed.
   const kernels::QuantizeRowFn to_fp16 = kernels::active_kernels().f16.quantize_activation;
   uint16_t key_halves[kMaxHeadDim];
   float key_rotated[kMaxHeadDim], value_rotated[kMaxHeadDim];
-  const size_t key_scales_at = scales_offset(layer, config_.key_type),
-               value_scales_at = scales_offset(layer, config_.value_type),
-               groups = head_dim / kQ8Group;
+  const size_t key_scales_at = scales_offset(config_.key_type, dim),
+               value_scales_at = scales_offset(config_.value_type, vdim),
+               groups = value_dim / kQ8Group;
   for (int h = 0; h < geo.n_kv_heads; ++h) {
     const float* ks = k + static_cast<size_t>(h) * head_dim;
-    const float* vs = v + static_cast<size_t>(h) * head_dim;
+    const float* vs = v + static_cast<size_t>(h) * value_dim;
     if (geo.key_rotation > 0) {
       std::copy_n(ks, dim, key_rotated);
       hadamard_rotate(key_rotated, dim, geo.key_rotation);
       ks = key_rotated;
     }
     if (geo.value_rotation > 0) {
-      std::copy_n(vs, dim, value_rotated);
-      hadamard_rotate(value_rotated, dim, geo.value_rotation);
+      std::copy_n(vs, vdim, value_rotated);
+      hadamard_rotate(value_rotated, vdim, geo.value_rotation);
       vs = value_rotated;
     }
     uint8_t* kb = key_data(layer) + offset(layer, block, h) * geo.key_bytes;
@@ -367,12 +370,12 @@ void KvCache::write(int layer, int64_t slot, const float* k, const float* v) {
                    reinterpret_cast<uint16_t*>(kb + key_scales_at) + pos);
     }
     if (config_.value_type == DType::F16) {
-      to_fp16(vs, reinterpret_cast<uint16_t*>(vb) + pos * head_dim, dim);
+      to_fp16(vs, reinterpret_cast<uint16_t*>(vb) + pos * value_dim, vdim);
     } else if (config_.value_type == DType::Q8_0) {
-      quantize_q8(vs, dim, reinterpret_cast<int8_t*>(vb) + pos * head_dim, 1,
+      quantize_q8(vs, vdim, reinterpret_cast<int8_t*>(vb) + pos * value_dim, 1,
                   reinterpret_cast<float*>(vb + value_scales_at) + pos * groups, 1);
     } else {
-      store_q4_value(vs, dim, vb + pos * head_dim / 2,
+      store_q4_value(vs, vdim, vb + pos * value_dim / 2,
                      reinterpret_cast<uint16_t*>(vb + value_scales_at) + pos * groups);
     }
   }

@@ -110,6 +110,10 @@ struct KvCacheConfig {
   // 0: the same.
   int sliding_n_kv_heads = 0;
   int sliding_head_dim = 0;
+  // The value head size of the full-attention group's layers where it differs from the key
+  // head size (DeepSeek's MLA, decompressed: keys of nope + rope dimensions, values of their
+  // own size); 0: head_dim.
+  int value_head_dim = 0;
   // The sliding group keeps every block (llama.cpp's --swa-full for a model whose sliding
   // layers have their own shape and so cannot join the full group): attention still applies
   // the window, nothing is freed behind it.
@@ -176,17 +180,19 @@ class KvCache {
   // both write into.
   void copy_block(size_t group, int32_t from, int32_t to);
 
-  // A layer's kv heads and head size (its group's: the sliding group's may differ).
+  // A layer's kv heads and head size (its group's: the sliding group's may differ); head_dim is
+  // the keys', value_dim the values' (the same but for KvCacheConfig::value_head_dim).
   int n_kv_heads(int layer) const { return geometry(layer).n_kv_heads; }
   int head_dim(int layer) const { return geometry(layer).head_dim; }
+  int value_dim(int layer) const { return geometry(layer).value_dim; }
   // The width of the rotation (hadamard_rotate) a layer's keys, and its values, are stored
   // with; 0: none. Queries meet rotated keys rotated alike; outputs of rotated values are
   // rotated back.
   int key_rotation(int layer) const { return geometry(layer).key_rotation; }
   int value_rotation(int layer) const { return geometry(layer).value_rotation; }
 
-  // Stores one token's K and V ([n_kv_heads * head_dim] floats each, the layer's) of `layer`
-  // at `slot`.
+  // Stores one token's K ([n_kv_heads * head_dim] floats, the layer's) and V ([n_kv_heads *
+  // value_dim]) of `layer` at `slot`.
   void write(int layer, int64_t slot, const float* k, const float* v);
 
   // The bytes of one kv head's keys (or values) in one block, whatever their type.
@@ -213,15 +219,15 @@ class KvCache {
   }
   const float* key_scales(int layer, int32_t block, int kv_head) const {
     return reinterpret_cast<const float*>(key_block(layer, block, kv_head) +
-                                          scales_offset(layer, DType::Q8_0));
+                                          scales_offset(DType::Q8_0, geometry(layer).head_dim));
   }
-  // Q8_0 values: int8 [block_size, head_dim], then their scales [block_size, head_dim / 32].
+  // Q8_0 values: int8 [block_size, value_dim], then their scales [block_size, value_dim / 32].
   const int8_t* values_q8(int layer, int32_t block, int kv_head) const {
     return reinterpret_cast<const int8_t*>(value_block(layer, block, kv_head));
   }
   const float* value_scales(int layer, int32_t block, int kv_head) const {
     return reinterpret_cast<const float*>(value_block(layer, block, kv_head) +
-                                          scales_offset(layer, DType::Q8_0));
+                                          scales_offset(DType::Q8_0, geometry(layer).value_dim));
   }
   // Q4_0 keys: nibbles [head_dim / 2, block_size] (row i holds dimension 2i in its low nibbles,
   // 2i + 1 in its high: one byte load gives a key two dimensions), then their fp16 scales
@@ -231,7 +237,7 @@ class KvCache {
   }
   const uint16_t* key_scales_q4(int layer, int32_t block, int kv_head) const {
     return reinterpret_cast<const uint16_t*>(key_block(layer, block, kv_head) +
-                                             scales_offset(layer, DType::Q4_0));
+                                             scales_offset(DType::Q4_0, geometry(layer).head_dim));
   }
   // Q4_0 values: [block_size, head_dim / 2] bytes, each 32 dimensions of a value as the 16 bytes
   // of a Q4_0 block (dimension i in the low nibble of byte i, i + 16 in the high), then their
@@ -241,15 +247,16 @@ class KvCache {
   }
   const uint16_t* value_scales_q4(int layer, int32_t block, int kv_head) const {
     return reinterpret_cast<const uint16_t*>(value_block(layer, block, kv_head) +
-                                             scales_offset(layer, DType::Q4_0));
+                                             scales_offset(DType::Q4_0, geometry(layer).value_dim));
   }
 
  private:
-  // A group's kv heads and head size, and the bytes of one (layer, block, kv head) record of
-  // its keys and of its values (64-byte multiples).
+  // A group's kv heads and head sizes (keys', values'), and the bytes of one (layer, block, kv
+  // head) record of its keys and of its values (64-byte multiples).
   struct Geometry {
     int n_kv_heads = 0;
     int head_dim = 0;
+    int value_dim = 0;
     size_t key_bytes = 0, value_bytes = 0;
     int key_rotation = 0, value_rotation = 0;
   };
@@ -267,9 +274,10 @@ class KvCache {
   }
   uint8_t* key_data(int layer) const { return storage_[group_of(layer)].keys.data(); }
   uint8_t* value_data(int layer) const { return storage_[group_of(layer)].values.data(); }
-  // Where a quantized record's scales start: after its int8 values (Q8_0) or nibbles (Q4_0).
-  size_t scales_offset(int layer, DType type) const {
-    const size_t values = static_cast<size_t>(config_.block_size) * geometry(layer).head_dim;
+  // Where a quantized record's scales start: after its int8 values (Q8_0) or nibbles (Q4_0);
+  // `dim` is the record's head size (the keys' or the values').
+  size_t scales_offset(DType type, int dim) const {
+    const size_t values = static_cast<size_t>(config_.block_size) * static_cast<size_t>(dim);
     return type == DType::Q4_0 ? values / 2 : values;
   }
   size_t record_bytes(DType type, int head_dim) const;

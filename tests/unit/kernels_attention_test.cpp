@@ -341,17 +341,19 @@ TEST(AttentionKernels, RoundToFp16MatchesReference) {
 
 // Plain causal softmax attention over q, k, v (rounded to f16 first when round_f16), in double;
 // with a window, only keys pos - window + 1 .. pos; with a softcap, scores c * tanh(s / c); with
-// sinks ([n_heads]), head h's softmax also takes sinks[h] as one more logit, of no value.
+// sinks ([n_heads]), head h's softmax also takes sinks[h] as one more logit, of no value; with a
+// value_dim, values (and the output) have heads of that size instead of head_dim.
 std::vector<double> naive_attention(const std::vector<float>& q, const std::vector<float>& k,
                                     const std::vector<float>& v, int64_t pos, int n_heads,
                                     int n_kv_heads, int head_dim, float scale,
                                     bool round_f16 = true, int window = 0, float softcap = 0,
-                                    const float* sinks = nullptr) {
+                                    const float* sinks = nullptr, int value_dim = 0) {
   auto r16 = [round_f16](float x) {
     return round_f16 ? double(fp16_to_fp32(fp32_to_fp16(x))) : double(x);
   };
-  const int group = n_heads / n_kv_heads, kv_dim = n_kv_heads * head_dim;
-  std::vector<double> out(static_cast<size_t>(n_heads * head_dim), 0.0);
+  const int vd = value_dim > 0 ? value_dim : head_dim;
+  const int group = n_heads / n_kv_heads, kv_dim = n_kv_heads * head_dim, v_dim = n_kv_heads * vd;
+  std::vector<double> out(static_cast<size_t>(n_heads * vd), 0.0);
   for (int h = 0; h < n_heads; ++h) {
     const int kvh = h / group;
     const int64_t first = window > 0 ? std::max<int64_t>(0, pos - window + 1) : 0;
@@ -368,30 +370,30 @@ std::vector<double> naive_attention(const std::vector<float>& q, const std::vect
     for (int64_t j = first; j <= pos; ++j) sum += (w[j] = std::exp(w[j] - max));
     if (sinks != nullptr) sum += std::exp(double(sinks[h]) - max);
     for (int64_t j = first; j <= pos; ++j)
-      for (int d = 0; d < head_dim; ++d)
-        out[h * head_dim + d] += w[j] / sum * r16(v[j * kv_dim + kvh * head_dim + d]);
+      for (int d = 0; d < vd; ++d)
+        out[h * vd + d] += w[j] / sum * r16(v[j * v_dim + kvh * vd + d]);
   }
   return out;
 }
 
 // Attention of tokens 0..n_tokens-1 of one sequence (positions 0..n_tokens-1) through
 // attend_tile, tile by tile as the model runs it; the tile starting at token t0 reads the block
-// table table_for(t0). Returns [n_tokens, n_heads * head_dim].
+// table table_for(t0). Returns [n_tokens, n_heads * shape.value_head_dim()].
 template <typename TableFor>
 std::vector<float> attend_tiles(const std::vector<float>& q, int n_tokens,
                                 const AttentionShape& shape, const kv::KvCache& cache,
                                 const KernelTable& table, TableFor table_for, int layer = 0) {
-  const int q_dim = shape.n_heads * shape.head_dim;
+  const int q_dim = shape.n_heads * shape.head_dim, out_dim = shape.n_heads * shape.value_head_dim();
   std::vector<int32_t> positions(static_cast<size_t>(n_tokens));
   for (int t = 0; t < n_tokens; ++t) positions[static_cast<size_t>(t)] = t;
-  std::vector<float> out(static_cast<size_t>(n_tokens * q_dim));
+  std::vector<float> out(static_cast<size_t>(n_tokens * out_dim));
   const int tile_tokens = attention_tile_tokens(shape);
   for (int t0 = 0; t0 < n_tokens; t0 += tile_tokens) {
     const std::vector<int32_t> block_table = table_for(t0);
     for (int h = 0; h < shape.n_kv_heads; ++h) {
       const AttentionTile tile{
           &q[static_cast<size_t>(t0 * q_dim)], &positions[static_cast<size_t>(t0)],
-          std::min(tile_tokens, n_tokens - t0), h, &out[static_cast<size_t>(t0 * q_dim)]};
+          std::min(tile_tokens, n_tokens - t0), h, &out[static_cast<size_t>(t0 * out_dim)]};
       attend_tile(tile, cache, layer, block_table, shape, nullptr, table);
     }
   }
@@ -402,20 +404,22 @@ struct AttentionCase {
   int n_heads, n_kv_heads, block_size, n_tokens;
 };
 
-// Random K and V of tokens 0..n_tokens-1 ([n_tokens, n_kv_heads * head_dim] each, from seeds
-// `seed` and `seed + 1`), written to layer 0 of `cache` through `block_table`.
+// Random K and V of tokens 0..n_tokens-1 ([n_tokens, n_kv_heads * head_dim] and [n_tokens,
+// n_kv_heads * value_dim], from seeds `seed` and `seed + 1`), written to layer 0 of `cache`
+// through `block_table`.
 std::pair<std::vector<float>, std::vector<float>> write_random_kv(
     kv::KvCache& cache, const std::vector<int32_t>& block_table, int n_tokens, uint32_t seed,
     int layer = 0) {
   const int kv_dim = cache.n_kv_heads(layer) * cache.head_dim(layer);
+  const int v_dim = cache.n_kv_heads(layer) * cache.value_dim(layer);
   const int block_size = cache.block_size();
   auto k = random_floats(int64_t{n_tokens} * kv_dim, seed);
-  auto v = random_floats(int64_t{n_tokens} * kv_dim, seed + 1);
+  auto v = random_floats(int64_t{n_tokens} * v_dim, seed + 1);
   for (int t = 0; t < n_tokens; ++t) {
     const int64_t slot =
         int64_t{block_table[static_cast<size_t>(t / block_size)]} * block_size + t % block_size;
     cache.write(layer, slot, &k[static_cast<size_t>(t * kv_dim)],
-                &v[static_cast<size_t>(t * kv_dim)]);
+                &v[static_cast<size_t>(t * v_dim)]);
   }
   return {std::move(k), std::move(v)};
 }
@@ -636,7 +640,7 @@ float q4_key(const kv::KvCache& cache, int32_t block, int h, int d, int pos) {
   return scale * static_cast<float>((d % 2 == 0 ? byte & 0x0F : byte >> 4) - 8);
 }
 float q4_value(const kv::KvCache& cache, int32_t block, int h, int d, int pos) {
-  const int head_dim = cache.config().head_dim;
+  const int head_dim = cache.value_dim(0);
   const uint8_t byte = cache.values_q4(0, block, h)[pos * head_dim / 2 + d / 32 * 16 + d % 16];
   const float scale =
       fp16_to_fp32(cache.value_scales_q4(0, block, h)[pos * (head_dim / 32) + d / 32]);
@@ -738,8 +742,10 @@ std::pair<std::vector<float>, std::vector<float>> held_kv(const kv::KvCache& cac
                                                           const std::vector<int32_t>& block_table,
                                                           const std::vector<float>& k,
                                                           const std::vector<float>& v) {
-  const int n_kv_heads = cache.config().n_kv_heads, head_dim = cache.config().head_dim;
-  const int kv_dim = n_kv_heads * head_dim, block_size = cache.block_size();
+  const int n_kv_heads = cache.config().n_kv_heads, head_dim = cache.head_dim(0);
+  const int value_dim = cache.value_dim(0);
+  const int kv_dim = n_kv_heads * head_dim, v_dim = n_kv_heads * value_dim;
+  const int block_size = cache.block_size();
   const auto n_tokens = static_cast<int>(k.size()) / kv_dim;
   std::vector<float> k_held = k, v_held = v;
   for (int t = 0; t < n_tokens; ++t) {
@@ -756,9 +762,12 @@ std::pair<std::vector<float>, std::vector<float>> held_kv(const kv::KvCache& cac
         } else {
           k_held[i] = fp16_to_fp32(fp32_to_fp16(k[i]));
         }
+      }
+      for (int d = 0; d < value_dim; ++d) {
+        const auto i = static_cast<size_t>(t * v_dim + h * value_dim + d);
         if (cache.value_type() == DType::Q8_0) {
-          v_held[i] = cache.value_scales(0, block, h)[pos * (head_dim / 32) + d / 32] *
-                      cache.values_q8(0, block, h)[pos * head_dim + d];
+          v_held[i] = cache.value_scales(0, block, h)[pos * (value_dim / 32) + d / 32] *
+                      cache.values_q8(0, block, h)[pos * value_dim + d];
         } else if (cache.value_type() == DType::Q4_0) {
           v_held[i] = q4_value(cache, block, h, d, pos);
         } else {
@@ -766,14 +775,47 @@ std::pair<std::vector<float>, std::vector<float>> held_kv(const kv::KvCache& cac
         }
       }
       // Rotated heads (kv_cache.h) back to the space of the queries and outputs.
-      const auto head = static_cast<size_t>(t * kv_dim + h * head_dim);
       if (cache.key_rotation(0) > 0)
-        kv::hadamard_rotate(&k_held[head], head_dim, cache.key_rotation(0));
+        kv::hadamard_rotate(&k_held[static_cast<size_t>(t * kv_dim + h * head_dim)], head_dim,
+                            cache.key_rotation(0));
       if (cache.value_rotation(0) > 0)
-        kv::hadamard_rotate(&v_held[head], head_dim, cache.value_rotation(0));
+        kv::hadamard_rotate(&v_held[static_cast<size_t>(t * v_dim + h * value_dim)], value_dim,
+                            cache.value_rotation(0));
     }
   }
   return {std::move(k_held), std::move(v_held)};
+}
+
+// Random K and V of n_tokens written to layer 0 of `cache` (seed), random queries (seed + 2):
+// on every ISA, the tiles' output at every `step`-th token equals plain softmax attention over
+// what the cache holds, the dequantized K and V (queries as they are, or rounded to f16 where
+// the keys are F16 as the tiles round them).
+void expect_tiles_match_held_kv(kv::KvCache& cache, const std::vector<int32_t>& block_table,
+                                int n_tokens, const AttentionShape& shape, uint32_t seed,
+                                int step) {
+  const int q_dim = shape.n_heads * shape.head_dim;
+  const int out_dim = shape.n_heads * shape.value_head_dim();
+  const auto [k, v] = write_random_kv(cache, block_table, n_tokens, seed);
+  auto q = random_floats(int64_t{n_tokens} * q_dim, seed + 2, 2.0f);
+  const auto [k_held, v_held] = held_kv(cache, block_table, k, v);
+  for (const KernelTable* table : available_kernels()) {
+    const std::vector<float> out =
+        attend_tiles(q, n_tokens, shape, cache, *table, [&](int) { return block_table; });
+    for (int t = 0; t < n_tokens; t += step) {
+      std::vector<float> qt(q.begin() + t * q_dim, q.begin() + (t + 1) * q_dim);
+      if (cache.key_type() == DType::F16)
+        for (float& x : qt) x = fp16_to_fp32(fp32_to_fp16(x));
+      const auto want =
+          naive_attention(qt, k_held, v_held, t, shape.n_heads, shape.n_kv_heads, shape.head_dim,
+                          shape.scale, false, 0, 0, nullptr, shape.value_head_dim());
+      for (int i = 0; i < out_dim; ++i)
+        ASSERT_NEAR(out[static_cast<size_t>(t * out_dim + i)], want[static_cast<size_t>(i)], 2e-5)
+            << table->isa << " " << dtype_name(cache.key_type()) << "/"
+            << dtype_name(cache.value_type()) << " heads " << shape.n_heads << "/"
+            << shape.n_kv_heads << " block_size " << cache.block_size() << " token " << t
+            << " value " << i;
+    }
+  }
 }
 
 // With Q8_0 or Q4_0 keys and values, in any pairing, the tiles compute attention over what the
@@ -791,27 +833,38 @@ TEST(Attention, TilesWithQuantizedCacheMatchPlainSoftmaxAttention) {
       kv::KvCache cache({1, n_kv_heads, head_dim, block_size, n_blocks, key_type, value_type});
       std::vector<int32_t> block_table;
       for (int b = 0; b < n_blocks; ++b) block_table.push_back((b * 7 + 3) % n_blocks);
-      const int q_dim = n_heads * head_dim;
-      const auto [k, v] = write_random_kv(cache, block_table, n_tokens, 30);
-      auto q = random_floats(int64_t{n_tokens} * q_dim, 32, 2.0f);
-      const auto [k_held, v_held] = held_kv(cache, block_table, k, v);
       const AttentionShape shape{n_heads, n_kv_heads, head_dim, 1.0f / std::sqrt(float(head_dim))};
-      for (const KernelTable* table : available_kernels()) {
-        const std::vector<float> out =
-            attend_tiles(q, n_tokens, shape, cache, *table, [&](int) { return block_table; });
-        for (int t = 0; t < n_tokens; t += 7) {
-          std::vector<float> qt(q.begin() + t * q_dim, q.begin() + (t + 1) * q_dim);
-          if (key_type == DType::F16)
-            for (float& x : qt) x = fp16_to_fp32(fp32_to_fp16(x));
-          const auto want = naive_attention(qt, k_held, v_held, t, n_heads, n_kv_heads, head_dim,
-                                            shape.scale, false);
-          for (int i = 0; i < q_dim; ++i)
-            ASSERT_NEAR(out[static_cast<size_t>(t * q_dim + i)], want[static_cast<size_t>(i)], 2e-5)
-                << table->isa << " " << dtype_name(key_type) << "/" << dtype_name(value_type)
-                << " heads " << n_heads << "/" << n_kv_heads << " block_size " << block_size
-                << " token " << t << " value " << i;
-        }
+      ASSERT_NO_FATAL_FAILURE(expect_tiles_match_held_kv(cache, block_table, n_tokens, shape, 30, 7));
+    }
+  }
+}
+
+// Values of another head size than the keys' (DeepSeek's latent attention, decompressed: keys of
+// 96 = 64 unrotated + 32 rotated dimensions, values of 64), in F16, Q8_0 and Q4_0 caches (the
+// values of 64 rotated, the keys of 96 not), with a head per kv head and grouped, on every ISA,
+// against plain softmax attention over what the cache holds.
+TEST(Attention, ValuesOfAnotherHeadSizeMatchPlainAttention) {
+  const int head_dim = 96, value_dim = 64;
+  for (const auto [n_heads, n_kv_heads, block_size, n_tokens] :
+       {AttentionCase{4, 4, 16, 37}, AttentionCase{6, 2, 8, 300}}) {
+    const int n_blocks = (n_tokens + block_size - 1) / block_size + 3;
+    for (const auto& [key_type, value_type] :
+         {std::pair{DType::F16, DType::F16}, std::pair{DType::Q8_0, DType::Q8_0},
+          std::pair{DType::Q4_0, DType::Q4_0}, std::pair{DType::F16, DType::Q8_0}}) {
+      kv::KvCacheConfig config{1, n_kv_heads, head_dim, block_size, n_blocks, key_type, value_type};
+      config.value_head_dim = value_dim;
+      kv::KvCache cache(config);
+      ASSERT_EQ(cache.head_dim(0), head_dim);
+      ASSERT_EQ(cache.value_dim(0), value_dim);
+      if (key_type == DType::F16 && value_type == DType::F16) {  // K and V of their own sizes
+        EXPECT_EQ(cache.groups()[0].block_bytes,
+                  size_t(n_kv_heads) * (head_dim + value_dim) * block_size * 2);
       }
+      std::vector<int32_t> block_table;
+      for (int b = 0; b < n_blocks; ++b) block_table.push_back((b * 7 + 3) % n_blocks);
+      AttentionShape shape{n_heads, n_kv_heads, head_dim, 1.0f / std::sqrt(float(head_dim))};
+      shape.value_dim = value_dim;
+      ASSERT_NO_FATAL_FAILURE(expect_tiles_match_held_kv(cache, block_table, n_tokens, shape, 60, 5));
     }
   }
 }
