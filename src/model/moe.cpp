@@ -17,6 +17,7 @@ constexpr int kMaxExperts = 512;
 // the experts it touches once. At 512 a 30B-A3B model's buffers take ~100 MB, and a 512-token
 // prompt step reads each expert once per layer.
 constexpr int64_t kMaxChunkTokens = 512;
+constexpr float kInfinity = std::numeric_limits<float>::infinity();
 
 // A per-layer key (a scalar, or an array with one value per layer): its one value; arrays
 // whose values differ are refused (per-layer expert shapes are not implemented).
@@ -73,6 +74,25 @@ void softmax(float* x, int n) {
   for (int i = 0; i < n; ++i) x[i] *= inv;
 }
 
+// MoeSpec::expert_groups: `expert_group_count` (0 or 1: none) and `expert_group_used_count`,
+// with llama.cpp's checks (the groups divide the experts; some but not all are used).
+void read_expert_groups(const gguf::GgufFile& file, const std::string& a, MoeConfig& c) {
+  const int64_t groups = file.get_int(a + "expert_group_count").value_or(0);
+  const int64_t used = file.get_int(a + "expert_group_used_count").value_or(0);
+  if (groups <= 1) return;
+  if (groups >= c.n_experts || c.n_experts % groups != 0)
+    fail("{}: '{}' = {} does not divide the {} experts into groups", file.name(),
+         a + "expert_group_count", groups, c.n_experts);
+  if (used <= 0 || used >= groups)
+    fail("{}: '{}' = {} is out of range (1..{})", file.name(), a + "expert_group_used_count", used,
+         groups - 1);
+  if (c.n_used > used * (c.n_experts / groups))
+    fail("{}: {} experts a token cannot come from {} groups of {}", file.name(), c.n_used, used,
+         c.n_experts / groups);
+  c.n_groups = static_cast<int>(groups);
+  c.n_groups_used = static_cast<int>(used);
+}
+
 }  // namespace
 
 MoeConfig MoeConfig::from_gguf(const gguf::GgufFile& file, const MoeSpec& spec, int n_ff) {
@@ -117,9 +137,12 @@ MoeConfig MoeConfig::from_gguf(const gguf::GgufFile& file, const MoeSpec& spec, 
   const double scale = file.get_float(a + "expert_weights_scale").value_or(0.0);
   c.weights_scale = scale == 0.0 ? 1.0f : static_cast<float>(scale);
   c.activation = spec.activation;
-  // What the MoE block does not implement changes which experts run or what they compute.
-  refuse_unless(file, a + "expert_group_count", 1, "grouped expert selection");
-  refuse_unless(file, a + "expert_group_used_count", 0, "grouped expert selection");
+  if (spec.expert_groups) {
+    read_expert_groups(file, a, c);
+  } else {  // what the MoE block does not implement changes which experts run
+    refuse_unless(file, a + "expert_group_count", 1, "grouped expert selection");
+    refuse_unless(file, a + "expert_group_used_count", 0, "grouped expert selection");
+  }
   refuse_unless(file, a + "swiglu_clamp_exp", 0, "clamped expert SwiGLU");
   refuse_unless(file, a + "swiglu_clamp_shexp", 0, "clamped shared-expert SwiGLU");
   refuse_unless(file, a + "expert_chunk_feed_forward_length", 0, "chunked experts");
@@ -229,6 +252,8 @@ void MoeBlock::route(const MoeLayer& layer, int64_t n_tokens, float* margins) {
       // A NaN (from an overflowing activation) would break the sort's ordering: it loses.
       score[static_cast<size_t>(e)] = std::isnan(v) ? -std::numeric_limits<float>::infinity() : v;
     }
+    const float group_margin = c.n_groups > 1 ? mask_groups(logits, score.data()) : kInfinity;
+    if (margins != nullptr) margins[t] = std::min(margins[t], group_margin);
     std::array<int32_t, kMaxExperts> order;
     for (int e = 0; e < E; ++e) order[static_cast<size_t>(e)] = e;
     // The first K + 1 in order: the chosen, then the best of the rest (for the margin).
@@ -241,7 +266,11 @@ void MoeBlock::route(const MoeLayer& layer, int64_t n_tokens, float* margins) {
       const int32_t a = order[static_cast<size_t>(K - 1)], b = order[static_cast<size_t>(K)];
       const float last = score[static_cast<size_t>(a)], next = score[static_cast<size_t>(b)];
       const bool log_ratio = c.gating == ExpertGating::kSoftmax && layer.selection_bias == nullptr;
-      float margin = log_ratio ? std::log(last) - std::log(next) : last - next;
+      // (The best left out may lie in a group masked out: then no swap of two experts can
+      // change the choice, only one of the groups, MoeBlock::mask_groups's margin.)
+      float margin = next == -kInfinity ? kInfinity
+                     : log_ratio        ? std::log(last) - std::log(next)
+                                        : last - next;
       if (c.gating == ExpertGating::kSigmoid) {
         // In logits too: the least change of two logits, one chosen and one not, that swaps
         // them (to first order, their score gap over the steeper of their sigmoids' slopes
@@ -281,6 +310,44 @@ void MoeBlock::route(const MoeLayer& layer, int64_t n_tokens, float* margins) {
   std::copy_n(expert_rows_.begin(), E, next.begin());
   for (int64_t s = 0; s < n_tokens * K; ++s)
     row_of_[static_cast<size_t>(s)] = next[static_cast<size_t>(selected_[static_cast<size_t>(s)])]++;
+}
+
+float MoeBlock::mask_groups(const float* probs, float* score) const {
+  const MoeConfig& c = config_;
+  const int G = c.n_groups, per_group = c.n_experts / G;
+  // A group's score: the sum of its two best selection scores, as llama.cpp ranks them.
+  std::array<float, kMaxExperts> group_score;
+  for (int g = 0; g < G; ++g) {
+    float best = -kInfinity, second = -kInfinity;
+    for (int e = g * per_group; e < (g + 1) * per_group; ++e) {
+      const float v = score[e];
+      if (v > best) {
+        second = best;
+        best = v;
+      } else if (v > second) {
+        second = v;
+      }
+    }
+    group_score[static_cast<size_t>(g)] = per_group > 1 ? best + second : best;
+  }
+  std::array<int32_t, kMaxExperts> order;
+  for (int g = 0; g < G; ++g) order[static_cast<size_t>(g)] = g;
+  const int U = c.n_groups_used;
+  std::partial_sort(order.begin(), order.begin() + U + 1, order.begin() + G, [&](int32_t x, int32_t y) {
+    const float sx = group_score[static_cast<size_t>(x)], sy = group_score[static_cast<size_t>(y)];
+    return sx > sy || (sx == sy && x < y);
+  });
+  std::array<bool, kMaxExperts> kept{};
+  for (int i = 0; i < U; ++i) kept[static_cast<size_t>(order[static_cast<size_t>(i)])] = true;
+  for (int e = 0; e < c.n_experts; ++e)
+    if (!kept[static_cast<size_t>(e / per_group)]) score[e] = -kInfinity;
+  const float gap = group_score[static_cast<size_t>(order[static_cast<size_t>(U - 1)])] -
+                    group_score[static_cast<size_t>(order[static_cast<size_t>(U)])];
+  if (c.gating != ExpertGating::kSigmoid) return gap;
+  // In logits, as the experts' margin: the gap over the steepest slope p (1 - p) of any expert.
+  float slope = 0;
+  for (int e = 0; e < c.n_experts; ++e) slope = std::max(slope, probs[e] * (1 - probs[e]));
+  return slope > 0 ? gap / slope : kInfinity;
 }
 
 void MoeBlock::run_chunk(const MoeLayer& layer, const float* h, const float* router_input,

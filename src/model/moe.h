@@ -1,7 +1,7 @@
-// The mixture-of-experts feed-forward block (Mixtral, Qwen2-MoE, Qwen3-MoE, gpt-oss, GLM-4.5): a
-// router scores every expert for each token, the top expert_used_count are run and their outputs
-// summed with the router's weights; optionally a shared expert that every token runs. Owns the MoE
-// hyperparameters (read from `<arch>.expert_*`), each layer's expert weights and the work
+// The mixture-of-experts feed-forward block (Mixtral, Qwen2-MoE, Qwen3-MoE, gpt-oss, GLM-4.5,
+// DeepSeek-V2/V3): a router scores every expert for each token, the top expert_used_count are
+// run and their outputs summed with the router's weights; optionally a shared expert that every
+// token runs. Owns the MoE hyperparameters (read from `<arch>.expert_*`), each layer's expert weights and the work
 // buffers of one forward pass; the decoder (model/decoder.cpp) calls it where a dense layer
 // runs its gated feed-forward.
 #pragma once
@@ -45,6 +45,10 @@ struct MoeSpec {
   // that width, run by every token and added without a gate (GLM-4.5); none when the count is 0
   // or absent.
   bool counted_shared_experts = false;
+  // `expert_group_count` groups of consecutive experts, of which a token chooses among the
+  // `expert_group_used_count` whose two best selection scores sum highest (DeepSeek-V3); other
+  // families refuse the keys.
+  bool expert_groups = false;
   // ffn_down_exps.scale: one number an expert that multiplies its output (Gemma 4).
   bool expert_scales = false;
   // An expert is `feed_forward_length` wide, whatever `expert_feed_forward_length` says
@@ -60,6 +64,8 @@ struct MoeConfig {
   int n_ff_shared = 0;        // the shared expert's (0: none)
   bool shared_gated = true;   // the shared expert's output times sigmoid(ffn_gate_inp_shexp . x)
   int leading_dense = 0;      // layers [0, leading_dense) are dense
+  int n_groups = 1;           // expert groups (MoeSpec::expert_groups; 1: none)
+  int n_groups_used = 0;      // the groups a token may choose from
   ExpertGating gating = ExpertGating::kSoftmax;
   bool normalize_weights = false;
   float weights_scale = 1.0f;  // the top k's weights times this
@@ -105,7 +111,8 @@ class MoeBlock {
   // between the last chosen expert and the best one left out, in logits for softmax gating
   // (log-probability ratio), for sigmoid gating the least change of their two logits that
   // swaps them (the score gap over the steeper sigmoid slope), and in the selection score
-  // otherwise. With `router_input`
+  // otherwise; with expert groups also the gap between the last chosen group and the next (in
+  // the same units). With `router_input`
   // ([T, n_embd]) the router scores that instead of h (Gemma 4 routes on its own norm of the
   // residual stream).
   void forward(const MoeLayer& layer, const float* h, int64_t n_tokens, float* out,
@@ -114,6 +121,9 @@ class MoeBlock {
 
  private:
   void route(const MoeLayer& layer, int64_t n_tokens, float* margins);
+  // MoeConfig::n_groups: the scores of experts outside a token's best groups become -inf;
+  // returns the group margin (MoeBlock::forward's units).
+  float mask_groups(const float* probs, float* score) const;
   void run_chunk(const MoeLayer& layer, const float* h, const float* router_input,
                  int64_t n_tokens, float* out, ThreadPool& pool, float* margins);
   void shared_expert(const MoeLayer& layer, const float* h, int64_t n_tokens, ThreadPool& pool);

@@ -50,6 +50,7 @@ struct Options {
   ExpertActivation activation = ExpertActivation::kSilu;
   bool biases = false, selection_bias = false, shared = false;
   bool shared_ungated = false;  // the shared expert added without its sigmoid gate (GLM-4.5)
+  int groups = 1, groups_used = 0;  // expert groups (DeepSeek-V3): groups of E / groups experts
 };
 
 // A hand-built layer of E experts of F, hidden D, with the reference computation beside it.
@@ -78,6 +79,8 @@ struct Fixture {
     config.normalize_weights = o.normalize;
     config.weights_scale = o.scale;
     config.activation = o.activation;
+    config.n_groups = o.groups;
+    config.n_groups_used = o.groups_used;
     for (int e = 0; e < E; ++e) {
       gate.emplace_back(F, D, 10 + e, 0.2f);
       up.emplace_back(F, D, 20 + e, 0.2f);
@@ -122,6 +125,21 @@ struct Fixture {
       prob = logit;
     }
     for (int e = 0; e < E; ++e) score[e] = prob[e] + (o.selection_bias ? selection_bias[e] : 0);
+    if (o.groups > 1) {  // keep the groups_used groups whose two best scores sum highest
+      const int per_group = E / o.groups;
+      std::vector<double> group_score(o.groups);
+      for (int g = 0; g < o.groups; ++g) {
+        std::vector<double> members(score.begin() + g * per_group, score.begin() + (g + 1) * per_group);
+        std::sort(members.rbegin(), members.rend());
+        group_score[g] = members[0] + (per_group > 1 ? members[1] : 0);
+      }
+      std::vector<int> groups(o.groups);
+      std::iota(groups.begin(), groups.end(), 0);
+      std::stable_sort(groups.begin(), groups.end(),
+                       [&](int a, int b) { return group_score[a] > group_score[b]; });
+      for (int i = o.groups_used; i < o.groups; ++i)
+        for (int e = groups[i] * per_group; e < (groups[i] + 1) * per_group; ++e) score[e] = -1e300;
+    }
     std::vector<int> order(E);
     std::iota(order.begin(), order.end(), 0);
     std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return score[a] > score[b]; });
@@ -206,6 +224,25 @@ TEST(MoeBlock, SoftmaxOfTheChosenWithBiasesAndClampedSwiglu) {  // gpt-oss
 TEST(MoeBlock, SigmoidWithSelectionBiasAndScale) {  // DeepSeek-V3-style routing
   expect_block_matches_reference({.gating = ExpertGating::kSigmoid, .normalize = true, .scale = 2.5f, .selection_bias = true},
                                  "sigmoid, selection bias, scale");
+}
+
+// Expert groups (DeepSeek-V3): 3 groups of 2, the best 2 kept; the groups change some tokens'
+// choice (against the same layer without them).
+TEST(MoeBlock, SigmoidWithExpertGroups) {
+  const Options grouped{.gating = ExpertGating::kSigmoid, .normalize = true, .scale = 2.5f,
+                        .selection_bias = true, .shared = true, .shared_ungated = true,
+                        .groups = 3, .groups_used = 2};
+  expect_block_matches_reference(grouped, "sigmoid, expert groups");
+  Options plain = grouped;
+  plain.groups = 1;
+  plain.groups_used = 0;
+  const Fixture with(grouped), without(plain);
+  const auto h = testing::random_floats(37 * Fixture::D, 5);
+  int changed = 0;
+  for (int t = 0; t < 37; ++t)
+    changed += with.reference(&h[static_cast<size_t>(t * Fixture::D)]) !=
+               without.reference(&h[static_cast<size_t>(t * Fixture::D)]);
+  EXPECT_GT(changed, 0);
 }
 
 TEST(MoeBlock, SigmoidWithUngatedSharedExpert) {  // GLM-4.5
