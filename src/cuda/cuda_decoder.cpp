@@ -366,6 +366,9 @@ class CudaDecoder final : public Model {
     if (!cuda::device_available()) fail("--device cuda: no CUDA device is available");
     if (spec_.moe) fail("{}: mixtures of experts do not run on CUDA yet", file.name());
     if (spec_.attention_sinks) fail("{}: attention sinks do not run on CUDA yet", file.name());
+    if (spec_.mla || config_.value_head_dim > 0)
+      fail("{}: values of another head size than the keys' (DeepSeek's latent attention) do not "
+           "run on CUDA yet", file.name());
     if (spec_.per_layer_embd > 0 || spec_.shared_kv_layers > 0 || spec_.sliding_head_dim > 0 ||
         spec_.value_norm || spec_.layer_output_scale || spec_.full_layers_take_rope_freqs)
       fail("{}: Gemma 4's layers (per-layer embeddings, shared KV, two head sizes) do not run on "

@@ -112,8 +112,7 @@ ModelConfig ModelConfig::from_gguf(const gguf::GgufFile& file) {
   }
   if (file.has(a + "attention.value_length") &&
       positive_int(file, a + "attention.value_length") != c.head_dim) {
-    fail("{}: value head size {} differs from the key head size {}: not supported", file.name(),
-         file.require_int(a + "attention.value_length"), c.head_dim);
+    c.value_head_dim = positive_int(file, a + "attention.value_length");  // the decoder checks it
   }
   c.rope_dims = file.has(a + "rope.dimension_count")
                     ? positive_int(file, a + "rope.dimension_count")

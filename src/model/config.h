@@ -26,7 +26,11 @@ struct ModelConfig {
   int n_ff = 0;    // feed-forward size
   int n_heads = 0;
   int n_kv_heads = 0;
-  int head_dim = 0;  // per head, for queries and keys (values too)
+  int head_dim = 0;  // per head, for queries and keys (values too, unless value_head_dim)
+  // The values' head size where `attention.value_length` (or the architecture: DeepSeek's MLA)
+  // gives one that differs from head_dim; 0: head_dim. Only an architecture that implements it
+  // runs such a file (the decoder refuses it otherwise).
+  int value_head_dim = 0;
   int n_vocab = 0;
   int64_t context_length = 0;  // trained context
   float rms_eps = 1e-5f;
@@ -73,6 +77,12 @@ struct ModelConfig {
   }
   int n_kv_heads_of(int l) const {
     return layer_slides(l) && sliding_n_kv_heads > 0 ? sliding_n_kv_heads : n_kv_heads;
+  }
+  // A layer's value head size (the sliding layers' is their head size).
+  int value_dim_of(int l) const {
+    return layer_slides(l) && sliding_head_dim > 0 ? sliding_head_dim
+           : value_head_dim > 0                     ? value_head_dim
+                                                    : head_dim;
   }
   int rope_dims_of(int l) const {
     return layer_slides(l) && sliding_rope_dims > 0 ? sliding_rope_dims : rope_dims;

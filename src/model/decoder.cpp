@@ -50,12 +50,14 @@ struct DecoderLayer {
   const float* post_ffn_norm = nullptr;
   const float* attn_sinks = nullptr;  // [n_heads] ArchSpec::attention_sinks
   std::optional<MoeLayer> moe;  // experts instead of w_gate/w_up/w_down (ArchSpec::moe)
+  std::optional<MlaLayer> mla;  // latent attention instead of wq/wk/wv (ArchSpec::mla)
   // Gated DeltaNet instead of attention (ArchSpec::delta_net, a recurrent layer): wq..wo unset.
   std::optional<DeltaNetLayer> delta_net;
   bool sliding = false;         // attends over a window of recent keys only
   const kernels::RopeTable* rope = nullptr;  // the model's table for this layer
   // Its geometry (ModelConfig::*_of: Gemma 4's sliding and full layers differ).
   int head_dim = 0, n_kv_heads = 0, n_ff = 0;
+  int value_dim = 0;            // a value head's size (MLA's differs from head_dim)
   int kv_layer = 0;             // whose K/V it attends over: itself, or an earlier layer's
   bool value_from_key = false;  // no attn_v: the keys' projection is the values' (Gemma 4)
   // An EAGLE-3 head's layer: Q/K/V read ws.mtp_in ([normed embedding; normed g], built by
@@ -123,6 +125,7 @@ class Decoder final : public Model {
         spec_(std::move(spec)),
         max_tokens_(options.max_batch_tokens) {
     config_.rope_mode = spec_.rope_mode;
+    apply_attention_geometry(file.name());
     if (spec_.attention_scale <= 0)
       spec_.attention_scale = 1.0f / std::sqrt(static_cast<float>(config_.head_dim));
     const ModelConfig& c = config_;
@@ -186,6 +189,7 @@ class Decoder final : public Model {
            what);
     };
     if (spec_.moe) refuse("mixtures of experts (the experts' split is the expert-parallel issue)");
+    if (spec_.mla) refuse("multi-head latent attention (DeepSeek)");
     if (spec_.delta_net) refuse("hybrid models with recurrent layers");
     if (spec_.gated_attention) refuse("gated attention");
     if (spec_.fused_projections) refuse("fused Q/K/V and gate/up tensors (Phi-3)");
@@ -244,11 +248,12 @@ class Decoder final : public Model {
         layer.delta_net->state_offset = config_.recurrent_state_floats;
         config_.recurrent_state_floats += delta_config_->layer_state_floats();
       } else {
-        load_layer_attention(w, spec_, c, i, layer);
+        load_attention(w, i, layer);
         layer.value_from_key =
             spec_.value_from_key_when_absent && !w.has(layer_prefix(i) + "attn_v.weight");
       }
       layer.head_dim = c.head_dim_of(i);
+      layer.value_dim = c.value_dim_of(i);
       layer.n_kv_heads = c.n_kv_heads_of(i);
       layer.n_ff = c.n_ff_of(i);
       layer.kv_layer = c.kv_layer(i);
@@ -479,6 +484,36 @@ class Decoder final : public Model {
   }
 
  private:
+  // Head sizes and kv heads the ArchSpec sets (MLA: its key and value sizes, a kv head per
+  // head), its RoPE factor and YaRN; a value head size of the file's own that differs is
+  // refused unless the spec implements it.
+  void apply_attention_geometry(const std::string& file_name) {
+    ModelConfig& c = config_;
+    if (spec_.rope_attn_factor > 0) c.rope_attn_factor = spec_.rope_attn_factor;
+    if (spec_.rope_yarn) c.rope_yarn = *spec_.rope_yarn;
+    if (spec_.mla) {
+      c.head_dim = spec_.mla->key_dims();
+      c.value_head_dim = spec_.mla->value_dims != c.head_dim ? spec_.mla->value_dims : 0;
+      c.n_kv_heads = c.n_heads;
+      c.layer_n_kv_heads.clear();
+    } else if (c.value_head_dim > 0) {
+      fail("{}: value head size {} differs from the key head size {}: not supported", file_name,
+           c.value_head_dim, c.head_dim);
+    }
+  }
+
+  // The attention sub-layer's tensors of layer i: MLA's (ArchSpec::mla) or the q/k/v
+  // projections' (layer_weights.h).
+  void load_attention(WeightLoader& w, int i, DecoderLayer& layer) {
+    if (!spec_.mla) return load_layer_attention(w, spec_, config_, i, layer);
+    const ModelConfig& c = config_;
+    const std::string p = layer_prefix(i);
+    layer.attn_norm = w.vector(p + "attn_norm.weight", c.n_embd);
+    layer.mla = load_mla_layer(w, p, *spec_.mla, c.n_heads, c.n_embd);
+    layer.wo = w.matrix(p + "attn_output.weight", c.n_embd, int64_t{c.n_heads} * spec_.mla->value_dims);
+    layer.ffn_norm = w.vector(p + spec_.ffn_norm + ".weight", c.n_embd);
+  }
+
   // The per-layer geometry the ArchSpec and the file give (ModelConfig's sliding_* fields,
   // kv_source_layers): Gemma 4's sliding layers have their own head size, kv heads and rotated
   // dimensions, and its last layers read the K/V of earlier ones.
@@ -594,7 +629,10 @@ class Decoder final : public Model {
   void allocate_workspace() {
     const ModelConfig& c = config_;
     const auto T = static_cast<size_t>(max_tokens_);
-    const auto q_dim = static_cast<size_t>(c.max_q_dim()), kv_dim = static_cast<size_t>(c.max_kv_dim());
+    const auto value_dim = static_cast<size_t>(std::max(c.max_head_dim(), c.value_head_dim));
+    const auto q_dim = static_cast<size_t>(c.max_q_dim()),
+               kv_dim = std::max(static_cast<size_t>(c.max_kv_dim()), c.n_kv_heads * value_dim),
+               attn_dim = static_cast<size_t>(c.n_heads) * value_dim;
     const auto n_ff = static_cast<size_t>(c.max_n_ff());
     const auto floats = [&](size_t n) { return ws_.memory.allocate_array<float>(n); };
     ws_.x = floats(T * c.n_embd);
@@ -606,7 +644,7 @@ class Decoder final : public Model {
     }
     ws_.k = floats(T * kv_dim);
     ws_.v = floats(T * kv_dim);
-    ws_.attn = floats(T * q_dim);
+    ws_.attn = floats(T * attn_dim);
     ws_.proj = floats(T * c.n_embd);
     const bool any_dense =
         spec_.moe_beside_dense_mlp ||
@@ -630,6 +668,7 @@ class Decoder final : public Model {
     ws_.ones = floats(static_cast<size_t>(c.max_head_dim()));
     std::fill(ws_.ones.begin(), ws_.ones.end(), 1.0f);
     if (moe_config_) moe_ = std::make_unique<MoeBlock>(*moe_config_, c.n_embd, max_tokens_);
+    if (spec_.mla) mla_ = std::make_unique<MlaBlock>(*spec_.mla, c.n_heads, c.n_embd, max_tokens_);
     if (delta_config_)
       delta_ = std::make_unique<DeltaNetBlock>(*delta_config_, *spec_.delta_net, c.n_embd, max_tokens_);
     ws_.last = floats(T * c.n_embd);
@@ -645,6 +684,7 @@ class Decoder final : public Model {
     ws_.slots = ws_.memory.allocate_array<int64_t>(kv::kMaxKvGroups * T);
     ws_.scratch.reserve(max_tokens_,
                         std::max<int64_t>({c.n_embd, any_dense ? int64_t(n_ff) : 0, int64_t(q_dim),
+                                           int64_t(attn_dim),
                                            int64_t{spec_.per_layer_embd},
                                            c.mtp || spec_.eagle3 ? 2 * int64_t{c.n_embd} : 0,
                                            fc_.cols}));
@@ -657,8 +697,7 @@ class Decoder final : public Model {
     DecoderWorkspace& ws = ws_;
     const int64_t T = batch.num_tokens();
     const int head_dim = layer.head_dim;
-    const int64_t q_dim = int64_t{c.n_heads} * head_dim,
-                  kv_dim = int64_t{layer.n_kv_heads} * head_dim;
+    const int64_t q_dim = int64_t{c.n_heads} * head_dim;
     const bool pending = proj_pending_;
     // The layer's input for an EAGLE-3 drafter (Batch::features), where it asks for this one.
     const int feature = batch.features != nullptr && l < std::ssize(feature_slot_)
@@ -678,42 +717,19 @@ class Decoder final : public Model {
                       batch.bf16_rows_begin);
       return;
     }
-    // A layer that reads another's K/V (ModelConfig::kv_layer) projects only its queries; one
-    // without attn_v takes its keys' projection as its values.
-    const bool own_kv = layer.kv_layer == l;
-    const kernels::MatmulTarget qkv[] = {
-        {&layer.wq, spec_.gated_attention ? ws.q_gated.data() : ws.q.data()},  // [T, q_dim] (x2)
-        {&layer.wk, ws.k.data()},                                              // k: [T, kv_dim]
-        {&layer.wv, ws.v.data()}};                                             // v: [T, kv_dim]
-    const size_t n_targets = !own_kv ? 1 : (layer.value_from_key ? 2 : 3);
-    kernels::matmul_many(std::span(qkv, n_targets),
-                         layer.reads_fused_input ? ws.mtp_in.data() : ws.h.data(), T, ws.scratch,
-                         pool, kernels::active_kernels(), batch.bf16_rows_begin);
-    const int64_t* slots = &ws.slots[static_cast<size_t>(cache.group_of(layer.kv_layer) * max_tokens_)];
-    const int32_t* positions = batch.positions.data();
-    per_token(pool, T, [&](int64_t t) {  // every token writes its own KV slot
-      if (spec_.gated_attention) split_query_and_gate(t);
-      if (layer.bq) kernels::add_inplace(&ws.q[t * q_dim], layer.bq, q_dim);
-      if (layer.q_norm) norm_heads(&ws.q[t * q_dim], c.n_heads, head_dim, layer.q_norm);
-      rotate(layer, &ws.q[t * q_dim], c.n_heads, positions[t]);
-      if (!own_kv) return;
-      float* k = &ws.k[t * kv_dim];
-      float* v = &ws.v[t * kv_dim];
-      if (layer.value_from_key) std::copy_n(k, kv_dim, v);
-      if (layer.bk) kernels::add_inplace(k, layer.bk, kv_dim);
-      if (layer.bv) kernels::add_inplace(v, layer.bv, kv_dim);
-      if (layer.k_norm) norm_heads(k, layer.n_kv_heads, head_dim, layer.k_norm);
-      if (spec_.value_norm) norm_heads(v, layer.n_kv_heads, head_dim, ws.ones.data());
-      rotate(layer, k, layer.n_kv_heads, positions[t]);
-      cache.write(l, slots[t], k, v);
-    });
+    if (layer.mla) {
+      mla_inputs(l, batch, cache, pool);
+    } else {
+      qkv_inputs(l, batch, cache, pool);
+    }
     const kernels::AttentionShape shape{c.n_heads,
                                         layer.n_kv_heads,
                                         head_dim,
                                         spec_.attention_scale,
                                         layer.sliding ? spec_.sliding_window : 0,
                                         spec_.attention_softcap,
-                                        layer.attn_sinks};
+                                        layer.attn_sinks,
+                                        layer.value_dim};
     attend_all(batch, cache, layer.kv_layer, shape, pool);
     if (spec_.gated_attention) {
       per_token(pool, T, [&](int64_t t) {
@@ -733,6 +749,60 @@ class Decoder final : public Model {
           kernels::rms_norm(out, layer.post_attn_norm, out, c.n_embd, c.rms_eps);
       });
     }
+  }
+
+  // Layer l's queries, keys and values of ws.h from its q/k/v projections (biases, norms,
+  // RoPE); its K/V written to the cache.
+  void qkv_inputs(int l, const Batch& batch, kv::KvCache& cache, ThreadPool& pool) {
+    const DecoderLayer& layer = layers_[static_cast<size_t>(l)];
+    const int n_heads = config_.n_heads, head_dim = layer.head_dim;
+    const int64_t T = batch.num_tokens(), q_dim = int64_t{n_heads} * head_dim,
+                  kv_dim = int64_t{layer.n_kv_heads} * head_dim;
+    DecoderWorkspace& ws = ws_;
+    // A layer that reads another's K/V (ModelConfig::kv_layer) projects only its queries; one
+    // without attn_v takes its keys' projection as its values.
+    const bool own_kv = layer.kv_layer == l;
+    const kernels::MatmulTarget qkv[] = {
+        {&layer.wq, spec_.gated_attention ? ws.q_gated.data() : ws.q.data()},  // [T, q_dim] (x2)
+        {&layer.wk, ws.k.data()},                                              // k: [T, kv_dim]
+        {&layer.wv, ws.v.data()}};                                             // v: [T, kv_dim]
+    const size_t n_targets = !own_kv ? 1 : (layer.value_from_key ? 2 : 3);
+    kernels::matmul_many(std::span(qkv, n_targets),
+                         layer.reads_fused_input ? ws.mtp_in.data() : ws.h.data(), T, ws.scratch,
+                         pool, kernels::active_kernels(), batch.bf16_rows_begin);
+    const int64_t* slots = &ws.slots[static_cast<size_t>(cache.group_of(layer.kv_layer) * max_tokens_)];
+    const int32_t* positions = batch.positions.data();
+    per_token(pool, T, [&](int64_t t) {  // every token writes its own KV slot
+      if (spec_.gated_attention) split_query_and_gate(t);
+      if (layer.bq) kernels::add_inplace(&ws.q[t * q_dim], layer.bq, q_dim);
+      if (layer.q_norm) norm_heads(&ws.q[t * q_dim], n_heads, head_dim, layer.q_norm);
+      rotate(layer, &ws.q[t * q_dim], n_heads, positions[t]);
+      if (!own_kv) return;
+      float* k = &ws.k[t * kv_dim];
+      float* v = &ws.v[t * kv_dim];
+      if (layer.value_from_key) std::copy_n(k, kv_dim, v);
+      if (layer.bk) kernels::add_inplace(k, layer.bk, kv_dim);
+      if (layer.bv) kernels::add_inplace(v, layer.bv, kv_dim);
+      if (layer.k_norm) norm_heads(k, layer.n_kv_heads, head_dim, layer.k_norm);
+      if (spec_.value_norm) norm_heads(v, layer.n_kv_heads, head_dim, ws.ones.data());
+      rotate(layer, k, layer.n_kv_heads, positions[t]);
+      cache.write(l, slots[t], k, v);
+    });
+  }
+
+  // Layer l's queries, keys and values of ws.h through its latent attention (model/mla.h); its
+  // K/V written to the cache.
+  void mla_inputs(int l, const Batch& batch, kv::KvCache& cache, ThreadPool& pool) {
+    const DecoderLayer& layer = layers_[static_cast<size_t>(l)];
+    DecoderWorkspace& ws = ws_;
+    const int64_t T = batch.num_tokens();
+    mla_->project(*layer.mla, ws.h.data(), T, batch.positions.data(), *layer.rope, spec_.rope_mode,
+                  config_.rms_eps, ws.q.data(), ws.k.data(), ws.v.data(), pool,
+                  batch.bf16_rows_begin);
+    const int64_t k_dim = int64_t{layer.n_kv_heads} * layer.head_dim,
+                  v_dim = int64_t{layer.n_kv_heads} * layer.value_dim;
+    const int64_t* slots = &ws.slots[static_cast<size_t>(cache.group_of(l) * max_tokens_)];
+    per_token(pool, T, [&](int64_t t) { cache.write(l, slots[t], &ws.k[t * k_dim], &ws.v[t * v_dim]); });
   }
 
   // Token t's gated query projection [n_heads][query head_dim, gate head_dim] into ws.q and
@@ -807,8 +877,9 @@ class Decoder final : public Model {
            file.name());
     const std::string p = layer_prefix(l);
     DecoderLayer& layer = layers_.emplace_back();
-    load_layer_attention(w, spec_, c, l, layer);
+    load_attention(w, l, layer);
     layer.head_dim = c.head_dim;
+    layer.value_dim = c.value_head_dim > 0 ? c.value_head_dim : c.head_dim;
     layer.n_kv_heads = c.n_kv_heads;
     layer.n_ff = c.n_ff;
     layer.kv_layer = l;  // the cache's extra layer (Model::kv_config)
@@ -958,6 +1029,7 @@ class Decoder final : public Model {
                   const kernels::AttentionShape& shape, ThreadPool& pool) {
     DecoderWorkspace& ws = ws_;
     const int64_t q_dim = int64_t{shape.n_heads} * shape.head_dim;
+    const int64_t out_dim = int64_t{shape.n_heads} * shape.value_head_dim();
     const int64_t tile_tokens = kernels::attention_tile_tokens(shape);
     const auto tiles_of = [&](const BatchSequence& seq) {
       return (seq.token_end - seq.token_begin + tile_tokens - 1) / tile_tokens * shape.n_kv_heads;
@@ -993,7 +1065,7 @@ class Decoder final : public Model {
       if (!ref) return;
       const kernels::AttentionTile tile{
           &ws.q[ref->t0 * q_dim], &batch.positions[static_cast<size_t>(ref->t0)],
-          static_cast<int>(ref->t_end - ref->t0), ref->kv_head, &ws.attn[ref->t0 * q_dim]};
+          static_cast<int>(ref->t_end - ref->t0), ref->kv_head, &ws.attn[ref->t0 * out_dim]};
       std::optional<kernels::AttentionPrefetch> next;
       if (const std::optional<TileRef> n = find_tile(i + threads)) {
         const int32_t first_position = batch.positions[static_cast<size_t>(n->t0)];
@@ -1175,6 +1247,7 @@ class Decoder final : public Model {
   std::shared_ptr<HugePageArena> weights_memory_;  // what the pointers above point into
   std::optional<MoeConfig> moe_config_;  // ArchSpec::moe's, as the file sets it
   std::unique_ptr<MoeBlock> moe_;        // the MoE layers' work buffers
+  std::unique_ptr<MlaBlock> mla_;        // the latent attention's work buffers (ArchSpec::mla)
   std::optional<DeltaNetConfig> delta_config_;  // ArchSpec::delta_net's, as the file sets it
   std::unique_ptr<DeltaNetBlock> delta_;         // the recurrent layers' work buffers
   // The multi-token-prediction blocks (ModelConfig::n_nextn_layers; drafting runs the first,

@@ -14,6 +14,7 @@
 #include "model/config.h"
 #include "model/model.h"
 #include "model/gated_delta_net.h"
+#include "model/mla.h"
 #include "model/moe.h"
 
 namespace inferd::model {
@@ -85,6 +86,16 @@ struct ArchSpec {
     bool norm_before_fc = false;        // enc.output_norm of the features before fc
   };
   std::optional<Eagle3Spec> eagle3;
+  // Multi-head latent attention (model/mla.h: DeepSeek-V2/V3) instead of q/k/v projections on
+  // every layer: keys of mla->key_dims() and values of mla->value_dims per head, n_heads of
+  // each in the KV cache, whatever head_count_kv says.
+  std::optional<MlaConfig> mla;
+  // What multiplies RoPE's cos and sin where the architecture computes it (DeepSeek-V2's YaRN);
+  // 0: ModelConfig's (`rope.scaling.attn_factor` and YaRN's factor).
+  float rope_attn_factor = 0;
+  // YaRN's settings where the architecture reads them otherwise than ModelConfig (deepseek2
+  // keeps ggml's betas whatever the file says, as llama.cpp does).
+  std::optional<kernels::YarnScaling> rope_yarn;
   // Multi-token-prediction blocks after the trunk (`nextn_predict_layers`) are loaded; with
   // ModelOptions::mtp the first one runs as a drafter (Model::forward_mtp). Without this a file
   // that has them is refused by name.

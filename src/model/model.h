@@ -124,7 +124,8 @@ class Model {
             recurrent ? max_sequences : 0,
             0,
             c.sliding_n_kv_heads,
-            c.sliding_head_dim};
+            c.sliding_head_dim,
+            c.value_head_dim};
   }
   // Whether sequences carry a recurrent state (a hybrid model): it must be in a state slot
   // (BatchSequence::state_slot), and it cannot be rebuilt from cached KV blocks.

@@ -17,7 +17,7 @@ constexpr Entry kArchitectures[] = {
     {"gemma2", make_gemma2}, {"gemma3", make_gemma3}, {"gemma4", make_gemma4}, {"phi3", make_phi3},
     {"qwen2moe", make_qwen2moe}, {"qwen3moe", make_qwen3moe}, {"gpt-oss", make_gpt_oss},
     {"qwen35", make_qwen35},     {"qwen35moe", make_qwen35moe}, {"qwen3next", make_qwen3next},
-    {"glm4moe", make_glm4moe},
+    {"glm4moe", make_glm4moe},   {"deepseek2", make_deepseek2},
     {"eagle3", make_eagle3},
 };
 

@@ -31,5 +31,6 @@ std::unique_ptr<Model> make_qwen35moe(const gguf::GgufFile& file, const ModelOpt
 std::unique_ptr<Model> make_qwen3next(const gguf::GgufFile& file, const ModelOptions& options);
 std::unique_ptr<Model> make_glm4moe(const gguf::GgufFile& file, const ModelOptions& options);
 std::unique_ptr<Model> make_eagle3(const gguf::GgufFile& file, const ModelOptions& options);
+std::unique_ptr<Model> make_deepseek2(const gguf::GgufFile& file, const ModelOptions& options);
 
 }  // namespace inferd::model

@@ -61,6 +61,12 @@ kernels::WeightMatrix WeightLoader::matrix_rows(const std::string& name, int64_t
     fail("{}: rows {}..{} of tensor '{}' are outside its {}", file_.name(), row_begin,
          row_begin + rows, name, total_rows);
   }
+  return take_rows(t, name, row_begin, rows, cols);
+}
+
+kernels::WeightMatrix WeightLoader::take_rows(const gguf::TensorInfo& t, const std::string& name,
+                                              int64_t row_begin, int64_t rows,
+                                              int64_t cols) const {
   check_multipliable(t);
   kernels::WeightMatrix w;
   w.type = t.type;
@@ -103,17 +109,57 @@ kernels::WeightMatrix WeightLoader::matrix_columns(const gguf::TensorInfo& t, in
   return w;
 }
 
+const gguf::TensorInfo& WeightLoader::find_stacked(const std::string& name, int64_t n,
+                                                   int64_t rows, int64_t cols) const {
+  const gguf::TensorInfo& t = find(name);
+  if (t.shape.size() != 3 || t.shape[0] != uint64_t(cols) || t.shape[1] != uint64_t(rows) ||
+      t.shape[2] != uint64_t(n)) {
+    fail("{}: tensor '{}' has shape {}, expected [{}, {}, {}]", file_.name(), name,
+         t.shape_string(), cols, rows, n);
+  }
+  return t;
+}
+
+kernels::WeightMatrix WeightLoader::stacked_matrix(const std::string& name, int64_t n,
+                                                   int64_t rows, int64_t cols) const {
+  return take_rows(find_stacked(name, n, rows, cols), name, 0, n * rows, cols);
+}
+
+kernels::WeightMatrix WeightLoader::transposed_stacked_f32(const std::string& name, int64_t n,
+                                                           int64_t rows, int64_t cols) const {
+  const gguf::TensorInfo& t = find_stacked(name, n, rows, cols);
+  check_multipliable(t);
+  kernels::WeightMatrix source;  // the file's rows, as they are
+  source.type = t.type;
+  source.rows = n * rows;
+  source.cols = cols;
+  source.row_bytes = static_cast<size_t>(*row_bytes(t.type, cols));
+  source.data = t.data;
+  const std::span<float> out = arena_->allocate_array<float>(static_cast<size_t>(n * rows * cols));
+  std::vector<float> row(static_cast<size_t>(cols));
+  for (int64_t m = 0; m < n; ++m) {
+    for (int64_t r = 0; r < rows; ++r) {
+      kernels::dequantize_row(source, m * rows + r, row.data());
+      for (int64_t c = 0; c < cols; ++c)  // out row m * cols + c, column r
+        out[static_cast<size_t>((m * cols + c) * rows + r)] = row[static_cast<size_t>(c)];
+    }
+  }
+  file_.release_pages(t.data, t.num_bytes);
+  kernels::WeightMatrix w;
+  w.type = DType::F32;
+  w.rows = n * cols;
+  w.cols = rows;
+  w.row_bytes = static_cast<size_t>(rows) * sizeof(float);
+  w.data = reinterpret_cast<const uint8_t*>(out.data());
+  return w;
+}
+
 std::vector<kernels::WeightMatrix> WeightLoader::expert_matrices(const std::string& name,
                                                                  int64_t n_experts,
                                                                  int64_t row_begin, int64_t rows,
                                                                  int64_t rows_per_expert,
                                                                  int64_t cols) const {
-  const gguf::TensorInfo& t = find(name);
-  if (t.shape.size() != 3 || t.shape[0] != uint64_t(cols) ||
-      t.shape[1] != uint64_t(rows_per_expert) || t.shape[2] != uint64_t(n_experts)) {
-    fail("{}: tensor '{}' has shape {}, expected [{}, {}, {}]", file_.name(), name,
-         t.shape_string(), cols, rows_per_expert, n_experts);
-  }
+  const gguf::TensorInfo& t = find_stacked(name, n_experts, rows_per_expert, cols);
   if (row_begin < 0 || rows <= 0 || row_begin + rows > rows_per_expert)
     fail("{}: rows {}..{} of tensor '{}' are outside its {} an expert", file_.name(), row_begin,
          row_begin + rows, name, rows_per_expert);

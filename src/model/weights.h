@@ -52,6 +52,15 @@ class WeightLoader {
   std::vector<kernels::WeightMatrix> expert_matrices(const std::string& name, int64_t n_experts,
                                                      int64_t row_begin, int64_t rows,
                                                      int64_t rows_per_expert, int64_t cols) const;
+  // A 3-D tensor of n matrices of [rows, cols] (GGUF shape [cols, rows, n]) as one matrix of
+  // n * rows rows: MLA's attn_v_b, a [value dims, kv_lora_rank] matrix a head.
+  kernels::WeightMatrix stacked_matrix(const std::string& name, int64_t n, int64_t rows,
+                                       int64_t cols) const;
+  // The same tensor with each of its n matrices transposed, as one F32 matrix of n * cols rows
+  // of `rows` values, made at load from the dequantized rows (exact, in 4 bytes a weight): MLA's
+  // attn_k_b, [kv_lora_rank, nope dims] a head, which decompresses the keys read the other way.
+  kernels::WeightMatrix transposed_stacked_f32(const std::string& name, int64_t n, int64_t rows,
+                                               int64_t cols) const;
   // An F32 [rows, n] table (GGUF [n, rows]): the experts' biases (row e for expert e), a
   // convolution's taps (row c for channel c).
   const float* f32_rows(const std::string& name, int64_t rows, int64_t n) const;
@@ -72,6 +81,13 @@ class WeightLoader {
 
  private:
   const gguf::TensorInfo& find(const std::string& name) const;
+  // Tensor `name` of `n` matrices of [rows, cols] (GGUF [cols, rows, n]), or an error naming it.
+  const gguf::TensorInfo& find_stacked(const std::string& name, int64_t n, int64_t rows,
+                                       int64_t cols) const;
+  // Rows [row_begin, row_begin + rows) of tensor t (rows of `cols` values), packed where the
+  // kernels pack its type.
+  kernels::WeightMatrix take_rows(const gguf::TensorInfo& t, const std::string& name,
+                                  int64_t row_begin, int64_t rows, int64_t cols) const;
   // shard(): this rank's columns of a [rows, cols x ranks] tensor, rows a whole row apart.
   kernels::WeightMatrix matrix_columns(const gguf::TensorInfo& t, int64_t rows, int64_t cols) const;
   int shard_rank_ = 0, shard_ranks_ = 1;
