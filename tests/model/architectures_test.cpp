@@ -173,7 +173,7 @@ std::vector<std::string> golden_names() {
   for (const char* family : {"llama3", "mistral", "qwen2", "qwen3", "gemma2", "gemma3", "phi3"})
     for (const char* type : {"Q8_0", "Q4_K_M"}) out.push_back(std::string(family) + "." + type);
   // Mixtures of experts, also in F16 (make-golden's MOE_TYPES).
-  for (const char* family : {"mixtral", "qwen2moe", "qwen3moe", "glm4moe"})
+  for (const char* family : {"mixtral", "qwen2moe", "qwen3moe", "glm4moe", "deepseek2", "deepseek2lite"})
     for (const char* type : {"F16", "Q8_0", "Q4_K_M"})
       out.push_back(std::string(family) + "." + type);
   for (const char* type : {"F16", "MXFP4_MOE"}) out.push_back(std::string("gpt-oss.") + type);
