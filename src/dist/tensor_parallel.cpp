@@ -29,14 +29,12 @@ class Writer {
   template <typename T>
   void put(const T& value) {
     static_assert(std::is_trivially_copyable_v<T>);
-    const auto* p = reinterpret_cast<const uint8_t*>(&value);
-    out_.insert(out_.end(), p, p + sizeof(T));
+    append(&value, sizeof(T));
   }
   template <typename T>
   void put_span(std::span<const T> values) {
     put<uint64_t>(values.size());
-    const auto* p = reinterpret_cast<const uint8_t*>(values.data());
-    out_.insert(out_.end(), p, p + values.size_bytes());
+    append(values.data(), values.size_bytes());
   }
   void put_flags(const std::vector<bool>& flags) {
     put<uint64_t>(flags.size());
@@ -55,6 +53,12 @@ class Writer {
   }
 
  private:
+  void append(const void* from, size_t n) {
+    if (n == 0) return;
+    const size_t at = out_.size();
+    out_.resize(at + n);
+    std::memcpy(out_.data() + at, from, n);
+  }
   std::vector<uint8_t>& out_;
 };
 
@@ -163,6 +167,7 @@ void cache_fields(Config& c, Field& f) {
   f(c.sliding_n_kv_heads);
   f(c.sliding_head_dim);
   f(c.sliding_keeps_all);
+  f(c.value_head_dim);
 }
 
 kv::KvCacheConfig decode_cache(Reader& in, int& threads) {
