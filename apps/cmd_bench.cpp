@@ -220,9 +220,14 @@ void bench(const BenchArgs& args) {
   for (const TestResult& t : results) {
     out.push_back(to_json(t, *model, path, footprint.total_bytes, footprint.parameters, threads,
                           device ? fmt::format("CUDA ({})", device->name)
-                                 : fmt::format("CPU ({})", kernels::active_kernels().isa)));
+                          : world.size() > 1
+                              ? fmt::format("CPU ({}), {} ranks", kernels::active_kernels().isa,
+                                            world.size())
+                              : fmt::format("CPU ({})", kernels::active_kernels().isa)));
   }
-  if (device) {
+  if (world.size() > 1) {
+    // Each rank reads its shard over links this process cannot see: no single bound applies.
+  } else if (device) {
     // The bound of a decode step on the device: its weights and KV over the device's measured
     // copy bandwidth (bytes read + written).
     kernels::ReadBandwidth copy;
@@ -250,6 +255,11 @@ void bench(const BenchArgs& args) {
                model->config().name, footprint.total_bytes / 1048576.0, footprint.parameters / 1e6,
                j["backends"].get<std::string>(), threads, test, j["avg_ts"].get<double>(),
                j["stddev_ts"].get<double>());
+  }
+  if (world.size() > 1) {
+    fmt::print("  roofline: not computed for {} ranks (each reads its shard; threads are per rank)\n",
+               world.size());
+    return;
   }
   print_roofline(footprint, out, threads);
 }
