@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <utility>
 #include <vector>
 
 namespace inferd::dist {
@@ -30,6 +31,8 @@ class Communicator {
   // it reaches: what a ring or tree moves is about that), and the seconds it spent in
   // collectives (waiting for the others included). Read from any thread (metrics).
   int64_t bytes_sent() const { return bytes_sent_.load(std::memory_order_relaxed); }
+  // Marks the other ranks as told to stop (dist::release_workers); true the first time only.
+  bool mark_released() { return !std::exchange(released_, true); }
   double comm_seconds() const { return comm_ns_.load(std::memory_order_relaxed) * 1e-9; }
 
  protected:
@@ -51,6 +54,7 @@ class Communicator {
   };
 
  private:
+  bool released_ = false;
   std::atomic<int64_t> bytes_sent_{0};
   std::atomic<int64_t> comm_ns_{0};
 };

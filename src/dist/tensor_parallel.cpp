@@ -230,12 +230,10 @@ void encode_copy_block(std::vector<uint8_t>& out, size_t group, int32_t from, in
 void encode_stop(std::vector<uint8_t>& out) { Writer w(out, Op::kStop); }
 
 void release_workers(Communicator& comm) {
-  static Communicator* released = nullptr;
-  if (comm.size() <= 1 || comm.rank() != 0 || released == &comm) return;
+  if (comm.size() <= 1 || comm.rank() != 0 || !comm.mark_released()) return;
   std::vector<uint8_t> message;
   encode_stop(message);
   comm.broadcast(message);
-  released = &comm;
 }
 
 int run_worker(Communicator& comm) {
