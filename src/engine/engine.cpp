@@ -203,6 +203,9 @@ Engine::Engine(const gguf::GgufFile& file, const EngineConfig& config)
   if (config.spec.enabled() && config.spec.method == SpecMethod::kEagle3 &&
       config.device != model::Device::kCpu)
     fail("--spec eagle3 runs on the CPU executor only");
+  if (config.spec.enabled() && config.spec.method == SpecMethod::kEagle3 && world.size() > 1)
+    fail("--spec eagle3 with --tensor-parallel is not implemented (a shard hands out no hidden "
+         "states)");
   model_ = model::load_model(file, options);
   config_.state_snapshots =
       model_->has_recurrent_state() && config_.prefix_caching
