@@ -14,7 +14,7 @@
 
 #include "bench_roofline.h"
 #include "cuda/device_info.h"
-#include "dist/communicator.h"
+#include "dist/tensor_parallel.h"
 #include "commands.h"
 #include "generation_options.h"
 #include "kernels/cpu_features.h"
@@ -187,12 +187,8 @@ void bench(const BenchArgs& args) {
   std::optional<cuda::DeviceInfo> device;
   if (cuda) device = cuda::probe_device();
   model::ModelOptions options{max_batch, context, cuda ? model::Device::kCuda : model::Device::kCpu};
-  dist::Communicator& world = dist::world();
-  if (args.tensor_parallel != world.size())
-    fail("--tensor-parallel {} in a job of {} process(es): start it with `mpirun -n {} inferd "
-         "bench ...`",
-         args.tensor_parallel, world.size(), std::max(args.tensor_parallel, world.size()));
-  if (world.size() > 1) options.tp = &world;
+  options.tp = dist::tensor_parallel_world(args.tensor_parallel, "bench");
+  const int ranks = options.tp != nullptr ? options.tp->size() : 1;
   auto model = model::load_model(file, options);
   const int block = 16;
   const auto blocks = static_cast<int32_t>((context + block - 1) / block);
@@ -220,12 +216,12 @@ void bench(const BenchArgs& args) {
   for (const TestResult& t : results) {
     out.push_back(to_json(t, *model, path, footprint.total_bytes, footprint.parameters, threads,
                           device ? fmt::format("CUDA ({})", device->name)
-                          : world.size() > 1
+                          : ranks > 1
                               ? fmt::format("CPU ({}), {} ranks", kernels::active_kernels().isa,
-                                            world.size())
+                                            ranks)
                               : fmt::format("CPU ({})", kernels::active_kernels().isa)));
   }
-  if (world.size() > 1) {
+  if (ranks > 1) {
     // Each rank reads its shard over links this process cannot see: no single bound applies.
   } else if (device) {
     // The bound of a decode step on the device: its weights and KV over the device's measured
@@ -256,9 +252,9 @@ void bench(const BenchArgs& args) {
                j["backends"].get<std::string>(), threads, test, j["avg_ts"].get<double>(),
                j["stddev_ts"].get<double>());
   }
-  if (world.size() > 1) {
+  if (ranks > 1) {
     fmt::print("  roofline: not computed for {} ranks (each reads its shard; threads are per rank)\n",
-               world.size());
+               ranks);
     return;
   }
   print_roofline(footprint, out, threads);

@@ -1,5 +1,6 @@
 #include "dist/tensor_parallel.h"
 
+#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <span>
@@ -228,6 +229,15 @@ void encode_copy_block(std::vector<uint8_t>& out, size_t group, int32_t from, in
 }
 
 void encode_stop(std::vector<uint8_t>& out) { Writer w(out, Op::kStop); }
+
+Communicator* tensor_parallel_world(int ranks, const char* command) {
+  Communicator& comm = world();
+  if (ranks != comm.size())
+    fail("--tensor-parallel {} in a job of {} process(es): start it with `mpirun -n {} inferd {} "
+         "...` and give --tensor-parallel the same number",
+         ranks, comm.size(), std::max(ranks, comm.size()), command);
+  return comm.size() > 1 ? &comm : nullptr;
+}
 
 void release_workers(Communicator& comm) {
   if (comm.size() <= 1 || comm.rank() != 0 || !comm.mark_released()) return;

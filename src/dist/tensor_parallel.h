@@ -39,6 +39,11 @@ void encode_forward(std::vector<uint8_t>& out, const model::Batch& batch);
 void encode_copy_block(std::vector<uint8_t>& out, size_t group, int32_t from, int32_t to);
 void encode_stop(std::vector<uint8_t>& out);
 
+// This process's world for a command given --tensor-parallel `ranks` (`command` names it in
+// the error): the world's communicator when it has more than one rank, nullptr when one; an
+// inferd::Error when the two numbers differ.
+Communicator* tensor_parallel_world(int ranks, const char* command);
+
 // Tells the other ranks to return from run_worker (once; later calls do nothing): rank 0 at
 // the end of its command.
 void release_workers(Communicator& comm);

@@ -6,7 +6,7 @@
 #include <limits>
 #include <utility>
 
-#include "dist/communicator.h"
+#include "dist/tensor_parallel.h"
 #include "engine/beam_search.h"
 #include "engine/stop_matcher.h"
 #include "model/registry.h"
@@ -192,18 +192,13 @@ Engine::Engine(const gguf::GgufFile& file, const EngineConfig& config)
   options.max_context = config_.context;
   options.device = config.device;
   options.mtp = config.spec.enabled() && config.spec.method == SpecMethod::kMtp;
-  dist::Communicator& world = dist::world();
-  if (config.tensor_parallel != world.size())
-    fail("--tensor-parallel {} in a job of {} process(es): start it with `mpirun -n {} inferd "
-         "...` and give --tensor-parallel the same number",
-         config.tensor_parallel, world.size(), std::max(config.tensor_parallel, world.size()));
-  if (world.size() > 1) options.tp = &world;
+  options.tp = dist::tensor_parallel_world(config.tensor_parallel, "run|chat|serve");
   if (options.mtp && config.device != model::Device::kCpu)
     fail("--spec mtp runs on the CPU executor only");
   if (config.spec.enabled() && config.spec.method == SpecMethod::kEagle3 &&
       config.device != model::Device::kCpu)
     fail("--spec eagle3 runs on the CPU executor only");
-  if (config.spec.enabled() && config.spec.method == SpecMethod::kEagle3 && world.size() > 1)
+  if (config.spec.enabled() && config.spec.method == SpecMethod::kEagle3 && options.tp != nullptr)
     fail("--spec eagle3 with --tensor-parallel is not implemented (a shard hands out no hidden "
          "states)");
   model_ = model::load_model(file, options);

@@ -132,18 +132,11 @@ void ModelRunner::run(std::span<const ScheduledSequence> scheduled) {
 void ModelRunner::eagle3_catch_up(const model::Batch& batch) {
   const auto n = static_cast<size_t>(hidden_width_);
   size_t rows = 0, entries = 0;
-  // g of position `before` of the entry's sequence: the row before in the entry, that position
-  // in another entry of the same sequence (a sequence split between the kernel routes), the
-  // sequence's mtp_hidden; nullptr (zeros) when none holds it.
+  // g of the position before token t's: this step's row of it, or the sequence's mtp_hidden;
+  // nullptr (zeros) when neither holds it.
   const auto g_of = [&](const model::BatchSequence& seq, int64_t t) -> const float* {
-    if (t > seq.token_begin) return &token_hidden_[static_cast<size_t>(t - 1) * n];
-    const int32_t before = batch.positions[static_cast<size_t>(t)] - 1;
-    for (const model::BatchSequence& other : batch.sequences) {
-      if (other.block_tables != seq.block_tables || &other == &seq) continue;
-      for (int64_t u = other.token_begin; u < other.token_end; ++u)
-        if (batch.positions[static_cast<size_t>(u)] == before) return &token_hidden_[static_cast<size_t>(u) * n];
-    }
-    return seq.mtp_prev_hidden;
+    const int64_t row = model::row_before(batch, seq, t);
+    return row >= 0 ? &token_hidden_[static_cast<size_t>(row) * n] : seq.mtp_prev_hidden;
   };
   for (const model::BatchSequence& seq : batch.sequences) {
     const size_t first = rows;

@@ -31,6 +31,17 @@ void check_batch(const Batch& batch, int n_vocab, int64_t max_positions) {
     if (r < 0 || r >= T) fail("hidden-state row {} is not a batch token", r);
 }
 
+int64_t row_before(const Batch& batch, const BatchSequence& seq, int64_t t) {
+  if (t > seq.token_begin) return t - 1;
+  const int32_t before = batch.positions[static_cast<size_t>(t)] - 1;
+  for (const BatchSequence& other : batch.sequences) {
+    if (other.block_tables != seq.block_tables || &other == &seq) continue;
+    for (int64_t u = other.token_begin; u < other.token_end; ++u)
+      if (batch.positions[static_cast<size_t>(u)] == before) return u;
+  }
+  return -1;
+}
+
 int64_t kv_slot(const std::vector<int32_t>& table, int64_t pos, int64_t block_size, size_t group) {
   const auto i = static_cast<size_t>(pos / block_size);
   if (i >= table.size() || table[i] == kv::kNoBlock)

@@ -72,6 +72,12 @@ struct Batch {
 // inferd::Error names the first problem.
 void check_batch(const Batch& batch, int n_vocab, int64_t max_positions);
 
+// The batch row that holds the position before token t's (t is a token of entry `seq`): the row
+// before it in the entry, or that position in another entry of the same sequence (a sequence
+// split between the kernel routes); -1 when the batch holds it nowhere (the drafters' catch-up
+// then takes the entry's mtp_prev_hidden).
+int64_t row_before(const Batch& batch, const BatchSequence& seq, int64_t t);
+
 // The KV slot (block * block_size + offset) of position `pos` through one KV group's block
 // table; an inferd::Error when the table has no block there.
 int64_t kv_slot(const std::vector<int32_t>& table, int64_t pos, int64_t block_size, size_t group);

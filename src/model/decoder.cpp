@@ -918,14 +918,8 @@ class Decoder final : public Model {
     const auto hidden_before = [&](int64_t t) -> const float* {
       for (const BatchSequence& seq : batch.sequences) {
         if (t < seq.token_begin || t >= seq.token_end) continue;
-        if (t > seq.token_begin) return batch.token_hidden + (t - 1) * n;
-        const int32_t before = batch.positions[static_cast<size_t>(t)] - 1;
-        for (const BatchSequence& other : batch.sequences) {
-          if (other.block_tables != seq.block_tables || &other == &seq) continue;
-          for (int64_t u = other.token_begin; u < other.token_end; ++u)
-            if (batch.positions[static_cast<size_t>(u)] == before) return batch.token_hidden + u * n;
-        }
-        return seq.mtp_prev_hidden;
+        const int64_t row = row_before(batch, seq, t);
+        return row >= 0 ? batch.token_hidden + row * n : seq.mtp_prev_hidden;
       }
       return nullptr;
     };
