@@ -14,7 +14,7 @@
 
 #include "bench_roofline.h"
 #include "cuda/device_info.h"
-#include "dist/tensor_parallel.h"
+#include "dist/model_parallel.h"
 #include "commands.h"
 #include "generation_options.h"
 #include "kernels/cpu_features.h"
@@ -40,6 +40,7 @@ struct BenchArgs {
   DType kv_value_type = DType::F16;
   model::Device device = model::Device::kCpu;
   int tensor_parallel = 1;
+  int pipeline_parallel = 1;
 };
 
 using Clock = std::chrono::steady_clock;
@@ -187,8 +188,11 @@ void bench(const BenchArgs& args) {
   std::optional<cuda::DeviceInfo> device;
   if (cuda) device = cuda::probe_device();
   model::ModelOptions options{max_batch, context, cuda ? model::Device::kCuda : model::Device::kCpu};
-  options.tp = dist::tensor_parallel_world(args.tensor_parallel, "bench");
-  const int ranks = options.tp != nullptr ? options.tp->size() : 1;
+  const dist::ParallelWorld world =
+      dist::parallel_world(args.tensor_parallel, args.pipeline_parallel, "bench");
+  options.tp = world.tensor;
+  options.pp = world.pipeline;
+  const int ranks = world.ranks();
   auto model = model::load_model(file, options);
   const int block = 16;
   const auto blocks = static_cast<int32_t>((context + block - 1) / block);
@@ -217,8 +221,8 @@ void bench(const BenchArgs& args) {
     out.push_back(to_json(t, *model, path, footprint.total_bytes, footprint.parameters, threads,
                           device ? fmt::format("CUDA ({})", device->name)
                           : ranks > 1
-                              ? fmt::format("CPU ({}), {} ranks", kernels::active_kernels().isa,
-                                            ranks)
+                              ? fmt::format("CPU ({}), {} {} ranks", kernels::active_kernels().isa,
+                                            ranks, world.pipeline != nullptr ? "pipeline" : "tensor")
                               : fmt::format("CPU ({})", kernels::active_kernels().isa)));
   }
   if (ranks > 1) {
@@ -288,7 +292,7 @@ void register_bench(CLI::App& app) {
   cmd->add_flag("--json", args->json, "Print a JSON list with llama-bench's fields");
   add_kv_type_options(*cmd, args->kv_key_type, args->kv_value_type);
   add_device_option(*cmd, args->device);
-  add_tensor_parallel_option(*cmd, args->tensor_parallel);
+  add_parallel_options(*cmd, args->tensor_parallel, args->pipeline_parallel);
   cmd->callback([args] { bench(*args); });
 }
 

@@ -28,6 +28,7 @@ struct ServeArgs {
   int port = 8080;
   ThreadOptions threads;
   int tensor_parallel = 1;
+  int pipeline_parallel = 1;
   int64_t context = 0;
   int64_t cache_ram_mib = -1;  // --cache-ram: a hybrid model's snapshot memory; -1: the default
   int max_seqs = 16;
@@ -355,6 +356,7 @@ void serve(ServeArgs args) {
   config.threads = args.threads.count();
   config.pin_threads = args.threads.pin();
   config.tensor_parallel = args.tensor_parallel;
+  config.pipeline_parallel = args.pipeline_parallel;
   config.context = args.context;
   config.max_seqs = args.max_seqs;
   if (args.kv_pool_tokens > 0)
@@ -574,7 +576,7 @@ void register_serve(CLI::App& app) {
   add_spec_options(*cmd, args->spec);
   add_grammar_thread_option(*cmd, args->grammar_thread);
   add_device_option(*cmd, args->device);
-  add_tensor_parallel_option(*cmd, args->tensor_parallel);
+  add_parallel_options(*cmd, args->tensor_parallel, args->pipeline_parallel);
   add_sampling_options(*cmd, args->sampling);
   cmd->add_flag("--embedding,--embeddings", args->embedding,
                 "Serve embeddings: POST /v1/embeddings, /embeddings, /embedding (the prompt's "

@@ -29,11 +29,16 @@ int ThreadOptions::count() const {
   return threads > 0 ? threads : default_threads();
 }
 
-void add_tensor_parallel_option(CLI::App& cmd, int& ranks) {
-  cmd.add_option("--tensor-parallel,--tensor-parallel-size", ranks,
+void add_parallel_options(CLI::App& cmd, int& tensor_ranks, int& pipeline_ranks) {
+  cmd.add_option("--tensor-parallel,--tensor-parallel-size", tensor_ranks,
                  "Split the model over this many processes (tensor parallelism: heads and "
                  "feed-forward columns per rank), started by `mpirun -n N inferd ...` on one "
                  "machine or several")
+      ->check(CLI::Range(1, 64));
+  cmd.add_option("--pipeline-parallel,--pipeline-parallel-size", pipeline_ranks,
+                 "Split the model over this many processes by layers (pipeline parallelism: a "
+                 "run of layers per rank, micro-batches flowing from rank to rank), started by "
+                 "`mpirun -n N inferd ...`")
       ->check(CLI::Range(1, 64));
 }
 
@@ -172,7 +177,7 @@ void GenerationOptions::add_to(CLI::App& cmd) {
   add_spec_options(cmd, spec);
   add_grammar_thread_option(cmd, grammar_thread);
   add_device_option(cmd, device);
-  add_tensor_parallel_option(cmd, tensor_parallel);
+  add_parallel_options(cmd, tensor_parallel, pipeline_parallel);
   auto* schema = cmd.add_option("-j,--json-schema,--json-schema-file", json_schema,
                                 "Constrain the output to a JSON schema (inline JSON or a file)");
   auto* gbnf = cmd.add_option("--grammar,--grammar-file", grammar,
@@ -238,6 +243,7 @@ engine::EngineConfig GenerationOptions::engine_config() const {
   config.spec = spec;
   config.device = device;
   config.tensor_parallel = tensor_parallel;
+  config.pipeline_parallel = pipeline_parallel;
   config.grammar_thread = grammar_thread;
   return config;
 }

@@ -42,6 +42,7 @@ struct GenerationOptions {
   engine::GrammarThread grammar_thread = engine::GrammarThread::kAuto;
   model::Device device = model::Device::kCpu;
   int tensor_parallel = 1;
+  int pipeline_parallel = 1;
   // Structured output (structured/grammar.h): at most one of these.
   std::string json_schema;  // a JSON schema, inline or a file's path
   std::string grammar;      // a GBNF grammar, inline or a file's path
@@ -71,8 +72,9 @@ void add_prefix_cache_option(CLI::App& cmd, bool& no_prefix_cache);
 // --device cpu|cuda: where the model runs (model::Device; cuda: one GPU, src/cuda/).
 void add_device_option(CLI::App& cmd, model::Device& device);
 // --tensor-parallel N (vLLM's -tp / --tensor-parallel-size): the model split over the N
-// processes of `mpirun -n N` (dist/tensor_parallel.h).
-void add_tensor_parallel_option(CLI::App& cmd, int& ranks);
+// processes of `mpirun -n N` (dist/model_parallel.h).
+// --tensor-parallel and --pipeline-parallel (dist/model_parallel.h).
+void add_parallel_options(CLI::App& cmd, int& tensor_ranks, int& pipeline_ranks);
 
 // --grammar-thread auto|on|off (engine::GrammarThread).
 void add_grammar_thread_option(CLI::App& cmd, engine::GrammarThread& grammar_thread);

@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <barrier>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
 #include <cstring>
 #include <memory>
 #include <numeric>
@@ -25,6 +28,9 @@ class Alone final : public Communicator {
   void gather(const float* send, float* recv, std::span<const int64_t> counts) override {
     std::copy_n(send, counts[0], recv);
   }
+  void send(int to, const float*, int64_t) override { fail("no rank {} to send to: one rank alone", to); }
+  void recv(int from, float*, int64_t) override { fail("no rank {} to receive from: one rank alone", from); }
+  void wait_sends() override {}
 };
 
 #ifdef INFERD_MPI
@@ -35,6 +41,7 @@ class Mpi final : public Communicator {
   Mpi() {
     MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
     MPI_Comm_size(MPI_COMM_WORLD, &size_);
+    requests_.reserve(64);
   }
   int rank() const override { return rank_; }
   int size() const override { return size_; }
@@ -79,8 +86,28 @@ class Mpi final : public Communicator {
           "MPI_Gatherv");
     if (rank_ != 0) count_sent(counts[static_cast<size_t>(rank_)] * static_cast<int64_t>(sizeof(float)));
   }
+  void send(int to, const float* data, int64_t n) override {
+    MPI_Request& request = requests_.emplace_back();  // (capacity kept: no allocation per step)
+    check(MPI_Isend(data, count(n), MPI_FLOAT, to, kPointToPointTag, MPI_COMM_WORLD, &request),
+          "MPI_Isend");
+    count_sent(n * static_cast<int64_t>(sizeof(float)));
+  }
+  void recv(int from, float* data, int64_t n) override {
+    const Timed timed(*this);
+    check(MPI_Recv(data, count(n), MPI_FLOAT, from, kPointToPointTag, MPI_COMM_WORLD,
+                   MPI_STATUS_IGNORE),
+          "MPI_Recv");
+  }
+  void wait_sends() override {
+    if (requests_.empty()) return;
+    const Timed timed(*this);
+    check(MPI_Waitall(static_cast<int>(requests_.size()), requests_.data(), MPI_STATUSES_IGNORE),
+          "MPI_Waitall");
+    requests_.clear();
+  }
 
  private:
+  static constexpr int kPointToPointTag = 1;
   static int count(int64_t n) {
     if (n > INT32_MAX) fail("MPI: a message of {} elements is too large", n);
     return static_cast<int>(n);
@@ -91,6 +118,7 @@ class Mpi final : public Communicator {
   int rank_ = 0, size_ = 1;
   std::vector<int> counts_, displacements_;
   std::vector<float> parts_;  // [size, n] every rank's part of an all-reduce
+  std::vector<MPI_Request> requests_;  // the sends not yet waited for
 };
 #endif
 
@@ -104,11 +132,23 @@ bool& mpi_started() {
   return started;
 }
 
-// The shared side of a ThreadGroup: each rank's posted buffer, and a barrier between phases.
+// The messages sent from one rank to another and not yet received, in order.
+struct Mailbox {
+  std::mutex mutex;
+  std::condition_variable arrived;
+  std::deque<std::vector<float>> messages;
+};
+
+// The shared side of a ThreadGroup: each rank's posted buffer, a barrier between phases, and a
+// mailbox for each (from, to) pair.
 struct ThreadShared {
-  explicit ThreadShared(int size) : barrier(size), posted(static_cast<size_t>(size)) {}
+  explicit ThreadShared(int size)
+      : barrier(size),
+        posted(static_cast<size_t>(size)),
+        mailboxes(static_cast<size_t>(size) * static_cast<size_t>(size)) {}
   std::barrier<> barrier;
   std::vector<const void*> posted;  // [size] what each rank put up for the collective
+  std::vector<Mailbox> mailboxes;   // [from * size + to]
 };
 
 class ThreadRank final : public Communicator {
@@ -147,8 +187,35 @@ class ThreadRank final : public Communicator {
     shared_->barrier.arrive_and_wait();
     if (rank_ != 0) count_sent(counts[static_cast<size_t>(rank_)] * static_cast<int64_t>(sizeof(float)));
   }
+  // A send is a copy into the mailbox (done at once: wait_sends has nothing to wait for).
+  void send(int to, const float* data, int64_t n) override {
+    Mailbox& box = mailbox(rank_, to);
+    {
+      const std::lock_guard lock(box.mutex);
+      box.messages.emplace_back(data, data + n);
+    }
+    box.arrived.notify_one();
+    count_sent(n * static_cast<int64_t>(sizeof(float)));
+  }
+  void recv(int from, float* data, int64_t n) override {
+    Mailbox& box = mailbox(from, rank_);
+    std::unique_lock lock(box.mutex);
+    box.arrived.wait(lock, [&] { return !box.messages.empty(); });
+    const std::vector<float> message = std::move(box.messages.front());
+    box.messages.pop_front();
+    lock.unlock();
+    if (std::ssize(message) != n)
+      fail("rank {} expected {} floats from rank {}, got {}", rank_, n, from, message.size());
+    std::copy(message.begin(), message.end(), data);
+  }
+  void wait_sends() override {}
 
  private:
+  Mailbox& mailbox(int from, int to) {
+    if (from < 0 || from >= size_ || to < 0 || to >= size_ || from == to)
+      fail("no message between ranks {} and {} of {}", from, to, size_);
+    return shared_->mailboxes[static_cast<size_t>(from * size_ + to)];
+  }
   // Puts this rank's buffer up and waits until every rank has.
   void post(const void* data) {
     shared_->posted[static_cast<size_t>(rank_)] = data;

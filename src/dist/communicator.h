@@ -1,8 +1,9 @@
-// Communicator: the collective operations between the processes (ranks) that split one model
-// (tensor parallelism, dist/tensor_parallel.h). Two transports: MPI between processes, on one
-// machine or several (`mpirun -n N inferd ...`; built with INFERD_MPI), and threads of one
-// process (ThreadGroup: the tests' stand-in, the same code on the model's side). Every rank
-// calls each collective in the same order; a call returns when its result is there.
+// Communicator: the collective and point-to-point operations between the processes (ranks) that
+// split one model (tensor and pipeline parallelism, dist/model_parallel.h). Two transports: MPI
+// between processes, on one machine or several (`mpirun -n N inferd ...`; built with
+// INFERD_MPI), and threads of one process (ThreadGroup: the tests' stand-in, the same code on
+// the model's side). Every rank calls each collective in the same order; a call returns when its
+// result is there.
 #pragma once
 
 #include <atomic>
@@ -27,6 +28,14 @@ class Communicator {
   // Rank r's counts[r] floats of `send`, one rank after the other, into `recv` on rank 0
   // (sum of counts floats; the others pass nullptr).
   virtual void gather(const float* send, float* recv, std::span<const int64_t> counts) = 0;
+  // Point to point (pipeline parallelism): n floats to rank `to`, handed off without waiting
+  // for the receiver (`data` must stay as it is until wait_sends returns), and n floats from rank
+  // `from` into `data`, returning once they are there. Between two ranks, messages arrive in the
+  // order they were sent.
+  virtual void send(int to, const float* data, int64_t n) = 0;
+  virtual void recv(int from, float* data, int64_t n) = 0;
+  // Returns once every send so far is done with its data.
+  virtual void wait_sends() = 0;
   // Bytes this rank has sent so far (each collective counted as its payload once per other rank
   // it reaches: what a ring or tree moves is about that), and the seconds it spent in
   // collectives (waiting for the others included). Read from any thread (metrics).

@@ -6,7 +6,7 @@
 #include <limits>
 #include <utility>
 
-#include "dist/tensor_parallel.h"
+#include "dist/model_parallel.h"
 #include "engine/beam_search.h"
 #include "engine/stop_matcher.h"
 #include "model/registry.h"
@@ -192,15 +192,19 @@ Engine::Engine(const gguf::GgufFile& file, const EngineConfig& config)
   options.max_context = config_.context;
   options.device = config.device;
   options.mtp = config.spec.enabled() && config.spec.method == SpecMethod::kMtp;
-  options.tp = dist::tensor_parallel_world(config.tensor_parallel, "run|chat|serve");
+  const dist::ParallelWorld world =
+      dist::parallel_world(config.tensor_parallel, config.pipeline_parallel, "run|chat|serve");
+  options.tp = world.tensor;
+  options.pp = world.pipeline;
   if (options.mtp && config.device != model::Device::kCpu)
     fail("--spec mtp runs on the CPU executor only");
   if (config.spec.enabled() && config.spec.method == SpecMethod::kEagle3 &&
       config.device != model::Device::kCpu)
     fail("--spec eagle3 runs on the CPU executor only");
-  if (config.spec.enabled() && config.spec.method == SpecMethod::kEagle3 && options.tp != nullptr)
-    fail("--spec eagle3 with --tensor-parallel is not implemented (a shard hands out no hidden "
-         "states)");
+  if (config.spec.enabled() && config.spec.method == SpecMethod::kEagle3 &&
+      world.ranks() > 1)
+    fail("--spec eagle3 with --tensor-parallel or --pipeline-parallel is not implemented (the "
+         "ranks hand out no hidden states)");
   model_ = model::load_model(file, options);
   config_.state_snapshots =
       model_->has_recurrent_state() && config_.prefix_caching
@@ -293,13 +297,19 @@ Engine::Engine(const gguf::GgufFile& file, const EngineConfig& config)
   if (kv::BlockPool* snapshots = cache_->snapshot_pool()) {
     scheduler_->set_snapshots(
         snapshots,
-        [cache = cache_.get()](int32_t state, int32_t snapshot) { cache->save_snapshot(state, snapshot); },
-        [cache = cache_.get()](int32_t snapshot, int32_t state) { cache->load_snapshot(snapshot, state); });
+        [model = model_.get(), cache = cache_.get()](int32_t state, int32_t snapshot) {
+          model->save_state_snapshot(*cache, state, snapshot);
+        },
+        [model = model_.get(), cache = cache_.get()](int32_t snapshot, int32_t state) {
+          model->load_state_snapshot(*cache, snapshot, state);
+        });
   }
   if (cache_->has_state()) {
     scheduler_->set_state_pool(
         cache_->state_pool(),
-        [cache = cache_.get()](int32_t from, int32_t to) { cache->copy_state(from, to); },
+        [model = model_.get(), cache = cache_.get()](int32_t from, int32_t to) {
+          model->copy_state(*cache, from, to);
+        },
         config.spec.enabled());
   }
 }
@@ -963,7 +973,7 @@ void Engine::checkpoint_recurrent_states() {
   if (!cache_->has_state()) return;
   for (const ScheduledSequence& s : scheduled_) {
     if (s.seq->num_draft > 0 && s.seq->checkpoint_slot >= 0)
-      cache_->copy_state(s.seq->state_slot, s.seq->checkpoint_slot);
+      model_->copy_state(*cache_, s.seq->state_slot, s.seq->checkpoint_slot);
   }
 }
 
@@ -988,7 +998,7 @@ void Engine::verify_drafts(Active& active, size_t scheduled_index, int64_t first
   // A hybrid model's state has gone through every draft: after a rejected one it goes back to
   // the step's start, and the kept tokens are computed again with the next step's.
   if (!active.done && accepted < drafted && seq.checkpoint_slot >= 0) {
-    cache_->copy_state(seq.checkpoint_slot, seq.state_slot);
+    model_->copy_state(*cache_, seq.checkpoint_slot, seq.state_slot);
     seq.num_computed = first_position;
   }
   spec_stats_.num_drafts += 1;

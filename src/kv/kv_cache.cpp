@@ -184,10 +184,14 @@ KvCache::KvCache(const KvCacheConfig& config) : config_(config) {
       break;
     }
   }
+  if (!config.remote_layers.empty() && std::ssize(config.remote_layers) != config.n_layers)
+    fail("KV cache: {} remote-layer flags for {} layers", config.remote_layers.size(),
+         config.n_layers);
+  const auto remote = [&](int l) { return !config.remote_layers.empty() && config.remote_layers[size_t(l)]; };
   for (int l = 0; l < config.n_layers; ++l) {
     const int g = stateless(l) ? -1 : group_of_kind[slides(l)];
     layer_group_.push_back(g);
-    layer_index_.push_back(g < 0 ? -1 : groups_[static_cast<size_t>(g)].n_layers++);
+    layer_index_.push_back(g < 0 || remote(l) ? -1 : groups_[static_cast<size_t>(g)].n_layers++);
   }
   if (groups_.empty()) fail("KV cache: every layer is stateless; a hybrid model needs attention layers");
   if (config.state_floats < 0 || config.num_state_slots < 0 ||
@@ -319,7 +323,9 @@ void KvCache::copy_block(size_t group, int32_t from, int32_t to) {
   const Geometry& g = geometry_[group];
   const auto heads = static_cast<size_t>(g.n_kv_heads);
   for (int l = 0; l < config_.n_layers; ++l) {
-    if (layer_group_[static_cast<size_t>(l)] != static_cast<int>(group)) continue;
+    if (layer_group_[static_cast<size_t>(l)] != static_cast<int>(group) ||
+        layer_index_[static_cast<size_t>(l)] < 0)  // (a remote layer: stored on another rank)
+      continue;
     std::memcpy(key_data(l) + offset(l, to, 0) * g.key_bytes,
                 key_data(l) + offset(l, from, 0) * g.key_bytes, heads * g.key_bytes);
     std::memcpy(value_data(l) + offset(l, to, 0) * g.value_bytes,

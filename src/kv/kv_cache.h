@@ -118,6 +118,10 @@ struct KvCacheConfig {
   // layers have their own shape and so cannot join the full group): attention still applies
   // the window, nothing is freed behind it.
   bool sliding_keeps_all = false;
+  // Layers another rank of a pipeline runs (dist/model_parallel.h): one flag per layer, empty:
+  // none. They count in their kind's group, so that every rank has the same groups and the
+  // same block tables, but have no K/V storage here.
+  std::vector<bool> remote_layers = {};
 };
 
 class KvCache {

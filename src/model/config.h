@@ -68,6 +68,10 @@ struct ModelConfig {
   // Layers that attend over an earlier layer's K/V and store none (Gemma 4's shared KV): for
   // each layer the layer whose cache it reads (itself for most); empty: every layer its own.
   std::vector<int> kv_source_layers;
+  // Pipeline parallelism (dist/model_parallel.h): the layers another rank runs, one flag per
+  // layer (empty: this process runs every layer). Their K/V are not kept here
+  // (KvCacheConfig::remote_layers).
+  std::vector<bool> remote_layers;
 
   bool layer_slides(int l) const {
     return !sliding_layers.empty() && sliding_layers[static_cast<size_t>(l)];

@@ -14,7 +14,7 @@
 #include <fmt/core.h>
 
 #include "dist/communicator.h"
-#include "dist/tensor_parallel.h"
+#include "dist/model_parallel.h"
 #include "kernels/attention.h"
 #include "kernels/matmul.h"
 #include "kernels/ops.h"
@@ -114,6 +114,9 @@ struct DecoderWorkspace {
   // and on rank 0 every rank's slices as they come together, [16, n_vocab].
   std::span<float> tp_logits;
   std::span<float> tp_gathered;
+  // Pipeline parallelism: what this rank sends, each micro-batch's rows at its tokens' place,
+  // [T, n_embd] (rank 0 receives the final rows there too).
+  std::span<float> pipeline_out;
   std::span<int64_t> slots;  // [kMaxKvGroups, T] each token's KV slot in each group
   kernels::ActivationScratch scratch;
 };
@@ -146,7 +149,12 @@ class Decoder final : public Model {
       config_.recurrent_layers = delta_config_->recurrent_layers;
     }
     WeightLoader w(file);
+    if (options.tp != nullptr && options.tp->size() > 1 && options.pp != nullptr &&
+        options.pp->size() > 1)
+      fail("{}: tensor and pipeline parallelism at once are not implemented", file.name());
     if (options.tp != nullptr && options.tp->size() > 1) split_for_tensor_parallel(file, options, w);
+    layer_end_ = c.n_layers;
+    if (options.pp != nullptr && options.pp->size() > 1) split_for_pipeline(file, options);
     if (spec_.eagle3) {
       load_eagle3_head(file, w, options);
     } else {
@@ -174,7 +182,7 @@ class Decoder final : public Model {
     allocate_workspace();
   }
 
-  // Tensor parallelism (dist/tensor_parallel.h): this rank's share of the heads, kv heads and
+  // Tensor parallelism (dist/model_parallel.h): this rank's share of the heads, kv heads and
   // feed-forward width (config_ holds them from here on, so every shape below is the shard's),
   // its slice of the vocabulary, and the loader set to take its parts of the tensors. Rank 0
   // first tells the other ranks to load theirs. What the split does not cover is refused by
@@ -202,8 +210,9 @@ class Decoder final : public Model {
            "--tensor-parallel must divide each",
            file.name(), c.n_heads, c.n_kv_heads, c.n_ff, ranks);
     if (tp_->rank() == 0) {
-      dist::encode_load(tp_message_, file.name(), options.max_batch_tokens, options.max_context);
-      tp_->broadcast(tp_message_);
+      dist::encode_load(message_, file.name(), options.max_batch_tokens, options.max_context,
+                        dist::Parallelism::kTensor);
+      tp_->broadcast(message_);
     }
     c.n_heads /= ranks;
     c.n_kv_heads /= ranks;
@@ -215,8 +224,84 @@ class Decoder final : public Model {
     w.shard(tp_->rank(), ranks);
   }
 
+  // Pipeline parallelism (dist/model_parallel.h): this rank's run of layers (the others' are
+  // skipped at load and flagged in ModelConfig::remote_layers, so that its KV cache keeps only
+  // its own), rank 0 holding the vocabulary too. Rank 0 first tells the other ranks to load
+  // theirs. What the split does not cover is refused by name.
+  void split_for_pipeline(const gguf::GgufFile& file, const ModelOptions& options) {
+    pp_ = options.pp;
+    const int ranks = pp_->size();
+    const ModelConfig& c = config_;
+    const auto refuse = [&](const char* what) {
+      fail("{}: pipeline parallelism over {} ranks is not implemented for {}", file.name(), ranks,
+           what);
+    };
+    if (spec_.eagle3 || options.mtp) refuse("draft heads (EAGLE-3, MTP)");
+    if (spec_.per_layer_embd > 0) refuse("per-layer embeddings (Gemma 4's E models)");
+    if (spec_.shared_kv_layers > 0) refuse("layers that read an earlier layer's K/V (Gemma 4)");
+    if (c.n_layers < ranks)
+      fail("{}: {} layers do not split into {} ranks: --pipeline-parallel must be at most the "
+           "layer count",
+           file.name(), c.n_layers, ranks);
+    if (pp_->rank() == 0) {
+      dist::encode_load(message_, file.name(), options.max_batch_tokens, options.max_context,
+                        dist::Parallelism::kPipeline);
+      pp_->broadcast(message_);
+    }
+    const int rank = pp_->rank();
+    layer_begin_ = static_cast<int>(int64_t{c.n_layers} * rank / ranks);
+    layer_end_ = static_cast<int>(int64_t{c.n_layers} * (rank + 1) / ranks);
+    config_.remote_layers.assign(static_cast<size_t>(c.n_layers), true);
+    for (int l = layer_begin_; l < layer_end_; ++l) config_.remote_layers[static_cast<size_t>(l)] = false;
+  }
+
+  // The other ranks, when this process is rank 0 of a split model (it tells them what to do);
+  // nullptr otherwise.
+  dist::Communicator* followers() const {
+    dist::Communicator* ranks = tp_ != nullptr ? tp_ : pp_;
+    return ranks != nullptr && ranks->rank() == 0 ? ranks : nullptr;
+  }
+  // Rank 0 of a split model: the other ranks do the same recurrent-state operation.
+  void tell_followers(dist::Op op, int32_t from, int32_t to) {
+    if (dist::Communicator* ranks = followers()) {
+      dist::encode_state_op(message_, op, from, to);
+      ranks->broadcast(message_);
+    }
+  }
+
+  // Whether this rank runs layer l (pipeline parallelism: its run of layers; else every one).
+  bool runs_layer(int l) const { return l >= layer_begin_ && l < layer_end_; }
+  // Whether this rank holds the token embeddings and the vocabulary projection (rank 0 of a
+  // pipeline; every rank otherwise).
+  bool holds_vocabulary() const { return pp_ == nullptr || pp_->rank() == 0; }
+
   // The token embeddings, the layers and the output of an ordinary model, and its MTP blocks.
   void load_trunk(const gguf::GgufFile& file, WeightLoader& w, const ModelOptions& options) {
+    const ModelConfig& c = config_;
+    if (!holds_vocabulary()) {  // rank 0 of the pipeline embeds and projects
+      for (const char* name : {"token_embd.weight", "output.weight", "output_norm.weight"})
+        w.skip(name);
+    } else {
+      load_vocabulary(w);
+    }
+    for (int i = 0; i < c.n_layers; ++i) {
+      DecoderLayer& layer = layers_.emplace_back();
+      if (runs_layer(i)) {
+        load_layer(w, i, layer);
+        continue;
+      }
+      // Another rank's layer: its tensors are that rank's to load (and check); its share of the
+      // recurrent state is counted all the same, so that every rank lays the state out alike.
+      w.skip_prefix(layer_prefix(i));
+      if (delta_config_ && delta_config_->recurrent_layers[static_cast<size_t>(i)])
+        config_.recurrent_state_floats += delta_config_->layer_state_floats();
+    }
+    load_mtp_blocks(file, w, options);
+  }
+
+  // The token embeddings, the per-layer embedding tables, the output norm and the vocabulary
+  // projection (tensor parallelism: this rank's rows of it).
+  void load_vocabulary(WeightLoader& w) {
     const ModelConfig& c = config_;
     // Looked up row by row; multiplied too when the output is tied to it.
     w.keep_rows("token_embd.weight", !w.has("output.weight"));
@@ -238,42 +323,56 @@ class Decoder final : public Model {
     output_norm_ = w.vector("output_norm.weight", c.n_embd);
     if (tp_ == nullptr)
       output_ = w.has("output.weight") ? w.matrix("output.weight", c.n_vocab, c.n_embd) : token_embd_;
-    for (int i = 0; i < c.n_layers; ++i) {
-      DecoderLayer& layer = layers_.emplace_back();
-      if (delta_config_ && delta_config_->recurrent_layers[static_cast<size_t>(i)]) {
-        const std::string p = layer_prefix(i);
-        layer.attn_norm = w.vector(p + "attn_norm.weight", c.n_embd);
-        layer.ffn_norm = w.vector(p + spec_.ffn_norm + ".weight", c.n_embd);
-        layer.delta_net = load_delta_net_layer(w, p, *delta_config_, *spec_.delta_net, c.n_embd);
-        layer.delta_net->state_offset = config_.recurrent_state_floats;
-        config_.recurrent_state_floats += delta_config_->layer_state_floats();
-      } else {
-        load_attention(w, i, layer);
-        layer.value_from_key =
-            spec_.value_from_key_when_absent && !w.has(layer_prefix(i) + "attn_v.weight");
-      }
-      layer.head_dim = c.head_dim_of(i);
-      layer.value_dim = c.value_dim_of(i);
-      layer.n_kv_heads = c.n_kv_heads_of(i);
-      layer.n_ff = c.n_ff_of(i);
-      layer.kv_layer = c.kv_layer(i);
-      load_gemma4_layer_extras(w, i, layer);
-      // Experts from leading_dense_block_count on, or (Gemma 4) where the layer has a router,
-      // then beside the dense MLP.
+  }
+
+  // Layer i's tensors: a recurrent or an attention layer, the feed-forward (dense, experts or
+  // both) and the extras of its architecture.
+  void load_layer(WeightLoader& w, int i, DecoderLayer& layer) {
+    const ModelConfig& c = config_;
+    if (delta_config_ && delta_config_->recurrent_layers[static_cast<size_t>(i)]) {
       const std::string p = layer_prefix(i);
-      const bool experts = moe_config_ && (spec_.moe_beside_dense_mlp
-                                               ? w.has(p + "ffn_gate_inp.weight")
-                                               : moe_config_->moe_layer(i));
-      if (experts) layer.moe = load_moe_layer(w, p, *moe_config_, *spec_.moe, c.n_embd);
-      if (!experts || spec_.moe_beside_dense_mlp) load_layer_dense_ffn(w, spec_, c, i, layer);
-      if (experts && spec_.moe_beside_dense_mlp) {
-        layer.router_scale = w.vector(p + "ffn_gate_inp.scale", c.n_embd);
-        layer.pre_moe_norm = w.vector(p + "pre_ffw_norm_2.weight", c.n_embd);
-        layer.post_mlp_norm = w.vector(p + "post_ffw_norm_1.weight", c.n_embd);
-        layer.post_moe_norm = w.vector(p + "post_ffw_norm_2.weight", c.n_embd);
-      }
-      if (spec_.attention_sinks)
-        layer.attn_sinks = w.vector(layer_prefix(i) + "attn_sinks.weight", c.n_heads);
+      layer.attn_norm = w.vector(p + "attn_norm.weight", c.n_embd);
+      layer.ffn_norm = w.vector(p + spec_.ffn_norm + ".weight", c.n_embd);
+      layer.delta_net = load_delta_net_layer(w, p, *delta_config_, *spec_.delta_net, c.n_embd);
+      layer.delta_net->state_offset = config_.recurrent_state_floats;
+      config_.recurrent_state_floats += delta_config_->layer_state_floats();
+    } else {
+      load_attention(w, i, layer);
+      layer.value_from_key =
+          spec_.value_from_key_when_absent && !w.has(layer_prefix(i) + "attn_v.weight");
+    }
+    layer.head_dim = c.head_dim_of(i);
+    layer.value_dim = c.value_dim_of(i);
+    layer.n_kv_heads = c.n_kv_heads_of(i);
+    layer.n_ff = c.n_ff_of(i);
+    layer.kv_layer = c.kv_layer(i);
+    load_gemma4_layer_extras(w, i, layer);
+    // Experts from leading_dense_block_count on, or (Gemma 4) where the layer has a router,
+    // then beside the dense MLP.
+    const std::string p = layer_prefix(i);
+    const bool experts = moe_config_ && (spec_.moe_beside_dense_mlp
+                                             ? w.has(p + "ffn_gate_inp.weight")
+                                             : moe_config_->moe_layer(i));
+    if (experts) layer.moe = load_moe_layer(w, p, *moe_config_, *spec_.moe, c.n_embd);
+    if (!experts || spec_.moe_beside_dense_mlp) load_layer_dense_ffn(w, spec_, c, i, layer);
+    if (experts && spec_.moe_beside_dense_mlp) {
+      layer.router_scale = w.vector(p + "ffn_gate_inp.scale", c.n_embd);
+      layer.pre_moe_norm = w.vector(p + "pre_ffw_norm_2.weight", c.n_embd);
+      layer.post_mlp_norm = w.vector(p + "post_ffw_norm_1.weight", c.n_embd);
+      layer.post_moe_norm = w.vector(p + "post_ffw_norm_2.weight", c.n_embd);
+    }
+    if (spec_.attention_sinks)
+      layer.attn_sinks = w.vector(layer_prefix(i) + "attn_sinks.weight", c.n_heads);
+  }
+
+  // The file's multi-token-prediction blocks (ModelConfig::n_nextn_layers), loaded to draft
+  // with (ModelOptions::mtp) or kept and said not run; a pipeline's ranks skip them (drafting is
+  // refused there).
+  void load_mtp_blocks(const gguf::GgufFile& file, WeightLoader& w, const ModelOptions& options) {
+    const ModelConfig& c = config_;
+    if (pp_ != nullptr) {
+      for (int l = c.n_layers; l < c.n_layers + c.n_nextn_layers; ++l) w.skip_prefix(layer_prefix(l));
+      return;
     }
     if (options.mtp && !spec_.keeps_nextn_layers)
       fail("{}: multi-token-prediction drafting is not implemented for architecture '{}'",
@@ -378,16 +477,29 @@ class Decoder final : public Model {
     return spec_.eagle3 || tp_ != nullptr ? nullptr : &output_;  // (a shard holds a slice)
   }
   void attach_cache(const kv::KvCacheConfig& config, int threads) override {
-    if (tp_ == nullptr || tp_->rank() != 0) return;
-    dist::encode_cache(tp_message_, config, threads);
-    tp_->broadcast(tp_message_);
+    if (dist::Communicator* ranks = followers()) {
+      dist::encode_cache(message_, config, threads);
+      ranks->broadcast(message_);
+    }
   }
   void copy_kv_block(kv::KvCache& cache, size_t group, int32_t from, int32_t to) override {
-    if (tp_ != nullptr && tp_->rank() == 0) {
-      dist::encode_copy_block(tp_message_, group, from, to);
-      tp_->broadcast(tp_message_);
+    if (dist::Communicator* ranks = followers()) {
+      dist::encode_copy_block(message_, group, from, to);
+      ranks->broadcast(message_);
     }
     cache.copy_block(group, from, to);
+  }
+  void copy_state(kv::KvCache& cache, int32_t from, int32_t to) override {
+    tell_followers(dist::Op::kCopyState, from, to);
+    cache.copy_state(from, to);
+  }
+  void save_state_snapshot(kv::KvCache& cache, int32_t state, int32_t snapshot) override {
+    tell_followers(dist::Op::kSaveSnapshot, state, snapshot);
+    cache.save_snapshot(state, snapshot);
+  }
+  void load_state_snapshot(kv::KvCache& cache, int32_t snapshot, int32_t state) override {
+    tell_followers(dist::Op::kLoadSnapshot, snapshot, state);
+    cache.load_snapshot(snapshot, state);
   }
   std::span<const int> feature_layers() const override {
     return spec_.eagle3 ? std::span<const int>(spec_.eagle3->target_layers) : std::span<const int>();
@@ -416,12 +528,15 @@ class Decoder final : public Model {
     if (T > max_tokens_)
       fail("batch of {} tokens exceeds the {} the model was sized for", T, max_tokens_);
     check_batch(batch, c.n_vocab, rope_.full.max_positions());
-    if (tp_ != nullptr && tp_->rank() == 0) {  // the other ranks run the same batch
+    if (dist::Communicator* ranks = followers()) {  // the other ranks run the same batch
       if (!batch.feature_layers.empty() || batch.token_hidden != nullptr || batch.mtp_catch_up)
-        fail("{}: a tensor-parallel model gives no hidden states for drafters", c.name);
-      dist::encode_forward(tp_message_, batch);
-      tp_->broadcast(tp_message_);
+        fail("{}: a model split over ranks gives no hidden states for drafters", c.name);
+      if (pp_ != nullptr && batch.routing_margins != nullptr)
+        fail("{}: a pipeline's ranks report no routing margins", c.name);
+      dist::encode_forward(message_, batch);
+      ranks->broadcast(message_);
     }
+    if (pp_ != nullptr) return forward_pipeline(batch, cache, logits, pool);
     std::fill(feature_slot_.begin(), feature_slot_.end(), -1);
     for (size_t k = 0; k < batch.feature_layers.size(); ++k) {
       const int l = batch.feature_layers[k];
@@ -430,14 +545,7 @@ class Decoder final : public Model {
              batch.features == nullptr ? "no buffer" : "a buffer");
       feature_slot_[static_cast<size_t>(l)] = static_cast<int>(k);
     }
-    DecoderWorkspace& ws = ws_;
-    for (int64_t t = 0; t < T; ++t) {
-      const int32_t token = batch.tokens[static_cast<size_t>(t)];
-      float* row = &ws.x[static_cast<size_t>(t * c.n_embd)];
-      kernels::dequantize_row(token_embd_, token, row);
-      if (spec_.scale_embedding)  // in float, as llama.cpp computes it
-        kernels::scale_inplace(row, std::sqrt(static_cast<float>(c.n_embd)), c.n_embd);
-    }
+    embed_tokens(batch);
     if (spec_.per_layer_embd > 0) per_layer_inputs(batch, pool);
     place_tokens(batch, cache);
     if (delta_) delta_->begin_batch(batch, cache);
@@ -459,6 +567,115 @@ class Decoder final : public Model {
     }
     compute_logits(batch, logits, pool, output_norm_, output_);
     if (batch.mtp_catch_up) mtp_catch_up(batch, cache, pool);
+  }
+
+  // ws.x [T, n_embd] = the batch's token embeddings (scaled where the architecture does).
+  void embed_tokens(const Batch& batch) {
+    const ModelConfig& c = config_;
+    for (int64_t t = 0; t < batch.num_tokens(); ++t) {
+      const int32_t token = batch.tokens[static_cast<size_t>(t)];
+      float* row = &ws_.x[static_cast<size_t>(t * c.n_embd)];
+      kernels::dequantize_row(token_embd_, token, row);
+      if (spec_.scale_embedding)  // in float, as llama.cpp computes it
+        kernels::scale_inplace(row, std::sqrt(static_cast<float>(c.n_embd)), c.n_embd);
+    }
+  }
+
+  // Pipeline parallelism (dist/model_parallel.h): the batch's tokens in micro-batches through
+  // this rank's layers, each micro-batch received from the rank before (rank 0: embedded here)
+  // and sent on to the next, so that the ranks work on different micro-batches at once. The last
+  // rank sends the final residual stream of the logit and hidden-state rows to rank 0, which
+  // finishes them as the whole model does. A micro-batch may cut a sequence's tokens: its later
+  // part attends over the K/V (and continues the recurrent state) its earlier part left in this
+  // rank's cache, as chunked prefill does between steps.
+  void forward_pipeline(const Batch& batch, kv::KvCache& cache, float* logits, ThreadPool& pool) {
+    const int64_t n = config_.n_embd;
+    const int rank = pp_->rank(), last = pp_->size() - 1;
+    plan_micro_batches(batch.num_tokens());
+    for (const auto& [begin, end] : micro_batches_) {
+      const Batch part = micro_batch(batch, begin, end);
+      const int64_t T = end - begin;
+      if (rank == 0) {
+        embed_tokens(part);
+      } else {
+        pp_->recv(rank - 1, ws_.x.data(), T * n);
+      }
+      place_tokens(part, cache);
+      if (delta_) delta_->begin_batch(part, cache);
+      proj_pending_ = false;
+      for (int l = layer_begin_; l < layer_end_; ++l) {
+        attention_block(l, part, cache, pool);
+        feed_forward_block(l, T, part.bf16_rows_begin, pool, nullptr);
+      }
+      if (proj_pending_) per_token(pool, T, [&](int64_t t) { add_residual(t); });
+      proj_pending_ = false;
+      float* out = &ws_.pipeline_out[static_cast<size_t>(begin * n)];  // (this micro-batch's rows)
+      if (rank != last) {
+        std::copy_n(ws_.x.data(), T * n, out);
+        pp_->send(rank + 1, out, T * n);
+      } else if (const int64_t rows = final_rows(batch, begin, end, out, true); rows > 0) {
+        pp_->send(0, out, rows * n);
+      }
+    }
+    pp_->wait_sends();
+    if (rank != 0) return;
+    for (const auto& [begin, end] : micro_batches_) {
+      float* in = &ws_.pipeline_out[static_cast<size_t>(begin * n)];
+      const int64_t rows = final_rows(batch, begin, end, nullptr, false);
+      if (rows == 0) continue;
+      pp_->recv(last, in, rows * n);
+      final_rows(batch, begin, end, in, false);
+    }
+    if (!batch.hidden_rows.empty()) compute_hidden(batch, pool);
+    compute_logits(batch, logits, pool, output_norm_, output_);
+  }
+
+  // A step's micro-batches (pipeline parallelism): token ranges of about kMicroBatchTokens, at
+  // most kMicroBatchesPerRank per rank, one for a small step (a micro-batch of a few decode
+  // tokens would cost every rank a pass over its weights for little).
+  void plan_micro_batches(int64_t T) {
+    const int64_t parts =
+        std::clamp<int64_t>(T / kMicroBatchTokens, 1, int64_t{kMicroBatchesPerRank} * pp_->size());
+    micro_batches_.clear();  // (capacity reserved at load)
+    for (int64_t m = 0; m < parts; ++m) micro_batches_.emplace_back(T * m / parts, T * (m + 1) / parts);
+  }
+
+  // Tokens [begin, end) of the batch as a batch of their own: the sequences' entries cut to
+  // them, no logit or hidden rows (rank 0 computes those for the whole batch).
+  Batch micro_batch(const Batch& batch, int64_t begin, int64_t end) {
+    micro_entries_.clear();  // (capacity reserved at load)
+    for (const BatchSequence& seq : batch.sequences) {
+      const int64_t lo = std::max(seq.token_begin, begin), hi = std::min(seq.token_end, end);
+      if (lo >= hi) continue;
+      BatchSequence& part = micro_entries_.emplace_back(seq);
+      part.token_begin = lo - begin;
+      part.token_end = hi - begin;
+      part.mtp_prev_hidden = nullptr;
+    }
+    const auto T = static_cast<size_t>(end - begin);
+    Batch part{batch.tokens.subspan(static_cast<size_t>(begin), T),
+               batch.positions.subspan(static_cast<size_t>(begin), T), micro_entries_, {}};
+    part.bf16_rows_begin = batch.bf16_rows_begin <= begin
+                               ? 0
+                               : std::min<int64_t>(batch.bf16_rows_begin - begin, end - begin);
+    return part;
+  }
+
+  // The batch's logit rows, then its hidden-state rows, that lie in tokens [begin, end), as the
+  // last rank of a pipeline sends them to rank 0: counted, and with `rows` packed from this
+  // micro-batch's residual stream (pack) or unpacked into the whole batch's (rank 0).
+  int64_t final_rows(const Batch& batch, int64_t begin, int64_t end, float* rows, bool pack) {
+    const int64_t n = config_.n_embd;
+    int64_t k = 0;
+    for (const std::span<const int32_t> list : {batch.logit_rows, batch.hidden_rows}) {
+      for (const int32_t t : list) {
+        if (t < begin || t >= end) continue;
+        if (rows != nullptr && pack) std::copy_n(&ws_.x[(t - begin) * n], n, rows + k * n);
+        if (rows != nullptr && !pack) std::copy_n(rows + k * n, n, &ws_.x[t * n]);
+        ++k;
+      }
+    }
+    return k;
   }
 
   void forward_mtp(const Batch& batch, const float* hidden_in, kv::KvCache& cache, float* logits,
@@ -681,6 +898,11 @@ class Decoder final : public Model {
       ws_.tp_logits = floats(rows * static_cast<size_t>(tp_vocab_counts_[0]));
       if (tp_->rank() == 0) ws_.tp_gathered = floats(rows * static_cast<size_t>(c.n_vocab));
     }
+    if (pp_ != nullptr) {
+      ws_.pipeline_out = floats(T * c.n_embd);
+      micro_batches_.reserve(static_cast<size_t>(kMicroBatchesPerRank * pp_->size()));
+      micro_entries_.reserve(T);  // (an entry holds a token at least)
+    }
     ws_.slots = ws_.memory.allocate_array<int64_t>(kv::kMaxKvGroups * T);
     ws_.scratch.reserve(max_tokens_,
                         std::max<int64_t>({c.n_embd, any_dense ? int64_t(n_ff) : 0, int64_t(q_dim),
@@ -847,6 +1069,11 @@ class Decoder final : public Model {
     }
   }
   static constexpr int64_t kTpLogitRows = 16;
+  // Pipeline parallelism: a step's tokens per micro-batch (about; a step of fewer is one), and
+  // micro-batches per rank at most. Smaller ones keep more ranks busy at once and multiply
+  // better less: 64 rows is where the int8 products are near their best.
+  static constexpr int64_t kMicroBatchTokens = 64;
+  static constexpr int kMicroBatchesPerRank = 4;
 
   // An EAGLE-3 head's logits over its draft vocabulary, R rows of output_.rows in `logits`, moved
   // in place to rows of n_vocab: each draft token's logit at its target id (d2t), -inf at the
@@ -1266,9 +1493,16 @@ class Decoder final : public Model {
   // Tensor parallelism (ModelOptions::tp; null: the whole model here): the ranks, rank 0's
   // message buffer, each rank's share of the vocabulary and where this rank's starts.
   dist::Communicator* tp_ = nullptr;
-  std::vector<uint8_t> tp_message_;
+  std::vector<uint8_t> message_;  // rank 0's messages to the others (tensor or pipeline)
   std::vector<int64_t> tp_vocab_counts_;
   int64_t tp_vocab_begin_ = 0;
+  // Pipeline parallelism (ModelOptions::pp; null: every layer here): the ranks, the layers
+  // [layer_begin_, layer_end_) this one runs, and the running step's micro-batches (token
+  // ranges) and the entries of the one in hand.
+  dist::Communicator* pp_ = nullptr;
+  int layer_begin_ = 0, layer_end_ = 0;
+  std::vector<std::pair<int64_t, int64_t>> micro_batches_;
+  std::vector<BatchSequence> micro_entries_;
   RopeTables rope_;
   DecoderWorkspace ws_;
   // Whether ws.proj holds a layer output not yet added to ws.x (a layer leaves its feed-forward
@@ -1347,7 +1581,11 @@ RopeTables make_rope_tables(const ModelConfig& c, const ArchSpec& spec, int64_t 
 
 std::unique_ptr<Model> make_decoder(const gguf::GgufFile& file, const ModelOptions& options,
                                     ArchSpec spec) {
-  if (options.device == Device::kCuda) return make_cuda_decoder(file, options, std::move(spec));
+  if (options.device == Device::kCuda) {
+    if ((options.tp != nullptr && options.tp->size() > 1) || (options.pp != nullptr && options.pp->size() > 1))
+      fail("{}: a model split over ranks runs on the CPU executor only (--device cuda)", file.name());
+    return make_cuda_decoder(file, options, std::move(spec));
+  }
   return std::make_unique<Decoder>(file, options, std::move(spec));
 }
 

@@ -36,10 +36,12 @@ struct ModelOptions {
   // vocabulary projection the head takes where its file has none of its own; it must outlive
   // the head.
   const Model* target = nullptr;
-  // Tensor parallelism (dist/tensor_parallel.h): this process's rank of the ranks that split
+  // Tensor parallelism (dist/model_parallel.h): this process's rank of the ranks that split
   // the model, each loading its shard; rank 0 tells the others what to do. nullptr or one rank:
   // the whole model here.
   dist::Communicator* tp = nullptr;
+  // Pipeline parallelism (dist/model_parallel.h): the same, each rank loading a run of layers.
+  dist::Communicator* pp = nullptr;
 };
 
 class Model {
@@ -88,6 +90,16 @@ class Model {
   virtual void copy_kv_block(kv::KvCache& cache, size_t group, int32_t from, int32_t to) {
     cache.copy_block(group, from, to);
   }
+  // A hybrid model's recurrent state slots (kv/kv_cache.h): a slot copied to another (a fork), a
+  // state slot saved into a snapshot slot and a snapshot loaded into a state slot (prefix
+  // caching). Through the model so that the ranks of a pipeline do it alike.
+  virtual void copy_state(kv::KvCache& cache, int32_t from, int32_t to) { cache.copy_state(from, to); }
+  virtual void save_state_snapshot(kv::KvCache& cache, int32_t state, int32_t snapshot) {
+    cache.save_snapshot(state, snapshot);
+  }
+  virtual void load_state_snapshot(kv::KvCache& cache, int32_t snapshot, int32_t state) {
+    cache.load_snapshot(snapshot, state);
+  }
   // A KV cache shape that fits this model, its sliding-window layers in a group of their own
   // with as many blocks as the full-attention group (callers may give it fewer), and for a
   // hybrid model a recurrent state slot for each of `max_sequences` sequences at once.
@@ -125,7 +137,9 @@ class Model {
             0,
             c.sliding_n_kv_heads,
             c.sliding_head_dim,
-            c.value_head_dim};
+            c.value_head_dim,
+            false,
+            c.remote_layers};
   }
   // Whether sequences carry a recurrent state (a hybrid model): it must be in a state slot
   // (BatchSequence::state_slot), and it cannot be rebuilt from cached KV blocks.

@@ -17,6 +17,11 @@ const gguf::TensorInfo& WeightLoader::find(const std::string& name) const {
   return *t;
 }
 
+void WeightLoader::skip_prefix(const std::string& prefix) {
+  for (const gguf::TensorInfo& t : file_.tensors())
+    if (t.name.starts_with(prefix)) used_.insert(t.name);
+}
+
 void WeightLoader::check_all_used() const {
   std::vector<std::string> unused;
   for (const gguf::TensorInfo& t : file_.tensors())

@@ -31,7 +31,7 @@ class WeightLoader {
   // first for a tensor whose rows are read in place (the token embeddings: one row a token);
   // it is packed only when it is `multiplied` too (an output tied to the embeddings).
   void keep_rows(const std::string& name, bool multiplied) { keep_rows_[name] = multiplied; }
-  // Tensor parallelism (dist/tensor_parallel.h): rank `rank` of `ranks` takes its shard of a
+  // Tensor parallelism (dist/model_parallel.h): rank `rank` of `ranks` takes its shard of a
   // tensor asked for with 1/ranks of the file's rows (its rows rank * rows ..), of its columns
   // (likewise; whole blocks of the weight type or an error naming the tensor) or of a vector's
   // values; a tensor asked for whole is taken whole.
@@ -76,6 +76,10 @@ class WeightLoader {
   // The memory the weights handed out live in (packed matrices, copied vectors): a model keeps
   // it for as long as it uses them.
   std::shared_ptr<HugePageArena> memory() const { return arena_; }
+  // Pipeline parallelism (dist/model_parallel.h): a tensor, or every tensor whose name starts
+  // with `prefix` (a layer's "blk.N."), that another rank loads: counted as taken, not read.
+  void skip(const std::string& name) { used_.insert(name); }
+  void skip_prefix(const std::string& prefix);
   // Fails naming the file's tensors that no call above took: call once all are loaded.
   void check_all_used() const;
 

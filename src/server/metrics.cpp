@@ -116,13 +116,14 @@ std::string ServerMetrics::render() const {
   };
   counter("vllm:prefix_cache_queries", "Prompt tokens looked up in the prefix cache.",
           prefix_queries.load());
-  if (const dist::Communicator& world = dist::world(); world.size() > 1) {  // --tensor-parallel
-    counter("inferd:tensor_parallel_bytes_sent_total",
-            "Bytes rank 0 sent to the other ranks (all-reduces, batches, block copies).",
+  if (const dist::Communicator& world = dist::world(); world.size() > 1) {  // -tp or -pp
+    counter("inferd:model_parallel_bytes_sent_total",
+            "Bytes rank 0 sent to the other ranks (batches, all-reduces or activations, block "
+            "copies).",
             world.bytes_sent());
-    gauge("inferd:tensor_parallel_comm_seconds",
-          "Seconds rank 0 spent in collectives with the other ranks (their compute it waits "
-          "for included).",
+    gauge("inferd:model_parallel_comm_seconds",
+          "Seconds rank 0 spent communicating with the other ranks (waiting for their compute "
+          "included: a pipeline's last rank's results).",
           world.comm_seconds());
   }
   counter("vllm:prefix_cache_hits", "Prompt tokens found in the prefix cache.", prefix_hits.load());

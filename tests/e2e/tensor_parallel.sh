@@ -2,4 +2,4 @@
 # End-to-end: one model split over 3 processes by mpirun (--tensor-parallel 3): the same greedy
 # text as one process from `inferd run` and from `inferd serve` under concurrent requests, and a
 # job whose worker rank dies ends with errors, not a hang. Skips without mpirun or a model.
-exec python3 "$(dirname "${BASH_SOURCE[0]}")/tensor_parallel_test.py" "$1"
+exec python3 "$(dirname "${BASH_SOURCE[0]}")/model_parallel_test.py" "$1" tp 3

@@ -1,4 +1,4 @@
-// Tensor parallelism (dist/tensor_parallel.h) against the whole model: the ranks are threads
+// Tensor parallelism (dist/model_parallel.h) against the whole model: the ranks are threads
 // of this process (dist::ThreadGroup), rank 0 loading its shard of a random-weight model of
 // make-golden (or SmolLM2) and the others following it in dist::run_worker, exactly as
 // processes under mpirun do (the transport aside). Over the golden prompts and 8 forced
@@ -18,7 +18,7 @@
 #include <gtest/gtest.h>
 
 #include "dist/communicator.h"
-#include "dist/tensor_parallel.h"
+#include "dist/model_parallel.h"
 #include "golden_util.h"
 #include "model/registry.h"
 #include "util/error.h"

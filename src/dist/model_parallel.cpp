@@ -1,4 +1,4 @@
-#include "dist/tensor_parallel.h"
+#include "dist/model_parallel.h"
 
 #include <algorithm>
 #include <cstring>
@@ -102,7 +102,7 @@ class Reader {
  private:
   void take(void* to, size_t n) {
     if (n == 0) return;  // (an empty vector's data() may be null)
-    if (at_ + n > in_.size()) fail("tensor parallel: a message from rank 0 ends early");
+    if (at_ + n > in_.size()) fail("model parallel: a message from rank 0 ends early");
     std::memcpy(to, in_.data() + at_, n);
     at_ += n;
   }
@@ -141,7 +141,7 @@ void decode_forward(Reader& in, BatchStorage& s) {
     seq.token_end = in.get<int64_t>();
     seq.state_slot = in.get<int32_t>();
     const auto groups = in.get<uint64_t>();
-    if (groups > s.tables[i].size()) fail("tensor parallel: {} KV groups in a message", groups);
+    if (groups > s.tables[i].size()) fail("model parallel: {} KV groups in a message", groups);
     for (size_t g = 0; g < groups; ++g) in.get_vector(s.tables[i][g]);
     seq.block_tables = &s.tables[i];
   }
@@ -169,6 +169,7 @@ void cache_fields(Config& c, Field& f) {
   f(c.sliding_head_dim);
   f(c.sliding_keeps_all);
   f(c.value_head_dim);
+  f(c.remote_layers);
 }
 
 kv::KvCacheConfig decode_cache(Reader& in, int& threads) {
@@ -190,11 +191,12 @@ kv::KvCacheConfig decode_cache(Reader& in, int& threads) {
 }  // namespace
 
 void encode_load(std::vector<uint8_t>& out, const std::string& path, int64_t max_batch_tokens,
-                 int64_t max_context) {
+                 int64_t max_context, Parallelism parallelism) {
   Writer w(out, Op::kLoad);
   w.put_span(std::span<const char>(path.data(), path.size()));
   w.put(max_batch_tokens);
   w.put(max_context);
+  w.put(parallelism);
 }
 
 void encode_cache(std::vector<uint8_t>& out, const kv::KvCacheConfig& c, int threads) {
@@ -228,15 +230,37 @@ void encode_copy_block(std::vector<uint8_t>& out, size_t group, int32_t from, in
   w.put(to);
 }
 
+void encode_state_op(std::vector<uint8_t>& out, Op op, int32_t from, int32_t to) {
+  if (op != Op::kCopyState && op != Op::kSaveSnapshot && op != Op::kLoadSnapshot)
+    fail("model parallel: no state operation {}", static_cast<int>(op));
+  Writer w(out, op);
+  w.put(from);
+  w.put(to);
+}
+
 void encode_stop(std::vector<uint8_t>& out) { Writer w(out, Op::kStop); }
 
-Communicator* tensor_parallel_world(int ranks, const char* command) {
+int ParallelWorld::ranks() const {
+  if (tensor != nullptr) return tensor->size();
+  return pipeline != nullptr ? pipeline->size() : 1;
+}
+
+ParallelWorld parallel_world(int tensor_ranks, int pipeline_ranks, const char* command) {
   Communicator& comm = world();
+  if (tensor_ranks > 1 && pipeline_ranks > 1)
+    fail("--tensor-parallel {} with --pipeline-parallel {}: the two splits together are not "
+         "implemented; pick one",
+         tensor_ranks, pipeline_ranks);
+  const int ranks = std::max(tensor_ranks, pipeline_ranks);
+  const char* flag = pipeline_ranks > 1 ? "--pipeline-parallel" : "--tensor-parallel";
   if (ranks != comm.size())
-    fail("--tensor-parallel {} in a job of {} process(es): start it with `mpirun -n {} inferd {} "
-         "...` and give --tensor-parallel the same number",
-         ranks, comm.size(), std::max(ranks, comm.size()), command);
-  return comm.size() > 1 ? &comm : nullptr;
+    fail("{} {} in a job of {} process(es): start it with `mpirun -n {} inferd {} ...` and give "
+         "{} the same number",
+         flag, ranks, comm.size(), std::max(ranks, comm.size()), command, flag);
+  ParallelWorld split;
+  if (comm.size() <= 1) return split;
+  (pipeline_ranks > 1 ? split.pipeline : split.tensor) = &comm;
+  return split;
 }
 
 void release_workers(Communicator& comm) {
@@ -257,13 +281,21 @@ int run_worker(Communicator& comm) {
     for (;;) {
       comm.broadcast(message);
       Reader in(message);
-      switch (in.get<Op>()) {
+      const Op op = in.get<Op>();
+      switch (op) {
         case Op::kLoad: {
           const std::string path = in.get_string();
           model::ModelOptions options;
           options.max_batch_tokens = in.get<int64_t>();
           options.max_context = in.get<int64_t>();
-          options.tp = &comm;
+          const auto parallelism = in.get<Parallelism>();
+          if (parallelism == Parallelism::kPipeline) {
+            options.pp = &comm;
+          } else if (parallelism == Parallelism::kTensor) {
+            options.tp = &comm;
+          } else {
+            fail("model parallel: an unknown split from rank 0");
+          }
           cache.reset();
           shard.reset();
           file = std::make_unique<gguf::GgufFile>(gguf::GgufFile::open(path));
@@ -272,7 +304,9 @@ int run_worker(Communicator& comm) {
         }
         case Op::kCache: {
           int threads = 1;
-          const kv::KvCacheConfig config = decode_cache(in, threads);
+          kv::KvCacheConfig config = decode_cache(in, threads);
+          // A pipeline rank keeps the K/V of its own layers, not rank 0's.
+          if (shard) config.remote_layers = shard->config().remote_layers;
           cache = std::make_unique<kv::KvCache>(config);
           if (!pool || pool->num_threads() != threads) pool = std::make_unique<ThreadPool>(threads);
           break;
@@ -291,10 +325,25 @@ int run_worker(Communicator& comm) {
           cache->copy_block(group, from, to);
           break;
         }
+        case Op::kCopyState:
+        case Op::kSaveSnapshot:
+        case Op::kLoadSnapshot: {
+          if (!cache) fail("a state operation before the cache");
+          const auto from = in.get<int32_t>();
+          const auto to = in.get<int32_t>();
+          if (op == Op::kCopyState) {
+            cache->copy_state(from, to);
+          } else if (op == Op::kSaveSnapshot) {
+            cache->save_snapshot(from, to);
+          } else {
+            cache->load_snapshot(from, to);
+          }
+          break;
+        }
         case Op::kStop:
           return 0;
         default:
-          fail("tensor parallel: an unknown message from rank 0");
+          fail("model parallel: an unknown message from rank 0");
       }
     }
   } catch (const std::exception& e) {

@@ -1,15 +1,18 @@
-"""Tensor parallelism across processes (`mpirun -n 3 inferd ... --tensor-parallel 3`), end to end.
+"""One model split across processes by mpirun, end to end: usage `model_parallel_test.py INFERD
+tp|pp RANKS` (`-tp RANKS`: tensor parallelism; `-pp RANKS`: pipeline parallelism).
 
-SmolLM2-135M (INFERD_MODEL: 9 heads, 3 kv heads, a feed-forward of 1536; Q4_1, whose blocks of
-32 the column split keeps whole) in 3 ranks of one thread each, MPI over loopback:
-  - `inferd run`: the greedy text equals one process's, for two prompts (elsewhere the split
-    sums' order may part them at a near-tie: tests/model/tensor_parallel_test.cpp bounds it);
+SmolLM2-135M (INFERD_MODEL: 9 heads, 3 kv heads, a feed-forward of 1536, 30 layers; Q4_1, whose
+blocks of 32 the column split keeps whole) in RANKS ranks of one thread each, MPI over loopback:
+  - `inferd run`: the greedy text equals one process's, for two prompts (tensor parallelism's
+    split sums may part them at a near-tie elsewhere: tests/model/tensor_parallel_test.cpp
+    bounds it; a pipeline computes the same bits);
   - `inferd serve`: 8 greedy completions sent at once equal the same 8 sent one at a time (a
-    sequence's tokens do not depend on its batch: the all-reduce adds in rank order), none
-    fails, and /metrics counts the bytes rank 0 sent;
-  - SIGKILL to rank 2 while requests run: the clients get errors and the whole job is gone within
-    30 seconds (MPI ends it), no hang;
-  - the wrong process count is a clear error.
+    sequence's tokens do not depend on its batch: the all-reduce adds in rank order, a
+    micro-batch's rows are the rows the whole batch has), none fails, and /metrics counts the
+    bytes rank 0 sent;
+  - SIGKILL to the last rank while requests run: the clients get errors and the whole job is
+    gone within 30 seconds (MPI ends it), no hang;
+  - (tp) the wrong process count is a clear error.
 Exits 77 (skip) without mpirun or a model.
 """
 import concurrent.futures
@@ -27,7 +30,6 @@ import urllib.request
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import server_harness  # noqa: E402
 
-RANKS = 3
 # mpirun as root (CI's containers), and no leak report at exit from a sanitized build: what
 # OpenMPI allocates in MPI_Init and keeps is its own (the rest of the sanitizers stay on).
 ENV = {**os.environ, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
@@ -55,7 +57,9 @@ def complete(base, prompt, max_tokens=24):
 
 
 def main():
-    inferd = sys.argv[1]
+    inferd, split, ranks = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    assert split in ("tp", "pp"), split
+    flag = f"-{split}"
     model = os.environ.get("INFERD_MODEL", "")
     if not shutil.which("mpirun") or not os.path.isfile(model):
         print("SKIP: no mpirun or no model (INFERD_MODEL)")
@@ -64,15 +68,15 @@ def main():
     # `inferd serve` under mpirun, as server_harness starts a server binary.
     wrapper = os.path.join(tmp, "inferd-mpi")
     with open(wrapper, "w") as f:
-        f.write("#!/bin/sh\nexec " + " ".join(mpirun(RANKS)) + f" {inferd} \"$@\" -tp {RANKS} -t 1\n")
+        f.write("#!/bin/sh\nexec " + " ".join(mpirun(ranks)) + f" {inferd} \"$@\" {flag} {ranks} -t 1\n")
     os.chmod(wrapper, os.stat(wrapper).st_mode | stat.S_IEXEC)
 
     for prompt in PROMPTS:
         one = run_text([inferd, "run", "-m", model, "-p", prompt, "-n", "32", "--temp", "0", "-t", "1"])
-        split = run_text(mpirun(RANKS) + [inferd, "run", "-m", model, "-p", prompt, "-n", "32", "--temp", "0",
-                                          "-t", "1", "-tp", str(RANKS)])
-        assert one == split, (prompt, one, split)
-    print(f"run: {len(PROMPTS)} prompts, the same greedy text with {RANKS} ranks")
+        text = run_text(mpirun(ranks) + [inferd, "run", "-m", model, "-p", prompt, "-n", "32", "--temp", "0",
+                                          "-t", "1", flag, str(ranks)])
+        assert one == text, (prompt, one, text)
+    print(f"run: {len(PROMPTS)} prompts, the same greedy text with {ranks} ranks")
 
     prompts = [f"Question {i}: what is {i} plus {i}? Answer:" for i in range(8)]
     os.environ.update({k: ENV[k] for k in ("OMPI_ALLOW_RUN_AS_ROOT", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM",
@@ -84,21 +88,21 @@ def main():
             got = list(pool.map(lambda p: complete(server.base, p), prompts))
         assert got == expected, (got, expected)
         values, _ = server.metrics()
-        sent = values.get("inferd:tensor_parallel_bytes_sent_total", 0)
-        assert sent > 0, "no tensor-parallel bytes in /metrics"
+        sent = values.get("inferd:model_parallel_bytes_sent_total", 0)
+        assert sent > 0, "no model-parallel bytes in /metrics"
         print(f"serve: 8 concurrent greedy completions the same as one at a time; rank 0 sent {sent:.0f} bytes")
 
         # Rank 2 dies while requests run: errors, then the job is gone.
-        ranks = [int(p) for p in subprocess.run(["pgrep", "-f", f"{inferd} serve"], capture_output=True,
+        pids = [int(p) for p in subprocess.run(["pgrep", "-f", f"{inferd} serve"], capture_output=True,
                                                 text=True).stdout.split()]
         victim = None
-        for pid in ranks:
+        for pid in pids:
             try:
                 with open(f"/proc/{pid}/environ", "rb") as f:
                     env = dict(kv.split(b"=", 1) for kv in f.read().split(b"\0") if b"=" in kv)
             except OSError:
                 continue
-            if env.get(b"OMPI_COMM_WORLD_RANK") == str(RANKS - 1).encode():
+            if env.get(b"OMPI_COMM_WORLD_RANK") == str(ranks - 1).encode():
                 victim = pid
         assert victim, "no rank to stop"
         started = time.time()
@@ -115,13 +119,16 @@ def main():
                     failed += 1
         server.proc.wait(timeout=30)
         assert failed == 4, f"{4 - failed} of 4 requests in flight did not fail"
-        print(f"rank {RANKS - 1} killed: the job ended after {time.time() - started:.1f} s, "
+        print(f"rank {ranks - 1} killed: the job ended after {time.time() - started:.1f} s, "
               f"{failed} of 4 requests in flight got errors")
     finally:
         if server.proc.poll() is None:
             server.proc.kill()
             server.proc.wait(timeout=30)
 
+    if split == "pp":
+        shutil.rmtree(tmp, ignore_errors=True)
+        return 0
     done = subprocess.run(mpirun(2) + [inferd, "run", "-m", model, "-p", "hi", "-n", "2"], capture_output=True,
                           text=True, env=ENV, timeout=120)
     assert done.returncode != 0 and "--tensor-parallel 1 in a job of 2 process(es)" in done.stderr, done.stderr
