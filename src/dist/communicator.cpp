@@ -3,11 +3,13 @@
 #include <algorithm>
 #include <barrier>
 #include <condition_variable>
-#include <deque>
-#include <mutex>
+#include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <memory>
+#include <mutex>
 #include <numeric>
+#include <thread>
 
 #ifdef INFERD_MPI
 #include <mpi.h>
@@ -36,12 +38,24 @@ class Alone final : public Communicator {
 #ifdef INFERD_MPI
 // MPI_COMM_WORLD. MPI is initialized with MPI_THREAD_SERIALIZED: the server's engine thread
 // makes the calls, not main's, but never two threads at once.
+//
+// INFERD_EMULATED_LINK_LATENCY_US (the project's test hosts, scripts/netns-hosts: a kernel
+// without netem's delay): every message arrives that much later, as over a link with that
+// one-way latency. A point-to-point message carries its send time (a second, 8-byte message) and
+// its receiver waits until send time + latency; a collective returns that much after MPI's call
+// does (the ranks of a tensor-parallel step enter their collectives together, so a collective
+// costs one latency more, as on a real link).
 class Mpi final : public Communicator {
  public:
   Mpi() {
     MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
     MPI_Comm_size(MPI_COMM_WORLD, &size_);
-    requests_.reserve(64);
+    requests_.reserve(1024);
+    send_times_.resize(1024);
+    if (const char* us = std::getenv("INFERD_EMULATED_LINK_LATENCY_US")) {
+      latency_ = std::chrono::microseconds(std::strtoll(us, nullptr, 10));
+      if (latency_.count() <= 0) fail("INFERD_EMULATED_LINK_LATENCY_US={}: not a positive count", us);
+    }
   }
   int rank() const override { return rank_; }
   int size() const override { return size_; }
@@ -55,6 +69,7 @@ class Mpi final : public Communicator {
     check(MPI_Allgather(data, count(n), MPI_FLOAT, parts_.data(), count(n), MPI_FLOAT,
                         MPI_COMM_WORLD),
           "MPI_Allgather");
+    delay_after_collective();
     std::fill_n(data, n, 0.0f);
     for (int r = 0; r < size_; ++r) {
       const float* part = parts_.data() + static_cast<size_t>(r) * static_cast<size_t>(n);
@@ -69,6 +84,7 @@ class Mpi final : public Communicator {
     bytes.resize(n);
     check(MPI_Bcast(bytes.data(), count(static_cast<int64_t>(n)), MPI_BYTE, 0, MPI_COMM_WORLD),
           "MPI_Bcast");
+    delay_after_collective();
     if (rank_ == 0) count_sent(static_cast<int64_t>(n) * (size_ - 1));
   }
   void gather(const float* send, float* recv, std::span<const int64_t> counts) override {
@@ -84,6 +100,7 @@ class Mpi final : public Communicator {
     check(MPI_Gatherv(send, counts_[static_cast<size_t>(rank_)], MPI_FLOAT, recv, counts_.data(),
                       displacements_.data(), MPI_FLOAT, 0, MPI_COMM_WORLD),
           "MPI_Gatherv");
+    delay_after_collective();
     if (rank_ != 0) count_sent(counts[static_cast<size_t>(rank_)] * static_cast<int64_t>(sizeof(float)));
   }
   void send(int to, const float* data, int64_t n) override {
@@ -91,12 +108,28 @@ class Mpi final : public Communicator {
     check(MPI_Isend(data, count(n), MPI_FLOAT, to, kPointToPointTag, MPI_COMM_WORLD, &request),
           "MPI_Isend");
     count_sent(n * static_cast<int64_t>(sizeof(float)));
+    if (latency_.count() > 0) {  // its send time, for the receiver's emulated latency
+      if (requests_.size() >= send_times_.size()) fail("MPI: too many sends in flight");
+      int64_t& at = send_times_[requests_.size()];
+      at = std::chrono::steady_clock::now().time_since_epoch().count();
+      check(MPI_Isend(&at, 1, MPI_INT64_T, to, kSendTimeTag, MPI_COMM_WORLD, &requests_.emplace_back()),
+            "MPI_Isend");
+    }
   }
   void recv(int from, float* data, int64_t n) override {
     const Timed timed(*this);
     check(MPI_Recv(data, count(n), MPI_FLOAT, from, kPointToPointTag, MPI_COMM_WORLD,
                    MPI_STATUS_IGNORE),
           "MPI_Recv");
+    if (latency_.count() > 0) {
+      int64_t sent = 0;
+      check(MPI_Recv(&sent, 1, MPI_INT64_T, from, kSendTimeTag, MPI_COMM_WORLD, MPI_STATUS_IGNORE),
+            "MPI_Recv");
+      // (steady_clock is the machine's monotonic clock: the same in every namespace of it)
+      std::this_thread::sleep_until(std::chrono::steady_clock::time_point(
+                                        std::chrono::steady_clock::duration(sent)) +
+                                    latency_);
+    }
   }
   void wait_sends() override {
     if (requests_.empty()) return;
@@ -107,7 +140,10 @@ class Mpi final : public Communicator {
   }
 
  private:
-  static constexpr int kPointToPointTag = 1;
+  static constexpr int kPointToPointTag = 1, kSendTimeTag = 2;
+  void delay_after_collective() const {
+    if (latency_.count() > 0) std::this_thread::sleep_for(latency_);
+  }
   static int count(int64_t n) {
     if (n > INT32_MAX) fail("MPI: a message of {} elements is too large", n);
     return static_cast<int>(n);
@@ -119,6 +155,8 @@ class Mpi final : public Communicator {
   std::vector<int> counts_, displacements_;
   std::vector<float> parts_;  // [size, n] every rank's part of an all-reduce
   std::vector<MPI_Request> requests_;  // the sends not yet waited for
+  std::vector<int64_t> send_times_;    // their send times (emulated latency), by request
+  std::chrono::microseconds latency_{0};  // INFERD_EMULATED_LINK_LATENCY_US
 };
 #endif
 
