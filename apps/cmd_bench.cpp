@@ -41,6 +41,7 @@ struct BenchArgs {
   model::Device device = model::Device::kCpu;
   int tensor_parallel = 1;
   int pipeline_parallel = 1;
+  bool expert_parallel = false;
 };
 
 using Clock = std::chrono::steady_clock;
@@ -192,6 +193,8 @@ void bench(const BenchArgs& args) {
       dist::parallel_world(args.tensor_parallel, args.pipeline_parallel, "bench");
   options.tp = world.tensor;
   options.pp = world.pipeline;
+  dist::check_expert_parallel(args.expert_parallel, world);
+  options.expert_parallel = args.expert_parallel;
   const int ranks = world.ranks();
   auto model = model::load_model(file, options);
   const int block = 16;
@@ -292,7 +295,7 @@ void register_bench(CLI::App& app) {
   cmd->add_flag("--json", args->json, "Print a JSON list with llama-bench's fields");
   add_kv_type_options(*cmd, args->kv_key_type, args->kv_value_type);
   add_device_option(*cmd, args->device);
-  add_parallel_options(*cmd, args->tensor_parallel, args->pipeline_parallel);
+  add_parallel_options(*cmd, args->tensor_parallel, args->pipeline_parallel, args->expert_parallel);
   cmd->callback([args] { bench(*args); });
 }
 

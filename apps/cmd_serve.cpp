@@ -29,6 +29,7 @@ struct ServeArgs {
   ThreadOptions threads;
   int tensor_parallel = 1;
   int pipeline_parallel = 1;
+  bool expert_parallel = false;
   int64_t context = 0;
   int64_t cache_ram_mib = -1;  // --cache-ram: a hybrid model's snapshot memory; -1: the default
   int max_seqs = 16;
@@ -357,6 +358,7 @@ void serve(ServeArgs args) {
   config.pin_threads = args.threads.pin();
   config.tensor_parallel = args.tensor_parallel;
   config.pipeline_parallel = args.pipeline_parallel;
+  config.expert_parallel = args.expert_parallel;
   config.context = args.context;
   config.max_seqs = args.max_seqs;
   if (args.kv_pool_tokens > 0)
@@ -576,7 +578,7 @@ void register_serve(CLI::App& app) {
   add_spec_options(*cmd, args->spec);
   add_grammar_thread_option(*cmd, args->grammar_thread);
   add_device_option(*cmd, args->device);
-  add_parallel_options(*cmd, args->tensor_parallel, args->pipeline_parallel);
+  add_parallel_options(*cmd, args->tensor_parallel, args->pipeline_parallel, args->expert_parallel);
   add_sampling_options(*cmd, args->sampling);
   cmd->add_flag("--embedding,--embeddings", args->embedding,
                 "Serve embeddings: POST /v1/embeddings, /embeddings, /embedding (the prompt's "

@@ -29,7 +29,8 @@ int ThreadOptions::count() const {
   return threads > 0 ? threads : default_threads();
 }
 
-void add_parallel_options(CLI::App& cmd, int& tensor_ranks, int& pipeline_ranks) {
+void add_parallel_options(CLI::App& cmd, int& tensor_ranks, int& pipeline_ranks,
+                          bool& expert_parallel) {
   cmd.add_option("--tensor-parallel,--tensor-parallel-size", tensor_ranks,
                  "Split the model over this many processes (tensor parallelism: heads and "
                  "feed-forward columns per rank), started by `mpirun -n N inferd ...` on one "
@@ -40,6 +41,9 @@ void add_parallel_options(CLI::App& cmd, int& tensor_ranks, int& pipeline_ranks)
                  "run of layers per rank, micro-batches flowing from rank to rank), started by "
                  "`mpirun -n N inferd ...`")
       ->check(CLI::Range(1, 64));
+  cmd.add_flag("--expert-parallel,--enable-expert-parallel", expert_parallel,
+               "With --tensor-parallel N: a mixture of experts' experts spread whole over the N "
+               "ranks (1/N of them each), attention split by heads as without");
 }
 
 void add_device_option(CLI::App& cmd, model::Device& device) {
@@ -177,7 +181,7 @@ void GenerationOptions::add_to(CLI::App& cmd) {
   add_spec_options(cmd, spec);
   add_grammar_thread_option(cmd, grammar_thread);
   add_device_option(cmd, device);
-  add_parallel_options(cmd, tensor_parallel, pipeline_parallel);
+  add_parallel_options(cmd, tensor_parallel, pipeline_parallel, expert_parallel);
   auto* schema = cmd.add_option("-j,--json-schema,--json-schema-file", json_schema,
                                 "Constrain the output to a JSON schema (inline JSON or a file)");
   auto* gbnf = cmd.add_option("--grammar,--grammar-file", grammar,
@@ -244,6 +248,7 @@ engine::EngineConfig GenerationOptions::engine_config() const {
   config.device = device;
   config.tensor_parallel = tensor_parallel;
   config.pipeline_parallel = pipeline_parallel;
+  config.expert_parallel = expert_parallel;
   config.grammar_thread = grammar_thread;
   return config;
 }

@@ -43,6 +43,7 @@ struct GenerationOptions {
   model::Device device = model::Device::kCpu;
   int tensor_parallel = 1;
   int pipeline_parallel = 1;
+  bool expert_parallel = false;
   // Structured output (structured/grammar.h): at most one of these.
   std::string json_schema;  // a JSON schema, inline or a file's path
   std::string grammar;      // a GBNF grammar, inline or a file's path
@@ -74,7 +75,8 @@ void add_device_option(CLI::App& cmd, model::Device& device);
 // --tensor-parallel N (vLLM's -tp / --tensor-parallel-size): the model split over the N
 // processes of `mpirun -n N` (dist/model_parallel.h).
 // --tensor-parallel and --pipeline-parallel (dist/model_parallel.h).
-void add_parallel_options(CLI::App& cmd, int& tensor_ranks, int& pipeline_ranks);
+void add_parallel_options(CLI::App& cmd, int& tensor_ranks, int& pipeline_ranks,
+                          bool& expert_parallel);
 
 // --grammar-thread auto|on|off (engine::GrammarThread).
 void add_grammar_thread_option(CLI::App& cmd, engine::GrammarThread& grammar_thread);

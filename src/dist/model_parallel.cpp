@@ -263,6 +263,12 @@ ParallelWorld parallel_world(int tensor_ranks, int pipeline_ranks, const char* c
   return split;
 }
 
+void check_expert_parallel(bool expert_parallel, const ParallelWorld& world) {
+  if (expert_parallel && world.tensor == nullptr)
+    fail("--expert-parallel spreads the experts over the ranks of --tensor-parallel N (N above "
+         "1, `mpirun -n N`)");
+}
+
 void release_workers(Communicator& comm) {
   if (comm.size() <= 1 || comm.rank() != 0 || !comm.mark_released()) return;
   std::vector<uint8_t> message;
@@ -291,8 +297,10 @@ int run_worker(Communicator& comm) {
           const auto parallelism = in.get<Parallelism>();
           if (parallelism == Parallelism::kPipeline) {
             options.pp = &comm;
-          } else if (parallelism == Parallelism::kTensor) {
+          } else if (parallelism == Parallelism::kTensor ||
+                     parallelism == Parallelism::kTensorAndExperts) {
             options.tp = &comm;
+            options.expert_parallel = parallelism == Parallelism::kTensorAndExperts;
           } else {
             fail("model parallel: an unknown split from rank 0");
           }

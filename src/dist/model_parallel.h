@@ -42,7 +42,11 @@ enum class Op : uint8_t {
 };
 
 // How the ranks split the model.
-enum class Parallelism : uint8_t { kTensor, kPipeline };
+enum class Parallelism : uint8_t {
+  kTensor,
+  kTensorAndExperts,  // tensor parallelism with whole experts by rank (--expert-parallel)
+  kPipeline,
+};
 
 // Rank 0's side: each fills `out` with one message; Communicator::broadcast sends it.
 void encode_load(std::vector<uint8_t>& out, const std::string& path, int64_t max_batch_tokens,
@@ -64,6 +68,9 @@ struct ParallelWorld {
   int ranks() const;
 };
 ParallelWorld parallel_world(int tensor_ranks, int pipeline_ranks, const char* command);
+// --expert-parallel's check: it spreads experts over the tensor-parallel ranks, so it needs
+// --tensor-parallel above 1 (vLLM's rule).
+void check_expert_parallel(bool expert_parallel, const ParallelWorld& world);
 
 // Tells the other ranks to return from run_worker (once; later calls do nothing): rank 0 at
 // the end of its command.

@@ -42,6 +42,7 @@ struct EngineConfig {
   // engine is rank 0's, the others run dist::run_worker): mpirun -n N.
   int tensor_parallel = 1;
   int pipeline_parallel = 1;  // (dist/model_parallel.h; not with tensor_parallel above 1)
+  bool expert_parallel = false;  // experts spread whole over the tensor_parallel ranks
   int64_t context = 0;      // tokens per sequence (prompt + output); 0: the model's, capped at 4096
   int64_t max_batched_tokens = 512;
   int max_seqs = 16;

@@ -196,7 +196,11 @@ class Decoder final : public Model {
       fail("{}: tensor parallelism over {} ranks is not implemented for {}", file.name(), ranks,
            what);
     };
-    if (spec_.moe) refuse("mixtures of experts (the experts' split is the expert-parallel issue)");
+    if (spec_.moe && !options.expert_parallel)
+      refuse("mixtures of experts without --expert-parallel (experts are spread whole, not "
+             "split by columns)");
+    if (options.expert_parallel && !spec_.moe)
+      fail("{}: --expert-parallel: the model has no experts to spread", file.name());
     if (spec_.mla) refuse("multi-head latent attention (DeepSeek)");
     if (spec_.delta_net) refuse("hybrid models with recurrent layers");
     if (spec_.gated_attention) refuse("gated attention");
@@ -205,13 +209,25 @@ class Decoder final : public Model {
         !c.layer_n_ff.empty() || c.sliding_head_dim > 0)
       refuse("layers of different shapes (Gemma 4)");
     if (spec_.eagle3 || options.mtp) refuse("draft heads (EAGLE-3, MTP)");
-    if (c.n_heads % ranks != 0 || c.n_kv_heads % ranks != 0 || c.n_ff % ranks != 0)
+    // (A model whose every layer has experts splits no dense feed-forward.)
+    const bool dense_layers = !moe_config_ || moe_config_->leading_dense > 0;
+    if (c.n_heads % ranks != 0 || c.n_kv_heads % ranks != 0 || (dense_layers && c.n_ff % ranks != 0))
       fail("{}: {} heads, {} kv heads and a feed-forward of {} do not split into {} ranks: "
            "--tensor-parallel must divide each",
            file.name(), c.n_heads, c.n_kv_heads, c.n_ff, ranks);
+    if (moe_config_) {  // expert parallelism: whole experts by rank, the shared one by columns
+      MoeConfig& m = *moe_config_;
+      if (m.n_experts < ranks || m.n_ff_shared % ranks != 0)
+        fail("{}: {} experts and a shared expert of {} do not spread over {} ranks", file.name(),
+             m.n_experts, m.n_ff_shared, ranks);
+      m.expert_begin = m.n_experts * tp_->rank() / ranks;
+      m.expert_end = m.n_experts * (tp_->rank() + 1) / ranks;
+      m.n_ff_shared /= ranks;
+    }
     if (tp_->rank() == 0) {
       dist::encode_load(message_, file.name(), options.max_batch_tokens, options.max_context,
-                        dist::Parallelism::kTensor);
+                        options.expert_parallel ? dist::Parallelism::kTensorAndExperts
+                                                : dist::Parallelism::kTensor);
       tp_->broadcast(message_);
     }
     c.n_heads /= ranks;
@@ -1317,6 +1333,7 @@ class Decoder final : public Model {
     } else if (layer.moe) {
       moe_->forward(*layer.moe, ws.h.data(), T, ws.proj.data(), pool,  // [T, n_embd]
                     routing_margins);
+      if (tp_ != nullptr) tp_->allreduce_sum(ws.proj.data(), T * c.n_embd);  // every rank's experts
     } else {
       dense_feed_forward(layer, T, bf16_from, pool);
     }

@@ -42,6 +42,9 @@ struct ModelOptions {
   dist::Communicator* tp = nullptr;
   // Pipeline parallelism (dist/model_parallel.h): the same, each rank loading a run of layers.
   dist::Communicator* pp = nullptr;
+  // Expert parallelism (with tp): each rank holds whole experts, 1/ranks of them, instead of a
+  // slice of every expert's columns (which is not implemented); attention splits as without.
+  bool expert_parallel = false;
 };
 
 class Model {

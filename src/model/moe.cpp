@@ -158,22 +158,33 @@ MoeLayer load_moe_layer(const WeightLoader& w, const std::string& p, const MoeCo
                         const MoeSpec& spec, int n_embd) {
   MoeLayer m;
   const int64_t E = c.n_experts, F = c.n_ff_expert;
+  const int64_t first = c.expert_begin, last = c.expert_end > 0 ? c.expert_end : E;
   m.router = w.matrix(p + "ffn_gate_inp.weight", E, n_embd);
   m.selection_bias = w.optional_vector(p + "exp_probs_b.bias", E);
   if (w.has(p + "ffn_gate_up_exps.weight")) {  // per expert: rows [gate; up]
     const std::string name = p + "ffn_gate_up_exps.weight";
-    m.gate = w.expert_matrices(name, E, 0, F, 2 * F, n_embd);
-    m.up = w.expert_matrices(name, E, F, F, 2 * F, n_embd);
-    m.down = w.expert_matrices(p + "ffn_down_exps.weight", E, 0, n_embd, n_embd, F);
+    m.gate = w.expert_matrices(name, E, 0, F, 2 * F, n_embd, first, last);
+    m.up = w.expert_matrices(name, E, F, F, 2 * F, n_embd, first, last);
+    m.down = w.expert_matrices(p + "ffn_down_exps.weight", E, 0, n_embd, n_embd, F, first, last);
   } else if (w.has(p + "ffn_up_exps.weight")) {
-    m.gate = w.expert_matrices(p + "ffn_gate_exps.weight", E, 0, F, F, n_embd);
-    m.up = w.expert_matrices(p + "ffn_up_exps.weight", E, 0, F, F, n_embd);
-    m.down = w.expert_matrices(p + "ffn_down_exps.weight", E, 0, n_embd, n_embd, F);
+    m.gate = w.expert_matrices(p + "ffn_gate_exps.weight", E, 0, F, F, n_embd, first, last);
+    m.up = w.expert_matrices(p + "ffn_up_exps.weight", E, 0, F, F, n_embd, first, last);
+    m.down = w.expert_matrices(p + "ffn_down_exps.weight", E, 0, n_embd, n_embd, F, first, last);
   } else {  // Mixtral's older files: one 2-D tensor per expert
+    m.gate.resize(static_cast<size_t>(E));
+    m.up.resize(static_cast<size_t>(E));
+    m.down.resize(static_cast<size_t>(E));
     for (int64_t e = 0; e < E; ++e) {
-      m.gate.push_back(w.matrix(fmt::format("{}ffn_gate.{}.weight", p, e), F, n_embd));
-      m.up.push_back(w.matrix(fmt::format("{}ffn_up.{}.weight", p, e), F, n_embd));
-      m.down.push_back(w.matrix(fmt::format("{}ffn_down.{}.weight", p, e), n_embd, F));
+      const std::string gate = fmt::format("{}ffn_gate.{}.weight", p, e),
+                        up = fmt::format("{}ffn_up.{}.weight", p, e),
+                        down = fmt::format("{}ffn_down.{}.weight", p, e);
+      if (e < first || e >= last) {  // another rank's
+        for (const std::string& name : {gate, up, down}) w.skip(name);
+        continue;
+      }
+      m.gate[static_cast<size_t>(e)] = w.matrix(gate, F, n_embd);
+      m.up[static_cast<size_t>(e)] = w.matrix(up, F, n_embd);
+      m.down[static_cast<size_t>(e)] = w.matrix(down, n_embd, F);
     }
   }
   if (spec.biases) {
@@ -367,7 +378,7 @@ void MoeBlock::run_chunk(const MoeLayer& layer, const float* h, const float* rou
   items_.clear();
   for (int e = 0; e < E; ++e) {
     const int64_t r0 = expert_rows_[static_cast<size_t>(e)], n = expert_rows_[static_cast<size_t>(e) + 1] - r0;
-    if (n == 0) continue;
+    if (n == 0 || !c.runs_expert(e)) continue;
     const float* x = gather ? &xs_[static_cast<size_t>(r0 * D)] : h;
     items_.push_back({&layer.gate[static_cast<size_t>(e)], x, n, &gate_[static_cast<size_t>(r0 * F)]});
     items_.push_back({&layer.up[static_cast<size_t>(e)], x, n, &up_[static_cast<size_t>(r0 * F)]});
@@ -405,18 +416,23 @@ void MoeBlock::run_chunk(const MoeLayer& layer, const float* h, const float* rou
   items_.clear();
   for (int e = 0; e < E; ++e) {
     const int64_t r0 = expert_rows_[static_cast<size_t>(e)], n = expert_rows_[static_cast<size_t>(e) + 1] - r0;
-    if (n > 0)
+    if (n > 0 && c.runs_expert(e))
       items_.push_back({&layer.down[static_cast<size_t>(e)], &gate_[static_cast<size_t>(r0 * F)], n,
                         &down_[static_cast<size_t>(r0 * D)]});
   }
   kernels::matmul_grouped(items_, scratch_, pool);
   if (S > 0) shared_expert(layer, h, n_tokens, pool);
-  // out[t] = sum over its slots, in slot order as llama.cpp adds them, of weight * expert output.
+  // out[t] = sum over its slots, in slot order as llama.cpp adds them, of weight * expert output
+  // (expert parallelism: over the slots of this rank's experts; 0 where it runs none of them).
   pool.parallel_for(n_tokens, 4, [&](int64_t begin, int64_t end) {
     for (int64_t t = begin; t < end; ++t) {
       float* o = out + t * D;
-      for (int k = 0; k < K; ++k) {
+      int first = 0;  // the first slot whose output lands here: it sets o, the others add
+      while (first < K && !c.runs_expert(selected_[static_cast<size_t>(t * K + first)])) ++first;
+      if (first == K) std::fill_n(o, D, 0.0f);
+      for (int k = first; k < K; ++k) {
         const auto s = static_cast<size_t>(t * K + k);
+        if (!c.runs_expert(selected_[s])) continue;
         const int32_t r = row_of_[s];
         const float* d = &down_[static_cast<size_t>(r * D)];
         const float* bias =
@@ -426,13 +442,13 @@ void MoeBlock::run_chunk(const MoeLayer& layer, const float* h, const float* rou
           const float es = layer.expert_scale[selected_[s]];
           for (int64_t i = 0; i < D; ++i) {
             const float v = d[i] * es * wt;
-            o[i] = k == 0 ? v : o[i] + v;
+            o[i] = k == first ? v : o[i] + v;
           }
           continue;
         }
         for (int64_t i = 0; i < D; ++i) {
           const float v = (bias ? d[i] + bias[i] : d[i]) * wt;
-          o[i] = k == 0 ? v : o[i] + v;
+          o[i] = k == first ? v : o[i] + v;
         }
       }
       if (S > 0) {

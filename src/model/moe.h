@@ -70,6 +70,12 @@ struct MoeConfig {
   bool normalize_weights = false;
   float weights_scale = 1.0f;  // the top k's weights times this
   ExpertActivation activation = ExpertActivation::kSilu;
+  // Expert parallelism (dist/model_parallel.h): the experts [expert_begin, expert_end) this
+  // rank holds and runs; the others' outputs come from their ranks through the all-reduce that
+  // follows the block. expert_end 0: every expert.
+  int expert_begin = 0;
+  int expert_end = 0;
+  bool runs_expert(int e) const { return e >= expert_begin && (expert_end == 0 || e < expert_end); }
 
   // Reads `<arch>.expert_*` with the spec's defaults. Keys that change the computation and
   // that inferd does not implement (expert groups, clamped SwiGLU limits, latent experts...)
@@ -98,7 +104,8 @@ struct MoeLayer {
 
 // Loads the MoE tensors of layer prefix `p` ("blk.N."): merged 3-D expert tensors
 // (ffn_{gate,up,down}_exps, or ffn_gate_up_exps with [gate; up] per expert), or Mixtral's
-// older per-expert 2-D tensors ffn_{gate,up,down}.E.weight.
+// older per-expert 2-D tensors ffn_{gate,up,down}.E.weight. Only the experts this rank runs
+// (MoeConfig::runs_expert); the router whole.
 MoeLayer load_moe_layer(const WeightLoader& w, const std::string& p, const MoeConfig& c,
                         const MoeSpec& spec, int n_embd);
 

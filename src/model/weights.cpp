@@ -17,7 +17,7 @@ const gguf::TensorInfo& WeightLoader::find(const std::string& name) const {
   return *t;
 }
 
-void WeightLoader::skip_prefix(const std::string& prefix) {
+void WeightLoader::skip_prefix(const std::string& prefix) const {
   for (const gguf::TensorInfo& t : file_.tensors())
     if (t.name.starts_with(prefix)) used_.insert(t.name);
 }
@@ -163,7 +163,8 @@ std::vector<kernels::WeightMatrix> WeightLoader::expert_matrices(const std::stri
                                                                  int64_t n_experts,
                                                                  int64_t row_begin, int64_t rows,
                                                                  int64_t rows_per_expert,
-                                                                 int64_t cols) const {
+                                                                 int64_t cols, int64_t take_begin,
+                                                                 int64_t take_end) const {
   const gguf::TensorInfo& t = find_stacked(name, n_experts, rows_per_expert, cols);
   if (row_begin < 0 || rows <= 0 || row_begin + rows > rows_per_expert)
     fail("{}: rows {}..{} of tensor '{}' are outside its {} an expert", file_.name(), row_begin,
@@ -171,7 +172,8 @@ std::vector<kernels::WeightMatrix> WeightLoader::expert_matrices(const std::stri
   check_multipliable(t);
   const auto row_size = static_cast<size_t>(*row_bytes(t.type, cols));
   std::vector<kernels::WeightMatrix> experts(static_cast<size_t>(n_experts));
-  for (int64_t e = 0; e < n_experts; ++e) {
+  if (take_end < 0) take_end = n_experts;
+  for (int64_t e = std::max<int64_t>(take_begin, 0); e < std::min(take_end, n_experts); ++e) {
     kernels::WeightMatrix& w = experts[static_cast<size_t>(e)];
     w.type = t.type;
     w.rows = rows;

@@ -49,9 +49,13 @@ class WeightLoader {
   // tensor of n_experts of them (GGUF shape [cols, rows_per_expert, n_experts]), as one matrix
   // an expert: merged expert tensors (ffn_gate_exps, ffn_up_exps, ffn_down_exps; the gate and
   // up halves of ffn_gate_up_exps).
+  // Expert parallelism: only experts [take_begin, take_end) are loaded (take_end -1: to the
+  // last); the others' matrices are left empty (another rank holds them).
   std::vector<kernels::WeightMatrix> expert_matrices(const std::string& name, int64_t n_experts,
                                                      int64_t row_begin, int64_t rows,
-                                                     int64_t rows_per_expert, int64_t cols) const;
+                                                     int64_t rows_per_expert, int64_t cols,
+                                                     int64_t take_begin = 0,
+                                                     int64_t take_end = -1) const;
   // A 3-D tensor of n matrices of [rows, cols] (GGUF shape [cols, rows, n]) as one matrix of
   // n * rows rows: MLA's attn_v_b, a [value dims, kv_lora_rank] matrix a head.
   kernels::WeightMatrix stacked_matrix(const std::string& name, int64_t n, int64_t rows,
@@ -78,8 +82,8 @@ class WeightLoader {
   std::shared_ptr<HugePageArena> memory() const { return arena_; }
   // Pipeline parallelism (dist/model_parallel.h): a tensor, or every tensor whose name starts
   // with `prefix` (a layer's "blk.N."), that another rank loads: counted as taken, not read.
-  void skip(const std::string& name) { used_.insert(name); }
-  void skip_prefix(const std::string& prefix);
+  void skip(const std::string& name) const { used_.insert(name); }
+  void skip_prefix(const std::string& prefix) const;
   // Fails naming the file's tensors that no call above took: call once all are loaded.
   void check_all_used() const;
 

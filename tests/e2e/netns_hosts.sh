@@ -3,7 +3,9 @@
 # their own joined by veth through a bridge, each link shaped to 1 Gbit/s, MPI over TCP only.
 # SmolLM2 split over 3 hosts by tensor parallelism (its 9 heads and 3 kv heads take 3) and over 2
 # by pipeline parallelism gives the greedy text one process gives; the pipeline once more with
-# 1 ms of (emulated) link latency. Skips without root, ip netns, mpirun or a model.
+# 1 ms of (emulated) link latency; a random-weight Qwen3-MoE (make-golden's) over 2 hosts with
+# its experts spread (-tp 2 --expert-parallel) gives its one-process text too. Skips without
+# root, ip netns, mpirun or a model.
 set -euo pipefail
 inferd="$1"
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -38,3 +40,12 @@ got="$(INFERD_EMULATED_LINK_LATENCY_US=1000 timeout 300 mpirun "${flags[@]}" -x 
   "$inferd" "${args[@]}" -pp 2 2>/dev/null)"
 [ "$got" = "$expected" ] || { echo "FAIL: -pp 2 with 1 ms latency parted"; exit 1; }
 echo "-pp 2 with 1 ms of link latency: the same greedy text"
+moe="${INFERD_CACHE:-$HOME/.cache/inferd}/golden-models/qwen3moe-seed7.F16.gguf"
+if [ -f "$moe" ]; then
+  moe_args=(run -m "$moe" -p "$prompt" -n 24 --temp 0 -t 1)
+  expected="$("$inferd" "${moe_args[@]}" 2>/dev/null)"
+  read -r -a flags <<<"$("$root/scripts/netns-hosts" mpirun-flags 2)"
+  got="$(timeout 300 mpirun "${flags[@]}" "$inferd" "${moe_args[@]}" -tp 2 --expert-parallel 2>/dev/null)"
+  [ "$got" = "$expected" ] || { printf 'FAIL: -tp 2 --expert-parallel gave\n%s\nnot\n%s\n' "$got" "$expected"; exit 1; }
+  echo "qwen3moe -tp 2 --expert-parallel on 2 hosts: the same greedy text"
+fi
