@@ -80,6 +80,11 @@ void run_step(model::Model& model, kv::KvCache& cache, ThreadPool& pool, const B
 struct TestResult {
   int64_t n_prompt = 0, n_gen = 0, n_depth = 0, n_parallel = 1, n_ubatch = 512;
   std::vector<double> seconds;
+  // A model split over ranks: what rank 0 sent and its seconds communicating (waiting for the
+  // others included) over the timed repetitions, and their forward steps.
+  int64_t comm_bytes = 0;
+  double comm_seconds = 0;
+  int64_t steps = 0;
 };
 
 // Positions [start, start + n) of every sequence, in steps of at most `ubatch` positions.
@@ -98,7 +103,7 @@ void run_steps(model::Model& model, kv::KvCache& cache, ThreadPool& pool,
 // the sequences. Both start after n_depth tokens already in the cache (filled untimed).
 TestResult run_test(model::Model& model, kv::KvCache& cache, ThreadPool& pool,
                     const BenchSequences& tables, int64_t n_prompt, int64_t n_gen, int64_t n_depth,
-                    int64_t n_ubatch, int repetitions) {
+                    int64_t n_ubatch, int repetitions, const dist::Communicator* ranks) {
   std::mt19937 rng(42);
   std::uniform_int_distribution<int32_t> token(0, model.config().n_vocab - 1);
   const auto n_seq = static_cast<int64_t>(tables.size());
@@ -114,6 +119,8 @@ TestResult run_test(model::Model& model, kv::KvCache& cache, ThreadPool& pool,
       run_steps(model, cache, pool, tables, random_tokens(n_depth * n_seq), n_depth, 0, n_ubatch,
                 logits);
     const auto prompt = random_tokens(n_prompt * n_seq);
+    const int64_t bytes_before = ranks != nullptr ? ranks->bytes_sent() : 0;
+    const double comm_before = ranks != nullptr ? ranks->comm_seconds() : 0;
     const auto begin = Clock::now();
     // The warm-up runs one step of the prompt: a 16k-token prompt's would take minutes, and one
     // step already touches every weight and buffer (llama-bench's warm-up is shorter still).
@@ -124,8 +131,14 @@ TestResult run_test(model::Model& model, kv::KvCache& cache, ThreadPool& pool,
       const auto next = random_tokens(n_seq);
       run_step(model, cache, pool, tables, next, 1, static_cast<int32_t>(n_depth + i), logits);
     }
-    if (r >= 0)
+    if (r >= 0) {
       result.seconds.push_back(std::chrono::duration<double>(Clock::now() - begin).count());
+      result.steps += (n_prompt + n_ubatch - 1) / n_ubatch + n_gen;
+      if (ranks != nullptr) {
+        result.comm_bytes += ranks->bytes_sent() - bytes_before;
+        result.comm_seconds += ranks->comm_seconds() - comm_before;
+      }
+    }
   }
   return result;
 }
@@ -173,7 +186,12 @@ nlohmann::json to_json(const TestResult& t, const model::Model& model, const std
           {"avg_ts", mean(ts)},
           {"stddev_ts", stddev(ts)},
           {"samples_ns", ns},
-          {"samples_ts", ts}};
+          {"samples_ts", ts},
+          // (inferd's own: a model split over ranks, rank 0's communication)
+          {"comm_bytes_per_token", t.comm_bytes / std::max(tokens * double(t.seconds.size()), 1.0)},
+          {"comm_ms_per_step", t.comm_seconds * 1e3 / double(std::max<int64_t>(t.steps, 1))},
+          {"ms_per_step", std::accumulate(t.seconds.begin(), t.seconds.end(), 0.0) * 1e3 /
+                              double(std::max<int64_t>(t.steps, 1))}};
 }
 
 void bench(const BenchArgs& args) {
@@ -215,11 +233,11 @@ void bench(const BenchArgs& args) {
   std::vector<TestResult> results;
   if (args.n_prompt > 0)
     results.push_back(run_test(*model, cache, pool, one_sequence, args.n_prompt, 0, args.n_depth,
-                               args.n_ubatch, args.repetitions));
+                               args.n_ubatch, args.repetitions, world.tensor ? world.tensor : world.pipeline));
   if (args.n_gen > 0)
     results.push_back(
         run_test(*model, cache, pool, tables, 0, args.n_gen, args.n_depth, args.n_ubatch,
-                 args.repetitions));
+                 args.repetitions, world.tensor ? world.tensor : world.pipeline));
   for (const TestResult& t : results) {
     out.push_back(to_json(t, *model, path, footprint.total_bytes, footprint.parameters, threads,
                           device ? fmt::format("CUDA ({})", device->name)
@@ -260,6 +278,14 @@ void bench(const BenchArgs& args) {
                j["stddev_ts"].get<double>());
   }
   if (ranks > 1) {
+    for (const auto& j : out) {
+      const int64_t np = j["n_prompt"], ng = j["n_gen"];
+      fmt::print("  {}: rank 0 sent {:.0f} bytes a token; {:.2f} ms of each {:.2f} ms step "
+                 "communicating (waiting for the other ranks included)\n",
+                 np > 0 ? fmt::format("pp{}", np) : fmt::format("tg{}", ng),
+                 j["comm_bytes_per_token"].get<double>(), j["comm_ms_per_step"].get<double>(),
+                 j["ms_per_step"].get<double>());
+    }
     fmt::print("  roofline: not computed for {} ranks (each reads its shard; threads are per rank)\n",
                ranks);
     return;

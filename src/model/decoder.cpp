@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstdio>
 #include <limits>
 #include <optional>
 #include <span>
@@ -264,9 +265,9 @@ class Decoder final : public Model {
                         dist::Parallelism::kPipeline);
       pp_->broadcast(message_);
     }
-    const int rank = pp_->rank();
-    layer_begin_ = static_cast<int>(int64_t{c.n_layers} * rank / ranks);
-    layer_end_ = static_cast<int>(int64_t{c.n_layers} * (rank + 1) / ranks);
+    const std::vector<int> first = pipeline_stages(file, c.n_layers, ranks);
+    layer_begin_ = first[static_cast<size_t>(pp_->rank())];
+    layer_end_ = first[static_cast<size_t>(pp_->rank()) + 1];
     config_.remote_layers.assign(static_cast<size_t>(c.n_layers), true);
     for (int l = layer_begin_; l < layer_end_; ++l) config_.remote_layers[static_cast<size_t>(l)] = false;
   }
@@ -283,6 +284,41 @@ class Decoder final : public Model {
       dist::encode_state_op(message_, op, from, to);
       ranks->broadcast(message_);
     }
+  }
+
+  // The first layer of each of `ranks` pipeline stages, and n_layers last: runs of layers whose
+  // weights (the file's bytes) come out about even, rank 0's counting the token embeddings and
+  // the vocabulary projection it holds besides. A decode step reads every weight once, so even
+  // bytes are even times too; and memory is what a pipeline is for. Every rank computes the
+  // same from the file.
+  static std::vector<int> pipeline_stages(const gguf::GgufFile& file, int n_layers, int ranks) {
+    std::vector<double> layer_bytes(static_cast<size_t>(n_layers), 0.0);
+    double vocabulary = 0;
+    for (const gguf::TensorInfo& t : file.tensors()) {
+      int layer = -1;
+      if (std::sscanf(t.name.c_str(), "blk.%d.", &layer) == 1 && layer >= 0 && layer < n_layers) {
+        layer_bytes[static_cast<size_t>(layer)] += static_cast<double>(t.num_bytes);
+      } else if (layer < 0) {
+        vocabulary += static_cast<double>(t.num_bytes);  // (MTP layers past n_layers: skipped)
+      }
+    }
+    double total = vocabulary;
+    for (const double b : layer_bytes) total += b;
+    std::vector<int> first{0};
+    double held = vocabulary;  // by the ranks before the next boundary
+    for (int l = 0; l < n_layers && std::ssize(first) < ranks; ++l) {
+      const int stage = static_cast<int>(first.size()) - 1;
+      const int left = n_layers - l;  // layers l.. for this and the later ranks
+      const int later = ranks - 1 - stage;
+      // End this stage before layer l once its share is reached, or when the later ranks need
+      // every layer left (each holds one at least); never with none of its own.
+      if (l > first.back() && (held >= total * (stage + 1) / ranks || left == later))
+        first.push_back(l);
+      held += layer_bytes[static_cast<size_t>(l)];
+    }
+    if (std::ssize(first) != ranks) fail("{}: no split of {} layers into {} stages", file.name(), n_layers, ranks);
+    first.push_back(n_layers);
+    return first;
   }
 
   // Whether this rank runs layer l (pipeline parallelism: its run of layers; else every one).
