@@ -1,5 +1,6 @@
-// inferd::Error: the one exception type for bad input (files, requests, arguments).
-// Its message always names what is wrong: the field, the byte offset, the limit.
+// inferd::Error (include/inferd/error.h): the one exception type for bad input (files, requests,
+// arguments), and fail() that throws it. Its message always names what is wrong: the field, the
+// byte offset, the limit.
 #pragma once
 
 #include <stdexcept>
@@ -7,12 +8,9 @@
 
 #include <fmt/format.h>
 
-namespace inferd {
+#include "inferd/error.h"  // the class itself is public: the library API throws it
 
-class Error : public std::runtime_error {
- public:
-  explicit Error(const std::string& message) : std::runtime_error(message) {}
-};
+namespace inferd {
 
 // Throws inferd::Error with a fmt-formatted message.
 template <typename... Args>
