@@ -1,0 +1,153 @@
+/* inferd's C ABI: open a GGUF model, generate from prompts or chat messages (batched through
+ * the engine's scheduler), stream text through a callback, read the results.
+ *
+ * Lifetimes are explicit: what inferd_engine_open and inferd_generate/inferd_chat hand out
+ * (an engine, a result, an error string) belongs to the caller until it is given back with
+ * inferd_engine_close, inferd_result_free or inferd_string_free. Strings and arrays read from
+ * a result live as long as the result. Nothing else is allocated for the caller.
+ *
+ * Errors: every function that can fail returns an inferd_status; on failure, when `error` is
+ * not NULL, *error receives a message naming the problem (free it with inferd_string_free), and
+ * the output handle is left NULL. No function lets a C++ exception escape.
+ *
+ * Thread safety is stated per function. In short: different engines are independent; one
+ * engine serves one call at a time (calls from several threads wait for one another);
+ * inferd_engine_cancel may be called from any thread at any time; a result may be read from
+ * several threads at once. Structs are versioned by their first field, `size`, which the
+ * *_init functions set: always start from them.
+ */
+#ifndef INFERD_INFERD_H
+#define INFERD_INFERD_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum inferd_status {
+  INFERD_OK = 0,
+  INFERD_ERROR_INVALID_ARGUMENT = 1, /* a NULL handle, a bad option, a prompt that does not fit */
+  INFERD_ERROR_MODEL = 2,            /* the model file could not be opened, read or run */
+  INFERD_ERROR_OUT_OF_MEMORY = 3,
+  INFERD_ERROR_CANCELLED = 4, /* inferd_engine_cancel or a stream callback stopped the call; the
+                                 result holds what was made */
+  INFERD_ERROR_INTERNAL = 5
+} inferd_status;
+
+typedef enum inferd_finish_reason {
+  INFERD_FINISH_STOP = 0,   /* end-of-generation token, stop string or completed grammar */
+  INFERD_FINISH_LENGTH = 1, /* max_tokens or a full context */
+  INFERD_FINISH_CANCELLED = 2,
+  INFERD_FINISH_ERROR = 3
+} inferd_finish_reason;
+
+typedef enum inferd_kv_type { INFERD_KV_F16 = 0, INFERD_KV_Q8_0 = 1, INFERD_KV_Q4_0 = 2 } inferd_kv_type;
+
+typedef struct inferd_engine inferd_engine; /* a loaded model and its KV cache */
+typedef struct inferd_result inferd_result; /* the outputs of one generate/chat call */
+
+typedef struct inferd_engine_options {
+  size_t size;             /* sizeof(inferd_engine_options), set by inferd_engine_options_init */
+  int32_t threads;         /* 0: the number of cores, at most 4 */
+  int64_t context;         /* tokens per sequence; 0: the model's, at most 4096 */
+  int32_t max_seqs;        /* sequences decoded together (default 16) */
+  int64_t max_batched_tokens; /* tokens per engine step (default 512) */
+  inferd_kv_type kv_type_k;
+  inferd_kv_type kv_type_v;
+  int32_t prefix_caching;      /* nonzero (default): reuse cached prompt prefixes */
+  const char* chat_template;   /* NULL: the model's; else a built-in name or a file */
+} inferd_engine_options;
+
+typedef struct inferd_sampling_params {
+  size_t size; /* sizeof(inferd_sampling_params), set by inferd_sampling_params_init */
+  int32_t n;   /* choices per prompt (default 1) */
+  float temperature; /* default 0.8; 0: greedy */
+  int32_t top_k;     /* default 40; 0: off */
+  float top_p;       /* default 0.95; 1: off */
+  float min_p;       /* default 0.05; 0: off */
+  float repetition_penalty; /* default 1: off */
+  int32_t repeat_last_n;    /* default 64 */
+  float presence_penalty;
+  float frequency_penalty;
+  int64_t seed;       /* -1 (default): a new seed each call; else reproducible, choice i: seed + i */
+  int64_t max_tokens; /* default 256 */
+  const char* const* stop; /* n_stop stop strings; the text ends before the first and never holds it */
+  size_t n_stop;
+  int32_t ignore_eos;
+  int32_t logprobs;        /* -1 (default): none; k >= 0: each token's logprob (and k alternatives) */
+  const char* json_schema; /* structured output, at most one of the three (NULL: none) */
+  const char* grammar;     /* GBNF, start rule root */
+  const char* regex;
+} inferd_sampling_params;
+
+typedef struct inferd_chat_message {
+  const char* role; /* "system", "user", "assistant" */
+  const char* content;
+} inferd_chat_message;
+
+/* Streamed text: `text` (text_len bytes, not NUL-terminated, whole UTF-8 characters) of choice
+ * `choice` of prompt `prompt_index`; `finished` is nonzero on a choice's last call (text_len may
+ * be 0 then). Called on the thread of inferd_generate/inferd_chat, between engine steps. Return 0
+ * to go on, nonzero to cancel the whole call (INFERD_ERROR_CANCELLED). */
+typedef int (*inferd_stream_fn)(void* user_data, size_t prompt_index, int32_t choice,
+                                const char* text, size_t text_len, int32_t finished);
+
+/* "MAJOR.MINOR.PATCH". Thread-safe. */
+const char* inferd_version(void);
+/* A static name for a status ("ok", "invalid argument", ...). Thread-safe. */
+const char* inferd_status_name(inferd_status status);
+/* Frees a string the library handed out (NULL is fine). Thread-safe. */
+void inferd_string_free(char* string);
+
+/* Defaults, as `inferd run`'s. Thread-safe. */
+void inferd_engine_options_init(inferd_engine_options* options);
+void inferd_sampling_params_init(inferd_sampling_params* params);
+
+/* Loads a model. options NULL: defaults. On success *out is the engine; on failure NULL and
+ * the status says why (INFERD_ERROR_MODEL for a missing or bad file). Thread-safe. */
+inferd_status inferd_engine_open(const char* model_path, const inferd_engine_options* options,
+                                 inferd_engine** out, char** error);
+/* Frees the engine (NULL is fine). Not while another thread uses it. */
+void inferd_engine_close(inferd_engine* engine);
+
+/* Generates for n_prompts prompts, all batched together. params NULL: defaults. stream may be
+ * NULL. On success (and on INFERD_ERROR_CANCELLED) *out is the result. Thread-safe: calls on
+ * one engine run one after another. */
+inferd_status inferd_generate(inferd_engine* engine, const char* const* prompts, size_t n_prompts,
+                              const inferd_sampling_params* params, inferd_stream_fn stream,
+                              void* user_data, inferd_result** out, char** error);
+/* One conversation through the chat template, answered as the assistant; the result has one
+ * prompt. Thread-safe as inferd_generate. */
+inferd_status inferd_chat(inferd_engine* engine, const inferd_chat_message* messages,
+                          size_t n_messages, const inferd_sampling_params* params,
+                          inferd_stream_fn stream, void* user_data, inferd_result** out,
+                          char** error);
+/* Cancels the call running on `engine`, if any (its requests finish as cancelled at the next
+ * step). Thread-safe, and safe from a stream callback. */
+void inferd_engine_cancel(inferd_engine* engine);
+
+/* Reading a result: thread-safe (a result is not changed after it is made). An index out of
+ * range gives 0 / NULL. */
+size_t inferd_result_num_prompts(const inferd_result* result);
+size_t inferd_result_num_choices(const inferd_result* result, size_t prompt_index);
+/* NUL-terminated; *len (when not NULL) gets its length in bytes. */
+const char* inferd_result_text(const inferd_result* result, size_t prompt_index, size_t choice,
+                               size_t* len);
+const int32_t* inferd_result_tokens(const inferd_result* result, size_t prompt_index,
+                                    size_t choice, size_t* count);
+/* With logprobs >= 0: one log-probability per generated token (count as for the tokens). */
+const float* inferd_result_logprobs(const inferd_result* result, size_t prompt_index,
+                                    size_t choice, size_t* count);
+inferd_finish_reason inferd_result_finish_reason(const inferd_result* result, size_t prompt_index,
+                                                 size_t choice);
+size_t inferd_result_prompt_tokens(const inferd_result* result, size_t prompt_index);
+/* Frees a result (NULL is fine). Not while another thread reads it. */
+void inferd_result_free(inferd_result* result);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* INFERD_INFERD_H */

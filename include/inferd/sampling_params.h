@@ -1,0 +1,58 @@
+// inferd::SamplingParams: how a request's tokens are chosen and when its output ends, as vLLM's
+// SamplingParams and llama.cpp's flags name them. The defaults are `inferd run`'s (llama.cpp's
+// command-line defaults), so a program and the command given the same values make the same text.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace inferd {
+
+struct SamplingParams {
+  // Choices per prompt. They share the prompt's KV blocks; with a seed, choice i samples with
+  // seed + i, so every choice is reproducible on its own.
+  int32_t n = 1;
+  float temperature = 0.8f;  // below 1e-5: greedy (the most likely token, lowest id on ties)
+  int32_t top_k = 40;        // keep the k most likely tokens; <= 0: off
+  float top_p = 0.95f;       // keep the smallest set with this much probability; 1: off
+  float min_p = 0.05f;       // drop tokens below min_p * p(most likely); 0: off
+  // Over the last repeat_last_n tokens of prompt and output (-1: all): a positive logit is
+  // divided by it, a negative one multiplied (llama.cpp's repeat penalty). 1: off.
+  float repetition_penalty = 1.0f;
+  int32_t repeat_last_n = 64;
+  // OpenAI's penalties over the generated tokens: logit -= frequency * count + presence * (count > 0).
+  float presence_penalty = 0.0f;
+  float frequency_penalty = 0.0f;
+  // Unset: a new seed from the OS for each request. Set: the same prompt, settings and seed
+  // give the same text.
+  std::optional<uint64_t> seed;
+  int64_t max_tokens = 256;  // most tokens generated per choice
+  // Stop strings: the output ends before the first one and never contains it.
+  std::vector<std::string> stop;
+  bool ignore_eos = false;  // keep generating past the model's end-of-generation tokens
+  // -1: none; k >= 0: each generated token's log-probability and its k most likely alternatives
+  // (CompletionOutput::logprobs).
+  int32_t logprobs = -1;
+  // Structured output, at most one of the three: the whole output matches a JSON schema (the
+  // schema's text), a GBNF grammar (start rule `root`) or a regular expression.
+  std::string json_schema;
+  std::string grammar;
+  std::string regex;
+  // Beam search when > 0 (vLLM's BeamSearchParams): that many beams ranked by the model's
+  // log-probabilities, score = cumulative logprob / length ^ length_penalty; the sampling
+  // fields above do not apply, n hypotheses are returned best first, and text is delivered
+  // only at the end (no stream deltas). Needs EngineOptions::max_seqs >= beam_width.
+  int32_t beam_width = 0;
+  float length_penalty = 1.0f;
+
+  // Greedy decoding: temperature 0 (what `inferd run --temp 0` does).
+  static SamplingParams greedy() {
+    SamplingParams params;
+    params.temperature = 0.0f;
+    return params;
+  }
+};
+
+}  // namespace inferd

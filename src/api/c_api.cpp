@@ -1,0 +1,344 @@
+// The C ABI (include/inferd/inferd.h) over the C++ API: handles own C++ objects, exceptions
+// become status codes with a malloc'd message, and nothing throws across the boundary.
+#include "inferd/inferd.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <new>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "inferd/engine.h"
+
+struct inferd_engine {
+  explicit inferd_engine(inferd::Engine e) : engine(std::move(e)) {}
+  inferd::Engine engine;
+  std::mutex call_mutex;   // one call at a time, so that `running` is the call that runs
+  std::mutex cancel_mutex; // guards `running`
+  std::optional<inferd::CancelToken> running;
+};
+
+struct inferd_result {
+  std::vector<inferd::RequestOutput> outputs;
+  std::vector<std::vector<std::vector<float>>> logprobs;  // [prompt][choice][token]
+};
+
+namespace {
+
+char* copy_string(const std::string& text) {
+  char* copy = static_cast<char*>(std::malloc(text.size() + 1));
+  if (copy != nullptr) std::memcpy(copy, text.c_str(), text.size() + 1);
+  return copy;
+}
+
+inferd_status fail(char** error, inferd_status status, const std::string& message) {
+  if (error != nullptr) *error = copy_string(message);
+  return status;
+}
+
+// Runs `body`, turning what it throws into a status and message. `load` says whether an
+// inferd::Error is about the model file (opening) or the call's arguments.
+template <typename Body>
+inferd_status guarded(char** error, bool load, Body&& body) {
+  if (error != nullptr) *error = nullptr;
+  try {
+    return body();
+  } catch (const inferd::Error& e) {
+    return fail(error, load ? INFERD_ERROR_MODEL : INFERD_ERROR_INVALID_ARGUMENT, e.what());
+  } catch (const std::bad_alloc&) {
+    return fail(error, INFERD_ERROR_OUT_OF_MEMORY, "out of memory");
+  } catch (const std::exception& e) {
+    return fail(error, INFERD_ERROR_INTERNAL, e.what());
+  } catch (...) {
+    return fail(error, INFERD_ERROR_INTERNAL, "unknown error");
+  }
+}
+
+// A struct given by a caller built against an older header is shorter: read only the fields
+// it has (none are added yet, so only the size's lower bound is checked).
+template <typename T>
+bool valid_size(const T* s) {
+  return s->size >= sizeof(T);
+}
+
+inferd::SamplingParams to_params(const inferd_sampling_params* p) {
+  inferd::SamplingParams params;
+  if (p == nullptr) return params;
+  if (!valid_size(p)) throw inferd::Error("inferd_sampling_params: size is not set; call inferd_sampling_params_init");
+  params.n = p->n;
+  params.temperature = p->temperature;
+  params.top_k = p->top_k;
+  params.top_p = p->top_p;
+  params.min_p = p->min_p;
+  params.repetition_penalty = p->repetition_penalty;
+  params.repeat_last_n = p->repeat_last_n;
+  params.presence_penalty = p->presence_penalty;
+  params.frequency_penalty = p->frequency_penalty;
+  if (p->seed < -1) throw inferd::Error("seed must be -1 (random) or a non-negative number");
+  if (p->seed >= 0) params.seed = static_cast<uint64_t>(p->seed);
+  params.max_tokens = p->max_tokens;
+  if (p->n_stop > 0 && p->stop == nullptr) throw inferd::Error("stop is NULL but n_stop is not 0");
+  for (size_t i = 0; i < p->n_stop; ++i) {
+    if (p->stop[i] == nullptr) throw inferd::Error("stop[" + std::to_string(i) + "] is NULL");
+    params.stop.emplace_back(p->stop[i]);
+  }
+  params.ignore_eos = p->ignore_eos != 0;
+  params.logprobs = p->logprobs;
+  if (p->json_schema != nullptr) params.json_schema = p->json_schema;
+  if (p->grammar != nullptr) params.grammar = p->grammar;
+  if (p->regex != nullptr) params.regex = p->regex;
+  return params;
+}
+
+inferd::KvCacheType kv_type(inferd_kv_type type) {
+  switch (type) {
+    case INFERD_KV_F16: return inferd::KvCacheType::kF16;
+    case INFERD_KV_Q8_0: return inferd::KvCacheType::kQ8_0;
+    case INFERD_KV_Q4_0: return inferd::KvCacheType::kQ4_0;
+  }
+  throw inferd::Error("unknown KV cache type " + std::to_string(static_cast<int>(type)));
+}
+
+inferd_finish_reason c_reason(inferd::FinishReason reason) {
+  switch (reason) {
+    case inferd::FinishReason::kStop: return INFERD_FINISH_STOP;
+    case inferd::FinishReason::kLength: return INFERD_FINISH_LENGTH;
+    case inferd::FinishReason::kCancelled: return INFERD_FINISH_CANCELLED;
+    case inferd::FinishReason::kError: return INFERD_FINISH_ERROR;
+  }
+  return INFERD_FINISH_ERROR;
+}
+
+// Runs one call of `engine` with a fresh cancel token that inferd_engine_cancel can reach, and
+// packs its outputs into a result.
+template <typename Call>
+inferd_status run_call(inferd_engine* engine, inferd_stream_fn stream, void* user_data,
+                       inferd_result** out, Call&& call) {
+  std::lock_guard call_lock(engine->call_mutex);
+  inferd::CancelToken token;
+  {
+    std::lock_guard lock(engine->cancel_mutex);
+    engine->running = token;
+  }
+  struct Clear {
+    inferd_engine* engine;
+    ~Clear() {
+      std::lock_guard lock(engine->cancel_mutex);
+      engine->running.reset();
+    }
+  } clear{engine};
+  inferd::StreamCallback on_delta;
+  if (stream != nullptr) {
+    on_delta = [&](const inferd::StreamDelta& d) {
+      if (stream(user_data, d.prompt_index, d.choice, d.text.data(), d.text.size(),
+                 d.finished ? 1 : 0) != 0)
+        token.cancel();
+    };
+  }
+  auto result = std::make_unique<inferd_result>();
+  result->outputs = call(on_delta, token);
+  result->logprobs.resize(result->outputs.size());
+  for (size_t p = 0; p < result->outputs.size(); ++p) {
+    for (const inferd::CompletionOutput& choice : result->outputs[p].outputs) {
+      std::vector<float> values;
+      values.reserve(choice.logprobs.size());
+      for (const inferd::TokenLogprobs& t : choice.logprobs) values.push_back(t.logprob);
+      result->logprobs[p].push_back(std::move(values));
+    }
+  }
+  *out = result.release();
+  return token.cancelled() ? INFERD_ERROR_CANCELLED : INFERD_OK;
+}
+
+const inferd::CompletionOutput* choice_of(const inferd_result* r, size_t prompt, size_t choice) {
+  if (r == nullptr || prompt >= r->outputs.size() || choice >= r->outputs[prompt].outputs.size())
+    return nullptr;
+  return &r->outputs[prompt].outputs[choice];
+}
+
+}  // namespace
+
+extern "C" {
+
+const char* inferd_version(void) { return inferd::version(); }
+
+const char* inferd_status_name(inferd_status status) {
+  switch (status) {
+    case INFERD_OK: return "ok";
+    case INFERD_ERROR_INVALID_ARGUMENT: return "invalid argument";
+    case INFERD_ERROR_MODEL: return "model error";
+    case INFERD_ERROR_OUT_OF_MEMORY: return "out of memory";
+    case INFERD_ERROR_CANCELLED: return "cancelled";
+    case INFERD_ERROR_INTERNAL: return "internal error";
+  }
+  return "unknown status";
+}
+
+void inferd_string_free(char* string) { std::free(string); }
+
+void inferd_engine_options_init(inferd_engine_options* options) {
+  if (options == nullptr) return;
+  const inferd::EngineOptions defaults;
+  *options = inferd_engine_options{};
+  options->size = sizeof(inferd_engine_options);
+  options->threads = defaults.threads;
+  options->context = defaults.context;
+  options->max_seqs = defaults.max_seqs;
+  options->max_batched_tokens = defaults.max_batched_tokens;
+  options->kv_type_k = INFERD_KV_F16;
+  options->kv_type_v = INFERD_KV_F16;
+  options->prefix_caching = defaults.prefix_caching ? 1 : 0;
+  options->chat_template = nullptr;
+}
+
+void inferd_sampling_params_init(inferd_sampling_params* params) {
+  if (params == nullptr) return;
+  const inferd::SamplingParams defaults;
+  *params = inferd_sampling_params{};
+  params->size = sizeof(inferd_sampling_params);
+  params->n = defaults.n;
+  params->temperature = defaults.temperature;
+  params->top_k = defaults.top_k;
+  params->top_p = defaults.top_p;
+  params->min_p = defaults.min_p;
+  params->repetition_penalty = defaults.repetition_penalty;
+  params->repeat_last_n = defaults.repeat_last_n;
+  params->presence_penalty = defaults.presence_penalty;
+  params->frequency_penalty = defaults.frequency_penalty;
+  params->seed = -1;
+  params->max_tokens = defaults.max_tokens;
+  params->logprobs = defaults.logprobs;
+}
+
+inferd_status inferd_engine_open(const char* model_path, const inferd_engine_options* options,
+                                 inferd_engine** out, char** error) {
+  if (out != nullptr) *out = nullptr;
+  if (out == nullptr)
+    return fail(error, INFERD_ERROR_INVALID_ARGUMENT, "inferd_engine_open: out is NULL");
+  if (model_path == nullptr)
+    return fail(error, INFERD_ERROR_INVALID_ARGUMENT, "inferd_engine_open: model_path is NULL");
+  inferd::EngineOptions opts;
+  if (options != nullptr) {
+    if (!valid_size(options))
+      return fail(error, INFERD_ERROR_INVALID_ARGUMENT,
+                  "inferd_engine_options: size is not set; call inferd_engine_options_init");
+    const inferd_status status = guarded(error, false, [&] {
+      opts.threads = options->threads;
+      opts.context = options->context;
+      opts.max_seqs = options->max_seqs;
+      opts.max_batched_tokens = options->max_batched_tokens;
+      opts.kv_cache_type_k = kv_type(options->kv_type_k);
+      opts.kv_cache_type_v = kv_type(options->kv_type_v);
+      opts.prefix_caching = options->prefix_caching != 0;
+      if (options->chat_template != nullptr) opts.chat_template = options->chat_template;
+      return INFERD_OK;
+    });
+    if (status != INFERD_OK) return status;
+  }
+  return guarded(error, true, [&] {
+    *out = new inferd_engine(inferd::Engine(model_path, opts));
+    return INFERD_OK;
+  });
+}
+
+void inferd_engine_close(inferd_engine* engine) { delete engine; }
+
+void inferd_engine_cancel(inferd_engine* engine) {
+  if (engine == nullptr) return;
+  std::lock_guard lock(engine->cancel_mutex);
+  if (engine->running) engine->running->cancel();
+}
+
+inferd_status inferd_generate(inferd_engine* engine, const char* const* prompts, size_t n_prompts,
+                              const inferd_sampling_params* params, inferd_stream_fn stream,
+                              void* user_data, inferd_result** out, char** error) {
+  if (out != nullptr) *out = nullptr;
+  if (engine == nullptr || out == nullptr || (prompts == nullptr && n_prompts > 0))
+    return fail(error, INFERD_ERROR_INVALID_ARGUMENT,
+                "inferd_generate: engine, out and prompts must not be NULL");
+  return guarded(error, false, [&] {
+    std::vector<std::string> texts;
+    for (size_t i = 0; i < n_prompts; ++i) {
+      if (prompts[i] == nullptr) throw inferd::Error("prompts[" + std::to_string(i) + "] is NULL");
+      texts.emplace_back(prompts[i]);
+    }
+    const inferd::SamplingParams sampling = to_params(params);
+    return run_call(engine, stream, user_data, out,
+                    [&](const inferd::StreamCallback& on_delta, const inferd::CancelToken& token) {
+                      return engine->engine.generate(texts, sampling, on_delta, token);
+                    });
+  });
+}
+
+inferd_status inferd_chat(inferd_engine* engine, const inferd_chat_message* messages,
+                          size_t n_messages, const inferd_sampling_params* params,
+                          inferd_stream_fn stream, void* user_data, inferd_result** out,
+                          char** error) {
+  if (out != nullptr) *out = nullptr;
+  if (engine == nullptr || out == nullptr || (messages == nullptr && n_messages > 0))
+    return fail(error, INFERD_ERROR_INVALID_ARGUMENT,
+                "inferd_chat: engine, out and messages must not be NULL");
+  return guarded(error, false, [&] {
+    std::vector<inferd::ChatMessage> conversation;
+    for (size_t i = 0; i < n_messages; ++i) {
+      if (messages[i].role == nullptr || messages[i].content == nullptr)
+        throw inferd::Error("messages[" + std::to_string(i) + "]: role and content must not be NULL");
+      conversation.push_back({messages[i].role, messages[i].content});
+    }
+    const inferd::SamplingParams sampling = to_params(params);
+    return run_call(engine, stream, user_data, out,
+                    [&](const inferd::StreamCallback& on_delta, const inferd::CancelToken& token) {
+                      return engine->engine.chat_batch({conversation}, sampling, on_delta, token);
+                    });
+  });
+}
+
+size_t inferd_result_num_prompts(const inferd_result* result) {
+  return result == nullptr ? 0 : result->outputs.size();
+}
+
+size_t inferd_result_num_choices(const inferd_result* result, size_t prompt_index) {
+  if (result == nullptr || prompt_index >= result->outputs.size()) return 0;
+  return result->outputs[prompt_index].outputs.size();
+}
+
+const char* inferd_result_text(const inferd_result* result, size_t prompt_index, size_t choice,
+                               size_t* len) {
+  const inferd::CompletionOutput* c = choice_of(result, prompt_index, choice);
+  if (len != nullptr) *len = c == nullptr ? 0 : c->text.size();
+  return c == nullptr ? nullptr : c->text.c_str();
+}
+
+const int32_t* inferd_result_tokens(const inferd_result* result, size_t prompt_index,
+                                    size_t choice, size_t* count) {
+  const inferd::CompletionOutput* c = choice_of(result, prompt_index, choice);
+  if (count != nullptr) *count = c == nullptr ? 0 : c->token_ids.size();
+  return c == nullptr ? nullptr : c->token_ids.data();
+}
+
+const float* inferd_result_logprobs(const inferd_result* result, size_t prompt_index,
+                                    size_t choice, size_t* count) {
+  const inferd::CompletionOutput* c = choice_of(result, prompt_index, choice);
+  if (count != nullptr) *count = 0;
+  if (c == nullptr) return nullptr;
+  const std::vector<float>& values = result->logprobs[prompt_index][choice];
+  if (count != nullptr) *count = values.size();
+  return values.empty() ? nullptr : values.data();
+}
+
+inferd_finish_reason inferd_result_finish_reason(const inferd_result* result, size_t prompt_index,
+                                                 size_t choice) {
+  const inferd::CompletionOutput* c = choice_of(result, prompt_index, choice);
+  return c == nullptr ? INFERD_FINISH_ERROR : c_reason(c->finish_reason);
+}
+
+size_t inferd_result_prompt_tokens(const inferd_result* result, size_t prompt_index) {
+  if (result == nullptr || prompt_index >= result->outputs.size()) return 0;
+  return result->outputs[prompt_index].prompt_token_ids.size();
+}
+
+void inferd_result_free(inferd_result* result) { delete result; }
+
+}  // extern "C"
