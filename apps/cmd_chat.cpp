@@ -1,5 +1,6 @@
-// `inferd chat`: an interactive multi-turn conversation. History is kept and re-rendered with
-// the chat template every turn; /reset clears it, Ctrl-D (end of input) exits.
+// `inferd chat`: an interactive multi-turn conversation through the public library API
+// (include/inferd/engine.h). History is kept and re-rendered with the chat template every turn
+// (the prefix cache keeps the earlier turns' KV); /reset clears it, Ctrl-D (end of input) exits.
 #include <cstdio>
 #include <iostream>
 
@@ -7,25 +8,30 @@
 
 #include "commands.h"
 #include "generation_options.h"
+#include "inferd/engine.h"
 #include "stream_output.h"
-#include "util/error.h"
 
 namespace inferd::app {
 namespace {
 
 void chat(const GenerationOptions& options) {
-  gguf::GgufFile file =
-      gguf::GgufFile::open(options.model.empty() ? default_model_path() : options.model);
-  tokenizer::ChatTemplate chat_template = load_chat_template(file, options.chat_template);
-  engine::Engine engine(file, options.engine_config());
-  // One constraint for every answer of the session (compiled once).
-  const std::shared_ptr<const structured::CompiledGrammar> grammar =
-      options.compile_constraint(engine);
-  std::vector<tokenizer::ChatMessage> history;
+  inferd::Engine engine(options.model.empty() ? default_model_path() : options.model,
+                        options.api_options());
+  const inferd::SamplingParams params = options.api_sampling();
+  std::vector<inferd::ChatMessage> history;
   if (!options.system_prompt.empty()) history.push_back({"system", options.system_prompt});
   const size_t base = history.size();
+  // A missing or bad template is reported now (and the command fails), not at the first message:
+  // render a turn of the shape every template takes.
+  std::vector<inferd::ChatMessage> probe = history;
+  probe.push_back({"user", "hello"});
+  engine.apply_chat_template(probe);
   fmt::print(stderr, "[inferd] {} — type a message; /reset clears the history, Ctrl-D exits\n",
-             engine.model_config().name);
+             engine.model_info().name);
+  const auto print = [](const inferd::StreamDelta& delta) {
+    std::fwrite(delta.text.data(), 1, delta.text.size(), stdout);
+    std::fflush(stdout);
+  };
   std::string line;
   while (true) {
     fmt::print(stdout, "> ");
@@ -38,23 +44,18 @@ void chat(const GenerationOptions& options) {
     }
     if (line.empty()) continue;
     history.push_back({"user", line});
-    std::vector<int32_t> ids = engine.tokenizer().encode(
-        render_chat(engine.tokenizer(), chat_template, history), true, true);
-    auto output = std::make_shared<StreamOutput>(stdout);
+    inferd::RequestOutput output;
     try {
-      engine::Request request = options.make_request(std::move(ids), output);
-      request.grammar = grammar;
-      engine.add_request(std::move(request));
-    } catch (const Error& e) {
+      output = engine.chat(history, params, print);
+    } catch (const inferd::Error& e) {
       // Too long for the context: say so and drop the turn, keeping the session alive.
       history.pop_back();
       fmt::print(stderr, "[inferd] {} (use /reset to start over)\n", e.what());
       continue;
     }
-    engine.run_until_idle();
     std::fputc('\n', stdout);
-    history.push_back({"assistant", output->text()});
-    if (!options.quiet_stats) print_stats(output->result(), engine);
+    history.push_back({"assistant", output.outputs.front().text});
+    if (!options.quiet_stats) print_stats(output, engine.stats());
   }
   std::fputc('\n', stdout);
 }

@@ -1,5 +1,6 @@
-// `inferd run`: one prompt (from -p or stdin, optionally as a chat turn) through the engine,
-// text streamed to stdout as it is made, timings to stderr.
+// `inferd run`: one prompt (from -p or stdin, optionally as a chat turn) through the public
+// library API (include/inferd/engine.h), text streamed to stdout as it is made, timings to
+// stderr.
 #include <cstdio>
 #include <iostream>
 #include <iterator>
@@ -8,8 +9,8 @@
 
 #include "commands.h"
 #include "generation_options.h"
+#include "inferd/engine.h"
 #include "stream_output.h"
-#include "tokenizer/chat_template.h"
 
 namespace inferd::app {
 namespace {
@@ -26,47 +27,43 @@ std::string read_stdin() {
 }
 
 void run(const RunOptions& options) {
-  gguf::GgufFile file =
-      gguf::GgufFile::open(options.model.empty() ? default_model_path() : options.model);
-  engine::EngineConfig config = options.engine_config();
-  if (options.beams > 0) config.max_seqs = options.beams;  // one running sequence per beam
-  engine::Engine engine(file, config);
+  inferd::EngineOptions engine_options = options.api_options();
+  if (options.beams > 0) engine_options.max_seqs = options.beams;  // one running sequence per beam
+  inferd::Engine engine(options.model.empty() ? default_model_path() : options.model,
+                        engine_options);
   std::string prompt =
       options.prompt == "-" || options.prompt.empty() ? read_stdin() : options.prompt;
-  std::vector<int32_t> ids;
+  inferd::SamplingParams params = options.api_sampling();
+  params.beam_width = options.beams;
+  params.length_penalty = options.length_penalty;
+  const auto print = [](const inferd::StreamDelta& delta) {
+    std::fwrite(delta.text.data(), 1, delta.text.size(), stdout);
+    std::fflush(stdout);
+  };
+  inferd::RequestOutput output;
   if (options.chat) {
-    tokenizer::ChatTemplate chat_template = load_chat_template(file, options.chat_template);
-    std::vector<tokenizer::ChatMessage> messages;
+    std::vector<inferd::ChatMessage> messages;
     if (!options.system_prompt.empty()) messages.push_back({"system", options.system_prompt});
     messages.push_back({"user", prompt});
-    ids = engine.tokenizer().encode(render_chat(engine.tokenizer(), chat_template, messages), true,
-                                    true);
+    output = engine.chat(messages, params, print);
   } else {
-    ids = engine.tokenizer().encode(prompt, true, true);
+    output = engine.complete(prompt, params, print);
   }
-  auto output = std::make_shared<StreamOutput>(stdout);
-  engine::Request request = options.make_request(std::move(ids), output);
-  request.beam_width = options.beams;
-  request.length_penalty = options.length_penalty;
-  request.grammar = options.compile_constraint(engine);
-  engine.add_request(std::move(request));
-  engine.run_until_idle();
-  const engine::RequestResult& result = output->result();
-  if (!result.beams.empty()) {  // a beam search's text is known only at its end
-    std::fputs(result.beams.front().text.c_str(), stdout);
+  const inferd::CompletionOutput& best = output.outputs.front();
+  if (options.beams > 0) {  // a beam search's text is known only at its end
+    std::fputs(best.text.c_str(), stdout);
     std::fflush(stdout);
     if (!options.quiet_stats) {
       fmt::print(stderr,
                  "\nbeam search: best of {} beams, {} tokens, log-probability {:.4f}, "
                  "score {:.4f} ({})\n",
-                 options.beams, result.beams.front().tokens.size(),
-                 result.beams.front().cum_logprob, result.beams.front().score,
-                 engine::finish_reason_name(result.beams.front().finish_reason));
+                 options.beams, best.token_ids.size(), best.cumulative_logprob, best.score,
+                 inferd::finish_reason_name(best.finish_reason));
     }
   }
   std::fputc('\n', stdout);
   std::fflush(stdout);
-  if (!options.quiet_stats) print_stats(output->result(), engine);
+  if (!options.quiet_stats) print_stats(output, engine.stats());
 }
 
 }  // namespace

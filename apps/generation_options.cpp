@@ -208,61 +208,56 @@ std::string inline_or_file(const std::string& value, std::string_view inline_mar
 
 }  // namespace
 
-std::shared_ptr<const structured::CompiledGrammar> GenerationOptions::compile_constraint(
-    const engine::Engine& engine) const {
-  using Kind = structured::GrammarSpec::Kind;
-  structured::GrammarSpec spec;
-  const char* option = "";
-  if (!json_schema.empty()) {
-    spec = {Kind::kJsonSchema, inline_or_file(json_schema, "{", "--json-schema"), {}};
-    option = "--json-schema";
-  } else if (!grammar.empty()) {
-    spec = {Kind::kEbnf, inline_or_file(grammar, "::=", "--grammar"), {}};
-    option = "--grammar";
-  } else if (!regex.empty()) {
-    spec = {Kind::kRegex, regex, {}};
-    option = "--regex";
-  } else {
-    return nullptr;
-  }
-  const structured::GrammarCompiler compiler(engine.tokenizer(), engine.model_config().n_vocab,
-                                             engine.config().threads);
-  try {
-    return compiler.compile(spec);
-  } catch (const Error& e) {
-    fail("{}: {}", option, e.what());
-  }
+inferd::EngineOptions GenerationOptions::api_options() const {
+  const auto kv = [](DType type) {
+    return type == DType::Q8_0   ? inferd::KvCacheType::kQ8_0
+           : type == DType::Q4_0 ? inferd::KvCacheType::kQ4_0
+                                 : inferd::KvCacheType::kF16;
+  };
+  inferd::EngineOptions o;
+  o.threads = threads.count();
+  o.pin_threads = threads.pin();
+  o.context = context;
+  o.max_seqs = 1;
+  o.kv_cache_type_k = kv(kv_key_type);
+  o.kv_cache_type_v = kv(kv_value_type);
+  o.swa_full = swa_full;
+  o.prefix_caching = !no_prefix_cache;
+  o.device = device == model::Device::kCuda ? inferd::Device::kCuda : inferd::Device::kCpu;
+  o.tensor_parallel = tensor_parallel;
+  o.pipeline_parallel = pipeline_parallel;
+  o.expert_parallel = expert_parallel;
+  o.grammar_thread = grammar_thread == engine::GrammarThread::kOn    ? inferd::GrammarThread::kOn
+                     : grammar_thread == engine::GrammarThread::kOff ? inferd::GrammarThread::kOff
+                                                                     : inferd::GrammarThread::kAuto;
+  o.speculative.method = std::string(engine::spec_method_name(spec.method));
+  o.speculative.draft_model = spec.draft_model;
+  o.speculative.num_tokens = spec.num_tokens;
+  o.speculative.prompt_lookup_min = spec.prompt_lookup_min;
+  o.speculative.prompt_lookup_max = spec.prompt_lookup_max;
+  o.speculative.max_step_rows = spec.max_step_rows;
+  o.chat_template = chat_template;
+  return o;
 }
 
-engine::EngineConfig GenerationOptions::engine_config() const {
-  engine::EngineConfig config;
-  config.threads = threads.count();
-  config.pin_threads = threads.pin();
-  config.context = context;
-  config.max_seqs = 1;
-  config.kv_key_type = kv_key_type;
-  config.kv_value_type = kv_value_type;
-  config.swa_full = swa_full;
-  config.prefix_caching = !no_prefix_cache;
-  config.spec = spec;
-  config.device = device;
-  config.tensor_parallel = tensor_parallel;
-  config.pipeline_parallel = pipeline_parallel;
-  config.expert_parallel = expert_parallel;
-  config.grammar_thread = grammar_thread;
-  return config;
-}
-
-engine::Request GenerationOptions::make_request(
-    std::vector<int32_t> prompt, std::shared_ptr<engine::OutputChannel> output) const {
-  engine::Request request;
-  request.prompt = std::move(prompt);
-  request.sampling = sampling;
-  request.max_tokens = max_tokens;
-  request.stop = stop;
-  request.ignore_eos = ignore_eos;
-  request.output = std::move(output);
-  return request;
+inferd::SamplingParams GenerationOptions::api_sampling() const {
+  inferd::SamplingParams p;
+  p.temperature = sampling.temperature;
+  p.top_k = sampling.top_k;
+  p.top_p = sampling.top_p;
+  p.min_p = sampling.min_p;
+  p.repetition_penalty = sampling.repetition_penalty;
+  p.repeat_last_n = sampling.repeat_last_n;
+  p.presence_penalty = sampling.presence_penalty;
+  p.frequency_penalty = sampling.frequency_penalty;
+  if (sampling.seed != sampling::SamplingParams::kRandomSeed) p.seed = sampling.seed;
+  p.max_tokens = max_tokens;
+  p.stop = stop;
+  p.ignore_eos = ignore_eos;
+  if (!json_schema.empty()) p.json_schema = inline_or_file(json_schema, "{", "--json-schema");
+  if (!grammar.empty()) p.grammar = inline_or_file(grammar, "::=", "--grammar");
+  p.regex = regex;
+  return p;
 }
 
 }  // namespace inferd::app

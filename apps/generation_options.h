@@ -8,8 +8,7 @@
 #include <CLI/CLI.hpp>
 
 #include "engine/engine.h"
-#include "engine/request.h"
-#include "structured/grammar.h"
+#include "inferd/engine.h"
 
 namespace inferd::app {
 
@@ -50,14 +49,11 @@ struct GenerationOptions {
   std::string regex;        // a regular expression the whole output matches
 
   void add_to(CLI::App& cmd);
-  // The output constraint the options ask for, compiled for this engine's vocabulary; null
-  // when there is none. Throws inferd::Error for a bad one.
-  std::shared_ptr<const structured::CompiledGrammar> compile_constraint(
-      const engine::Engine& engine) const;
-  engine::EngineConfig engine_config() const;
-  // A request for these options; `output` receives the text.
-  engine::Request make_request(std::vector<int32_t> prompt,
-                               std::shared_ptr<engine::OutputChannel> output) const;
+  // The same settings for the public API (include/inferd/engine.h), which `run` and `chat` use:
+  // the engine's options (max_seqs 1: one conversation) and the sampling of each request, with
+  // the output constraint's text read from its file where a file was given.
+  inferd::EngineOptions api_options() const;
+  inferd::SamplingParams api_sampling() const;
 };
 
 // --temp, --top-k, --top-p, --min-p, --repeat-penalty, --repeat-last-n, --presence-penalty,

@@ -55,6 +55,10 @@ struct EngineOptions {
   // The model split over this many ranks of an MPI job (mpirun -n N); the other ranks must run
   // the worker loop, as the `inferd` command does. 1 in a plain process.
   int tensor_parallel = 1;
+  // Or by layers (pipeline parallelism), over this many ranks; not with tensor_parallel.
+  int pipeline_parallel = 1;
+  // With tensor_parallel: a mixture of experts' experts spread whole over the ranks.
+  bool expert_parallel = false;
   GrammarThread grammar_thread = GrammarThread::kAuto;
   SpeculativeOptions speculative;
   // chat(): a built-in template name ("chatml", "llama3", ...) or a template file; empty: the
