@@ -233,6 +233,12 @@ inferd_status inferd_engine_open(const char* model_path, const inferd_engine_opt
       opts.kv_cache_type_v = kv_type(options->kv_type_v);
       opts.prefix_caching = options->prefix_caching != 0;
       if (options->chat_template != nullptr) opts.chat_template = options->chat_template;
+      // Checked here too (the engine checks them again) so that a bad option is
+      // INFERD_ERROR_INVALID_ARGUMENT, not taken for a problem with the model.
+      if (opts.threads < 0) throw inferd::Error("threads must be 0 (default) or more");
+      if (opts.max_seqs < 1) throw inferd::Error("max_seqs must be at least 1");
+      if (opts.context < 0) throw inferd::Error("context must be 0 (the model's) or more");
+      if (opts.max_batched_tokens < 1) throw inferd::Error("max_batched_tokens must be at least 1");
       return INFERD_OK;
     });
     if (status != INFERD_OK) return status;
