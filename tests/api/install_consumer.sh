@@ -5,11 +5,12 @@
 #  - examples/cpp, configured on its own with find_package(inferd), builds and generates;
 #  - examples/c/generate.c, compiled as C with pkg-config's flags, builds, and its greedy text
 #    equals the installed `inferd run`'s.
-# Usage: install_consumer.sh BUILD_DIR SOURCE_DIR. The generating steps need INFERD_MODEL; without
-# it the builds are still checked and the test then skips (77).
+# Usage: install_consumer.sh BUILD_DIR SOURCE_DIR [GENERATOR]. The generating steps need
+# INFERD_MODEL; without it the builds are still checked and the test then skips (77).
 set -euo pipefail
 build="$(cd "$1" && pwd)"
 source_dir="$(cd "$2" && pwd)"
+generator="${3:-Ninja}"  # the tree's own, so the consumer needs no other build tool
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 prefix="$tmp/prefix"
@@ -32,7 +33,7 @@ leaked+="$(nm -D --defined-only "$libdir/libinferd.so" | awk '{print $3}' | c++f
 echo "ok: install: $(nm -D --defined-only "$libdir/libinferd.so" | wc -l) exported symbols, headers $headers"
 
 # A C++ program with find_package(inferd), configured and built on its own.
-cmake -S "$source_dir/examples/cpp" -B "$tmp/cpp-build" -DCMAKE_PREFIX_PATH="$prefix" \
+cmake -S "$source_dir/examples/cpp" -B "$tmp/cpp-build" -G "$generator" -DCMAKE_PREFIX_PATH="$prefix" \
   -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build "$tmp/cpp-build" >/dev/null
 echo "ok: examples/cpp built against the installed package"
