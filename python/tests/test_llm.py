@@ -1,0 +1,332 @@
+"""The Python package on SmolLM2 (INFERD_MODEL, set by scripts/test; scripts/fetch-model prints
+it): vLLM's LLM API against what the `inferd` command makes from the same model.
+
+INFERD_BIN names the command (default: build/bin/inferd); the tests that compare with it skip
+without one. The throughput comparison prints its figures always and asserts them only on a
+machine that is not loaded (set INFERD_PY_TIMING=0 to never assert, 1 to always)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+inferd = pytest.importorskip("inferd", reason="the inferd package is not installed (pip install .)")
+from inferd import (LLM, GuidedDecodingParams, SamplingParams,  # noqa: E402
+                    StructuredOutputsParams)
+
+ROOT = Path(__file__).resolve().parents[2]
+MODEL = os.environ.get("INFERD_MODEL", "")
+BIN = os.environ.get("INFERD_BIN", str(ROOT / "build" / "bin" / "inferd"))
+
+pytestmark = pytest.mark.skipif(not MODEL or not os.path.exists(MODEL),
+                                reason="INFERD_MODEL (a GGUF file) is not set")
+
+PROMPTS = [
+    "The capital of France is",
+    "Hello, my name is",
+    "The future of AI is",
+    "def fibonacci(n):",
+]
+
+
+@pytest.fixture(scope="module")
+def llm() -> LLM:
+    return LLM(model=MODEL, max_num_seqs=64)
+
+
+def cli(*args: str) -> str:
+    """`inferd run`'s text: stdout, less the newline it ends with."""
+    if not os.path.exists(BIN):
+        pytest.skip(f"no inferd command at {BIN} (set INFERD_BIN)")
+    out = subprocess.run([BIN, "run", "-m", MODEL, "--no-stats", *args], check=True,
+                         capture_output=True, text=True, timeout=300).stdout
+    assert out.endswith("\n")
+    return out[:-1]
+
+
+@pytest.mark.parametrize("prompt", PROMPTS[:3])
+def test_greedy_equals_inferd_run(llm: LLM, prompt: str) -> None:
+    out = llm.generate(prompt, SamplingParams(temperature=0, max_tokens=48))
+    assert len(out) == 1 and out[0].prompt == prompt
+    assert out[0].outputs[0].text == cli("-p", prompt, "-n", "48", "--temp", "0")
+
+
+def test_chat_equals_inferd_run_chat(llm: LLM) -> None:
+    question = "What is the capital of England?"
+    out = llm.chat([{"role": "user", "content": question}], SamplingParams(temperature=0, max_tokens=40))
+    assert out[0].outputs[0].text == cli("--chat", "-p", question, "-n", "40", "--temp", "0")
+    assert "London" in out[0].outputs[0].text
+
+
+def test_token_prompt_same_as_text(llm: LLM) -> None:
+    params = SamplingParams(temperature=0, max_tokens=16)
+    ids = llm.get_tokenizer().encode(PROMPTS[0])
+    by_text = llm.generate(PROMPTS[0], params)[0]
+    by_ids = llm.generate({"prompt_token_ids": ids}, params)[0]
+    assert by_ids.prompt_token_ids == by_text.prompt_token_ids == ids
+    assert by_ids.outputs[0].token_ids == by_text.outputs[0].token_ids
+    assert llm.get_tokenizer().decode(by_text.outputs[0].token_ids) == by_text.outputs[0].text
+
+
+def test_seeded_sampling_reproducible(llm: LLM) -> None:
+    params = SamplingParams(temperature=0.9, top_p=0.95, seed=1234, max_tokens=32)
+    first = llm.generate(PROMPTS, params)
+    second = llm.generate(PROMPTS, params)
+    assert [o.outputs[0].text for o in first] == [o.outputs[0].text for o in second]
+    other = llm.generate(PROMPTS, SamplingParams(temperature=0.9, top_p=0.95, seed=99, max_tokens=32))
+    assert [o.outputs[0].text for o in other] != [o.outputs[0].text for o in first]
+
+
+def test_llm_seed_makes_unseeded_requests_reproducible() -> None:
+    texts = []
+    for _ in range(2):
+        llm = LLM(model=MODEL, seed=7, max_num_seqs=4)
+        texts.append(llm.generate(PROMPTS[1], SamplingParams(temperature=1.0, max_tokens=16))[0].outputs[0].text)
+    assert texts[0] == texts[1]
+
+
+def test_n_4(llm: LLM) -> None:
+    out = llm.generate(PROMPTS[1], SamplingParams(n=4, temperature=1.0, seed=5, max_tokens=24))
+    choices = out[0].outputs
+    assert [c.index for c in choices] == [0, 1, 2, 3]
+    assert all(c.text and c.finish_reason in ("stop", "length") for c in choices)
+    assert len({c.text for c in choices}) > 1  # four samples, not one repeated
+    # Choice i samples with seed + i: each is reproducible on its own.
+    again = llm.generate(PROMPTS[1], SamplingParams(n=4, temperature=1.0, seed=5, max_tokens=24))
+    assert [c.text for c in again[0].outputs] == [c.text for c in choices]
+
+
+def test_stop_strings(llm: LLM) -> None:
+    full = llm.generate(PROMPTS[0], SamplingParams(temperature=0, max_tokens=48))[0].outputs[0]
+    assert "\n" in full.text  # what makes the stop below meaningful
+    out = llm.generate(PROMPTS[0], SamplingParams(temperature=0, max_tokens=48, stop=["\n"]))[0].outputs[0]
+    assert out.text == full.text[: full.text.index("\n")]
+    assert out.finish_reason == "stop" and out.stop_reason == "\n"
+    # The same as a single string, as vLLM allows.
+    assert llm.generate(PROMPTS[0], SamplingParams(temperature=0, max_tokens=48, stop="\n"))[0].outputs[0].text == out.text
+
+
+SCHEMA = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string", "maxLength": 20},
+        "age": {"type": "integer", "minimum": 0, "maximum": 120},
+        "city": {"type": "string", "maxLength": 20},
+    },
+    "required": ["name", "age", "city"],
+    "additionalProperties": False,
+}
+
+
+@pytest.mark.parametrize("spelling", ["guided_decoding", "structured_outputs"])
+def test_json_schema(llm: LLM, spelling: str) -> None:
+    jsonschema = pytest.importorskip("jsonschema")
+    constraint = (GuidedDecodingParams if spelling == "guided_decoding" else StructuredOutputsParams)(json=SCHEMA)
+    params = SamplingParams(temperature=0.7, seed=3, max_tokens=96, **{spelling: constraint})
+    out = llm.chat([{"role": "user", "content": "Describe a person as JSON with name, age and city."}], params)
+    text = out[0].outputs[0].text
+    assert out[0].outputs[0].finish_reason == "stop", text
+    jsonschema.validate(json.loads(text), SCHEMA)
+
+
+def test_choice(llm: LLM) -> None:
+    params = SamplingParams(temperature=0.8, seed=1, max_tokens=8,
+                            structured_outputs=StructuredOutputsParams(choice=["yes", "no"]))
+    out = llm.generate(["Is Paris in France? Answer:"] * 3, params)
+    assert all(o.outputs[0].text in ("yes", "no") for o in out)
+
+
+def test_streaming(llm: LLM) -> None:
+    params = SamplingParams(temperature=0, max_tokens=40)
+    whole = llm.generate(PROMPTS, params)
+    stream = llm.generate_stream(PROMPTS, params)
+    pieces: dict[int, list[str]] = {i: [] for i in range(len(PROMPTS))}
+    finished = set()
+    for delta in stream:
+        assert delta.prompt_index not in finished  # nothing after a choice's last delta
+        pieces[delta.prompt_index].append(delta.text)
+        if delta.finished:
+            finished.add(delta.prompt_index)
+            assert delta.finish_reason in ("stop", "length")
+    assert finished == set(range(len(PROMPTS)))
+    for i, out in enumerate(whole):
+        assert len(pieces[i]) > 2  # streamed in pieces, not at the end
+        assert "".join(pieces[i]) == out.outputs[0].text
+        assert stream.outputs[i].outputs[0].text == out.outputs[0].text
+
+
+def test_stream_close_cancels(llm: LLM) -> None:
+    with llm.generate_stream(PROMPTS[0], SamplingParams(temperature=0, max_tokens=2000, ignore_eos=True)) as s:
+        next(s)
+    assert s.outputs[0].outputs[0].finish_reason == "abort"
+    assert len(s.outputs[0].outputs[0].token_ids) < 2000
+
+
+def test_logprobs(llm: LLM) -> None:
+    out = llm.generate(PROMPTS[0], SamplingParams(temperature=0, max_tokens=8, logprobs=3))[0].outputs[0]
+    assert len(out.logprobs) == len(out.token_ids) == 8
+    for token, entry in zip(out.token_ids, out.logprobs):
+        assert token in entry and entry[token].rank == 1  # greedy: the most likely token
+        assert len(entry) == 3
+    assert out.cumulative_logprob == pytest.approx(sum(e[t].logprob for t, e in zip(out.token_ids, out.logprobs)), abs=1e-3)
+
+
+def test_64_prompts_batched(llm: LLM) -> None:
+    prompts = [f"Item {i}: the number {i} written in words is" for i in range(64)]
+    out = llm.generate(prompts, SamplingParams(temperature=0, max_tokens=16, ignore_eos=True))
+    assert [o.prompt for o in out] == prompts
+    assert all(len(o.outputs[0].token_ids) == 16 for o in out)
+    # Batched: all 64 were admitted at once (max_num_seqs=64), so none waited for another to
+    # finish; the last one's queueing is a small part of the whole call.
+    longest = max(o.metrics.e2e_s for o in out)
+    assert max(o.metrics.queue_s for o in out) < 0.5 * longest
+    # And the same text as one at a time, for a few of them.
+    for i in (0, 31, 63):
+        assert llm.generate(prompts[i], SamplingParams(temperature=0, max_tokens=16, ignore_eos=True))[0].outputs[0].text == out[i].outputs[0].text
+
+
+def test_bad_model_path() -> None:
+    with pytest.raises(ValueError, match="no-such-model.gguf"):
+        LLM(model="/nonexistent/no-such-model.gguf")
+
+
+def test_bad_parameter(llm: LLM) -> None:
+    with pytest.raises(ValueError, match="n must be at least 1"):
+        llm.generate("x", SamplingParams(n=0))
+    with pytest.raises(NotImplementedError, match="stop_token_ids"):
+        llm.generate("x", SamplingParams(stop_token_ids=[2]))
+
+
+def test_gil_released(llm: LLM) -> None:
+    ticks = 0
+    done = threading.Event()
+
+    def count() -> None:
+        nonlocal ticks
+        while not done.is_set():
+            ticks += 1
+            time.sleep(0.001)
+
+    t = threading.Thread(target=count)
+    t.start()
+    start = time.monotonic()
+    llm.generate(PROMPTS, SamplingParams(temperature=0, max_tokens=32, ignore_eos=True))
+    elapsed = time.monotonic() - start
+    done.set()
+    t.join()
+    # A thread that sleeps 1 ms per tick gets hundreds of ticks a second when the GIL is free.
+    assert ticks > 50 * elapsed, (ticks, elapsed)
+
+
+def test_ctrl_c_cancels() -> None:
+    script = textwrap.dedent(f"""
+        import sys, time
+        from inferd import LLM, SamplingParams
+        llm = LLM(model={MODEL!r}, max_num_seqs=4)
+        print("ready", flush=True)
+        start = time.monotonic()
+        try:
+            llm.generate(["Once upon a time"] * 4, SamplingParams(max_tokens=4000, ignore_eos=True))
+        except KeyboardInterrupt:
+            print(f"interrupted {{time.monotonic() - start:.2f}}", flush=True)
+            # The engine is still usable after the cancelled call.
+            out = llm.generate("Hi", SamplingParams(temperature=0, max_tokens=4))
+            print("after", len(out[0].outputs[0].token_ids), flush=True)
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "ready"
+    time.sleep(1.5)
+    sent = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 0, out
+    assert "interrupted" in out and "after 4" in out, out
+    assert time.monotonic() - sent < 10
+
+
+# --- throughput: one generate() call against `inferd serve` at the same concurrency ---------
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _serve_throughput(prompts: list[str], max_tokens: int, threads: int) -> tuple[float, int]:
+    port = _free_port()
+    server = subprocess.Popen([BIN, "serve", "-m", MODEL, "--host", "127.0.0.1", "--port", str(port),
+                               "--max-seqs", str(len(prompts)), "-t", str(threads)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        base = f"http://127.0.0.1:{port}"
+        for _ in range(600):
+            try:
+                with urllib.request.urlopen(base + "/health", timeout=1) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                time.sleep(0.1)
+        else:
+            pytest.fail("inferd serve did not come up")
+
+        def one(prompt: str) -> int:
+            body = json.dumps({"prompt": prompt, "max_tokens": max_tokens, "temperature": 0,
+                               "ignore_eos": True}).encode()
+            req = urllib.request.Request(base + "/v1/completions", body, {"Content-Type": "application/json"})
+            with urllib.request.urlopen(req, timeout=600) as r:
+                return json.load(r)["usage"]["completion_tokens"]
+
+        one("warm up")
+        with ThreadPoolExecutor(len(prompts)) as pool:
+            start = time.monotonic()
+            tokens = sum(pool.map(one, prompts))
+            elapsed = time.monotonic() - start
+        return elapsed, tokens
+    finally:
+        server.send_signal(signal.SIGINT)
+        try:
+            server.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            server.kill()
+
+
+def test_throughput_vs_serve(capsys: pytest.CaptureFixture) -> None:
+    if not os.path.exists(BIN):
+        pytest.skip(f"no inferd command at {BIN}")
+    prompts = [f"Story {i}: once upon a time in a village by the sea," for i in range(64)]
+    max_tokens = 64
+    llm = LLM(model=MODEL, max_num_seqs=64)
+    threads = llm.stats().threads
+    llm.generate("warm up", SamplingParams(max_tokens=4))
+    params = SamplingParams(temperature=0, max_tokens=max_tokens, ignore_eos=True)
+    start = time.monotonic()
+    out = llm.generate(prompts, params)
+    py_s = time.monotonic() - start
+    py_tokens = sum(len(o.outputs[0].token_ids) for o in out)
+    del llm
+    serve_s, serve_tokens = _serve_throughput(prompts, max_tokens, threads)
+    py_tps, serve_tps = py_tokens / py_s, serve_tokens / serve_s
+    ratio = py_tps / serve_tps
+    load = os.getloadavg()[0]
+    with capsys.disabled():
+        print(f"\nthroughput, 64 prompts x {max_tokens} tokens, {threads} threads: "
+              f"LLM.generate {py_tps:.1f} tok/s ({py_s:.2f} s), inferd serve at concurrency 64 "
+              f"{serve_tps:.1f} tok/s ({serve_s:.2f} s), ratio {ratio:.3f}, load average {load:.1f}")
+    assert py_tokens == serve_tokens == 64 * max_tokens
+    timing = os.environ.get("INFERD_PY_TIMING")
+    loaded = load > 1.25 * (os.cpu_count() or 1)  # this test's own threads count too
+    if timing == "0" or (timing != "1" and loaded):
+        pytest.skip(f"machine loaded (load average {load:.1f}): figures printed, not asserted")
+    assert ratio >= 0.9
