@@ -118,13 +118,31 @@ class GenerationStream:
     def __next__(self) -> StreamDelta:
         if self._call is None:
             raise StopIteration
-        delta = self._call.next_delta()
-        if delta is None:
-            self.outputs = self._llm._convert(self._call.result(), self._prompts, self._logprobs)
-            self._call = None
-            raise StopIteration
-        reason = _FINISH[delta.finish_reason.name] if delta.finished else None
-        return StreamDelta(delta.prompt_index, delta.choice, delta.text, delta.finished, reason)
+        try:
+            delta = self._call.next_delta()
+            if delta is None:
+                self.outputs = self._llm._convert(self._call.result(), self._prompts, self._logprobs)
+                self._call = None
+                raise StopIteration
+            reason = _FINISH[delta.finish_reason.name] if delta.finished else None
+            return StreamDelta(delta.prompt_index, delta.choice, delta.text, delta.finished, reason)
+        except (StopIteration, GeneratorExit):
+            raise
+        except BaseException:
+            # KeyboardInterrupt (or an error) here: the traceback keeps this stream alive, so
+            # dropping it would not stop the call, and the engine, serving one call at a time,
+            # would make the LLM's next call wait for this one to run to its end.
+            self._cancel_quietly()
+            raise
+
+    def _cancel_quietly(self) -> None:
+        call, self._call = self._call, None
+        if call is not None:
+            call.cancel()
+            try:
+                call.result()
+            except BaseException:
+                pass
 
     def close(self) -> None:
         if self._call is not None:

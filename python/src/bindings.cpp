@@ -102,19 +102,26 @@ class Call {
   // The next stream delta, or None once the call has finished and every delta was taken.
   std::optional<Delta> next_delta() {
     for (;;) {
+      std::optional<Delta> delta;
+      bool done = false;
       {
         py::gil_scoped_release release;
         std::unique_lock lock(state_->mutex);
         state_->ready.wait_for(lock, kSignalPoll,
                                [&] { return !state_->deltas.empty() || state_->done; });
         if (!state_->deltas.empty()) {
-          Delta d = std::move(state_->deltas.front());
+          delta = std::move(state_->deltas.front());
           state_->deltas.pop_front();
-          return d;
+        } else {
+          done = state_->done;
         }
-        if (state_->done) break;
       }
+      // Also when a delta came: while deltas keep coming the wait never times out, and a
+      // Ctrl-C left for Python's own check would surface in the caller's loop, where nothing
+      // cancels the call.
       check_signals();
+      if (delta) return delta;
+      if (done) break;
     }
     join();
     if (state_->error) std::rethrow_exception(state_->error);

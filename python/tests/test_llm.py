@@ -230,15 +230,21 @@ def test_gil_released(llm: LLM) -> None:
     assert ticks > 50 * elapsed, (ticks, elapsed)
 
 
-def test_ctrl_c_cancels() -> None:
+@pytest.mark.parametrize("call", ["generate", "generate_stream"])
+def test_ctrl_c_cancels(call: str) -> None:
+    run = {
+        "generate": 'llm.generate(["Once upon a time"] * 4, params)',
+        "generate_stream": 'for delta in llm.generate_stream(["Once upon a time"] * 4, params): pass',
+    }[call]
     script = textwrap.dedent(f"""
         import sys, time
         from inferd import LLM, SamplingParams
         llm = LLM(model={MODEL!r}, max_num_seqs=4)
+        params = SamplingParams(max_tokens=4000, ignore_eos=True)
         print("ready", flush=True)
         start = time.monotonic()
         try:
-            llm.generate(["Once upon a time"] * 4, SamplingParams(max_tokens=4000, ignore_eos=True))
+            {run}
         except KeyboardInterrupt:
             print(f"interrupted {{time.monotonic() - start:.2f}}", flush=True)
             # The engine is still usable after the cancelled call.
