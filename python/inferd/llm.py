@@ -161,7 +161,8 @@ class LLM:
     """A GGUF model opened for offline inference, as vLLM's LLM.
 
     model: the GGUF file. max_model_len: tokens per sequence (default: the model's, at most
-    4096). max_num_seqs: sequences decoded together (default 64 here, vLLM-like batching).
+    4096). max_num_seqs: sequences decoded together (default 16; the KV cache is allocated for
+    max_num_seqs x max_model_len tokens).
     seed: makes requests without a seed of their own reproducible from run to run.
     threads, device ("cpu"/"cuda"), chat_template (a built-in name or a file), max_num_batched_tokens
     and enable_prefix_caching pass to the engine. Other vLLM arguments about GPUs or
@@ -185,8 +186,12 @@ class LLM:
         options = _inferd.EngineOptions()
         if max_model_len is not None:
             options.context = int(max_model_len)
-        # vLLM batches up to 256 sequences; on a CPU 64 keeps the KV cache modest.
-        options.max_seqs = int(max_num_seqs) if max_num_seqs is not None else 64
+        # The KV cache is allocated up front for max_num_seqs sequences of max_model_len tokens
+        # (64 x 4096 on SmolLM2: 6 GB), so the default is the engine's and `inferd run`'s 16,
+        # not vLLM's 256, which sizes a GPU's memory. More prompts than that still batch: the
+        # scheduler admits them as sequences finish.
+        if max_num_seqs is not None:
+            options.max_seqs = int(max_num_seqs)
         if max_num_batched_tokens is not None:
             options.max_batched_tokens = int(max_num_batched_tokens)
         if enable_prefix_caching is not None:

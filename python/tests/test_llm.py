@@ -41,9 +41,14 @@ PROMPTS = [
 ]
 
 
+# The KV cache is allocated for max_num_seqs x max_model_len tokens: 64 sequences of 1024
+# tokens are 1.5 GB on SmolLM2 (of the model's 4096 tokens, 6 GB).
+CONTEXT = 1024
+
+
 @pytest.fixture(scope="module")
 def llm() -> LLM:
-    return LLM(model=MODEL, max_num_seqs=64)
+    return LLM(model=MODEL, max_num_seqs=64, max_model_len=CONTEXT)
 
 
 def cli(*args: str) -> str:
@@ -168,10 +173,10 @@ def test_streaming(llm: LLM) -> None:
 
 
 def test_stream_close_cancels(llm: LLM) -> None:
-    with llm.generate_stream(PROMPTS[0], SamplingParams(temperature=0, max_tokens=2000, ignore_eos=True)) as s:
+    with llm.generate_stream(PROMPTS[0], SamplingParams(temperature=0, max_tokens=900, ignore_eos=True)) as s:
         next(s)
     assert s.outputs[0].outputs[0].finish_reason == "abort"
-    assert len(s.outputs[0].outputs[0].token_ids) < 2000
+    assert len(s.outputs[0].outputs[0].token_ids) < 900
 
 
 def test_logprobs(llm: LLM) -> None:
@@ -271,13 +276,14 @@ def _free_port() -> int:
 
 
 class _Server:
-    """`inferd serve` on a free port, with as many sequences as the test's concurrency."""
+    """`inferd serve` on a free port, with as many sequences as the test's concurrency, of
+    CONTEXT tokens each, as the LLM it is compared with."""
 
     def __init__(self, max_seqs: int, threads: int):
         port = _free_port()
         self.base = f"http://127.0.0.1:{port}"
         self.proc = subprocess.Popen([BIN, "serve", "-m", MODEL, "--host", "127.0.0.1", "--port", str(port),
-                                      "--max-seqs", str(max_seqs), "-t", str(threads)],
+                                      "--max-seqs", str(max_seqs), "-c", str(CONTEXT), "-t", str(threads)],
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         for _ in range(600):
             try:
@@ -313,7 +319,7 @@ def test_throughput_vs_serve(capsys: pytest.CaptureFixture) -> None:
         pytest.skip(f"no inferd command at {BIN}")
     max_tokens, concurrency = 64, 64
     rounds = int(os.environ.get("INFERD_PY_TIMING_ROUNDS", "2"))
-    llm = LLM(model=MODEL, max_num_seqs=concurrency)
+    llm = LLM(model=MODEL, max_num_seqs=concurrency, max_model_len=CONTEXT)
     threads = llm.stats().threads
     server = _Server(concurrency, threads)
     try:
