@@ -29,6 +29,7 @@ void chat(const GenerationOptions& options) {
   fmt::print(stderr, "[inferd] {} — type a message; /reset clears the history, Ctrl-D exits\n",
              engine.model_info().name);
   const auto print = [](const inferd::StreamDelta& delta) {
+    if (delta.text.empty()) return;  // a choice's last delta may have none
     std::fwrite(delta.text.data(), 1, delta.text.size(), stdout);
     std::fflush(stdout);
   };

@@ -37,6 +37,7 @@ void run(const RunOptions& options) {
   params.beam_width = options.beams;
   params.length_penalty = options.length_penalty;
   const auto print = [](const inferd::StreamDelta& delta) {
+    if (delta.text.empty()) return;  // a choice's last delta may have none
     std::fwrite(delta.text.data(), 1, delta.text.size(), stdout);
     std::fflush(stdout);
   };

@@ -33,9 +33,8 @@ int main(int argc, char** argv) {
     // A chat turn through the model's template, streamed as it is made.
     std::cout << "[chat] ";
     const inferd::RequestOutput answer = engine.chat(
-        {{"user", "What is 2 + 2?"}}, greedy, [](const inferd::StreamDelta& delta) {
-          std::cout << delta.text << std::flush;
-        });
+        {{"user", "What is 2 + 2?"}}, greedy,
+        [](const inferd::StreamDelta& delta) { std::cout << delta.text << std::flush; });
     std::cout << "\n[chat] finish: " << inferd::finish_reason_name(answer.outputs[0].finish_reason)
               << ", " << answer.outputs[0].token_ids.size() << " tokens\n";
 
@@ -44,7 +43,8 @@ int main(int argc, char** argv) {
     sampled.n = 4;
     sampled.seed = 42;
     sampled.max_tokens = 8;
-    for (const inferd::CompletionOutput& choice : engine.complete("Once upon a time", sampled).outputs)
+    for (const inferd::CompletionOutput& choice :
+         engine.complete("Once upon a time", sampled).outputs)
       std::cout << "[choice " << choice.index << "] " << choice.text << "\n";
 
     // Structured output: the answer is JSON matching the schema.

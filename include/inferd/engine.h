@@ -33,19 +33,21 @@ enum class GrammarThread { kAuto, kOn, kOff };
 
 // Speculative decoding, as `inferd run --spec ...` and vLLM's speculative_config name it.
 struct SpeculativeOptions {
-  std::string method = "off";  // off, ngram, draft (draft_model), mtp, eagle3 (draft_model: the head)
-  std::string draft_model;     // GGUF file of the draft model or EAGLE-3 head
-  int32_t num_tokens = 6;      // most draft tokens per sequence and step
+  std::string method =
+      "off";                // off, ngram, draft (draft_model), mtp, eagle3 (draft_model: the head)
+  std::string draft_model;  // GGUF file of the draft model or EAGLE-3 head
+  int32_t num_tokens = 6;   // most draft tokens per sequence and step
   int32_t prompt_lookup_min = 2;
   int32_t prompt_lookup_max = 5;
-  int32_t max_step_rows = 16;  // drafts stop when a step's decode rows would pass this (0: no limit)
+  int32_t max_step_rows =
+      16;  // drafts stop when a step's decode rows would pass this (0: no limit)
 };
 
 struct EngineOptions {
-  int threads = 0;            // compute threads; 0: the number of cores, at most 4
-  bool pin_threads = true;    // each thread on its own CPU when there are as many as CPUs allowed
-  int64_t context = 0;        // tokens per sequence (prompt + output); 0: the model's, at most 4096
-  int max_seqs = 16;          // sequences decoded together (each choice of each prompt is one)
+  int threads = 0;          // compute threads; 0: the number of cores, at most 4
+  bool pin_threads = true;  // each thread on its own CPU when there are as many as CPUs allowed
+  int64_t context = 0;      // tokens per sequence (prompt + output); 0: the model's, at most 4096
+  int max_seqs = 16;        // sequences decoded together (each choice of each prompt is one)
   int64_t max_batched_tokens = 512;  // tokens per engine step (prompt chunks and decodes)
   KvCacheType kv_cache_type_k = KvCacheType::kF16;
   KvCacheType kv_cache_type_v = KvCacheType::kF16;

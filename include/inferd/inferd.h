@@ -43,40 +43,47 @@ typedef enum inferd_finish_reason {
   INFERD_FINISH_ERROR = 3
 } inferd_finish_reason;
 
-typedef enum inferd_kv_type { INFERD_KV_F16 = 0, INFERD_KV_Q8_0 = 1, INFERD_KV_Q4_0 = 2 } inferd_kv_type;
+typedef enum inferd_kv_type {
+  INFERD_KV_F16 = 0,
+  INFERD_KV_Q8_0 = 1,
+  INFERD_KV_Q4_0 = 2
+} inferd_kv_type;
 
 typedef struct inferd_engine inferd_engine; /* a loaded model and its KV cache */
 typedef struct inferd_result inferd_result; /* the outputs of one generate/chat call */
 
 typedef struct inferd_engine_options {
-  size_t size;             /* sizeof(inferd_engine_options), set by inferd_engine_options_init */
-  int32_t threads;         /* 0: the number of cores, at most 4 */
-  int64_t context;         /* tokens per sequence; 0: the model's, at most 4096 */
-  int32_t max_seqs;        /* sequences decoded together (default 16) */
+  size_t size;                /* sizeof(inferd_engine_options), set by inferd_engine_options_init */
+  int32_t threads;            /* 0: the number of cores, at most 4 */
+  int64_t context;            /* tokens per sequence; 0: the model's, at most 4096 */
+  int32_t max_seqs;           /* sequences decoded together (default 16) */
   int64_t max_batched_tokens; /* tokens per engine step (default 512) */
   inferd_kv_type kv_type_k;
   inferd_kv_type kv_type_v;
-  int32_t prefix_caching;      /* nonzero (default): reuse cached prompt prefixes */
-  const char* chat_template;   /* NULL: the model's; else a built-in name or a file */
+  int32_t prefix_caching;    /* nonzero (default): reuse cached prompt prefixes */
+  const char* chat_template; /* NULL: the model's; else a built-in name or a file */
 } inferd_engine_options;
 
 typedef struct inferd_sampling_params {
-  size_t size; /* sizeof(inferd_sampling_params), set by inferd_sampling_params_init */
-  int32_t n;   /* choices per prompt (default 1) */
-  float temperature; /* default 0.8; 0: greedy */
-  int32_t top_k;     /* default 40; 0: off */
-  float top_p;       /* default 0.95; 1: off */
-  float min_p;       /* default 0.05; 0: off */
+  size_t size;              /* sizeof(inferd_sampling_params), set by inferd_sampling_params_init */
+  int32_t n;                /* choices per prompt (default 1) */
+  float temperature;        /* default 0.8; 0: greedy */
+  int32_t top_k;            /* default 40; 0: off */
+  float top_p;              /* default 0.95; 1: off */
+  float min_p;              /* default 0.05; 0: off */
   float repetition_penalty; /* default 1: off */
   int32_t repeat_last_n;    /* default 64 */
   float presence_penalty;
   float frequency_penalty;
-  int64_t seed;       /* -1 (default): a new seed each call; else reproducible, choice i: seed + i */
+  /* -1 (default): a new seed each call; else reproducible, choice i sampling with seed + i. */
+  int64_t seed;
   int64_t max_tokens; /* default 256 */
-  const char* const* stop; /* n_stop stop strings; the text ends before the first and never holds it */
+  /* n_stop stop strings: the text ends before the first one and never holds it. */
+  const char* const* stop;
   size_t n_stop;
   int32_t ignore_eos;
-  int32_t logprobs;        /* -1 (default): none; k >= 0: each token's logprob (and k alternatives) */
+  /* -1 (default): none; k >= 0: each token's log-probability (k alternatives in the C++ API). */
+  int32_t logprobs;
   const char* json_schema; /* structured output, at most one of the three (NULL: none) */
   const char* grammar;     /* GBNF, start rule root */
   const char* regex;
@@ -89,8 +96,8 @@ typedef struct inferd_chat_message {
 
 /* Streamed text: `text` (text_len bytes, not NUL-terminated, whole UTF-8 characters) of choice
  * `choice` of prompt `prompt_index`; `finished` is nonzero on a choice's last call (text_len may
- * be 0 then). Called on the thread of inferd_generate/inferd_chat, between engine steps. Return 0
- * to go on, nonzero to cancel the whole call (INFERD_ERROR_CANCELLED). */
+ * be 0 then; text is never NULL). Called on the thread of inferd_generate/inferd_chat, between
+ * engine steps. Return 0 to go on, nonzero to cancel the whole call (INFERD_ERROR_CANCELLED). */
 typedef int (*inferd_stream_fn)(void* user_data, size_t prompt_index, int32_t choice,
                                 const char* text, size_t text_len, int32_t finished);
 
@@ -135,11 +142,11 @@ size_t inferd_result_num_choices(const inferd_result* result, size_t prompt_inde
 /* NUL-terminated; *len (when not NULL) gets its length in bytes. */
 const char* inferd_result_text(const inferd_result* result, size_t prompt_index, size_t choice,
                                size_t* len);
-const int32_t* inferd_result_tokens(const inferd_result* result, size_t prompt_index,
-                                    size_t choice, size_t* count);
+const int32_t* inferd_result_tokens(const inferd_result* result, size_t prompt_index, size_t choice,
+                                    size_t* count);
 /* With logprobs >= 0: one log-probability per generated token (count as for the tokens). */
-const float* inferd_result_logprobs(const inferd_result* result, size_t prompt_index,
-                                    size_t choice, size_t* count);
+const float* inferd_result_logprobs(const inferd_result* result, size_t prompt_index, size_t choice,
+                                    size_t* count);
 inferd_finish_reason inferd_result_finish_reason(const inferd_result* result, size_t prompt_index,
                                                  size_t choice);
 size_t inferd_result_prompt_tokens(const inferd_result* result, size_t prompt_index);

@@ -65,13 +65,14 @@ struct RequestOutput {
   size_t index = 0;                       // the prompt's place in the call's list
   std::string prompt;                     // as given (a chat: the rendered template)
   std::vector<int32_t> prompt_token_ids;  // what the model read
-  std::vector<CompletionOutput> outputs;  // n choices (beam search: the best hypotheses, best first)
+  std::vector<CompletionOutput>
+      outputs;  // n choices (beam search: the best hypotheses, best first)
   RequestMetrics metrics;
 };
 
 // A piece of streamed output: final text (whole UTF-8 characters, never part of a stop string)
 // of one choice of one prompt, in order. The last delta of a choice has finished set (and
-// possibly empty text).
+// possibly empty text; text.data() is never null).
 struct StreamDelta {
   size_t prompt_index = 0;
   int32_t choice = 0;

@@ -22,7 +22,8 @@ struct SamplingParams {
   // divided by it, a negative one multiplied (llama.cpp's repeat penalty). 1: off.
   float repetition_penalty = 1.0f;
   int32_t repeat_last_n = 64;
-  // OpenAI's penalties over the generated tokens: logit -= frequency * count + presence * (count > 0).
+  // OpenAI's penalties over the generated tokens: logit -= frequency * count + presence * (count >
+  // 0).
   float presence_penalty = 0.0f;
   float frequency_penalty = 0.0f;
   // Unset: a new seed from the OS for each request. Set: the same prompt, settings and seed

@@ -15,8 +15,8 @@
 struct inferd_engine {
   explicit inferd_engine(inferd::Engine e) : engine(std::move(e)) {}
   inferd::Engine engine;
-  std::mutex call_mutex;   // one call at a time, so that `running` is the call that runs
-  std::mutex cancel_mutex; // guards `running`
+  std::mutex call_mutex;    // one call at a time, so that `running` is the call that runs
+  std::mutex cancel_mutex;  // guards `running`
   std::optional<inferd::CancelToken> running;
 };
 
@@ -66,7 +66,9 @@ bool valid_size(const T* s) {
 inferd::SamplingParams to_params(const inferd_sampling_params* p) {
   inferd::SamplingParams params;
   if (p == nullptr) return params;
-  if (!valid_size(p)) throw inferd::Error("inferd_sampling_params: size is not set; call inferd_sampling_params_init");
+  if (!valid_size(p))
+    throw inferd::Error(
+        "inferd_sampling_params: size is not set; call inferd_sampling_params_init");
   params.n = p->n;
   params.temperature = p->temperature;
   params.top_k = p->top_k;
@@ -94,19 +96,26 @@ inferd::SamplingParams to_params(const inferd_sampling_params* p) {
 
 inferd::KvCacheType kv_type(inferd_kv_type type) {
   switch (type) {
-    case INFERD_KV_F16: return inferd::KvCacheType::kF16;
-    case INFERD_KV_Q8_0: return inferd::KvCacheType::kQ8_0;
-    case INFERD_KV_Q4_0: return inferd::KvCacheType::kQ4_0;
+    case INFERD_KV_F16:
+      return inferd::KvCacheType::kF16;
+    case INFERD_KV_Q8_0:
+      return inferd::KvCacheType::kQ8_0;
+    case INFERD_KV_Q4_0:
+      return inferd::KvCacheType::kQ4_0;
   }
   throw inferd::Error("unknown KV cache type " + std::to_string(static_cast<int>(type)));
 }
 
 inferd_finish_reason c_reason(inferd::FinishReason reason) {
   switch (reason) {
-    case inferd::FinishReason::kStop: return INFERD_FINISH_STOP;
-    case inferd::FinishReason::kLength: return INFERD_FINISH_LENGTH;
-    case inferd::FinishReason::kCancelled: return INFERD_FINISH_CANCELLED;
-    case inferd::FinishReason::kError: return INFERD_FINISH_ERROR;
+    case inferd::FinishReason::kStop:
+      return INFERD_FINISH_STOP;
+    case inferd::FinishReason::kLength:
+      return INFERD_FINISH_LENGTH;
+    case inferd::FinishReason::kCancelled:
+      return INFERD_FINISH_CANCELLED;
+    case inferd::FinishReason::kError:
+      return INFERD_FINISH_ERROR;
   }
   return INFERD_FINISH_ERROR;
 }
@@ -162,21 +171,31 @@ const inferd::CompletionOutput* choice_of(const inferd_result* r, size_t prompt,
 
 extern "C" {
 
-const char* inferd_version(void) { return inferd::version(); }
+const char* inferd_version(void) {
+  return inferd::version();
+}
 
 const char* inferd_status_name(inferd_status status) {
   switch (status) {
-    case INFERD_OK: return "ok";
-    case INFERD_ERROR_INVALID_ARGUMENT: return "invalid argument";
-    case INFERD_ERROR_MODEL: return "model error";
-    case INFERD_ERROR_OUT_OF_MEMORY: return "out of memory";
-    case INFERD_ERROR_CANCELLED: return "cancelled";
-    case INFERD_ERROR_INTERNAL: return "internal error";
+    case INFERD_OK:
+      return "ok";
+    case INFERD_ERROR_INVALID_ARGUMENT:
+      return "invalid argument";
+    case INFERD_ERROR_MODEL:
+      return "model error";
+    case INFERD_ERROR_OUT_OF_MEMORY:
+      return "out of memory";
+    case INFERD_ERROR_CANCELLED:
+      return "cancelled";
+    case INFERD_ERROR_INTERNAL:
+      return "internal error";
   }
   return "unknown status";
 }
 
-void inferd_string_free(char* string) { std::free(string); }
+void inferd_string_free(char* string) {
+  std::free(string);
+}
 
 void inferd_engine_options_init(inferd_engine_options* options) {
   if (options == nullptr) return;
@@ -249,7 +268,9 @@ inferd_status inferd_engine_open(const char* model_path, const inferd_engine_opt
   });
 }
 
-void inferd_engine_close(inferd_engine* engine) { delete engine; }
+void inferd_engine_close(inferd_engine* engine) {
+  delete engine;
+}
 
 void inferd_engine_cancel(inferd_engine* engine) {
   if (engine == nullptr) return;
@@ -290,7 +311,8 @@ inferd_status inferd_chat(inferd_engine* engine, const inferd_chat_message* mess
     std::vector<inferd::ChatMessage> conversation;
     for (size_t i = 0; i < n_messages; ++i) {
       if (messages[i].role == nullptr || messages[i].content == nullptr)
-        throw inferd::Error("messages[" + std::to_string(i) + "]: role and content must not be NULL");
+        throw inferd::Error("messages[" + std::to_string(i) +
+                            "]: role and content must not be NULL");
       conversation.push_back({messages[i].role, messages[i].content});
     }
     const inferd::SamplingParams sampling = to_params(params);
@@ -317,15 +339,15 @@ const char* inferd_result_text(const inferd_result* result, size_t prompt_index,
   return c == nullptr ? nullptr : c->text.c_str();
 }
 
-const int32_t* inferd_result_tokens(const inferd_result* result, size_t prompt_index,
-                                    size_t choice, size_t* count) {
+const int32_t* inferd_result_tokens(const inferd_result* result, size_t prompt_index, size_t choice,
+                                    size_t* count) {
   const inferd::CompletionOutput* c = choice_of(result, prompt_index, choice);
   if (count != nullptr) *count = c == nullptr ? 0 : c->token_ids.size();
   return c == nullptr ? nullptr : c->token_ids.data();
 }
 
-const float* inferd_result_logprobs(const inferd_result* result, size_t prompt_index,
-                                    size_t choice, size_t* count) {
+const float* inferd_result_logprobs(const inferd_result* result, size_t prompt_index, size_t choice,
+                                    size_t* count) {
   const inferd::CompletionOutput* c = choice_of(result, prompt_index, choice);
   if (count != nullptr) *count = 0;
   if (c == nullptr) return nullptr;
@@ -345,6 +367,8 @@ size_t inferd_result_prompt_tokens(const inferd_result* result, size_t prompt_in
   return result->outputs[prompt_index].prompt_token_ids.size();
 }
 
-void inferd_result_free(inferd_result* result) { delete result; }
+void inferd_result_free(inferd_result* result) {
+  delete result;
+}
 
 }  // extern "C"

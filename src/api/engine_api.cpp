@@ -27,14 +27,20 @@
 
 namespace inferd {
 
-const char* version() { return INFERD_VERSION_STRING; }
+const char* version() {
+  return INFERD_VERSION_STRING;
+}
 
 const char* finish_reason_name(FinishReason reason) {
   switch (reason) {
-    case FinishReason::kStop: return "stop";
-    case FinishReason::kLength: return "length";
-    case FinishReason::kCancelled: return "cancelled";
-    case FinishReason::kError: return "error";
+    case FinishReason::kStop:
+      return "stop";
+    case FinishReason::kLength:
+      return "length";
+    case FinishReason::kCancelled:
+      return "cancelled";
+    case FinishReason::kError:
+      return "error";
   }
   return "unknown";
 }
@@ -43,19 +49,26 @@ namespace {
 
 DType kv_type(KvCacheType type) {
   switch (type) {
-    case KvCacheType::kF16: return DType::F16;
-    case KvCacheType::kQ8_0: return DType::Q8_0;
-    case KvCacheType::kQ4_0: return DType::Q4_0;
+    case KvCacheType::kF16:
+      return DType::F16;
+    case KvCacheType::kQ8_0:
+      return DType::Q8_0;
+    case KvCacheType::kQ4_0:
+      return DType::Q4_0;
   }
   fail("unknown KV cache type {}", static_cast<int>(type));
 }
 
 FinishReason public_reason(engine::FinishReason reason) {
   switch (reason) {
-    case engine::FinishReason::kStop: return FinishReason::kStop;
-    case engine::FinishReason::kLength: return FinishReason::kLength;
-    case engine::FinishReason::kCancelled: return FinishReason::kCancelled;
-    case engine::FinishReason::kError: return FinishReason::kError;
+    case engine::FinishReason::kStop:
+      return FinishReason::kStop;
+    case engine::FinishReason::kLength:
+      return FinishReason::kLength;
+    case engine::FinishReason::kCancelled:
+      return FinishReason::kCancelled;
+    case engine::FinishReason::kError:
+      return FinishReason::kError;
   }
   return FinishReason::kError;
 }
@@ -85,9 +98,10 @@ engine::EngineConfig engine_config(const EngineOptions& options) {
   config.tensor_parallel = options.tensor_parallel;
   config.pipeline_parallel = options.pipeline_parallel;
   config.expert_parallel = options.expert_parallel;
-  config.grammar_thread = options.grammar_thread == GrammarThread::kOn    ? engine::GrammarThread::kOn
-                          : options.grammar_thread == GrammarThread::kOff ? engine::GrammarThread::kOff
-                                                                          : engine::GrammarThread::kAuto;
+  config.grammar_thread = options.grammar_thread == GrammarThread::kOn ? engine::GrammarThread::kOn
+                          : options.grammar_thread == GrammarThread::kOff
+                              ? engine::GrammarThread::kOff
+                              : engine::GrammarThread::kAuto;
   const SpeculativeOptions& spec = options.speculative;
   config.spec.method = engine::parse_spec_method(spec.method);
   config.spec.draft_model = spec.draft_model;
@@ -159,7 +173,10 @@ class ChoiceChannel final : public engine::OutputChannel {
     double sum = 0;
     for (const TokenLogprobs& t : output_.logprobs) sum += t.logprob;
     output_.cumulative_logprob = sum;
-    call_.deliver(StreamDelta{prompt_index_, output_.index, {}, true, output_.finish_reason});
+    // Empty text that still points somewhere: a callback may hand data() to fwrite or memcpy,
+    // which must not get a null pointer even for no bytes (the C ABI passes it on as is).
+    const std::string_view none("", 0);
+    call_.deliver(StreamDelta{prompt_index_, output_.index, none, true, output_.finish_reason});
   }
   bool cancelled() const override { return call_.aborted || call_.cancel.cancelled(); }
 
@@ -254,8 +271,9 @@ struct __attribute__((visibility("hidden"))) Engine::Impl {
   }
 
   std::vector<RequestOutput> run(std::vector<std::vector<int32_t>> prompts,
-                                 std::vector<std::string> prompt_texts, const SamplingParams& params,
-                                 const StreamCallback& on_delta, const CancelToken& cancel);
+                                 std::vector<std::string> prompt_texts,
+                                 const SamplingParams& params, const StreamCallback& on_delta,
+                                 const CancelToken& cancel);
 };
 
 std::vector<RequestOutput> Engine::Impl::run(std::vector<std::vector<int32_t>> prompts,
@@ -390,7 +408,8 @@ std::vector<RequestOutput> Engine::chat_batch(
 RequestOutput Engine::chat(const std::vector<ChatMessage>& messages, const SamplingParams& params,
                            const StreamCallback& on_delta, const CancelToken& cancel) {
   return std::move(
-      chat_batch(std::vector<std::vector<ChatMessage>>{messages}, params, on_delta, cancel).front());
+      chat_batch(std::vector<std::vector<ChatMessage>>{messages}, params, on_delta, cancel)
+          .front());
 }
 
 std::string Engine::apply_chat_template(const std::vector<ChatMessage>& messages,
