@@ -665,6 +665,11 @@ class Decoder final : public Model {
       if (rank != last) {
         std::copy_n(ws_.x.data(), T * n, out);
         pp_->send(rank + 1, out, T * n);
+        // Delivered before the next micro-batch's compute: MPI moves a message this large
+        // (rendezvous) only while the sender is inside an MPI call, so a send left in flight
+        // would wait for this rank's next call and the next rank would wait with it (measured:
+        // no overlap at all). The next rank is idle or about to be, so this returns promptly.
+        pp_->wait_sends();
       } else if (const int64_t rows = final_rows(batch, begin, end, out, true); rows > 0) {
         pp_->send(0, out, rows * n);
       }
