@@ -207,12 +207,8 @@ void bench(const BenchArgs& args) {
   std::optional<cuda::DeviceInfo> device;
   if (cuda) device = cuda::probe_device();
   model::ModelOptions options{max_batch, context, cuda ? model::Device::kCuda : model::Device::kCpu};
-  const dist::ParallelWorld world =
-      dist::parallel_world(args.tensor_parallel, args.pipeline_parallel, "bench");
-  options.tp = world.tensor;
-  options.pp = world.pipeline;
-  dist::check_expert_parallel(args.expert_parallel, world);
-  options.expert_parallel = args.expert_parallel;
+  const dist::ParallelWorld world = dist::apply_parallel_world(
+      options, args.tensor_parallel, args.pipeline_parallel, args.expert_parallel, "bench");
   const int ranks = world.ranks();
   auto model = model::load_model(file, options);
   const int block = 16;

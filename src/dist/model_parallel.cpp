@@ -263,10 +263,16 @@ ParallelWorld parallel_world(int tensor_ranks, int pipeline_ranks, const char* c
   return split;
 }
 
-void check_expert_parallel(bool expert_parallel, const ParallelWorld& world) {
+ParallelWorld apply_parallel_world(model::ModelOptions& options, int tensor_ranks,
+                                   int pipeline_ranks, bool expert_parallel, const char* command) {
+  const ParallelWorld world = parallel_world(tensor_ranks, pipeline_ranks, command);
   if (expert_parallel && world.tensor == nullptr)
     fail("--expert-parallel spreads the experts over the ranks of --tensor-parallel N (N above "
          "1, `mpirun -n N`)");
+  options.tp = world.tensor;
+  options.pp = world.pipeline;
+  options.expert_parallel = expert_parallel;
+  return world;
 }
 
 void release_workers(Communicator& comm) {

@@ -26,6 +26,7 @@
 #include "dist/communicator.h"
 #include "kv/kv_cache.h"
 #include "model/batch.h"
+#include "model/model.h"
 
 namespace inferd::dist {
 
@@ -68,9 +69,11 @@ struct ParallelWorld {
   int ranks() const;
 };
 ParallelWorld parallel_world(int tensor_ranks, int pipeline_ranks, const char* command);
-// --expert-parallel's check: it spreads experts over the tensor-parallel ranks, so it needs
-// --tensor-parallel above 1 (vLLM's rule).
-void check_expert_parallel(bool expert_parallel, const ParallelWorld& world);
+// The world of parallel_world() set on a model's options, with --expert-parallel, which spreads
+// experts over the tensor-parallel ranks and so needs --tensor-parallel above 1 (vLLM's rule):
+// what the engine and `inferd bench` load a model with.
+ParallelWorld apply_parallel_world(model::ModelOptions& options, int tensor_ranks,
+                                   int pipeline_ranks, bool expert_parallel, const char* command);
 
 // Tells the other ranks to return from run_worker (once; later calls do nothing): rank 0 at
 // the end of its command.

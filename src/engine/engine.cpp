@@ -119,11 +119,8 @@ Engine::Engine(const gguf::GgufFile& file, const EngineConfig& config)
   options.device = config.device;
   options.mtp = config.spec.enabled() && config.spec.method == SpecMethod::kMtp;
   const dist::ParallelWorld world =
-      dist::parallel_world(config.tensor_parallel, config.pipeline_parallel, "run|chat|serve");
-  options.tp = world.tensor;
-  options.pp = world.pipeline;
-  dist::check_expert_parallel(config.expert_parallel, world);
-  options.expert_parallel = config.expert_parallel;
+      dist::apply_parallel_world(options, config.tensor_parallel, config.pipeline_parallel,
+                                 config.expert_parallel, "run|chat|serve");
   if (options.mtp && config.device != model::Device::kCpu)
     fail("--spec mtp runs on the CPU executor only");
   if (config.spec.enabled() && config.spec.method == SpecMethod::kEagle3 &&
