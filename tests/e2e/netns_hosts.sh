@@ -19,8 +19,15 @@ fi
 # keeps from MPI_Init is its own).
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
-trap '"$root/scripts/netns-hosts" down' EXIT
+log="$(mktemp /tmp/inferd-netns-log.XXXXXX)"
+trap '"$root/scripts/netns-hosts" down; rm -f "$log"' EXIT
 "$root/scripts/netns-hosts" up 3 --rate 1gbit
+# What mpirun and the ranks said goes to $log; a failure prints it.
+fail() {
+  printf 'FAIL: %s\n--- what mpirun and the ranks printed:\n' "$1"
+  tail -n 40 "$log"
+  exit 1
+}
 prompt="The capital of France is"
 args=(run -m "$model" -p "$prompt" -n 24 --temp 0 -t 1)
 expected="$("$inferd" "${args[@]}" 2>/dev/null)"
@@ -29,23 +36,22 @@ for split in "-tp 3" "-pp 2"; do
   read -r -a flags <<<"$("$root/scripts/netns-hosts" mpirun-flags "$ranks")"
   started=$(date +%s.%N)
   # shellcheck disable=SC2086
-  got="$(timeout 300 mpirun "${flags[@]}" "$inferd" "${args[@]}" $split 2>/dev/null)"
-  if [ "$got" != "$expected" ]; then
-    printf 'FAIL: %s over the test hosts gave\n%s\nnot\n%s\n' "$split" "$got" "$expected"
-    exit 1
-  fi
+  got="$(timeout 300 mpirun "${flags[@]}" "$inferd" "${args[@]}" $split 2>"$log")" ||
+    fail "$split exited with $?"
+  [ "$got" = "$expected" ] || fail "$(printf '%s over the test hosts gave\n%s\nnot\n%s' "$split" "$got" "$expected")"
   echo "$split on $ranks hosts over 1 Gbit/s: the same greedy text ($(echo "$(date +%s.%N) - $started" | bc) s)"
 done
 got="$(INFERD_EMULATED_LINK_LATENCY_US=1000 timeout 300 mpirun "${flags[@]}" -x INFERD_EMULATED_LINK_LATENCY_US \
-  "$inferd" "${args[@]}" -pp 2 2>/dev/null)"
-[ "$got" = "$expected" ] || { echo "FAIL: -pp 2 with 1 ms latency parted"; exit 1; }
+  "$inferd" "${args[@]}" -pp 2 2>"$log")" || fail "-pp 2 with 1 ms latency exited with $?"
+[ "$got" = "$expected" ] || fail "-pp 2 with 1 ms latency parted"
 echo "-pp 2 with 1 ms of link latency: the same greedy text"
 moe="${INFERD_CACHE:-$HOME/.cache/inferd}/golden-models/qwen3moe-seed7.F16.gguf"
 if [ -f "$moe" ]; then
   moe_args=(run -m "$moe" -p "$prompt" -n 24 --temp 0 -t 1)
   expected="$("$inferd" "${moe_args[@]}" 2>/dev/null)"
   read -r -a flags <<<"$("$root/scripts/netns-hosts" mpirun-flags 2)"
-  got="$(timeout 300 mpirun "${flags[@]}" "$inferd" "${moe_args[@]}" -tp 2 --expert-parallel 2>/dev/null)"
-  [ "$got" = "$expected" ] || { printf 'FAIL: -tp 2 --expert-parallel gave\n%s\nnot\n%s\n' "$got" "$expected"; exit 1; }
+  got="$(timeout 300 mpirun "${flags[@]}" "$inferd" "${moe_args[@]}" -tp 2 --expert-parallel 2>"$log")" ||
+    fail "-tp 2 --expert-parallel exited with $?"
+  [ "$got" = "$expected" ] || fail "$(printf -- '-tp 2 --expert-parallel gave\n%s\nnot\n%s' "$got" "$expected")"
   echo "qwen3moe -tp 2 --expert-parallel on 2 hosts: the same greedy text"
 fi
