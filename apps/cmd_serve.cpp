@@ -40,7 +40,7 @@ struct ServeArgs {
   size_t max_queue = 256;
   double log_interval = 10;
   bool no_prefix_cache = false;
-  server::HttpLimits http;  // the transport's limits (server/http_transport.h)
+  server::HttpLimits http;  // the transport's limits (server/http/transport.h)
   std::string api_key;
   bool no_webui = false;
   bool strict_model_name = false;
@@ -65,7 +65,7 @@ struct ServeArgs {
   std::string api_key_file;
   std::string chat_template_file;
   std::vector<std::string> ignored;  // accepted flags that change nothing here
-  // Embeddings (server/embeddings.h): the routes answer with --embedding or --reranking.
+  // Embeddings (server/api/embeddings.h): the routes answer with --embedding or --reranking.
   bool embedding = false;
   bool reranking = false;
   std::string pooling;  // empty: the file's <arch>.pooling_type, else last
@@ -80,7 +80,7 @@ struct ServeArgs {
   std::string chat_template_kwargs;
   std::string reasoning = "auto";
   bool slots = false;
-  // llama-server's agent features (server/agent_routes.h): off unless asked for.
+  // llama-server's agent features (server/agent/agent_routes.h): off unless asked for.
   agent::AgentOptions agent;
   bool cors_proxy = false;
   bool agent_all = false;  // --agent: all built-in tools and the CORS proxy
@@ -478,11 +478,12 @@ void serve(ServeArgs args) {
                state_mib, loop.state_snapshots(), state_mib * loop.state_snapshots());
   }
   if (loop.kv_blocks_capped()) {
-    fmt::print(stderr,
-               "[inferd] the KV cache for {} sequences of {} tokens does not fit in the memory "
-               "left after the model: it holds {} blocks of {} tokens (--max-seqs, -c or --parallel "
-               "set what it must hold)\n",
-               config.max_seqs, loop.context(), loop.kv_blocks(), config.block_size);
+    fmt::print(
+        stderr,
+        "[inferd] the KV cache for {} sequences of {} tokens does not fit in the memory "
+        "left after the model: it holds {} blocks of {} tokens (--max-seqs, -c or --parallel "
+        "set what it must hold)\n",
+        config.max_seqs, loop.context(), loop.kv_blocks(), config.block_size);
   }
   http.listen();
   g_server = nullptr;
@@ -492,7 +493,7 @@ void serve(ServeArgs args) {
 
 }  // namespace
 
-// The transport's limits (server/http_transport.h): what one client may cost the server.
+// The transport's limits (server/http/transport.h): what one client may cost the server.
 void add_http_limit_options(CLI::App& cmd, server::HttpLimits& http) {
   cmd.add_option("--max-body-bytes", http.max_body_bytes,
                  "Larger request bodies get HTTP 413 (counted as they arrive, chunked too)")

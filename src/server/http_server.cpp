@@ -11,17 +11,17 @@
 #include <thread>
 #include <vector>
 
-#include "server/agent_routes.h"
-#include "server/anthropic_api.h"
-#include "server/cors.h"
-#include "server/http_routes.h"
-#include "server/http_transport.h"
-#include "server/infill.h"
-#include "server/json_answer.h"
-#include "server/llama_native.h"
-#include "server/openai_response.h"
-#include "server/request_json.h"
-#include "server/responses_api.h"
+#include "server/agent/agent_routes.h"
+#include "server/api/anthropic.h"
+#include "server/api/infill.h"
+#include "server/api/llama_native.h"
+#include "server/api/openai_response.h"
+#include "server/api/responses.h"
+#include "server/http/cors.h"
+#include "server/http/json_answer.h"
+#include "server/http/routes.h"
+#include "server/http/transport.h"
+#include "server/json/request_json.h"
 #include "server/web_assets.h"
 #include "util/comma_list.h"
 #include "util/error.h"
@@ -319,8 +319,8 @@ struct HttpServer::Impl {
     });
   }
 
-  // llama-server's POST /completion and /completions (server/llama_native.h), and /infill
-  // (server/infill.h), which is one with a prompt made of the code around the cursor.
+  // llama-server's POST /completion and /completions (server/api/llama_native.h), and /infill
+  // (server/api/infill.h), which is one with a prompt made of the code around the cursor.
   void handle_native_completion(const HttpRequest& req, HttpResponse& res, bool infill = false) {
     if (!authorized(req, res)) return;
     auto g = std::make_shared<Generation>();
@@ -726,7 +726,7 @@ struct HttpServer::Impl {
     send_json(res, e.status, anthropic_error_body(e));
   }
 
-  // Anthropic's POST /v1/messages (server/anthropic_api.h): the request becomes an OpenAI chat
+  // Anthropic's POST /v1/messages (server/api/anthropic.h): the request becomes an OpenAI chat
   // request and is generated as /v1/chat/completions generates it; the answer goes back as a
   // message or as Anthropic's typed events.
   void handle_anthropic_messages(const HttpRequest& req, HttpResponse& res) {
@@ -779,7 +779,7 @@ struct HttpServer::Impl {
         [g](bool) { g->cancel(); });
   }
 
-  // OpenAI's Responses API (server/responses_api.h): the chat path, answered as a response
+  // OpenAI's Responses API (server/api/responses.h): the chat path, answered as a response
   // object or its typed events, with llama-server's prompt_progress and timings when asked.
   void handle_responses(const HttpRequest& req, HttpResponse& res) {
     if (!authorized(req, res)) return;
@@ -895,7 +895,7 @@ struct HttpServer::Impl {
                 });
   }
 
-  // Vertex AI's POST /predict (server/vertex_predict.h): each instance is answered by the
+  // Vertex AI's POST /predict (server/api/vertex.h): each instance is answered by the
   // route its format names, called here as if it were a request of its own, answered whole.
   void vertex_routes(HttpRoutes& server, const HttpHandler& health) {
     if (!options.vertex.health_route.empty()) server.get(options.vertex.health_route, health);

@@ -1,5 +1,5 @@
 // The OpenAI-compatible HTTP front end: routes, authentication, streaming (SSE) and
-// non-streaming responses, disconnect detection, over server/http_transport.h (which enforces
+// non-streaming responses, disconnect detection, over server/http/transport.h (which enforces
 // the connection and request limits). It feeds the EngineLoop.
 #pragma once
 
@@ -8,12 +8,12 @@
 #include <string>
 
 #include "agent/tool_set.h"
-#include "server/embeddings.h"
+#include "server/api/embeddings.h"
+#include "server/api/openai_request.h"
+#include "server/api/vertex.h"
 #include "server/engine_loop.h"
-#include "server/http_transport.h"
+#include "server/http/transport.h"
 #include "server/metrics.h"
-#include "server/openai_request.h"
-#include "server/vertex_predict.h"
 
 namespace inferd::server {
 
@@ -25,7 +25,8 @@ struct ServerOptions {
   // GET / serves the chat page (server/web_assets.h). Its files hold no data, so they are
   // served without the API key; the page asks for the key when the API answers 401.
   bool webui = true;
-  // Browser origins allowed to call the API (server/cors.h): comma-separated; empty: localhost.
+  // Browser origins allowed to call the API (server/http/cors.h): comma-separated; empty:
+  // localhost.
   std::string cors_origins;
   // For llama-server's GET /props.
   std::string model_path;
@@ -34,11 +35,11 @@ struct ServerOptions {
   bool slots = false;    // GET /slots (--slots; off by default, as in llama-server)
   bool verbose = false;  // chat answers carry "__verbose" (the rendered prompt), as with -v there
   std::string chat_template;  // the template's source, empty without one
-  // --embedding, --pooling, --reranking: the embedding and rerank routes (server/embeddings.h).
+  // --embedding, --pooling, --reranking: the embedding and rerank routes (server/api/embeddings.h).
   EmbeddingOptions embeddings;
-  // Vertex AI's prediction route, when the environment asks for it (server/vertex_predict.h).
+  // Vertex AI's prediction route, when the environment asks for it (server/api/vertex.h).
   VertexSettings vertex;
-  // GET/POST /tools (server/agent_routes.h); nullptr: no tools, the routes answer 403.
+  // GET/POST /tools (server/agent/agent_routes.h); nullptr: no tools, the routes answer 403.
   agent::ToolSet* tools = nullptr;
   bool cors_proxy = false;  // --ui-mcp-proxy: GET/POST /cors-proxy
 };

@@ -10,7 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "server/openai_request.h"
+#include "server/api/openai_request.h"
 #include "tokenizer/toy_vocab.h"
 
 namespace {

@@ -11,8 +11,8 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "server/reasoning.h"
-#include "server/tool_calls.h"
+#include "server/chat/reasoning.h"
+#include "server/chat/tool_calls.h"
 #include "tokenizer/chat_template.h"
 #include "util/error.h"
 #include "util/paths.h"

@@ -4,7 +4,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
-#include "server/anthropic_api.h"
+#include "server/api/anthropic.h"
 #include "toy_server_context.h"
 
 namespace inferd::server {

@@ -1,7 +1,7 @@
-// Which browser origins the server lets call its API (server/cors.h).
+// Which browser origins the server lets call its API (server/http/cors.h).
 #include <gtest/gtest.h>
 
-#include "server/cors.h"
+#include "server/http/cors.h"
 
 namespace inferd::server {
 namespace {

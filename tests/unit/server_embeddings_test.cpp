@@ -6,7 +6,7 @@
 #include <cmath>
 #include <cstring>
 
-#include "server/embeddings.h"
+#include "server/api/embeddings.h"
 #include "tiny_engine.h"
 #include "tokenizer/toy_vocab.h"
 #include "toy_server_context.h"

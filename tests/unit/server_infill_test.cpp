@@ -2,7 +2,7 @@
 // front, each part cut when the whole does not fit, and the errors of its fields.
 #include <gtest/gtest.h>
 
-#include "server/infill.h"
+#include "server/api/infill.h"
 #include "toy_server_context.h"
 
 namespace inferd::server {

@@ -2,7 +2,7 @@
 // prompt_string object, and lists of those for several prompts.
 #include <gtest/gtest.h>
 
-#include "server/llama_native.h"
+#include "server/api/llama_native.h"
 #include "toy_server_context.h"
 
 namespace inferd::server {

@@ -2,8 +2,8 @@
 // error) and the Prometheus rendering of the server metrics, without a model or a socket.
 #include <gtest/gtest.h>
 
+#include "server/api/openai_request.h"
 #include "server/metrics.h"
-#include "server/openai_request.h"
 #include "toy_server_context.h"
 
 namespace inferd::server {

@@ -5,7 +5,7 @@
 // dropped).
 #include <gtest/gtest.h>
 
-#include "server/reasoning.h"
+#include "server/chat/reasoning.h"
 #include "util/error.h"
 
 namespace inferd::server {

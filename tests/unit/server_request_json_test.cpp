@@ -1,10 +1,10 @@
-#include "server/request_json.h"
+#include "server/json/request_json.h"
 
 #include <gtest/gtest.h>
 
 #include <string>
 
-#include "server/openai_request.h"
+#include "server/api/openai_request.h"
 
 namespace inferd::server {
 namespace {

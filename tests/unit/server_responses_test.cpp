@@ -3,7 +3,7 @@
 // without a model or a socket.
 #include <gtest/gtest.h>
 
-#include "server/responses_api.h"
+#include "server/api/responses.h"
 #include "toy_server_context.h"
 
 namespace inferd::server {

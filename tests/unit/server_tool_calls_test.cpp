@@ -9,7 +9,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "server/tool_calls.h"
+#include "server/chat/tool_calls.h"
 #include "tokenizer/builtin_templates.h"
 
 namespace inferd::server {
@@ -45,14 +45,16 @@ TEST(ToolCalls, HermesTags) {
   expect_calls(parse_tool_calls("Just text.", ToolCallFormat::kHermes), {}, "Just text.");
   // A close tag inside an argument's string is the argument's text (SmolLM2 wrote these under
   // the forced-call grammar, which allows any string).
-  expect_calls(parse_tool_calls("<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": "
-                                "\"Paris}}</tool_call> \", \"unit\": \"C\"}}\n</tool_call>",
-                                ToolCallFormat::kHermes),
-               {{"get_weather", {{"city", "Paris}}</tool_call> "}, {"unit", "C"}}}}, "");
-  expect_calls(parse_tool_calls("<tool_call>{\"name\": \"a\", \"arguments\": {\"s\": \"</tool_call>{\"}}"
-                                "</tool_call>text after",
-                                ToolCallFormat::kHermes),
-               {{"a", {{"s", "</tool_call>{"}}}}, "text after");
+  expect_calls(
+      parse_tool_calls("<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": "
+                       "\"Paris}}</tool_call> \", \"unit\": \"C\"}}\n</tool_call>",
+                       ToolCallFormat::kHermes),
+      {{"get_weather", {{"city", "Paris}}</tool_call> "}, {"unit", "C"}}}}, "");
+  expect_calls(
+      parse_tool_calls("<tool_call>{\"name\": \"a\", \"arguments\": {\"s\": \"</tool_call>{\"}}"
+                       "</tool_call>text after",
+                       ToolCallFormat::kHermes),
+      {{"a", {{"s", "</tool_call>{"}}}}, "text after");
 }
 
 TEST(ToolCalls, Llama3Json) {
@@ -138,28 +140,30 @@ TEST(ToolCalls, Gemma4CallsAndTheirArgumentSyntax) {
                                     ",days:3}<tool_call|>",
                                 ToolCallFormat::kGemma4),
                {{"get_weather", {{"city", "Paris, France"}, {"days", 3}}}}, "");
-  expect_calls(
-      parse_tool_calls("Let me look.\n<|tool_call>call:f{a:{b:true,c:null},list:[" + q + "x" + q +
-                           ", -1.5e2, []],empty:{}}<tool_call|><|tool_call>call:now{}<tool_call|> ok",
-                       ToolCallFormat::kGemma4),
-      {{"f", {{"a", {{"b", true}, {"c", nullptr}}}, {"list", {"x", -150.0, json::array()}}, {"empty", json::object()}}},
-       {"now", json::object()}},
-      "Let me look.\nok");
+  expect_calls(parse_tool_calls(
+                   "Let me look.\n<|tool_call>call:f{a:{b:true,c:null},list:[" + q + "x" + q +
+                       ", -1.5e2, []],empty:{}}<tool_call|><|tool_call>call:now{}<tool_call|> ok",
+                   ToolCallFormat::kGemma4),
+               {{"f",
+                 {{"a", {{"b", true}, {"c", nullptr}}},
+                  {"list", {"x", -150.0, json::array()}},
+                  {"empty", json::object()}}},
+                {"now", json::object()}},
+               "Let me look.\nok");
   // A string may hold the closing marker (the grammar allows it there).
-  expect_calls(parse_tool_calls("<|tool_call>call:say{text:" + q + "x}<tool_call|>y" + q +
-                                    "}<tool_call|>",
-                                ToolCallFormat::kGemma4),
-               {{"say", {{"text", "x}<tool_call|>y"}}}}, "");
+  expect_calls(
+      parse_tool_calls("<|tool_call>call:say{text:" + q + "x}<tool_call|>y" + q + "}<tool_call|>",
+                       ToolCallFormat::kGemma4),
+      {{"say", {{"text", "x}<tool_call|>y"}}}}, "");
   // A string may hold the syntax's own characters; a key may be quoted.
-  expect_calls(parse_tool_calls("<|tool_call>call:say{" + q + "text" + q + ":" + q + "a:b,{c}]" + q +
-                                    "}<tool_call|>",
+  expect_calls(parse_tool_calls("<|tool_call>call:say{" + q + "text" + q + ":" + q + "a:b,{c}]" +
+                                    q + "}<tool_call|>",
                                 ToolCallFormat::kGemma4),
                {{"say", {{"text", "a:b,{c}]"}}}}, "");
-  for (const std::string& bad : std::vector<std::string>{"<|tool_call>call:f{a:}<tool_call|>",
-                                "<|tool_call>call:f{a:" + q + "open}<tool_call|>",
-                                "<|tool_call>call:{a:1}<tool_call|>",
-                                "<|tool_call>call:f{a:1} trailing<tool_call|>",
-                                "<|tool_call>call:f{a:1,}<tool_call|>"}) {
+  for (const std::string& bad : std::vector<std::string>{
+           "<|tool_call>call:f{a:}<tool_call|>", "<|tool_call>call:f{a:" + q + "open}<tool_call|>",
+           "<|tool_call>call:{a:1}<tool_call|>", "<|tool_call>call:f{a:1} trailing<tool_call|>",
+           "<|tool_call>call:f{a:1,}<tool_call|>"}) {
     const ParsedAnswer got = parse_tool_calls(bad, ToolCallFormat::kGemma4);
     EXPECT_TRUE(got.calls.empty()) << bad;
     EXPECT_EQ(got.content, bad);

@@ -6,10 +6,10 @@
 #include <nlohmann/json.hpp>
 
 #include "grammar_walk.h"
-#include "server/openai_request.h"
-#include "server/openai_response.h"
-#include "server/reasoning.h"
-#include "server/tools.h"
+#include "server/api/openai_request.h"
+#include "server/api/openai_response.h"
+#include "server/chat/reasoning.h"
+#include "server/chat/tools.h"
 #include "tokenizer/toy_vocab.h"
 
 namespace inferd::server {
@@ -115,7 +115,8 @@ TEST_F(ForcedCalls, Gemma4GrammarWritesCallsTheParserReadsBack) {
       ReasoningSplitter split = ReasoningSplitter::gemma4();
       ReasoningSplitter::Pieces p = split.push(*text);
       const ReasoningSplitter::Pieces tail = split.flush();
-      const ParsedAnswer parsed = parse_tool_calls(p.content + tail.content, ToolCallFormat::kGemma4);
+      const ParsedAnswer parsed =
+          parse_tool_calls(p.content + tail.content, ToolCallFormat::kGemma4);
       ASSERT_FALSE(parsed.calls.empty()) << *text;
       EXPECT_EQ(parsed.content, "") << *text;
       for (const ToolCall& call : parsed.calls) {
@@ -133,8 +134,10 @@ TEST_F(ForcedCalls, Gemma4GrammarWritesCallsTheParserReadsBack) {
   const std::string q = "<|\"|>";
   for (const std::string& text : std::vector<std::string>{
            "<|tool_call>call:get_weather{city:" + q + "Oslo" + q + ",days:2}<tool_call|>",
-        "<|channel>thought\nThe user asks about Oslo.<channel|><|tool_call>call:now{}<tool_call|>"}) {
-    structured::GrammarMatcher m(compiler_.compile(tool_call_grammar(tools, ToolCallFormat::kGemma4)));
+           "<|channel>thought\nThe user asks about "
+           "Oslo.<channel|><|tool_call>call:now{}<tool_call|>"}) {
+    structured::GrammarMatcher m(
+        compiler_.compile(tool_call_grammar(tools, ToolCallFormat::kGemma4)));
     for (const int32_t id : tok_->encode(text, false, true)) ASSERT_TRUE(m.accept(id)) << text;
     ASSERT_TRUE(m.accept(tok_->vocab().find("</s>"))) << text;  // the end of the answer
     EXPECT_TRUE(m.terminated()) << text;

@@ -1,10 +1,10 @@
-#include "server/vertex_predict.h"
+#include "server/api/vertex.h"
 
 #include <gtest/gtest.h>
 
 #include <mutex>
 
-#include "server/openai_request.h"
+#include "server/api/openai_request.h"
 
 namespace inferd::server {
 namespace {

@@ -16,7 +16,7 @@
 
 #include "engine/mask_prefetcher.h"
 #include "grammar_walk.h"
-#include "server/openai_request.h"
+#include "server/api/openai_request.h"
 #include "structured/grammar.h"
 #include "structured/schema_support.h"
 #include "tiny_engine.h"

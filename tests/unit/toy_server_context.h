@@ -6,7 +6,7 @@
 #include <string>
 #include <utility>
 
-#include "server/openai_request.h"
+#include "server/api/openai_request.h"
 #include "tokenizer/toy_vocab.h"
 
 namespace inferd::server {
