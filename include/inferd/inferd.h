@@ -87,6 +87,15 @@ typedef struct inferd_sampling_params {
   const char* json_schema; /* structured output, at most one of the three (NULL: none) */
   const char* grammar;     /* GBNF, start rule root */
   const char* regex;
+  /* Since 0.1.1; a caller built against an older header passes a smaller size and gets the
+   * defaults below. */
+  /* n_stop_token_ids token ids that end the output as an end-of-generation token does (the
+   * finish reason is INFERD_FINISH_STOP; the token is not in the text), ignore_eos or not. */
+  const int32_t* stop_token_ids;
+  size_t n_stop_token_ids;
+  int64_t min_tokens;   /* no end-of-generation or stop token before this many (default 0) */
+  int32_t beam_width;   /* > 0: beam search, its n best beams as the choices (default 0) */
+  float length_penalty; /* beam score: cumulative logprob / length ^ length_penalty (default 1) */
 } inferd_sampling_params;
 
 typedef struct inferd_chat_message {

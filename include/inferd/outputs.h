@@ -41,6 +41,7 @@ struct CompletionOutput {
   std::vector<int32_t> token_ids;  // generated tokens (with a stop string's tokens: they were made)
   FinishReason finish_reason = FinishReason::kStop;
   std::string stop_reason;  // the stop string that ended the text, if one did
+  int32_t stop_token_id = -1;  // the SamplingParams::stop_token_ids entry that ended it, if one did
   std::string error;        // finish_reason kError: what went wrong
   // SamplingParams::logprobs >= 0: one entry per generated token.
   std::vector<TokenLogprobs> logprobs;

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace inferd {
@@ -26,6 +27,8 @@ struct SamplingParams {
   // 0).
   float presence_penalty = 0.0f;
   float frequency_penalty = 0.0f;
+  // Added to a token's logit before sampling (OpenAI's and vLLM's logit_bias): token id, bias.
+  std::vector<std::pair<int32_t, float>> logit_bias;
   // Unset: a new seed from the OS for each request. Set: the same prompt, settings and seed
   // give the same text.
   std::optional<uint64_t> seed;
@@ -33,6 +36,12 @@ struct SamplingParams {
   // Stop strings: the output ends before the first one and never contains it.
   std::vector<std::string> stop;
   bool ignore_eos = false;  // keep generating past the model's end-of-generation tokens
+  // Token ids that end the output as an end-of-generation token does (not part of the text;
+  // CompletionOutput::stop_token_id says which), ignore_eos or not.
+  std::vector<int32_t> stop_token_ids;
+  // Until this many tokens are generated, neither an end-of-generation token nor one of
+  // stop_token_ids is sampled (at most max_tokens; not with beam search).
+  int64_t min_tokens = 0;
   // -1: none; k >= 0: each generated token's log-probability and its k most likely alternatives
   // (CompletionOutput::logprobs).
   int32_t logprobs = -1;

@@ -373,7 +373,7 @@ class LLM:
                     index=c.index, text=c.text, token_ids=list(c.token_ids),
                     cumulative_logprob=c.cumulative_logprob if want_logprobs or c.score else None,
                     logprobs=logprobs, finish_reason=_FINISH[c.finish_reason.name],
-                    stop_reason=c.stop_reason or None))
+                    stop_reason=c.stop_reason or (c.stop_token_id if c.stop_token_id >= 0 else None)))
             m = out.metrics
             results.append(RequestOutput(
                 request_id=str(self._next_request_id),

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 
 @dataclass
@@ -26,7 +26,8 @@ class CompletionOutput:
     # (SamplingParams.logprobs of them); None unless logprobs was asked for.
     logprobs: Optional[list[dict[int, Logprob]]]
     finish_reason: Optional[str] = None  # "stop", "length", "abort"
-    stop_reason: Optional[str] = None  # the stop string that ended the text, if one did
+    # The stop string or the stop_token_ids entry that ended the output, if one did (vLLM's).
+    stop_reason: Union[int, str, None] = None
     lora_request: Any = None
 
     def finished(self) -> bool:

@@ -110,11 +110,8 @@ class SamplingParams:
     def _unsupported(self) -> None:
         checks = {
             "best_of": self.best_of is None or self.best_of == self.n,
-            "stop_token_ids": not self.stop_token_ids,
-            "min_tokens": self.min_tokens == 0,
             "prompt_logprobs": self.prompt_logprobs is None,
             "include_stop_str_in_output": not self.include_stop_str_in_output,
-            "logit_bias": not self.logit_bias,
             "allowed_token_ids": not self.allowed_token_ids,
             "bad_words": not self.bad_words,
             "detokenize": self.detokenize,
@@ -147,6 +144,11 @@ class SamplingParams:
         if self.stop:
             p.stop = [self.stop] if isinstance(self.stop, str) else list(self.stop)
         p.ignore_eos = bool(self.ignore_eos)
+        if self.stop_token_ids:
+            p.stop_token_ids = [int(t) for t in self.stop_token_ids]
+        p.min_tokens = int(self.min_tokens)
+        if self.logit_bias:
+            p.logit_bias = [(int(t), float(b)) for t, b in self.logit_bias.items()]
         p.logprobs = -1 if self.logprobs is None else int(self.logprobs)
         p.beam_width = int(self.beam_width)
         p.length_penalty = float(self.length_penalty)

@@ -2,8 +2,9 @@
 it): vLLM's LLM API against what the `inferd` command makes from the same model.
 
 INFERD_BIN names the command (default: build/bin/inferd); the tests that compare with it skip
-without one. The throughput comparison prints its figures always and asserts them only on a
-machine that is not loaded (set INFERD_PY_TIMING=0 to never assert, 1 to always)."""
+without one. The throughput comparison prints its figures always and asserts them only when
+INFERD_PY_TIMING=1 (a benchmark run on an idle machine, docs/PYTHON.md): speed is not a gate of
+the test suite, where other work may share the cores."""
 
 from __future__ import annotations
 
@@ -123,6 +124,27 @@ def test_stop_strings(llm: LLM) -> None:
     assert llm.generate(PROMPTS[0], SamplingParams(temperature=0, max_tokens=48, stop="\n"))[0].outputs[0].text == out.text
 
 
+def test_stop_token_ids_min_tokens_logit_bias(llm: LLM) -> None:
+    """vLLM's stop_token_ids (the output ends before the token; stop_reason is its id),
+    logit_bias (a large one makes the end-of-text token the greedy choice at once) and
+    min_tokens (which holds that token off for exactly so many tokens)."""
+    full = llm.generate(PROMPTS[0], SamplingParams(temperature=0, max_tokens=24, ignore_eos=True))[0].outputs[0]
+    stop_id = full.token_ids[6]
+    first = full.token_ids.index(stop_id)
+    out = llm.generate(PROMPTS[0], SamplingParams(temperature=0, max_tokens=24, ignore_eos=True,
+                                                  stop_token_ids=[stop_id]))[0].outputs[0]
+    assert out.token_ids == full.token_ids[:first]
+    assert out.finish_reason == "stop" and out.stop_reason == stop_id
+    eos = llm.get_tokenizer().encode("<|im_end|>", add_special_tokens=False)
+    assert len(eos) == 1
+    ended = llm.generate(PROMPTS[0], SamplingParams(temperature=0, max_tokens=24,
+                                                    logit_bias={eos[0]: 100.0}))[0].outputs[0]
+    assert ended.token_ids == [] and ended.finish_reason == "stop"
+    held = llm.generate(PROMPTS[0], SamplingParams(temperature=0, max_tokens=24, min_tokens=5,
+                                                   logit_bias={eos[0]: 100.0}))[0].outputs[0]
+    assert len(held.token_ids) == 5 and held.finish_reason == "stop"
+
+
 SCHEMA = {
     "type": "object",
     "properties": {
@@ -210,8 +232,10 @@ def test_bad_model_path() -> None:
 def test_bad_parameter(llm: LLM) -> None:
     with pytest.raises(ValueError, match="n must be at least 1"):
         llm.generate("x", SamplingParams(n=0))
-    with pytest.raises(NotImplementedError, match="stop_token_ids"):
-        llm.generate("x", SamplingParams(stop_token_ids=[2]))
+    with pytest.raises(NotImplementedError, match="allowed_token_ids"):
+        llm.generate("x", SamplingParams(allowed_token_ids=[2]))
+    with pytest.raises(ValueError, match="min_tokens"):
+        llm.generate("x", SamplingParams(max_tokens=4, min_tokens=5))
 
 
 def test_gil_released(llm: LLM) -> None:
@@ -350,8 +374,6 @@ def test_throughput_vs_serve(capsys: pytest.CaptureFixture) -> None:
               f"tok/s per round: LLM.generate {', '.join(f'{t:.1f}' for t in py_tps)}; "
               f"inferd serve at concurrency {concurrency} {', '.join(f'{t:.1f}' for t in serve_tps)}; "
               f"best-round ratio {ratio:.3f}; load average {load:.1f}")
-    timing = os.environ.get("INFERD_PY_TIMING")
-    loaded = load > 1.25 * (os.cpu_count() or 1)  # this test's own threads count too
-    if timing == "0" or (timing != "1" and loaded):
-        pytest.skip(f"machine loaded (load average {load:.1f}): figures printed, not asserted")
+    if os.environ.get("INFERD_PY_TIMING") != "1":
+        pytest.skip("figures printed, not asserted (INFERD_PY_TIMING=1 asserts them)")
     assert ratio >= 0.9

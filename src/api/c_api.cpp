@@ -2,6 +2,7 @@
 // become status codes with a malloc'd message, and nothing throws across the boundary.
 #include "inferd/inferd.h"
 
+#include <cstddef>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -57,16 +58,17 @@ inferd_status guarded(char** error, bool load, Body&& body) {
 }
 
 // A struct given by a caller built against an older header is shorter: read only the fields
-// it has (none are added yet, so only the size's lower bound is checked).
+// it has. `minimum`: the size of the struct's first release (inferd_sampling_params grew in
+// 0.1.1; inferd_engine_options has not).
 template <typename T>
-bool valid_size(const T* s) {
-  return s->size >= sizeof(T);
+bool valid_size(const T* s, size_t minimum = sizeof(T)) {
+  return s->size >= minimum;
 }
 
 inferd::SamplingParams to_params(const inferd_sampling_params* p) {
   inferd::SamplingParams params;
   if (p == nullptr) return params;
-  if (!valid_size(p))
+  if (!valid_size(p, offsetof(inferd_sampling_params, stop_token_ids)))
     throw inferd::Error(
         "inferd_sampling_params: size is not set; call inferd_sampling_params_init");
   params.n = p->n;
@@ -91,6 +93,15 @@ inferd::SamplingParams to_params(const inferd_sampling_params* p) {
   if (p->json_schema != nullptr) params.json_schema = p->json_schema;
   if (p->grammar != nullptr) params.grammar = p->grammar;
   if (p->regex != nullptr) params.regex = p->regex;
+  // The fields added in 0.1.1, where the caller's struct has them.
+  if (p->size >= offsetof(inferd_sampling_params, length_penalty) + sizeof(float)) {
+    if (p->n_stop_token_ids > 0 && p->stop_token_ids == nullptr)
+      throw inferd::Error("stop_token_ids is NULL but n_stop_token_ids is not 0");
+    params.stop_token_ids.assign(p->stop_token_ids, p->stop_token_ids + p->n_stop_token_ids);
+    params.min_tokens = p->min_tokens;
+    params.beam_width = p->beam_width;
+    params.length_penalty = p->length_penalty;
+  }
   return params;
 }
 
@@ -229,6 +240,9 @@ void inferd_sampling_params_init(inferd_sampling_params* params) {
   params->seed = -1;
   params->max_tokens = defaults.max_tokens;
   params->logprobs = defaults.logprobs;
+  params->min_tokens = defaults.min_tokens;
+  params->beam_width = defaults.beam_width;
+  params->length_penalty = defaults.length_penalty;
 }
 
 inferd_status inferd_engine_open(const char* model_path, const inferd_engine_options* options,

@@ -122,6 +122,7 @@ sampling::SamplingParams engine_sampling(const SamplingParams& params) {
   s.repeat_last_n = params.repeat_last_n;
   s.presence_penalty = params.presence_penalty;
   s.frequency_penalty = params.frequency_penalty;
+  s.logit_bias = params.logit_bias;
   s.seed = params.seed ? *params.seed : sampling::SamplingParams::kRandomSeed;
   return s;
 }
@@ -169,6 +170,7 @@ class ChoiceChannel final : public engine::OutputChannel {
     output_.finish_reason = public_reason(result.finish_reason);
     output_.error = result.error;
     output_.stop_reason = result.stop_word;
+    output_.stop_token_id = result.stop_token;
     output_.token_ids = result.output_tokens;
     double sum = 0;
     for (const TokenLogprobs& t : output_.logprobs) sum += t.logprob;
@@ -302,6 +304,8 @@ std::vector<RequestOutput> Engine::Impl::run(std::vector<std::vector<int32_t>> p
       request.max_tokens = params.max_tokens;
       request.stop = params.stop;
       request.ignore_eos = params.ignore_eos;
+      request.stop_token_ids = params.stop_token_ids;
+      request.min_tokens = params.min_tokens;
       request.logprobs = params.logprobs;
       request.grammar = grammar;
       request.beam_width = params.beam_width;

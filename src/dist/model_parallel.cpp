@@ -120,7 +120,12 @@ struct BatchStorage {
 
   model::Batch batch(int n_embd) {
     hidden.resize(hidden_rows.size() * static_cast<size_t>(n_embd));
-    model::Batch b{tokens, positions, sequences, logit_rows, bf16_rows_begin, hidden_rows,
+    model::Batch b{tokens,
+                   positions,
+                   sequences,
+                   logit_rows,
+                   bf16_rows_begin,
+                   hidden_rows,
                    hidden.empty() ? nullptr : hidden.data()};
     return b;
   }
@@ -205,6 +210,40 @@ void encode_cache(std::vector<uint8_t>& out, const kv::KvCacheConfig& c, int thr
   w.put(threads);
 }
 
+void encode_report_memory(std::vector<uint8_t>& out, const kv::KvCacheConfig& one_block) {
+  Writer w(out, Op::kReportMemory);
+  cache_fields(one_block, w);
+}
+
+std::vector<model::RankMemory> gather_memory(Communicator& comm,
+                                             const kv::KvCacheConfig& one_block) {
+  // Four floats a rank, each an integer below 2^24 and so exact: the machine id, the available
+  // memory in MiB, and the block's bytes in two 24-bit halves.
+  const model::RankMemory mine = {machine_id(), available_memory_bytes(),
+                                  kv::KvCache(one_block).bytes()};
+  constexpr int kFloats = 4;
+  constexpr int64_t kLow = (int64_t{1} << 24) - 1;
+  const float send[kFloats] = {
+      static_cast<float>(mine.machine),
+      mine.available < 0 ? -1.0f : static_cast<float>(mine.available >> 20),
+      static_cast<float>(mine.block_bytes >> 24), static_cast<float>(mine.block_bytes & kLow)};
+  const std::vector<int64_t> counts(static_cast<size_t>(comm.size()), kFloats);
+  std::vector<float> all(comm.rank() == 0 ? kFloats * counts.size() : 0);
+  comm.gather(send, comm.rank() == 0 ? all.data() : nullptr, counts);
+  std::vector<model::RankMemory> out;
+  if (comm.rank() != 0) return out;
+  for (size_t r = 0; r < counts.size(); ++r) {
+    const float* f = &all[kFloats * r];
+    model::RankMemory m;
+    m.machine = static_cast<uint32_t>(f[0]);
+    m.available = f[1] < 0 ? -1 : static_cast<int64_t>(f[1]) << 20;
+    m.block_bytes = (static_cast<int64_t>(f[2]) << 24) + static_cast<int64_t>(f[3]);
+    out.push_back(m);
+  }
+  out[0].available = mine.available;  // rank 0's own, not rounded to MiB
+  return out;
+}
+
 void encode_forward(std::vector<uint8_t>& out, const model::Batch& batch) {
   Writer w(out, Op::kForward);
   w.put_span(batch.tokens);
@@ -238,7 +277,9 @@ void encode_state_op(std::vector<uint8_t>& out, Op op, int32_t from, int32_t to)
   w.put(to);
 }
 
-void encode_stop(std::vector<uint8_t>& out) { Writer w(out, Op::kStop); }
+void encode_stop(std::vector<uint8_t>& out) {
+  Writer w(out, Op::kStop);
+}
 
 int ParallelWorld::ranks() const {
   if (tensor != nullptr) return tensor->size();
@@ -248,15 +289,17 @@ int ParallelWorld::ranks() const {
 ParallelWorld parallel_world(int tensor_ranks, int pipeline_ranks, const char* command) {
   Communicator& comm = world();
   if (tensor_ranks > 1 && pipeline_ranks > 1)
-    fail("--tensor-parallel {} with --pipeline-parallel {}: the two splits together are not "
-         "implemented; pick one",
-         tensor_ranks, pipeline_ranks);
+    fail(
+        "--tensor-parallel {} with --pipeline-parallel {}: the two splits together are not "
+        "implemented; pick one",
+        tensor_ranks, pipeline_ranks);
   const int ranks = std::max(tensor_ranks, pipeline_ranks);
   const char* flag = pipeline_ranks > 1 ? "--pipeline-parallel" : "--tensor-parallel";
   if (ranks != comm.size())
-    fail("{} {} in a job of {} process(es): start it with `mpirun -n {} inferd {} ...` and give "
-         "{} the same number",
-         flag, ranks, comm.size(), std::max(ranks, comm.size()), command, flag);
+    fail(
+        "{} {} in a job of {} process(es): start it with `mpirun -n {} inferd {} ...` and give "
+        "{} the same number",
+        flag, ranks, comm.size(), std::max(ranks, comm.size()), command, flag);
   ParallelWorld split;
   if (comm.size() <= 1) return split;
   (pipeline_ranks > 1 ? split.pipeline : split.tensor) = &comm;
@@ -267,8 +310,9 @@ ParallelWorld apply_parallel_world(model::ModelOptions& options, int tensor_rank
                                    int pipeline_ranks, bool expert_parallel, const char* command) {
   const ParallelWorld world = parallel_world(tensor_ranks, pipeline_ranks, command);
   if (expert_parallel && world.tensor == nullptr)
-    fail("--expert-parallel spreads the experts over the ranks of --tensor-parallel N (N above "
-         "1, `mpirun -n N`)");
+    fail(
+        "--expert-parallel spreads the experts over the ranks of --tensor-parallel N (N above "
+        "1, `mpirun -n N`)");
   options.tp = world.tensor;
   options.pp = world.pipeline;
   options.expert_parallel = expert_parallel;
@@ -352,6 +396,14 @@ int run_worker(Communicator& comm) {
           } else {
             cache->load_snapshot(from, to);
           }
+          break;
+        }
+        case Op::kReportMemory: {
+          kv::KvCacheConfig one_block;
+          cache_fields(one_block, in);
+          // A pipeline rank's block holds its own layers, as its cache will (kCache).
+          if (shard) one_block.remote_layers = shard->config().remote_layers;
+          gather_memory(comm, one_block);
           break;
         }
         case Op::kStop:

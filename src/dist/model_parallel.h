@@ -39,6 +39,7 @@ enum class Op : uint8_t {
   kCopyState,     // copy a recurrent state slot (a fork of a hybrid model's sequence)
   kSaveSnapshot,  // save a state slot into a snapshot slot (prefix caching of hybrid models)
   kLoadSnapshot,  // and back
+  kReportMemory,  // say your machine's available memory and a KV block's bytes (gather_memory)
   kStop,          // return from run_worker
 };
 
@@ -58,6 +59,15 @@ void encode_copy_block(std::vector<uint8_t>& out, size_t group, int32_t from, in
 // kCopyState, kSaveSnapshot or kLoadSnapshot: from slot `from` to slot `to`.
 void encode_state_op(std::vector<uint8_t>& out, Op op, int32_t from, int32_t to);
 void encode_stop(std::vector<uint8_t>& out);
+// kReportMemory for a cache of the shape `one_block`; every rank then calls gather_memory.
+void encode_report_memory(std::vector<uint8_t>& out, const kv::KvCacheConfig& one_block);
+
+// Every rank's model::RankMemory on rank 0 (rank order), each measured by that rank: its
+// machine, that machine's available memory now, and one block of `one_block`'s shape with the
+// rank's own layers (pipeline: `remote_layers` are this rank's). The other ranks get an empty
+// list.
+std::vector<model::RankMemory> gather_memory(Communicator& comm,
+                                             const kv::KvCacheConfig& one_block);
 
 // This process's world for a command given --tensor-parallel and --pipeline-parallel
 // (`command` names it in errors): the world's communicator as the split that has more than one

@@ -16,6 +16,7 @@
 #include "structured/grammar.h"
 #include "tokenizer/detokenizer.h"
 #include "util/error.h"
+#include "util/machine_memory.h"
 
 namespace inferd::engine {
 
@@ -44,20 +45,11 @@ int64_t resolve_context(const EngineConfig& config, int64_t model_context) {
   return config.context;
 }
 
-// The memory the kernel could give this process now without swapping (MemAvailable), or -1.
-int64_t available_memory_bytes() {
-  std::ifstream meminfo("/proc/meminfo");
-  std::string key;
-  int64_t kib = 0;
-  std::string unit;
-  while (meminfo >> key >> kib >> unit)
-    if (key == "MemAvailable:") return kib * 1024;
-  return -1;
-}
-
 // A hybrid model's recurrent state slots: one a sequence, and with speculative decoding a
 // second, the state before a verification, restored when a draft is rejected.
-int32_t state_slots(const EngineConfig& c) { return c.max_seqs * (c.spec.enabled() ? 2 : 1); }
+int32_t state_slots(const EngineConfig& c) {
+  return c.max_seqs * (c.spec.enabled() ? 2 : 1);
+}
 
 // How many snapshots of `state_bytes` each the config asks for (EngineConfig::state_snapshots,
 // state_cache_bytes). A multi-turn chat resumes each conversation from the snapshot its last
@@ -87,23 +79,47 @@ int32_t resolve_state_snapshots(const EngineConfig& c, int64_t state_bytes) {
 // A pool that would leave less than kKvHeadroom of the available memory is cut to what fits
 // (at least one whole sequence; sequences beyond it wait or are preempted, as with any full
 // pool), and kv_blocks_capped() says so. An explicit kv_blocks is taken as it is.
+//
+// A split model's ranks each allocate as many blocks as this one, of their own layers and
+// heads, on their own machines: every machine must hold the blocks of all its ranks (-tp 2 on
+// one machine: two halves of each block; -pp 2 on two: the larger run of layers' block on
+// each), so the pool fits the machine that runs short first, each rank measuring its own.
 int32_t Engine::fit_kv_blocks(int32_t wanted, int64_t blocks_per_seq) {
   constexpr int64_t kKvHeadroom = int64_t{1} << 30;
+  kv::KvCacheConfig one =
+      model_->kv_config(1, config_.block_size, config_.kv_key_type, config_.kv_value_type);
+  one.num_sliding_blocks = one.sliding_layers.empty() ? 0 : 1;
+  one.state_floats = 0;  // counted below
+  one.num_state_slots = 0;
+  // A hybrid model's state and snapshot slots come out of the same memory (every rank's
+  // layers' part of them: taken whole on each machine, which errs on the safe side).
+  const int64_t state_bytes = model_->config().recurrent_state_floats * int64_t{sizeof(float)} *
+                              (state_slots(config_) + config_.state_snapshots);
+  struct Machine {
+    int64_t available = std::numeric_limits<int64_t>::max();
+    int64_t block_bytes = 0;  // of every rank on it
+  };
+  std::vector<std::pair<uint32_t, Machine>> machines;
   // On a device the blocks take device memory: what the executor leaves for them (model.h).
   const int64_t device = model_->device_memory_for_kv();
-  int64_t available = device >= 0 ? device + kKvHeadroom : available_memory_bytes();
-  if (available < 0) return wanted;
-  // A hybrid model's state and snapshot slots come out of the same memory.
-  available -= model_->config().recurrent_state_floats * int64_t{sizeof(float)} *
-               (state_slots(config_) + config_.state_snapshots);
-  kv::KvCacheConfig one = model_->kv_config(1, config_.block_size, config_.kv_key_type,
-                                            config_.kv_value_type);
-  one.num_sliding_blocks = one.sliding_layers.empty() ? 0 : 1;
-  one.state_floats = 0;  // counted above
-  one.num_state_slots = 0;
-  const int64_t block_bytes = kv::KvCache(one).bytes();  // a block of every group
-  const int64_t fit = std::max<int64_t>((available - kKvHeadroom) / std::max<int64_t>(block_bytes, 1),
-                                        blocks_per_seq);
+  if (device >= 0) {
+    machines.push_back({0, {device + kKvHeadroom, kv::KvCache(one).bytes()}});
+  } else {
+    for (const model::RankMemory& rank : model_->rank_memory(one)) {
+      if (rank.available < 0) return wanted;  // unknown: as asked
+      auto it = std::find_if(machines.begin(), machines.end(),
+                             [&](const auto& m) { return m.first == rank.machine; });
+      if (it == machines.end()) it = machines.insert(machines.end(), {rank.machine, Machine{}});
+      it->second.available = std::min(it->second.available, rank.available);
+      it->second.block_bytes += rank.block_bytes;
+    }
+  }
+  int64_t fit = std::numeric_limits<int64_t>::max();
+  for (const auto& [id, m] : machines) {
+    const int64_t usable = m.available - state_bytes - kKvHeadroom;
+    fit = std::min(fit, usable / std::max<int64_t>(m.block_bytes, 1));
+  }
+  fit = std::max(fit, blocks_per_seq);
   if (fit >= wanted) return wanted;
   kv_blocks_capped_ = true;
   return static_cast<int32_t>(fit);
@@ -126,15 +142,15 @@ Engine::Engine(const gguf::GgufFile& file, const EngineConfig& config)
   if (config.spec.enabled() && config.spec.method == SpecMethod::kEagle3 &&
       config.device != model::Device::kCpu)
     fail("--spec eagle3 runs on the CPU executor only");
-  if (config.spec.enabled() && config.spec.method == SpecMethod::kEagle3 &&
-      world.ranks() > 1)
-    fail("--spec eagle3 with --tensor-parallel or --pipeline-parallel is not implemented (the "
-         "ranks hand out no hidden states)");
+  if (config.spec.enabled() && config.spec.method == SpecMethod::kEagle3 && world.ranks() > 1)
+    fail(
+        "--spec eagle3 with --tensor-parallel or --pipeline-parallel is not implemented (the "
+        "ranks hand out no hidden states)");
   model_ = model::load_model(file, options);
   config_.state_snapshots =
       model_->has_recurrent_state() && config_.prefix_caching
-          ? resolve_state_snapshots(config_, model_->config().recurrent_state_floats *
-                                                 int64_t{sizeof(float)})
+          ? resolve_state_snapshots(
+                config_, model_->config().recurrent_state_floats * int64_t{sizeof(float)})
           : 0;
   const int64_t blocks_per_seq = (config_.context + config.block_size - 1) / config.block_size;
   if (config_.kv_blocks == 0) {
@@ -215,10 +231,10 @@ Engine::Engine(const gguf::GgufFile& file, const EngineConfig& config)
   finished_ids_.reserve(static_cast<size_t>(config.max_seqs));
   beam_steps_.reserve(static_cast<size_t>(config.max_seqs));
   fork_logits_.resize(static_cast<size_t>(model_->config().n_vocab));
-  scheduler_->set_block_copier([model = model_.get(), cache = cache_.get()](
-                                   size_t group, int32_t from, int32_t to) {
-    model->copy_kv_block(*cache, group, from, to);
-  });
+  scheduler_->set_block_copier(
+      [model = model_.get(), cache = cache_.get()](size_t group, int32_t from, int32_t to) {
+        model->copy_kv_block(*cache, group, from, to);
+      });
   if (kv::BlockPool* snapshots = cache_->snapshot_pool()) {
     scheduler_->set_snapshots(
         snapshots,
@@ -289,7 +305,7 @@ uint64_t Engine::add_request(Request request) {
     if (id < 0 || id >= n_vocab)
       fail("prompt token id {} is outside the vocabulary of {}", id, n_vocab);
   }
-  request.sampling.validate();
+  request.sampling.validate(n_vocab);  // (its logit_bias ids too)
   if (request.beam_width > 0) check_beam_request(request);
   if (request.logprobs > kMaxTopLogprobs) {
     fail("logprobs must be at most {}, got {}", kMaxTopLogprobs, request.logprobs);
@@ -297,6 +313,16 @@ uint64_t Engine::add_request(Request request) {
   if (!request.output) fail("request has no output channel");
   if (request.grammar && request.beam_width > 0)
     fail("structured output (a grammar or JSON schema) and beam search do not mix");
+  for (int32_t id : request.stop_token_ids) {
+    if (id < 0 || id >= n_vocab)
+      fail("stop token id {} is outside the vocabulary of {}", id, n_vocab);
+  }
+  if (request.min_tokens < 0 || request.min_tokens > request.max_tokens) {
+    fail("min_tokens must be in [0, max_tokens = {}], got {}", request.max_tokens,
+         request.min_tokens);
+  }
+  if (request.beam_width > 0 && (request.min_tokens > 0 || !request.stop_token_ids.empty()))
+    fail("min_tokens and stop_token_ids are not supported with beam search");
   if (request.spec_tokens < -1 || request.spec_tokens > config_.spec.num_tokens) {
     fail("speculative tokens per step must be -1 (the server's), 0 (off) or up to {}, got {}",
          config_.spec.num_tokens, request.spec_tokens);
@@ -609,6 +635,14 @@ int32_t Engine::process_output(Active& active, std::span<float> logits) {
     grammar_stats_.record(active.grammar->fill_seconds());
     grammar_apply_stats_.record(active.grammar->apply_seconds());
   }
+  // min_tokens: the tokens that would end the output are not sampled yet (unless a complete
+  // grammar allows nothing else).
+  if (seq.num_generated() < seq.request.min_tokens &&
+      !(active.grammar && active.grammar->terminated())) {
+    constexpr float kNever = -std::numeric_limits<float>::infinity();
+    for (const int32_t id : tokenizer_->vocab().eog_ids()) logits[static_cast<size_t>(id)] = kNever;
+    for (const int32_t id : seq.request.stop_token_ids) logits[static_cast<size_t>(id)] = kNever;
+  }
   const int32_t token = active.sampler->sample(logits, prompt, output);
   ++generated_tokens_;
   const auto now = Clock::now();
@@ -635,6 +669,12 @@ int32_t Engine::process_output(Active& active, std::span<float> logits) {
   // nothing else may follow it.
   const bool eog = tokenizer_->vocab().is_eog(token);
   if (eog && (!seq.request.ignore_eos || (active.grammar && active.grammar->terminated()))) {
+    finish(active, FinishReason::kStop);
+    return token;
+  }
+  const auto& stop_ids = seq.request.stop_token_ids;
+  if (!stop_ids.empty() && std::find(stop_ids.begin(), stop_ids.end(), token) != stop_ids.end()) {
+    active.stop_token = token;
     finish(active, FinishReason::kStop);
     return token;
   }
@@ -704,6 +744,7 @@ void Engine::finish(Active& active, FinishReason reason, std::string error) {
   result.finish_reason = reason;
   result.error = std::move(error);
   result.stop_word = active.stop_word;
+  result.stop_token = active.stop_token;
   if (active.beams) {
     if (!result.beams.empty()) result.output_tokens = result.beams.front().tokens;
   } else {

@@ -25,6 +25,7 @@ struct Engine::Active {
   std::unique_ptr<tokenizer::IncrementalDetokenizer> detokenizer;
   std::unique_ptr<StopMatcher> stop;
   std::string stop_word;                    // the stop string that ended the output, if one did
+  int32_t stop_token = -1;                  // the stop_token_ids entry that ended it, if one did
   std::vector<sampling::TokenLogprob> top;  // [request.logprobs], sized at admission
   bool stop_hit = false;
   Clock::time_point arrival, first_scheduled, first_token, last_token;

@@ -58,6 +58,7 @@ struct RequestResult {
   FinishReason finish_reason = FinishReason::kStop;
   std::string error;      // set when finish_reason is kError
   std::string stop_word;  // the stop string that ended the output (finish_reason kStop), if any
+  int32_t stop_token = -1;  // the stop_token_ids entry that ended it, if one did
   RequestStats stats;
   std::vector<int32_t> output_tokens;  // a beam search: the best beam's
   std::vector<BeamResult> beams;       // a beam search: its best hypotheses, best first
@@ -104,6 +105,12 @@ struct Request {
   int64_t max_tokens = 256;
   std::vector<std::string> stop;  // stop strings; never part of the output
   bool ignore_eos = false;
+  // vLLM's stop_token_ids: sampling one of these ends the output as an end-of-generation token
+  // does (finish reason stop; the token is not part of the text), ignore_eos or not.
+  std::vector<int32_t> stop_token_ids;
+  // vLLM's min_tokens: until this many tokens are generated, neither an end-of-generation token
+  // nor one of stop_token_ids is sampled (stop strings still stop).
+  int64_t min_tokens = 0;
   bool report_progress = false;  // on_prompt_progress while the prompt is computed
   int32_t logprobs = -1;         // -1: none; k >= 0: report each token's logprob and k alternatives
   // The logprobs above from the distribution the sampler drew from (after temperature, min-p,

@@ -528,6 +528,13 @@ class Decoder final : public Model {
   const kernels::WeightMatrix* output_projection() const override {
     return spec_.eagle3 || tp_ != nullptr ? nullptr : &output_;  // (a shard holds a slice)
   }
+  std::vector<RankMemory> rank_memory(const kv::KvCacheConfig& one_block) override {
+    dist::Communicator* ranks = followers();
+    if (ranks == nullptr) return Model::rank_memory(one_block);
+    dist::encode_report_memory(message_, one_block);
+    ranks->broadcast(message_);
+    return dist::gather_memory(*ranks, one_block);
+  }
   void attach_cache(const kv::KvCacheConfig& config, int threads) override {
     if (dist::Communicator* ranks = followers()) {
       dist::encode_cache(message_, config, threads);

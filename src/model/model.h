@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <vector>
 
 #include "gguf/gguf.h"
 #include "kernels/matmul.h"
@@ -12,6 +13,7 @@
 #include "model/batch.h"
 #include "model/config.h"
 #include "util/error.h"
+#include "util/machine_memory.h"
 #include "util/thread_pool.h"
 
 namespace inferd::dist {
@@ -19,6 +21,13 @@ class Communicator;
 }
 
 namespace inferd::model {
+
+// What one rank of a model needs of its machine's memory for the KV pool (Model::rank_memory).
+struct RankMemory {
+  uint32_t machine = 0;     // util/machine_memory.h: ranks with the same id share memory
+  int64_t available = -1;   // bytes its machine could give now (-1: unknown)
+  int64_t block_bytes = 0;  // one KV block of every group, of this rank's layers and heads
+};
 
 class Model;
 
@@ -81,6 +90,13 @@ class Model {
                                ThreadPool& /*pool*/) {
     fail("{}: this model is no EAGLE-3 head", config().name);
   }
+  // Each rank's memory and KV block bytes for a cache of the shape `one_block` (one block of
+  // every group, no state slots), rank 0 first, measured by every rank after its load (a
+  // split model's rank 0 asks the others): the engine sizes the pool so that every machine
+  // holds what its ranks allocate. One process: itself.
+  virtual std::vector<RankMemory> rank_memory(const kv::KvCacheConfig& one_block) {
+    return {{machine_id(), available_memory_bytes(), kv::KvCache(one_block).bytes()}};
+  }
   // Called once the engine has made the model's KV cache (tensor parallelism: rank 0 tells the
   // other ranks to make theirs alike, with pools of `threads`).
   virtual void attach_cache(const kv::KvCacheConfig& /*config*/, int /*threads*/) {}
@@ -96,7 +112,9 @@ class Model {
   // A hybrid model's recurrent state slots (kv/kv_cache.h): a slot copied to another (a fork), a
   // state slot saved into a snapshot slot and a snapshot loaded into a state slot (prefix
   // caching). Through the model so that the ranks of a pipeline do it alike.
-  virtual void copy_state(kv::KvCache& cache, int32_t from, int32_t to) { cache.copy_state(from, to); }
+  virtual void copy_state(kv::KvCache& cache, int32_t from, int32_t to) {
+    cache.copy_state(from, to);
+  }
   virtual void save_state_snapshot(kv::KvCache& cache, int32_t state, int32_t snapshot) {
     cache.save_snapshot(state, snapshot);
   }

@@ -21,6 +21,7 @@
 #include "dist/model_parallel.h"
 #include "golden_util.h"
 #include "model/registry.h"
+#include "rank_memory_check.h"
 #include "util/error.h"
 
 namespace inferd::testing {
@@ -110,6 +111,9 @@ TEST_P(PipelineParallelTest, LogitsMatchTheWholeModel) {
   try {  // (an error here must still release the workers below)
     auto split = model::load_model(file, options);
     Stepper ours(*split, 3), theirs(*whole, 3);
+    // Each rank reports its machine and a KV block of its own layers (what the engine sizes the
+    // pool by): here one machine, whose ranks' blocks together are the whole model's block.
+    expect_rank_blocks_make_the_whole(*split, *whole, c.ranks, c.model);
     split->attach_cache(ours.cache().config(), 1);  // the other ranks' caches, each its layers
     // Rank 0 keeps the K/V of its layers only.
     EXPECT_LT(ours.cache().bytes(), theirs.cache().bytes()) << c.model;
@@ -172,12 +176,14 @@ TEST_P(PipelineParallelTest, LogitsMatchTheWholeModel) {
   dist::release_workers(*comms[0]);
   for (std::thread& t : workers) t.join();
   // Every rank but the last sends its layers' output of every token on; the last the final
-  // hidden state of the logit rows back to rank 0.
+  // hidden state of the logit rows back to rank 0. Each also gave its memory report once (4
+  // floats, dist::gather_memory).
   const int64_t floats = static_cast<int64_t>(sizeof(float)) * n_embd;
+  const int64_t report = 4 * static_cast<int64_t>(sizeof(float));
   const auto last = static_cast<size_t>(c.ranks - 1);
-  EXPECT_EQ(comms[last]->bytes_sent(), rows_sent * floats) << c.model;
+  EXPECT_EQ(comms[last]->bytes_sent(), rows_sent * floats + report) << c.model;
   if (c.ranks > 2) {
-    EXPECT_EQ(comms[1]->bytes_sent(), tokens_sent * floats) << c.model;
+    EXPECT_EQ(comms[1]->bytes_sent(), tokens_sent * floats + report) << c.model;
   }
   std::printf("[ pp       ] %-26s %d ranks: %d/%d greedy tokens the same, largest top-10 "
               "probability difference %.6f; the last rank sent %lld bytes, as predicted\n",

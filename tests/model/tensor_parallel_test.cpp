@@ -23,6 +23,7 @@
 #include "dist/model_parallel.h"
 #include "golden_util.h"
 #include "model/registry.h"
+#include "rank_memory_check.h"
 #include "util/error.h"
 
 namespace inferd::testing {
@@ -73,6 +74,9 @@ TEST_P(TensorParallelTest, LogitsMatchTheWholeModel) {
     if (!c.experts) {
       EXPECT_EQ(shard->config().n_ff * c.ranks, whole->config().n_ff);
     }
+    // Each rank reports a KV block of its own heads (what the engine sizes the pool by): on one
+    // machine, N of them are the whole model's block (its K/V heads split evenly, checked above).
+    expect_rank_blocks_make_the_whole(*shard, *whole, c.ranks, c.model);
     // The other ranks' caches: logprobs_along's own (on rank 0) places a sequence in fewer
     // blocks, whose ids are among these.
     shard->attach_cache(shard->kv_config(64, 16), 1);
@@ -111,7 +115,8 @@ TEST_P(TensorParallelTest, LogitsMatchTheWholeModel) {
   }
   dist::release_workers(*comms[0]);
   for (std::thread& t : workers) t.join();
-  EXPECT_EQ(comms[1]->bytes_sent(), predicted) << c.model;
+  // (and its memory report once: 4 floats, dist::gather_memory)
+  EXPECT_EQ(comms[1]->bytes_sent(), predicted + 4 * static_cast<int64_t>(sizeof(float))) << c.model;
   std::printf("[ tp%s ] %-22s %d ranks: %d/%d greedy tokens the same, largest top-10 "
               "probability difference %.5f; rank 1 sent %lld bytes, as predicted\n",
               c.experts ? "+ep   " : "      ", c.model.c_str(), c.ranks, same, positions, largest,

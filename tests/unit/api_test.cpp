@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <unistd.h>
+#include <algorithm>
+#include <cstddef>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -169,6 +171,47 @@ TEST_F(ApiTest, LogprobsAndStopStrings) {
   EXPECT_EQ(cut.outputs[0].finish_reason, inferd::FinishReason::kStop);
   EXPECT_EQ(cut.outputs[0].stop_reason, stopped.stop[0]);
   EXPECT_EQ(cut.outputs[0].text, choice.text.substr(0, choice.text.find(stopped.stop[0])));
+}
+
+// vLLM's stop_token_ids, min_tokens and logit_bias. The tiny model's EOS is token 2.
+TEST_F(ApiTest, StopTokenIdsMinTokensAndLogitBias) {
+  constexpr int32_t kEos = 2;
+  inferd::Engine api(*path_, options());
+  const auto plain = api.complete("abc", greedy(16)).outputs[0];
+  ASSERT_EQ(plain.token_ids.size(), 16u);
+  // A stop token id ends the output before its first occurrence, which is left out.
+  const int32_t stop_id = plain.token_ids[5];
+  const size_t first = static_cast<size_t>(
+      std::find(plain.token_ids.begin(), plain.token_ids.end(), stop_id) - plain.token_ids.begin());
+  inferd::SamplingParams params = greedy(16);
+  params.stop_token_ids = {stop_id};
+  const auto stopped = api.complete("abc", params).outputs[0];
+  EXPECT_EQ(stopped.finish_reason, inferd::FinishReason::kStop);
+  EXPECT_EQ(stopped.stop_token_id, stop_id);
+  EXPECT_EQ(stopped.token_ids,
+            std::vector<int32_t>(plain.token_ids.begin(), plain.token_ids.begin() + first));
+  // A large bias makes EOS the greedy choice at once: nothing is generated...
+  params = greedy(16);
+  params.ignore_eos = false;
+  params.logit_bias = {{kEos, 100.0f}};
+  const auto ended = api.complete("abc", params).outputs[0];
+  EXPECT_EQ(ended.finish_reason, inferd::FinishReason::kStop);
+  EXPECT_TRUE(ended.token_ids.empty());
+  // ...and min_tokens holds it off for exactly that many tokens, which EOS then ends.
+  params.min_tokens = 5;
+  const auto held = api.complete("abc", params).outputs[0];
+  EXPECT_EQ(held.finish_reason, inferd::FinishReason::kStop);
+  EXPECT_EQ(held.token_ids.size(), 5u);
+  for (const int32_t id : held.token_ids) EXPECT_NE(id, kEos);
+  // Out of range: errors naming the field.
+  params.min_tokens = 17;
+  EXPECT_THROW(api.complete("abc", params), inferd::Error);
+  params.min_tokens = 0;
+  params.stop_token_ids = {24};
+  EXPECT_THROW(api.complete("abc", params), inferd::Error);
+  params.stop_token_ids.clear();
+  params.logit_bias = {{-1, 1.0f}};
+  EXPECT_THROW(api.complete("abc", params), inferd::Error);
 }
 
 TEST_F(ApiTest, CancelTokenStopsTheCall) {
@@ -386,6 +429,53 @@ TEST_F(ApiTest, CGenerateMatchesTheCppApi) {
   inferd_string_free(error);
   EXPECT_EQ(inferd_generate(nullptr, prompts, 1, &params, nullptr, nullptr, &result, nullptr),
             INFERD_ERROR_INVALID_ARGUMENT);
+  // 0.1.1's fields: beam search gives the C++ API's beams as choices; a stop token id ends the
+  // text; a caller built against 0.1.0's header (a shorter struct) gets their defaults.
+  inferd_sampling_params_init(&params);
+  params.temperature = 0;
+  params.max_tokens = 6;
+  params.beam_width = 3;
+  params.n = 2;
+  ASSERT_EQ(inferd_generate(engine, prompts, 1, &params, nullptr, nullptr, &result, &error),
+            INFERD_OK)
+      << error;
+  inferd::SamplingParams beams = greedy(6);
+  beams.ignore_eos = false;
+  beams.beam_width = 3;
+  beams.n = 2;
+  const auto expected_beams = api.complete("abcab", beams);
+  ASSERT_EQ(inferd_result_num_choices(result, 0), expected_beams.outputs.size());
+  for (size_t b = 0; b < expected_beams.outputs.size(); ++b) {
+    const int32_t* ids = inferd_result_tokens(result, 0, b, &count);
+    EXPECT_EQ(std::vector<int32_t>(ids, ids + count), expected_beams.outputs[b].token_ids) << b;
+  }
+  inferd_result_free(result);
+  inferd_sampling_params_init(&params);
+  params.temperature = 0;
+  params.max_tokens = 9;
+  params.ignore_eos = 1;
+  const int32_t stop_id = expected.outputs[0].token_ids[4];
+  params.stop_token_ids = &stop_id;
+  params.n_stop_token_ids = 1;
+  ASSERT_EQ(inferd_generate(engine, prompts, 1, &params, nullptr, nullptr, &result, &error),
+            INFERD_OK)
+      << error;
+  inferd_result_tokens(result, 0, 0, &count);
+  EXPECT_LE(count, 4u);
+  EXPECT_EQ(inferd_result_finish_reason(result, 0, 0), INFERD_FINISH_STOP);
+  inferd_result_free(result);
+  params.size = offsetof(inferd_sampling_params, stop_token_ids);  // 0.1.0's struct
+  ASSERT_EQ(inferd_generate(engine, prompts, 1, &params, nullptr, nullptr, &result, &error),
+            INFERD_OK)
+      << error;
+  inferd_result_tokens(result, 0, 0, &count);
+  EXPECT_EQ(count, 9u);  // the stop token id beyond its size is not read
+  inferd_result_free(result);
+  params.size = offsetof(inferd_sampling_params, stop_token_ids) - 1;
+  EXPECT_EQ(inferd_generate(engine, prompts, 1, &params, nullptr, nullptr, &result, &error),
+            INFERD_ERROR_INVALID_ARGUMENT);
+  inferd_string_free(error);
+  inferd_sampling_params_init(&params);
   // No chat template in the tiny model: a clear error.
   inferd_chat_message message{"user", "ab"};
   EXPECT_EQ(inferd_chat(engine, &message, 1, &params, nullptr, nullptr, &result, &error),

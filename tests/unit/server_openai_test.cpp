@@ -172,6 +172,8 @@ TEST_F(OpenAiParse, FieldsMapOntoTheRequest) {
                      {"logit_bias", {{"2", -100}}},
                      {"logprobs", 2},
                      {"ignore_eos", true},
+                     {"stop_token_ids", json::array({4, 7})},
+                     {"min_tokens", 3},
                      {"stream", true},
                      {"stream_options", {{"include_usage", true}}}};
   const CompletionRequest r = parse_completion(body, false, ctx());
@@ -184,6 +186,8 @@ TEST_F(OpenAiParse, FieldsMapOntoTheRequest) {
   EXPECT_EQ(r.request.sampling.logit_bias.size(), 1u);
   EXPECT_EQ(r.request.logprobs, 2);
   EXPECT_TRUE(r.request.ignore_eos);
+  EXPECT_EQ(r.request.stop_token_ids, (std::vector<int32_t>{4, 7}));
+  EXPECT_EQ(r.request.min_tokens, 3);
   EXPECT_TRUE(r.stream && r.include_usage);
 }
 
@@ -207,6 +211,11 @@ TEST_F(OpenAiParse, EachBadFieldIsNamed) {
   EXPECT_EQ(rejected_param(with("logit_bias", {{"abc", 1}})), "logit_bias");
   EXPECT_EQ(rejected_param(with("logit_bias", {{"1", 500}})), "logit_bias");
   EXPECT_EQ(rejected_param(with("logprobs", 21)), "logprobs");
+  EXPECT_EQ(rejected_param(with("stop_token_ids", 3)), "stop_token_ids");
+  EXPECT_EQ(rejected_param(with("stop_token_ids", json::array({-1}))), "stop_token_ids");
+  EXPECT_EQ(rejected_param(with("stop_token_ids", json::array({1 << 20}))), "stop_token_ids");
+  EXPECT_EQ(rejected_param(with("min_tokens", 17)), "min_tokens");  // above max_tokens (16)
+  EXPECT_EQ(rejected_param(with("min_tokens", -1)), "min_tokens");
   EXPECT_EQ(rejected_param(with("presence_penalty", 3)), "presence_penalty");
   EXPECT_EQ(rejected_param(with("repetition_penalty", 0)), "repetition_penalty");
   EXPECT_EQ(rejected_param(with("stream", "yes")), "stream");

@@ -19,6 +19,7 @@ using json_fields::number;
 
 constexpr int kMaxN = 16;
 constexpr size_t kMaxStops = 16;
+constexpr size_t kMaxStopTokenIds = 1024;
 
 std::vector<std::string> parse_stop(const json& body) {
   const json* v = field(body, "stop");
@@ -471,6 +472,20 @@ CompletionRequest parse_completion(const json& body, bool chat, const ParseConte
   out.request.sampling = parse_sampling(body, n_vocab, ctx.sampling_defaults);
   out.request.stop = parse_stop(body);
   out.request.ignore_eos = boolean(body, "ignore_eos", false);
+  // vLLM's extras (engine/request.h): token ids that stop like EOS, and a floor on the output
+  // before EOS or those can end it.
+  if (const json* ids = field(body, "stop_token_ids")) {
+    if (!ids->is_array() || ids->size() > kMaxStopTokenIds)
+      bad("stop_token_ids",
+          fmt::format("'stop_token_ids' must be a list of at most {} token ids", kMaxStopTokenIds));
+    for (const json& id : *ids) {
+      if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= n_vocab)
+        bad("stop_token_ids",
+            fmt::format("'stop_token_ids' must hold token ids in [0, {})", n_vocab));
+      out.request.stop_token_ids.push_back(id.get<int32_t>());
+    }
+  }
+  out.request.min_tokens = integer(body, "min_tokens", 0, 0, out.request.max_tokens);
   out.request.report_progress = boolean(body, "return_progress", false);
   out.timings_per_token = boolean(body, "timings_per_token", false);
   if (const json* salt = field(body, "cache_salt")) {
