@@ -639,9 +639,12 @@ int32_t Engine::process_output(Active& active, std::span<float> logits) {
   // grammar allows nothing else).
   if (seq.num_generated() < seq.request.min_tokens &&
       !(active.grammar && active.grammar->terminated())) {
-    constexpr float kNever = -std::numeric_limits<float>::infinity();
-    for (const int32_t id : tokenizer_->vocab().eog_ids()) logits[static_cast<size_t>(id)] = kNever;
-    for (const int32_t id : seq.request.stop_token_ids) logits[static_cast<size_t>(id)] = kNever;
+    const auto never = [&](int32_t id) {  // (ids past the logits: a vocabulary larger than them)
+      if (static_cast<size_t>(id) < logits.size())
+        logits[static_cast<size_t>(id)] = -std::numeric_limits<float>::infinity();
+    };
+    for (const int32_t id : tokenizer_->vocab().eog_ids()) never(id);
+    for (const int32_t id : seq.request.stop_token_ids) never(id);
   }
   const int32_t token = active.sampler->sample(logits, prompt, output);
   ++generated_tokens_;
