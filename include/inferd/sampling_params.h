@@ -42,6 +42,10 @@ struct SamplingParams {
   // Until this many tokens are generated, neither an end-of-generation token nor one of
   // stop_token_ids is sampled (at most max_tokens; not with beam search).
   int64_t min_tokens = 0;
+  // The stop string that ends the text is kept at its end (CompletionOutput::stop_reason).
+  bool include_stop_str_in_output = false;
+  // When not empty, only these tokens are sampled (end-of-generation tokens only if listed).
+  std::vector<int32_t> allowed_token_ids;
   // -1: none; k >= 0: each generated token's log-probability and its k most likely alternatives
   // (CompletionOutput::logprobs).
   int32_t logprobs = -1;

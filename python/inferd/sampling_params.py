@@ -111,8 +111,6 @@ class SamplingParams:
         checks = {
             "best_of": self.best_of is None or self.best_of == self.n,
             "prompt_logprobs": self.prompt_logprobs is None,
-            "include_stop_str_in_output": not self.include_stop_str_in_output,
-            "allowed_token_ids": not self.allowed_token_ids,
             "bad_words": not self.bad_words,
             "detokenize": self.detokenize,
         }
@@ -147,6 +145,9 @@ class SamplingParams:
         if self.stop_token_ids:
             p.stop_token_ids = [int(t) for t in self.stop_token_ids]
         p.min_tokens = int(self.min_tokens)
+        p.include_stop_str_in_output = bool(self.include_stop_str_in_output)
+        if self.allowed_token_ids:
+            p.allowed_token_ids = [int(t) for t in self.allowed_token_ids]
         if self.logit_bias:
             p.logit_bias = [(int(t), float(b)) for t, b in self.logit_bias.items()]
         p.logprobs = -1 if self.logprobs is None else int(self.logprobs)

@@ -236,6 +236,9 @@ PYBIND11_MODULE(_inferd, m) {
       .def_readwrite("ignore_eos", &inferd::SamplingParams::ignore_eos)
       .def_readwrite("stop_token_ids", &inferd::SamplingParams::stop_token_ids)
       .def_readwrite("min_tokens", &inferd::SamplingParams::min_tokens)
+      .def_readwrite("include_stop_str_in_output",
+                     &inferd::SamplingParams::include_stop_str_in_output)
+      .def_readwrite("allowed_token_ids", &inferd::SamplingParams::allowed_token_ids)
       .def_readwrite("logprobs", &inferd::SamplingParams::logprobs)
       .def_readwrite("json_schema", &inferd::SamplingParams::json_schema)
       .def_readwrite("grammar", &inferd::SamplingParams::grammar)

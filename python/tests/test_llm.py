@@ -145,6 +145,19 @@ def test_stop_token_ids_min_tokens_logit_bias(llm: LLM) -> None:
     assert len(held.token_ids) == 5 and held.finish_reason == "stop"
 
 
+def test_include_stop_str_and_allowed_token_ids(llm: LLM) -> None:
+    full = llm.generate(PROMPTS[0], SamplingParams(temperature=0, max_tokens=48))[0].outputs[0]
+    cut = full.text.index("\n")
+    kept = llm.generate(PROMPTS[0], SamplingParams(temperature=0, max_tokens=48, stop=["\n"],
+                                                   include_stop_str_in_output=True))[0].outputs[0]
+    assert kept.text == full.text[: cut + 1] and kept.stop_reason == "\n"
+    # Only two tokens allowed: every output token is one of them.
+    allowed = full.token_ids[:2]
+    only = llm.generate(PROMPTS[0], SamplingParams(temperature=0.8, seed=3, max_tokens=12,
+                                                   allowed_token_ids=allowed))[0].outputs[0]
+    assert only.token_ids and set(only.token_ids) <= set(allowed)
+
+
 SCHEMA = {
     "type": "object",
     "properties": {
@@ -232,8 +245,8 @@ def test_bad_model_path() -> None:
 def test_bad_parameter(llm: LLM) -> None:
     with pytest.raises(ValueError, match="n must be at least 1"):
         llm.generate("x", SamplingParams(n=0))
-    with pytest.raises(NotImplementedError, match="allowed_token_ids"):
-        llm.generate("x", SamplingParams(allowed_token_ids=[2]))
+    with pytest.raises(NotImplementedError, match="bad_words"):
+        llm.generate("x", SamplingParams(bad_words=["x"]))
     with pytest.raises(ValueError, match="min_tokens"):
         llm.generate("x", SamplingParams(max_tokens=4, min_tokens=5))
 

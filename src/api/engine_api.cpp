@@ -306,6 +306,8 @@ std::vector<RequestOutput> Engine::Impl::run(std::vector<std::vector<int32_t>> p
       request.ignore_eos = params.ignore_eos;
       request.stop_token_ids = params.stop_token_ids;
       request.min_tokens = params.min_tokens;
+      request.include_stop_str = params.include_stop_str_in_output;
+      request.allowed_token_ids = params.allowed_token_ids;
       request.logprobs = params.logprobs;
       request.grammar = grammar;
       request.beam_width = params.beam_width;

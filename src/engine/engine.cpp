@@ -321,8 +321,17 @@ uint64_t Engine::add_request(Request request) {
     fail("min_tokens must be in [0, max_tokens = {}], got {}", request.max_tokens,
          request.min_tokens);
   }
-  if (request.beam_width > 0 && (request.min_tokens > 0 || !request.stop_token_ids.empty()))
-    fail("min_tokens and stop_token_ids are not supported with beam search");
+  for (int32_t id : request.allowed_token_ids) {
+    if (id < 0 || id >= n_vocab)
+      fail("allowed token id {} is outside the vocabulary of {}", id, n_vocab);
+  }
+  std::sort(request.allowed_token_ids.begin(), request.allowed_token_ids.end());
+  request.allowed_token_ids.erase(
+      std::unique(request.allowed_token_ids.begin(), request.allowed_token_ids.end()),
+      request.allowed_token_ids.end());
+  if (request.beam_width > 0 && (request.min_tokens > 0 || !request.stop_token_ids.empty() ||
+                                 !request.allowed_token_ids.empty()))
+    fail("min_tokens, stop_token_ids and allowed_token_ids are not supported with beam search");
   if (request.spec_tokens < -1 || request.spec_tokens > config_.spec.num_tokens) {
     fail("speculative tokens per step must be -1 (the server's), 0 (off) or up to {}, got {}",
          config_.spec.num_tokens, request.spec_tokens);
@@ -646,6 +655,17 @@ int32_t Engine::process_output(Active& active, std::span<float> logits) {
     for (const int32_t id : tokenizer_->vocab().eog_ids()) never(id);
     for (const int32_t id : seq.request.stop_token_ids) never(id);
   }
+  // allowed_token_ids: every other token out, in one pass beside the sorted list.
+  if (const auto& allowed = seq.request.allowed_token_ids; !allowed.empty()) {
+    auto next = allowed.begin();
+    for (size_t id = 0; id < logits.size(); ++id) {
+      if (next != allowed.end() && static_cast<size_t>(*next) == id) {
+        ++next;
+      } else {
+        logits[id] = -std::numeric_limits<float>::infinity();
+      }
+    }
+  }
   const int32_t token = active.sampler->sample(logits, prompt, output);
   ++generated_tokens_;
   const auto now = Clock::now();
@@ -696,7 +716,10 @@ bool Engine::emit_token(Active& active, int32_t token) {
   StopMatcher::Result r = active.stop->push(text);
   if (!r.emit.empty()) active.seq.request.output->on_text(r.emit);
   active.stop_hit = r.stopped;
-  if (r.stopped) active.stop_word = r.word;
+  if (r.stopped) {
+    active.stop_word = r.word;
+    if (active.seq.request.include_stop_str) active.seq.request.output->on_text(r.word);
+  }
   return r.stopped;
 }
 
@@ -724,7 +747,8 @@ void Engine::finish(Active& active, FinishReason reason, std::string error) {
         r.tokens = h.tokens;
         r.text = tokenizer_->decode(h.tokens, true);
         for (const std::string& stop : seq.request.stop) {
-          if (const size_t at = r.text.find(stop); at != std::string::npos) r.text.resize(at);
+          if (const size_t at = r.text.find(stop); at != std::string::npos)
+            r.text.resize(seq.request.include_stop_str ? at + stop.size() : at);
         }
         r.cum_logprob = h.cum_logprob;
         r.score = h.score;

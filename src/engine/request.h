@@ -111,6 +111,11 @@ struct Request {
   // vLLM's min_tokens: until this many tokens are generated, neither an end-of-generation token
   // nor one of stop_token_ids is sampled (stop strings still stop).
   int64_t min_tokens = 0;
+  // vLLM's include_stop_str_in_output: the stop string that ends the output is kept at its end.
+  bool include_stop_str = false;
+  // vLLM's allowed_token_ids: when not empty, only these tokens are sampled (end tokens count
+  // only if listed). Sorted and deduplicated by add_request.
+  std::vector<int32_t> allowed_token_ids;
   bool report_progress = false;  // on_prompt_progress while the prompt is computed
   int32_t logprobs = -1;         // -1: none; k >= 0: report each token's logprob and k alternatives
   // The logprobs above from the distribution the sampler drew from (after temperature, min-p,

@@ -171,6 +171,11 @@ TEST_F(ApiTest, LogprobsAndStopStrings) {
   EXPECT_EQ(cut.outputs[0].finish_reason, inferd::FinishReason::kStop);
   EXPECT_EQ(cut.outputs[0].stop_reason, stopped.stop[0]);
   EXPECT_EQ(cut.outputs[0].text, choice.text.substr(0, choice.text.find(stopped.stop[0])));
+  // include_stop_str_in_output: the same text with the stop string at its end.
+  stopped.include_stop_str_in_output = true;
+  const auto kept = api.complete("abc", stopped);
+  EXPECT_EQ(kept.outputs[0].text, cut.outputs[0].text + stopped.stop[0]);
+  EXPECT_EQ(kept.outputs[0].token_ids, cut.outputs[0].token_ids);
 }
 
 // vLLM's stop_token_ids, min_tokens and logit_bias. The tiny model's EOS is token 2.
@@ -203,7 +208,17 @@ TEST_F(ApiTest, StopTokenIdsMinTokensAndLogitBias) {
   EXPECT_EQ(held.finish_reason, inferd::FinishReason::kStop);
   EXPECT_EQ(held.token_ids.size(), 5u);
   for (const int32_t id : held.token_ids) EXPECT_NE(id, kEos);
+  // Only the allowed tokens are sampled, even at a high temperature.
+  inferd::SamplingParams some = greedy(12);
+  some.temperature = 1.5f;
+  some.seed = 9;
+  some.allowed_token_ids = {7, 3, 7};
+  const auto only = api.complete("abc", some).outputs[0];
+  ASSERT_EQ(only.token_ids.size(), 12u);
+  for (const int32_t id : only.token_ids) EXPECT_TRUE(id == 3 || id == 7) << id;
   // Out of range: errors naming the field.
+  some.allowed_token_ids = {30};
+  EXPECT_THROW(api.complete("abc", some), inferd::Error);
   params.min_tokens = 17;
   EXPECT_THROW(api.complete("abc", params), inferd::Error);
   params.min_tokens = 0;

@@ -174,6 +174,8 @@ TEST_F(OpenAiParse, FieldsMapOntoTheRequest) {
                      {"ignore_eos", true},
                      {"stop_token_ids", json::array({4, 7})},
                      {"min_tokens", 3},
+                     {"include_stop_str_in_output", true},
+                     {"allowed_token_ids", json::array({5, 1})},
                      {"stream", true},
                      {"stream_options", {{"include_usage", true}}}};
   const CompletionRequest r = parse_completion(body, false, ctx());
@@ -188,6 +190,8 @@ TEST_F(OpenAiParse, FieldsMapOntoTheRequest) {
   EXPECT_TRUE(r.request.ignore_eos);
   EXPECT_EQ(r.request.stop_token_ids, (std::vector<int32_t>{4, 7}));
   EXPECT_EQ(r.request.min_tokens, 3);
+  EXPECT_TRUE(r.request.include_stop_str);
+  EXPECT_EQ(r.request.allowed_token_ids, (std::vector<int32_t>{5, 1}));
   EXPECT_TRUE(r.stream && r.include_usage);
 }
 
@@ -216,6 +220,9 @@ TEST_F(OpenAiParse, EachBadFieldIsNamed) {
   EXPECT_EQ(rejected_param(with("stop_token_ids", json::array({1 << 20}))), "stop_token_ids");
   EXPECT_EQ(rejected_param(with("min_tokens", 17)), "min_tokens");  // above max_tokens (16)
   EXPECT_EQ(rejected_param(with("min_tokens", -1)), "min_tokens");
+  EXPECT_EQ(rejected_param(with("allowed_token_ids", json::array())), "allowed_token_ids");
+  EXPECT_EQ(rejected_param(with("allowed_token_ids", json::array({"a"}))), "allowed_token_ids");
+  EXPECT_EQ(rejected_param(with("include_stop_str_in_output", 1)), "include_stop_str_in_output");
   EXPECT_EQ(rejected_param(with("presence_penalty", 3)), "presence_penalty");
   EXPECT_EQ(rejected_param(with("repetition_penalty", 0)), "repetition_penalty");
   EXPECT_EQ(rejected_param(with("stream", "yes")), "stream");

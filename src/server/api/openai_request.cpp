@@ -36,6 +36,23 @@ std::vector<std::string> parse_stop(const json& body) {
   return stops;
 }
 
+// A list of at most `most` token ids in [0, n_vocab) (vLLM's stop_token_ids, allowed_token_ids);
+// empty when absent.
+std::vector<int32_t> parse_token_ids(const json& body, const char* name, int32_t n_vocab,
+                                     size_t most) {
+  std::vector<int32_t> ids;
+  const json* v = field(body, name);
+  if (v == nullptr) return ids;
+  if (!v->is_array() || v->size() > most)
+    bad(name, fmt::format("'{}' must be a list of at most {} token ids", name, most));
+  for (const json& id : *v) {
+    if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= n_vocab)
+      bad(name, fmt::format("'{}' must hold token ids in [0, {})", name, n_vocab));
+    ids.push_back(id.get<int32_t>());
+  }
+  return ids;
+}
+
 std::vector<std::pair<int32_t, float>> parse_logit_bias(const json& body, int32_t n_vocab) {
   const json* v = field(body, "logit_bias");
   if (v == nullptr) return {};
@@ -474,18 +491,12 @@ CompletionRequest parse_completion(const json& body, bool chat, const ParseConte
   out.request.ignore_eos = boolean(body, "ignore_eos", false);
   // vLLM's extras (engine/request.h): token ids that stop like EOS, and a floor on the output
   // before EOS or those can end it.
-  if (const json* ids = field(body, "stop_token_ids")) {
-    if (!ids->is_array() || ids->size() > kMaxStopTokenIds)
-      bad("stop_token_ids",
-          fmt::format("'stop_token_ids' must be a list of at most {} token ids", kMaxStopTokenIds));
-    for (const json& id : *ids) {
-      if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= n_vocab)
-        bad("stop_token_ids",
-            fmt::format("'stop_token_ids' must hold token ids in [0, {})", n_vocab));
-      out.request.stop_token_ids.push_back(id.get<int32_t>());
-    }
-  }
+  out.request.stop_token_ids = parse_token_ids(body, "stop_token_ids", n_vocab, kMaxStopTokenIds);
   out.request.min_tokens = integer(body, "min_tokens", 0, 0, out.request.max_tokens);
+  out.request.include_stop_str = boolean(body, "include_stop_str_in_output", false);
+  out.request.allowed_token_ids = parse_token_ids(body, "allowed_token_ids", n_vocab, n_vocab);
+  if (field(body, "allowed_token_ids") != nullptr && out.request.allowed_token_ids.empty())
+    bad("allowed_token_ids", "'allowed_token_ids' must not be empty");
   out.request.report_progress = boolean(body, "return_progress", false);
   out.timings_per_token = boolean(body, "timings_per_token", false);
   if (const json* salt = field(body, "cache_salt")) {
