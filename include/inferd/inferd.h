@@ -96,6 +96,15 @@ typedef struct inferd_sampling_params {
   int64_t min_tokens;   /* no end-of-generation or stop token before this many (default 0) */
   int32_t beam_width;   /* > 0: beam search, its n best beams as the choices (default 0) */
   float length_penalty; /* beam score: cumulative logprob / length ^ length_penalty (default 1) */
+  /* The stop string that ends the text is kept at its end (nonzero; default 0). */
+  int32_t include_stop_str_in_output;
+  /* n_allowed_token_ids > 0: only these tokens are sampled (end-of-generation ones if listed). */
+  const int32_t* allowed_token_ids;
+  size_t n_allowed_token_ids;
+  /* n_logit_bias biases: logit_bias_values[i] is added to token logit_bias_tokens[i]'s logit. */
+  const int32_t* logit_bias_tokens;
+  const float* logit_bias_values;
+  size_t n_logit_bias;
 } inferd_sampling_params;
 
 typedef struct inferd_chat_message {

@@ -94,13 +94,24 @@ inferd::SamplingParams to_params(const inferd_sampling_params* p) {
   if (p->grammar != nullptr) params.grammar = p->grammar;
   if (p->regex != nullptr) params.regex = p->regex;
   // The fields added in 0.1.1, where the caller's struct has them.
-  if (p->size >= offsetof(inferd_sampling_params, length_penalty) + sizeof(float)) {
-    if (p->n_stop_token_ids > 0 && p->stop_token_ids == nullptr)
-      throw inferd::Error("stop_token_ids is NULL but n_stop_token_ids is not 0");
+  if (p->size >= sizeof(inferd_sampling_params)) {
+    const auto check = [](const void* array, size_t n, const char* name) {
+      if (n > 0 && array == nullptr)
+        throw inferd::Error(std::string(name) + " is NULL but its count is not 0");
+    };
+    check(p->stop_token_ids, p->n_stop_token_ids, "stop_token_ids");
+    check(p->allowed_token_ids, p->n_allowed_token_ids, "allowed_token_ids");
+    check(p->logit_bias_tokens, p->n_logit_bias, "logit_bias_tokens");
+    check(p->logit_bias_values, p->n_logit_bias, "logit_bias_values");
     params.stop_token_ids.assign(p->stop_token_ids, p->stop_token_ids + p->n_stop_token_ids);
     params.min_tokens = p->min_tokens;
     params.beam_width = p->beam_width;
     params.length_penalty = p->length_penalty;
+    params.include_stop_str_in_output = p->include_stop_str_in_output != 0;
+    params.allowed_token_ids.assign(p->allowed_token_ids,
+                                    p->allowed_token_ids + p->n_allowed_token_ids);
+    for (size_t i = 0; i < p->n_logit_bias; ++i)
+      params.logit_bias.emplace_back(p->logit_bias_tokens[i], p->logit_bias_values[i]);
   }
   return params;
 }

@@ -479,6 +479,25 @@ TEST_F(ApiTest, CGenerateMatchesTheCppApi) {
   EXPECT_LE(count, 4u);
   EXPECT_EQ(inferd_result_finish_reason(result, 0, 0), INFERD_FINISH_STOP);
   inferd_result_free(result);
+  // Allowed tokens and a logit bias: a +100 bias on an allowed token makes it every token.
+  params.n_stop_token_ids = 0;
+  const int32_t allowed[] = {3, 7};
+  const int32_t bias_token = 7;
+  const float bias_value = 100.0f;
+  params.allowed_token_ids = allowed;
+  params.n_allowed_token_ids = 2;
+  params.logit_bias_tokens = &bias_token;
+  params.logit_bias_values = &bias_value;
+  params.n_logit_bias = 1;
+  ASSERT_EQ(inferd_generate(engine, prompts, 1, &params, nullptr, nullptr, &result, &error),
+            INFERD_OK)
+      << error;
+  const int32_t* biased = inferd_result_tokens(result, 0, 0, &count);
+  EXPECT_EQ(std::vector<int32_t>(biased, biased + count), std::vector<int32_t>(9, 7));
+  inferd_result_free(result);
+  params.n_allowed_token_ids = 0;
+  params.n_logit_bias = 0;
+  params.n_stop_token_ids = 1;
   params.size = offsetof(inferd_sampling_params, stop_token_ids);  // 0.1.0's struct
   ASSERT_EQ(inferd_generate(engine, prompts, 1, &params, nullptr, nullptr, &result, &error),
             INFERD_OK)
