@@ -301,10 +301,14 @@ uint64_t Engine::add_request(Request request) {
          request.max_tokens, prompt + request.max_tokens, config_.context);
   }
   const int32_t n_vocab = model_->config().n_vocab;
-  for (int32_t id : request.prompt) {
-    if (id < 0 || id >= n_vocab)
-      fail("prompt token id {} is outside the vocabulary of {}", id, n_vocab);
-  }
+  // Token ids the request names (`what`: whose, in the message) must lie in the vocabulary.
+  const auto check_ids = [n_vocab](const std::vector<int32_t>& ids, const char* what) {
+    for (int32_t id : ids) {
+      if (id < 0 || id >= n_vocab)
+        fail("{} token id {} is outside the vocabulary of {}", what, id, n_vocab);
+    }
+  };
+  check_ids(request.prompt, "prompt");
   request.sampling.validate(n_vocab);  // (its logit_bias ids too)
   if (request.beam_width > 0) check_beam_request(request);
   if (request.logprobs > kMaxTopLogprobs) {
@@ -313,18 +317,12 @@ uint64_t Engine::add_request(Request request) {
   if (!request.output) fail("request has no output channel");
   if (request.grammar && request.beam_width > 0)
     fail("structured output (a grammar or JSON schema) and beam search do not mix");
-  for (int32_t id : request.stop_token_ids) {
-    if (id < 0 || id >= n_vocab)
-      fail("stop token id {} is outside the vocabulary of {}", id, n_vocab);
-  }
+  check_ids(request.stop_token_ids, "stop");
   if (request.min_tokens < 0 || request.min_tokens > request.max_tokens) {
     fail("min_tokens must be in [0, max_tokens = {}], got {}", request.max_tokens,
          request.min_tokens);
   }
-  for (int32_t id : request.allowed_token_ids) {
-    if (id < 0 || id >= n_vocab)
-      fail("allowed token id {} is outside the vocabulary of {}", id, n_vocab);
-  }
+  check_ids(request.allowed_token_ids, "allowed");
   std::sort(request.allowed_token_ids.begin(), request.allowed_token_ids.end());
   request.allowed_token_ids.erase(
       std::unique(request.allowed_token_ids.begin(), request.allowed_token_ids.end()),
