@@ -82,12 +82,13 @@ void BM_PackedGemm(benchmark::State& state, const KernelTable* table, DType type
 }
 
 // Attention of `n_tokens` query tokens (the last ones of a context of `context` tokens) of one
-// sequence, SmolLM2's shape: 9 query heads over 3 kv heads of 64. `layers` > 1 cycles through
-// that many layers of KV, so that with enough of them (a KV cache larger than the last-level
-// cache, as with many sequences in a batch) keys and values come from memory.
-void BM_Attention(benchmark::State& state, const KernelTable* table, int layers) {
+// sequence, of `shape` (SmolLM2's: 9 query heads over 3 kv heads of 64; Qwen3.5's full layers:
+// 16 over 4 of 256). `layers` > 1 cycles through that many layers of KV, so that with enough of
+// them (a KV cache larger than the last-level cache, as with many sequences in a batch) keys
+// and values come from memory. MAC/s counts the two products (q.k and p.v) of every key.
+void BM_Attention(benchmark::State& state, const KernelTable* table, int layers,
+                  AttentionShape shape) {
   const int n_tokens = static_cast<int>(state.range(0)), context = static_cast<int>(state.range(1));
-  const AttentionShape shape{9, 3, 64, 0.125f};
   const int block_size = 16, blocks = (context + block_size - 1) / block_size;
   kv::KvCache cache(
       kv::KvCacheConfig{layers, shape.n_kv_heads, shape.head_dim, block_size, blocks, DType::F16});
@@ -119,6 +120,9 @@ void BM_Attention(benchmark::State& state, const KernelTable* table, int layers)
   }
   state.counters["keys/s"] =
       benchmark::Counter(static_cast<double>(n_tokens) * shape.n_heads * context,
+                         benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["MAC/s"] =
+      benchmark::Counter(2.0 * n_tokens * shape.n_heads * context * shape.head_dim,
                          benchmark::Counter::kIsIterationInvariantRate);
 }
 
@@ -215,12 +219,16 @@ void register_all() {
     }
     for (auto [layers, where] : {std::pair{1, "cached"}, std::pair{256, "memory"}}) {
       benchmark::RegisterBenchmark(("Attention/" + isa + "/" + where).c_str(), BM_Attention, table,
-                                   layers)
+                                   layers, AttentionShape{9, 3, 64, 0.125f})
           ->Args({1, 256})
           ->Args({16, 256})
           ->Args({128, 128})
           ->Args({512, 512});
     }
+    // A prompt step of 64 tokens deep in a long prompt, on Qwen3.5's full-attention layers.
+    benchmark::RegisterBenchmark(("Attention/" + isa + "/cached/hd256").c_str(), BM_Attention,
+                                 table, 1, AttentionShape{16, 4, 256, 0.0625f})
+        ->Args({64, 4096});
     for (bool chunked : {false, true}) {
       benchmark::RegisterBenchmark(
           ("DeltaNet/" + isa + (chunked ? "/chunked" : "/recurrent") + "/d128").c_str(),

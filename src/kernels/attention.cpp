@@ -121,7 +121,7 @@ void accumulate_block(const AttentionKernels& k, const kv::KvCache& cache, int l
       return k.accumulate_q4(cache.values_q4(layer, block, kv_head),
                              cache.value_scales_q4(layer, block, kv_head), n_keys, value_dim, p,
                              p_stride, rows, acc);
-    default:  // F16
+    default:  // F16 (attend_tile passes a chunk's blocks to accumulate_blocks instead)
       return k.accumulate(cache.values(layer, block, kv_head), n_keys, value_dim, p, p_stride, rows,
                           acc);
   }
@@ -224,6 +224,16 @@ void attend_tile(const AttentionTile& tile, const kv::KvCache& cache, int layer,
         for (int d = 0; d < value_dim; ++d) acc[r * value_dim + d] *= correction;
       }
       state[r].max = chunk_max;
+    }
+    if (cache.value_type() == DType::F16) {  // the chunk's blocks in one call
+      const uint16_t* values[kChunkKeys];
+      for (int i = skip; i < n_blocks; ++i) {
+        const int32_t block = block_table[static_cast<size_t>(first_block + i)];
+        values[i - skip] = cache.values(layer, block, tile.kv_head);
+      }
+      k.accumulate_blocks(values, block_size, count - skip * block_size, value_dim,
+                          scores + skip * block_size, chunk_keys, rows, acc);
+      continue;
     }
     for (int i = skip; i < n_blocks; ++i) {
       const int32_t block = block_table[static_cast<size_t>(first_block + i)];

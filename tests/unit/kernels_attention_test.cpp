@@ -117,6 +117,48 @@ TEST(AttentionKernels, AccumulateMatchesReference) {
   }
 }
 
+// accumulate_blocks over blocks scattered in memory (the last one part full) gives the very
+// bits of `accumulate` called block by block, and so matches the reference as that does.
+TEST(AttentionKernels, AccumulateBlocksIsAccumulateBlockByBlock) {
+  const AttentionKernels& ref = reference_kernels().attention;
+  for (const KernelTable* table : available_kernels()) {
+    for (int block_size : {1, 8, 16, 32}) {
+      for (int n_keys : {1, 7, 16, 45, 256}) {
+        for (int head_dim : {36, 64, 80, 256}) {
+          for (int rows : {1, 4, 5, 8, 16}) {
+            const int n_blocks = (n_keys + block_size - 1) / block_size;
+            // Blocks in reverse order, a block's worth of room apart, as a paged cache has them.
+            const int64_t block_values = int64_t{block_size} * head_dim;
+            auto pool = random_halves(2 * n_blocks * block_values, 40 + head_dim);
+            std::vector<const uint16_t*> blocks(static_cast<size_t>(n_blocks));
+            for (int i = 0; i < n_blocks; ++i)
+              blocks[static_cast<size_t>(i)] = pool.data() + 2 * (n_blocks - 1 - i) * block_values;
+            const int p_stride = n_blocks * block_size + 3;
+            auto p = random_floats(int64_t{rows} * p_stride, 41);
+            auto start = random_floats(int64_t{rows} * head_dim, 42);
+            std::vector<float> got = start, by_block = start, want = start;
+            table->attention.accumulate_blocks(blocks.data(), block_size, n_keys, head_dim,
+                                               p.data(), p_stride, rows, got.data());
+            for (int i = 0; i < n_blocks; ++i) {
+              const int j0 = i * block_size, keys = std::min(block_size, n_keys - j0);
+              table->attention.accumulate(blocks[static_cast<size_t>(i)], keys, head_dim,
+                                          p.data() + j0, p_stride, rows, by_block.data());
+              ref.accumulate(blocks[static_cast<size_t>(i)], keys, head_dim, p.data() + j0,
+                             p_stride, rows, want.data());
+            }
+            const std::string where =
+                std::string(table->isa) + " bs=" + std::to_string(block_size) +
+                " keys=" + std::to_string(n_keys) + " hd=" + std::to_string(head_dim) +
+                " rows=" + std::to_string(rows);
+            ASSERT_EQ(got, by_block) << where;
+            ASSERT_NO_FATAL_FAILURE(expect_matches_reference(got, want, where));
+          }
+        }
+      }
+    }
+  }
+}
+
 // Q8_0 KV storage (kv/kv_cache.h): int8 values with a float scale per 32 dimensions.
 std::vector<int8_t> random_int8(int64_t n, uint32_t seed) {
   auto f = random_floats(n, seed, 60.0f);

@@ -168,6 +168,15 @@ void accumulate(const uint16_t* values, int n_keys, int head_dim, const float* p
   }
 }
 
+// Block by block: each block is staged as floats for the row groups (above).
+void accumulate_blocks(const uint16_t* const* blocks, int block_size, int n_keys, int head_dim,
+                       const float* p, int p_stride, int n_rows, float* acc) {
+  for (int i = 0, j0 = 0; j0 < n_keys; ++i, j0 += block_size) {
+    accumulate(blocks[i], std::min(block_size, n_keys - j0), head_dim, p + j0, p_stride, n_rows,
+               acc);
+  }
+}
+
 float exp_sum(float* x, int n, float max) {
   const __m256 m = _mm256_set1_ps(max);
   __m256 sum = _mm256_setzero_ps();
@@ -390,8 +399,8 @@ void accumulate_q4(const uint8_t* values, const uint16_t* scales, int n_keys, in
 }  // namespace
 
 AttentionKernels attention_kernels() {
-  return {scores,    accumulate,    exp_sum,   scale_max,    round_to_fp16,
-          scores_q8, accumulate_q8, scores_q4, accumulate_q4};
+  return {scores,    accumulate,    exp_sum,   scale_max,     round_to_fp16,
+          scores_q8, accumulate_q8, scores_q4, accumulate_q4, accumulate_blocks};
 }
 
 }  // namespace inferd::kernels::avx2
