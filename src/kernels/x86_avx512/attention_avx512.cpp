@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 
 #include "kernels/row_groups.h"
 #include "kernels/x86_avx2/attention_avx2.h"
@@ -78,9 +79,12 @@ void accumulate_rows(const uint16_t* const* blocks, int block_size, int n_keys, 
     const float* pj = p + j0;
     const int keys = std::min(block_size, n_keys - j0);
     for (int j = 0; j < keys; ++j) {
-      const uint16_t* ahead = values + (j + kAheadKeys) * head_dim;
+      // An address, not a pointer into the block: it may lie past the block's end.
+      const uintptr_t ahead =
+          reinterpret_cast<uintptr_t>(values) + sizeof(uint16_t) * (j + kAheadKeys) * head_dim;
       for (int c = 0; c < DC; c += 2)  // a 64-byte line holds two chunks
-        _mm_prefetch(reinterpret_cast<const char*>(ahead + 16 * c), _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(ahead + sizeof(uint16_t) * 16 * c),
+                     _MM_HINT_T0);
       for (int c = 0; c < DC; ++c) {
         const __m512 v = load_fp16x16(values + j * head_dim + 16 * c);
         for (int r = 0; r < NR; ++r)
