@@ -108,22 +108,29 @@ void score_block(const AttentionKernels& k, const kv::KvCache& cache, int layer,
   }
 }
 
-// acc[r, :] += the weights p of row r times the first n_keys values of one block.
-void accumulate_block(const AttentionKernels& k, const kv::KvCache& cache, int layer, int32_t block,
-                      int kv_head, int n_keys, int value_dim, const float* p, int p_stride, int rows,
-                      float* acc) {
-  switch (cache.value_type()) {
-    case DType::Q8_0:
-      return k.accumulate_q8(cache.values_q8(layer, block, kv_head),
-                             cache.value_scales(layer, block, kv_head), n_keys, value_dim, p,
-                             p_stride, rows, acc);
-    case DType::Q4_0:
-      return k.accumulate_q4(cache.values_q4(layer, block, kv_head),
-                             cache.value_scales_q4(layer, block, kv_head), n_keys, value_dim, p,
-                             p_stride, rows, acc);
-    default:  // F16 (attend_tile passes a chunk's blocks to accumulate_blocks instead)
-      return k.accumulate(cache.values(layer, block, kv_head), n_keys, value_dim, p, p_stride, rows,
-                          acc);
+// acc[r, :] += the weights p of row r times the values of a chunk's `blocks`, n_keys in all
+// (the last block may be part full); p[r * p_stride + j] weighs the chunk's value j. F16 values
+// go to the kernel in one call (accumulate_blocks), the quantized ones a block at a time.
+void accumulate_chunk(const AttentionKernels& k, const kv::KvCache& cache, int layer,
+                      std::span<const int32_t> blocks, int kv_head, int n_keys, int value_dim,
+                      const float* p, int p_stride, int rows, float* acc) {
+  const int block_size = cache.block_size();
+  if (cache.value_type() == DType::F16) {
+    const uint16_t* values[kChunkKeys];
+    for (size_t i = 0; i < blocks.size(); ++i) values[i] = cache.values(layer, blocks[i], kv_head);
+    return k.accumulate_blocks(values, block_size, n_keys, value_dim, p, p_stride, rows, acc);
+  }
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    const int j0 = static_cast<int>(i) * block_size, keys = std::min(block_size, n_keys - j0);
+    if (cache.value_type() == DType::Q8_0) {
+      k.accumulate_q8(cache.values_q8(layer, blocks[i], kv_head),
+                      cache.value_scales(layer, blocks[i], kv_head), keys, value_dim, p + j0,
+                      p_stride, rows, acc);
+    } else {  // Q4_0 (the cache accepts no other type)
+      k.accumulate_q4(cache.values_q4(layer, blocks[i], kv_head),
+                      cache.value_scales_q4(layer, blocks[i], kv_head), keys, value_dim, p + j0,
+                      p_stride, rows, acc);
+    }
   }
 }
 
@@ -225,22 +232,11 @@ void attend_tile(const AttentionTile& tile, const kv::KvCache& cache, int layer,
       }
       state[r].max = chunk_max;
     }
-    if (cache.value_type() == DType::F16) {  // the chunk's blocks in one call
-      const uint16_t* values[kChunkKeys];
-      for (int i = skip; i < n_blocks; ++i) {
-        const int32_t block = block_table[static_cast<size_t>(first_block + i)];
-        values[i - skip] = cache.values(layer, block, tile.kv_head);
-      }
-      k.accumulate_blocks(values, block_size, count - skip * block_size, value_dim,
-                          scores + skip * block_size, chunk_keys, rows, acc);
-      continue;
-    }
-    for (int i = skip; i < n_blocks; ++i) {
-      const int32_t block = block_table[static_cast<size_t>(first_block + i)];
-      const int keys = std::min(block_size, count - i * block_size);
-      accumulate_block(k, cache, layer, block, tile.kv_head, keys, value_dim,
-                       scores + i * block_size, chunk_keys, rows, acc);
-    }
+    accumulate_chunk(k, cache, layer,
+                     block_table.subspan(static_cast<size_t>(first_block + skip),
+                                         static_cast<size_t>(n_blocks - skip)),
+                     tile.kv_head, count - skip * block_size, value_dim, scores + skip * block_size,
+                     chunk_keys, rows, acc);
   }
   prefetcher.finish();
   for (int t = 0; t < tile.n_tokens; ++t) {
