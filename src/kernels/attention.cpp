@@ -217,8 +217,7 @@ void attend_tile(const AttentionTile& tile, const kv::KvCache& cache, int layer,
           std::max(lo, static_cast<int>(std::clamp<int64_t>(last_key[r] + 1 - start, 0, count)));
       float scale = shape.scale;
       if (shape.softcap > 0) {
-        for (int j = lo; j < hi; ++j)
-          s[j] = shape.softcap * std::tanh(s[j] * scale / shape.softcap);
+        table.softcap(s + lo, hi - lo, scale / shape.softcap, shape.softcap);
         scale = 1.0f;
       }
       const float chunk_max = k.scale_max(s + lo, hi - lo, scale, state[r].max);

@@ -106,6 +106,8 @@ const KernelTable& reference_kernels() {
     t.mxfp4 = {DType::Q8_0, ref::quantize_row_q8_0, ref::dot_mxfp4_q8_0, ref::dequantize_row_mxfp4};
     t.attention = ref::attention_kernels();
     t.silu_mul = ref::silu_mul;
+    t.gelu_mul = ref::gelu_mul;
+    t.softcap = ref::softcap;
     t.argmax = ref::argmax;
     t.mask_logits = ref::mask_logits;
     t.read_stream = ref::read_stream;
@@ -133,6 +135,8 @@ static const KernelTable& avx2_kernels() {
     t.f32.dot = avx2::dot_f32_f32;
     t.attention = avx2::attention_kernels();
     t.silu_mul = avx2::silu_mul;
+    t.gelu_mul = avx2::gelu_mul;
+    t.softcap = avx2::softcap;
     t.argmax = avx2::argmax;
     t.mask_logits = avx2::mask_logits;
     t.read_stream = avx2::read_stream;
@@ -153,6 +157,8 @@ static const KernelTable& avx512_kernels() {
     t.packed = avx512::packed_kernels();
     t.attention = avx512::attention_kernels();
     t.silu_mul = avx512::silu_mul;
+    t.gelu_mul = avx512::gelu_mul;
+    t.softcap = avx512::softcap;
     t.argmax = avx512::argmax;
     t.mask_logits = avx512::mask_logits;
     t.read_stream = avx512::read_stream;

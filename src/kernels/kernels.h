@@ -143,6 +143,13 @@ struct KernelTable {
   AttentionKernels attention;
   // a[i] = silu(a[i]) * b[i] (SwiGLU's gate times up).
   void (*silu_mul)(float* a, const float* b, int64_t n) = nullptr;
+  // a[i] = gelu_tanh(a[i]) * b[i] (GeGLU's gate times up: Gemma). 0.5 (1 + tanh(u)) is
+  // sigmoid(2u), so every table computes a / (1 + exp(-2u)), u = sqrt(2/pi) (a + 0.044715 a^3):
+  // the same function as the tanh form, without its cancellation for negative a.
+  void (*gelu_mul)(float* a, const float* b, int64_t n) = nullptr;
+  // x[i] = cap * tanh(x[i] * in_scale): Gemma's soft-capping of attention scores and logits.
+  // NaN stays NaN.
+  void (*softcap)(float* x, int64_t n, float in_scale, float cap) = nullptr;
   // The index of the largest of x[0..n), n >= 1; the first one where several are equal (NaN
   // values are not expected: logits).
   int64_t (*argmax)(const float* x, int64_t n) = nullptr;

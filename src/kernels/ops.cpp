@@ -34,12 +34,11 @@ void silu_mul(float* a, const float* b, int64_t n) {
 }
 
 void gelu_mul(float* a, const float* b, int64_t n) {
-  constexpr float kSqrt2OverPi = 0.7978845608028654f;
-  constexpr float kCoef = 0.044715f;
-  for (int64_t i = 0; i < n; ++i) {
-    const float x = a[i];
-    a[i] = 0.5f * x * (1.0f + std::tanh(kSqrt2OverPi * x * (1.0f + kCoef * x * x))) * b[i];
-  }
+  active_kernels().gelu_mul(a, b, n);
+}
+
+void softcap(float* x, int64_t n, float in_scale, float cap) {
+  active_kernels().softcap(x, n, in_scale, cap);
 }
 
 void add_inplace(float* a, const float* b, int64_t n) {

@@ -18,6 +18,8 @@ void rms_norm(const float* x, const float* weight, float* out, int64_t n, float 
 void silu_mul(float* a, const float* b, int64_t n);
 // a[i] = gelu_tanh(a[i]) * b[i]  (GeGLU)
 void gelu_mul(float* a, const float* b, int64_t n);
+// x[i] = cap * tanh(x[i] * in_scale)  (soft-capping of attention scores and logits)
+void softcap(float* x, int64_t n, float in_scale, float cap);
 
 // a[i] += b[i]
 void add_inplace(float* a, const float* b, int64_t n);

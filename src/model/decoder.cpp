@@ -1515,10 +1515,11 @@ class Decoder final : public Model {
       kernels::matmul(head, ws.last.data(), R, logits, ws.scratch, pool);  // [R, n_vocab]
     }
     if (spec_.final_softcap > 0) {
+      // In runs of the rows, all threads on it even for one row (a decode step's 262,144 logits).
       const float cap = spec_.final_softcap;
-      per_token(pool, R, [&](int64_t r) {
-        float* row = logits + r * c.n_vocab;
-        for (int64_t i = 0; i < c.n_vocab; ++i) row[i] = cap * std::tanh(row[i] / cap);
+      constexpr int64_t kRun = 16384;
+      pool.parallel_for(R * c.n_vocab, kRun, [&](int64_t begin, int64_t end) {
+        kernels::softcap(logits + begin, end - begin, 1.0f / cap, cap);
       });
     }
   }

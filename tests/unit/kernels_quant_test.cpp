@@ -4,6 +4,7 @@
 #include <bit>
 #include <cmath>
 #include <limits>
+#include <numbers>
 #include <random>
 #include <vector>
 
@@ -241,6 +242,62 @@ TEST(KernelsIsa, SiluMulMatchesReference) {
       for (int64_t i = 0; i < n; ++i)
         ASSERT_NEAR(got[i], want[i], 2e-6 * (std::fabs(want[i]) + 1e-6))
             << table->isa << " i=" << i;
+    }
+  }
+}
+
+// GELU's tanh form in double: the definition every table's sigmoid form must meet.
+double gelu_tanh_exact(double x) {
+  const double u = std::sqrt(2.0 / std::numbers::pi) * (x + 0.044715 * x * x * x);
+  return 0.5 * x * (1.0 + std::tanh(u));
+}
+
+TEST(KernelsIsa, GeluMulMatchesReferenceAndDefinition) {
+  for (const KernelTable* table : available_kernels()) {
+    for (int64_t n : {1, 7, 8, 15, 17, 29, 1536}) {
+      auto a = random_floats(n, 31 + static_cast<uint32_t>(n), 6.0f);
+      a[0] = -120.0f;                         // exp(-2u) far past float's range: the product is -0
+      if (n > 2) a[1] = 45.0f, a[2] = -9.5f;  // the identity side; a tail of 1e-30
+      const auto b = random_floats(n, 32 + static_cast<uint32_t>(n));
+      std::vector<float> got = a, want = a;
+      table->gelu_mul(got.data(), b.data(), n);
+      reference_kernels().gelu_mul(want.data(), b.data(), n);
+      for (int64_t i = 0; i < n; ++i) {
+        const auto k = static_cast<size_t>(i);
+        const double exact = gelu_tanh_exact(a[k]) * b[k];
+        // Far left exp(-2u) magnifies u's rounding (|2u| ulps): relative error grows with
+        // |a|^3 there, while the value falls faster; so a small part of |a b| bounds it too.
+        const double slack = 1e-9 * std::fabs(double(a[k]) * b[k]);
+        ASSERT_NEAR(want[k], exact, 4e-6 * std::fabs(exact) + slack) << "ref a=" << a[k];
+        ASSERT_NEAR(got[k], want[k], 8e-6 * std::fabs(want[k]) + slack)
+            << table->isa << " n=" << n << " a=" << a[k];
+      }
+    }
+  }
+}
+
+TEST(KernelsIsa, SoftcapMatchesReference) {
+  for (const KernelTable* table : available_kernels()) {
+    for (int64_t n : {1, 7, 8, 15, 17, 29, 1536}) {
+      auto x = random_floats(n, 41 + static_cast<uint32_t>(n), 120.0f);
+      x[0] = 1e-3f;  // tanh's small-argument side, both sides of its 1/4 switch
+      if (n > 4)
+        x[1] = -7.4f, x[2] = 7.6f, x[3] = 2000.0f, x[4] = -std::numeric_limits<float>::infinity();
+      if (n > 5) x[5] = std::numeric_limits<float>::quiet_NaN();
+      const float cap = 30.0f;
+      std::vector<float> got = x, want = x;
+      table->softcap(got.data(), n, 1.0f / cap, cap);
+      reference_kernels().softcap(want.data(), n, 1.0f / cap, cap);
+      for (int64_t i = 0; i < n; ++i) {
+        const auto k = static_cast<size_t>(i);
+        if (std::isnan(x[k])) {
+          ASSERT_TRUE(std::isnan(got[k])) << table->isa;
+          continue;
+        }
+        ASSERT_LE(std::fabs(got[k]), cap) << table->isa << " x=" << x[k];
+        ASSERT_NEAR(got[k], want[k], 1e-6 * std::fabs(want[k]) + 1e-37)
+            << table->isa << " n=" << n << " x=" << x[k];
+      }
     }
   }
 }

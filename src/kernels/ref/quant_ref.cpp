@@ -220,6 +220,20 @@ void silu_mul(float* a, const float* b, int64_t n) {
   for (int64_t i = 0; i < n; ++i) a[i] = a[i] / (1.0f + std::exp(-a[i])) * b[i];
 }
 
+void gelu_mul(float* a, const float* b, int64_t n) {
+  constexpr float kSqrt2OverPi = 0.7978845608028654f;
+  constexpr float kCoef = 0.044715f;
+  for (int64_t i = 0; i < n; ++i) {
+    const float x = a[i];
+    const float u = kSqrt2OverPi * x * (1.0f + kCoef * x * x);
+    a[i] = x / (1.0f + std::exp(-2.0f * u)) * b[i];  // exp overflows to inf: -0 for x << 0
+  }
+}
+
+void softcap(float* x, int64_t n, float in_scale, float cap) {
+  for (int64_t i = 0; i < n; ++i) x[i] = cap * std::tanh(x[i] * in_scale);
+}
+
 void mask_logits(const uint32_t* allowed, float* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
     if (((allowed[i / 32] >> (i % 32)) & 1u) == 0) x[i] = -std::numeric_limits<float>::infinity();

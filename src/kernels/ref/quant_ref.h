@@ -27,6 +27,10 @@ void dequantize_row_f32(const void* row, float* out, int64_t n);
 
 // a[i] = silu(a[i]) * b[i]
 void silu_mul(float* a, const float* b, int64_t n);
+// a[i] = gelu_tanh(a[i]) * b[i], as a[i] / (1 + exp(-2u)) (KernelTable::gelu_mul)
+void gelu_mul(float* a, const float* b, int64_t n);
+// x[i] = cap * tanh(x[i] * in_scale)
+void softcap(float* x, int64_t n, float in_scale, float cap);
 int64_t argmax(const float* x, int64_t n);
 void mask_logits(const uint32_t* allowed, float* x, int64_t n);
 

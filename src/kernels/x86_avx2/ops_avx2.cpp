@@ -25,6 +25,35 @@ void silu_mul(float* a, const float* b, int64_t n) {
   for (; i < n; ++i) a[i] = a[i] / (1.0f + std::exp(-a[i])) * b[i];
 }
 
+void gelu_mul(float* a, const float* b, int64_t n) {
+  const __m256 one = _mm256_set1_ps(1.0f);
+  constexpr float kMinus2C = -2.0f * 0.7978845608028654f;  // -2 sqrt(2/pi)
+  constexpr float kMinus2CK = kMinus2C * 0.044715f;
+  const __m256 minus_2c = _mm256_set1_ps(kMinus2C), minus_2ck = _mm256_set1_ps(kMinus2CK);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 x = _mm256_loadu_ps(a + i);
+    // x / (1 + exp(-2u)); exp8 clamps its argument at 88.7, where x / (1 + e) is below 1e-36.
+    const __m256 minus_2u =
+        _mm256_mul_ps(x, _mm256_fmadd_ps(minus_2ck, _mm256_mul_ps(x, x), minus_2c));
+    const __m256 gelu = _mm256_div_ps(x, _mm256_add_ps(one, exp8(minus_2u)));
+    _mm256_storeu_ps(a + i, _mm256_mul_ps(gelu, _mm256_loadu_ps(b + i)));
+  }
+  for (; i < n; ++i) {
+    const float x = a[i];
+    a[i] = x / (1.0f + std::exp(x * (kMinus2C + kMinus2CK * x * x))) * b[i];
+  }
+}
+
+void softcap(float* x, int64_t n, float in_scale, float cap) {
+  const __m256 scale = _mm256_set1_ps(in_scale), out_scale = _mm256_set1_ps(cap);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(x + i,
+                     _mm256_mul_ps(tanh8(_mm256_mul_ps(_mm256_loadu_ps(x + i), scale)), out_scale));
+  for (; i < n; ++i) x[i] = cap * std::tanh(x[i] * in_scale);
+}
+
 int64_t argmax(const float* x, int64_t n) {
   __m256 m = _mm256_set1_ps(x[0]);
   int64_t i = 0;

@@ -7,6 +7,10 @@ namespace inferd::kernels::avx2 {
 
 // a[i] = silu(a[i]) * b[i]
 void silu_mul(float* a, const float* b, int64_t n);
+// a[i] = gelu_tanh(a[i]) * b[i], as the reference computes it (a / (1 + exp(-2u))).
+void gelu_mul(float* a, const float* b, int64_t n);
+// x[i] = cap * tanh(x[i] * in_scale), tanh8 of exp_avx2.h.
+void softcap(float* x, int64_t n, float in_scale, float cap);
 
 // The first index of the largest value, as the reference: a max pass, then a search for it.
 int64_t argmax(const float* x, int64_t n);

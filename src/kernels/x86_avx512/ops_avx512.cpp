@@ -30,6 +30,32 @@ void silu_mul(float* a, const float* b, int64_t n) {
   }
 }
 
+void gelu_mul(float* a, const float* b, int64_t n) {
+  const __m512 one = _mm512_set1_ps(1.0f);
+  const __m512 minus_2c = _mm512_set1_ps(-2.0f * 0.7978845608028654f);  // -2 sqrt(2/pi)
+  const __m512 minus_2ck = _mm512_set1_ps(-2.0f * 0.7978845608028654f * 0.044715f);
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 lanes =
+        n - i >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << (n - i)) - 1);
+    const __m512 x = _mm512_maskz_loadu_ps(lanes, a + i);
+    // x / (1 + exp(-2u)); exp16 clamps its argument at 88.7, where x / (1 + e) is below 1e-36.
+    const __m512 minus_2u =
+        _mm512_mul_ps(x, _mm512_fmadd_ps(minus_2ck, _mm512_mul_ps(x, x), minus_2c));
+    const __m512 gelu = _mm512_div_ps(x, _mm512_add_ps(one, exp16(minus_2u)));
+    _mm512_mask_storeu_ps(a + i, lanes, _mm512_mul_ps(gelu, _mm512_maskz_loadu_ps(lanes, b + i)));
+  }
+}
+
+void softcap(float* x, int64_t n, float in_scale, float cap) {
+  const __m512 scale = _mm512_set1_ps(in_scale), out_scale = _mm512_set1_ps(cap);
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 lanes =
+        n - i >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << (n - i)) - 1);
+    const __m512 v = _mm512_mul_ps(_mm512_maskz_loadu_ps(lanes, x + i), scale);
+    _mm512_mask_storeu_ps(x + i, lanes, _mm512_mul_ps(tanh16(v), out_scale));
+  }
+}
+
 int64_t argmax(const float* x, int64_t n) {
   const auto lanes_at = [n](int64_t i) {
     return n - i >= 16 ? static_cast<__mmask16>(0xFFFF)

@@ -7,6 +7,10 @@ namespace inferd::kernels::avx512 {
 
 // a[i] = silu(a[i]) * b[i], as the AVX2 version computes it, 16 lanes at a time.
 void silu_mul(float* a, const float* b, int64_t n);
+// a[i] = gelu_tanh(a[i]) * b[i], as the reference computes it (a / (1 + exp(-2u))).
+void gelu_mul(float* a, const float* b, int64_t n);
+// x[i] = cap * tanh(x[i] * in_scale), tanh16 of exp_avx512.h.
+void softcap(float* x, int64_t n, float in_scale, float cap);
 
 // The first index of the largest value, as the reference: a max pass, then a search for it.
 int64_t argmax(const float* x, int64_t n);
