@@ -52,7 +52,8 @@ inline std::vector<float> log_softmax(std::span<const float> logits) {
 // keys and values cached as `kv_type`.
 inline std::vector<std::vector<float>> logprobs_along(
     model::Model& model, const std::vector<int32_t>& prompt, const std::vector<int32_t>& forced,
-    size_t positions, std::vector<float>* margins = nullptr, DType kv_type = DType::F16) {
+    size_t positions, std::vector<float>* margins = nullptr, DType kv_type = DType::F16,
+    std::vector<float>* earlier_margins = nullptr) {
   std::vector<int32_t> tokens = prompt;
   tokens.insert(tokens.end(), forced.begin(), forced.begin() + static_cast<long>(positions - 1));
   const int n = static_cast<int>(tokens.size());
@@ -71,11 +72,20 @@ inline std::vector<std::vector<float>> logprobs_along(
   // token: a near-tie there, where two engines may run different experts, moves the
   // distribution by nats (one in an earlier token reaches it through attention, diluted).
   std::vector<float> token_margins(static_cast<size_t>(n));
-  if (margins != nullptr) batch.routing_margins = token_margins.data();
+  // earlier_margins: the smallest over the tokens before each position's own.
+  if (margins != nullptr || earlier_margins != nullptr) batch.routing_margins = token_margins.data();
   model.forward(batch, cache, logits.data(), pool);
   if (margins != nullptr) {
     margins->clear();
     for (const int32_t row : rows) margins->push_back(token_margins[static_cast<size_t>(row)]);
+  }
+  if (earlier_margins != nullptr) {
+    earlier_margins->clear();
+    for (const int32_t row : rows) {
+      float smallest = std::numeric_limits<float>::infinity();
+      for (int32_t i = 0; i < row; ++i) smallest = std::min(smallest, token_margins[static_cast<size_t>(i)]);
+      earlier_margins->push_back(smallest);
+    }
   }
   std::vector<std::vector<float>> out;
   for (size_t r = 0; r < rows.size(); ++r) {
