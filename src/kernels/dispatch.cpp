@@ -107,6 +107,7 @@ const KernelTable& reference_kernels() {
     t.attention = ref::attention_kernels();
     t.silu_mul = ref::silu_mul;
     t.gelu_mul = ref::gelu_mul;
+    t.swiglu_oai = ref::swiglu_oai;
     t.softcap = ref::softcap;
     t.argmax = ref::argmax;
     t.mask_logits = ref::mask_logits;
@@ -136,6 +137,7 @@ static const KernelTable& avx2_kernels() {
     t.attention = avx2::attention_kernels();
     t.silu_mul = avx2::silu_mul;
     t.gelu_mul = avx2::gelu_mul;
+    t.swiglu_oai = avx2::swiglu_oai;
     t.softcap = avx2::softcap;
     t.argmax = avx2::argmax;
     t.mask_logits = avx2::mask_logits;
@@ -158,6 +160,7 @@ static const KernelTable& avx512_kernels() {
     t.attention = avx512::attention_kernels();
     t.silu_mul = avx512::silu_mul;
     t.gelu_mul = avx512::gelu_mul;
+    t.swiglu_oai = avx512::swiglu_oai;
     t.softcap = avx512::softcap;
     t.argmax = avx512::argmax;
     t.mask_logits = avx512::mask_logits;

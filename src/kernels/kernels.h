@@ -147,6 +147,9 @@ struct KernelTable {
   // sigmoid(2u), so every table computes a / (1 + exp(-2u)), u = sqrt(2/pi) (a + 0.044715 a^3):
   // the same function as the tanh form, without its cancellation for negative a.
   void (*gelu_mul)(float* a, const float* b, int64_t n) = nullptr;
+  // gpt-oss's expert activation: x = min(g[i], limit), y = clamp(u[i], -limit, limit),
+  // g[i] = x / (1 + exp(-alpha x)) * (y + 1). NaN stays NaN.
+  void (*swiglu_oai)(float* g, const float* u, int64_t n, float alpha, float limit) = nullptr;
   // x[i] = cap * tanh(x[i] * in_scale): Gemma's soft-capping of attention scores and logits.
   // NaN stays NaN.
   void (*softcap)(float* x, int64_t n, float in_scale, float cap) = nullptr;

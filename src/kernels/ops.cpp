@@ -37,6 +37,10 @@ void gelu_mul(float* a, const float* b, int64_t n) {
   active_kernels().gelu_mul(a, b, n);
 }
 
+void swiglu_oai(float* g, const float* u, int64_t n, float alpha, float limit) {
+  active_kernels().swiglu_oai(g, u, n, alpha, limit);
+}
+
 void softcap(float* x, int64_t n, float in_scale, float cap) {
   active_kernels().softcap(x, n, in_scale, cap);
 }

@@ -18,6 +18,9 @@ void rms_norm(const float* x, const float* weight, float* out, int64_t n, float 
 void silu_mul(float* a, const float* b, int64_t n);
 // a[i] = gelu_tanh(a[i]) * b[i]  (GeGLU)
 void gelu_mul(float* a, const float* b, int64_t n);
+// gpt-oss's experts: x = min(g[i], limit), y = clamp(u[i], -limit, limit),
+// g[i] = x * sigmoid(alpha x) * (y + 1)
+void swiglu_oai(float* g, const float* u, int64_t n, float alpha, float limit);
 // x[i] = cap * tanh(x[i] * in_scale)  (soft-capping of attention scores and logits)
 void softcap(float* x, int64_t n, float in_scale, float cap);
 

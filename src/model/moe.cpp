@@ -401,11 +401,7 @@ void MoeBlock::run_chunk(const MoeLayer& layer, const float* h, const float* rou
       if (layer.up_bias) kernels::add_inplace(u, layer.up_bias + int64_t{e} * F, F);
       if (c.activation == ExpertActivation::kSwigluOai) {
         constexpr float kAlpha = 1.702f, kLimit = 7.0f;
-        for (int i = 0; i < F; ++i) {
-          const float x = std::min(g[i], kLimit);
-          const float y = std::clamp(u[i], -kLimit, kLimit);
-          g[i] = x / (1.0f + std::exp(kAlpha * -x)) * (y + 1.0f);
-        }
+        kernels::swiglu_oai(g, u, F, kAlpha, kLimit);
       } else if (c.activation == ExpertActivation::kGeluTanh) {
         kernels::gelu_mul(g, u, F);
       } else {

@@ -276,6 +276,37 @@ TEST(KernelsIsa, GeluMulMatchesReferenceAndDefinition) {
   }
 }
 
+TEST(KernelsIsa, SwigluOaiMatchesReference) {
+  constexpr float kAlpha = 1.702f, kLimit = 7.0f;  // gpt-oss's
+  for (const KernelTable* table : available_kernels()) {
+    for (int64_t n : {1, 7, 8, 15, 17, 29, 2880}) {
+      auto g = random_floats(n, 51 + static_cast<uint32_t>(n), 6.0f);
+      auto u = random_floats(n, 52 + static_cast<uint32_t>(n), 6.0f);
+      g[0] = -80.0f;  // exp(-alpha x) past float's range: the product is -0
+      if (n > 3) g[1] = 9.0f, u[2] = -12.0f, u[3] = 7.5f;  // both clamps
+      if (n > 4) g[4] = std::numeric_limits<float>::quiet_NaN();
+      std::vector<float> got = g, want = g;
+      table->swiglu_oai(got.data(), u.data(), n, kAlpha, kLimit);
+      reference_kernels().swiglu_oai(want.data(), u.data(), n, kAlpha, kLimit);
+      for (int64_t i = 0; i < n; ++i) {
+        const auto k = static_cast<size_t>(i);
+        if (std::isnan(g[k])) {
+          ASSERT_TRUE(std::isnan(want[k]) && std::isnan(got[k])) << table->isa;
+          continue;
+        }
+        // Against the definition in double, and against the reference.
+        const double x = std::min<double>(g[k], kLimit);
+        const double y = std::clamp<double>(u[k], -kLimit, kLimit);
+        const double exact = x / (1.0 + std::exp(-double(kAlpha) * x)) * (y + 1.0);
+        const double slack = 1e-9 * std::fabs(x * (y + 1.0));
+        ASSERT_NEAR(want[k], exact, 2e-6 * std::fabs(exact) + slack) << "ref g=" << g[k];
+        ASSERT_NEAR(got[k], want[k], 4e-6 * std::fabs(want[k]) + slack)
+            << table->isa << " n=" << n << " g=" << g[k] << " u=" << u[k];
+      }
+    }
+  }
+}
+
 TEST(KernelsIsa, SoftcapMatchesReference) {
   for (const KernelTable* table : available_kernels()) {
     for (int64_t n : {1, 7, 8, 15, 17, 29, 1536}) {

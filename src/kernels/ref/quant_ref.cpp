@@ -230,6 +230,14 @@ void gelu_mul(float* a, const float* b, int64_t n) {
   }
 }
 
+void swiglu_oai(float* g, const float* u, int64_t n, float alpha, float limit) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float x = std::min(g[i], limit);
+    const float y = std::clamp(u[i], -limit, limit);
+    g[i] = x / (1.0f + std::exp(alpha * -x)) * (y + 1.0f);
+  }
+}
+
 void softcap(float* x, int64_t n, float in_scale, float cap) {
   for (int64_t i = 0; i < n; ++i) x[i] = cap * std::tanh(x[i] * in_scale);
 }

@@ -29,6 +29,8 @@ void dequantize_row_f32(const void* row, float* out, int64_t n);
 void silu_mul(float* a, const float* b, int64_t n);
 // a[i] = gelu_tanh(a[i]) * b[i], as a[i] / (1 + exp(-2u)) (KernelTable::gelu_mul)
 void gelu_mul(float* a, const float* b, int64_t n);
+// gpt-oss's clamped SwiGLU (KernelTable::swiglu_oai)
+void swiglu_oai(float* g, const float* u, int64_t n, float alpha, float limit);
 // x[i] = cap * tanh(x[i] * in_scale)
 void softcap(float* x, int64_t n, float in_scale, float cap);
 int64_t argmax(const float* x, int64_t n);

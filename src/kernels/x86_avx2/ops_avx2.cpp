@@ -45,6 +45,25 @@ void gelu_mul(float* a, const float* b, int64_t n) {
   }
 }
 
+void swiglu_oai(float* g, const float* u, int64_t n, float alpha, float limit) {
+  const __m256 one = _mm256_set1_ps(1.0f), minus_alpha = _mm256_set1_ps(-alpha);
+  const __m256 high = _mm256_set1_ps(limit), low = _mm256_set1_ps(-limit);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    // min/max return their second operand when either is NaN: NaN passes, as in the reference.
+    const __m256 x = _mm256_min_ps(high, _mm256_loadu_ps(g + i));
+    const __m256 y = _mm256_max_ps(low, _mm256_min_ps(high, _mm256_loadu_ps(u + i)));
+    const __m256 e = exp8(_mm256_mul_ps(minus_alpha, x));  // clamped at 88.7: x / e below 1e-36
+    _mm256_storeu_ps(g + i,
+                     _mm256_mul_ps(_mm256_div_ps(x, _mm256_add_ps(one, e)), _mm256_add_ps(y, one)));
+  }
+  for (; i < n; ++i) {
+    const float x = g[i] < limit || g[i] != g[i] ? g[i] : limit;
+    const float y = u[i] < -limit ? -limit : (u[i] > limit ? limit : u[i]);
+    g[i] = x / (1.0f + std::exp(alpha * -x)) * (y + 1.0f);
+  }
+}
+
 void softcap(float* x, int64_t n, float in_scale, float cap) {
   const __m256 scale = _mm256_set1_ps(in_scale), out_scale = _mm256_set1_ps(cap);
   int64_t i = 0;

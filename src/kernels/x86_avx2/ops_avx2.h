@@ -9,6 +9,8 @@ namespace inferd::kernels::avx2 {
 void silu_mul(float* a, const float* b, int64_t n);
 // a[i] = gelu_tanh(a[i]) * b[i], as the reference computes it (a / (1 + exp(-2u))).
 void gelu_mul(float* a, const float* b, int64_t n);
+// gpt-oss's clamped SwiGLU, as the reference.
+void swiglu_oai(float* g, const float* u, int64_t n, float alpha, float limit);
 // x[i] = cap * tanh(x[i] * in_scale), tanh8 of exp_avx2.h.
 void softcap(float* x, int64_t n, float in_scale, float cap);
 

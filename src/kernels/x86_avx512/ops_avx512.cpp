@@ -46,6 +46,23 @@ void gelu_mul(float* a, const float* b, int64_t n) {
   }
 }
 
+void swiglu_oai(float* g, const float* u, int64_t n, float alpha, float limit) {
+  const __m512 one = _mm512_set1_ps(1.0f), minus_alpha = _mm512_set1_ps(-alpha);
+  const __m512 high = _mm512_set1_ps(limit), low = _mm512_set1_ps(-limit);
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 lanes =
+        n - i >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << (n - i)) - 1);
+    // min/max return their second operand when either is NaN: NaN passes, as std::min and
+    // std::clamp pass it in the reference.
+    const __m512 x = _mm512_min_ps(high, _mm512_maskz_loadu_ps(lanes, g + i));
+    const __m512 y = _mm512_max_ps(low, _mm512_min_ps(high, _mm512_maskz_loadu_ps(lanes, u + i)));
+    const __m512 e = exp16(_mm512_mul_ps(minus_alpha, x));  // clamped at 88.7: x / e below 1e-36
+    const __m512 out =
+        _mm512_mul_ps(_mm512_div_ps(x, _mm512_add_ps(one, e)), _mm512_add_ps(y, one));
+    _mm512_mask_storeu_ps(g + i, lanes, out);
+  }
+}
+
 void softcap(float* x, int64_t n, float in_scale, float cap) {
   const __m512 scale = _mm512_set1_ps(in_scale), out_scale = _mm512_set1_ps(cap);
   for (int64_t i = 0; i < n; i += 16) {
