@@ -33,7 +33,7 @@ static inline __m512 exp16(__m512 x) {
 }
 
 // tanh(z) for 16 lanes, within a few ulps: (1 - e) / (1 + e) with e = exp(-2|z|) where |z| >= 1/4
-// (e <= 0.61 there, so 1 - e is exact and cancels little), the odd Taylor series to z^11 below
+// (e <= 0.61 there, so 1 - e cancels little), the odd Taylor series to z^11 below
 // (the next term is under 6e-11 of the value); z's sign put back, NaN passed through.
 static inline __m512 tanh16(__m512 z) {
   const __m512 one = _mm512_set1_ps(1.0f);
