@@ -495,6 +495,31 @@ TEST(KernelsPacked, MatmulManyWithAnUnpackedTypeEqualsSeparateCalls) {
   EXPECT_EQ(yb, yb1);
 }
 
+// A matrix of several MiB is packed by several threads (as many as the CPUs this process may
+// use), each a range of groups: the same bytes as packing it in slices of 512 rows, each small
+// enough for one thread. 4100 rows: the last group is partial.
+TEST(KernelsPacked, ThreadedPackingEqualsPackingInSlices) {
+  for (const DType type : {DType::Q4_K, DType::F16}) {
+    const int64_t rows = 4100, cols = 4608, slice_rows = 512;
+    const QuantMatrix m = make_matrix(type, rows, cols, 91);
+    const PackedWeights& whole = *m.w.packed;
+    ASSERT_GT(whole.groups() * whole.blocks_per_row() * static_cast<int64_t>(whole.block_bytes()),
+              int64_t{8} << 20);  // big enough for two threads where there are two CPUs
+    const size_t group_bytes = static_cast<size_t>(whole.blocks_per_row()) * whole.block_bytes();
+    for (int64_t first = 0; first < rows; first += slice_rows) {
+      const int64_t n = std::min(slice_rows, rows - first);
+      const auto slice =
+          PackedWeights::pack(type, m.bytes.data() + first * m.w.row_bytes, n, cols, m.w.row_bytes);
+      for (int64_t g = 0; g < slice->groups(); ++g) {
+        const uint8_t* want = slice->group(g);
+        const uint8_t* got = whole.group(first / kPackRows + g);
+        ASSERT_TRUE(std::equal(want, want + group_bytes, got))
+            << dtype_name(type) << " group " << first / kPackRows + g;
+      }
+    }
+  }
+}
+
 TEST(KernelsPacked, RejectsShapesItCannotPack) {
   std::vector<uint8_t> bytes(64);
   EXPECT_THROW(PackedWeights::pack(DType::BF16, bytes.data(), 1, 32, 64), Error);
