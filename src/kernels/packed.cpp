@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -372,22 +373,24 @@ void for_group_ranges(int64_t groups, size_t bytes, Fn&& pack_groups) {
     pack_groups(int64_t{0}, groups);
     return;
   }
-  std::vector<std::thread> workers;
   std::vector<std::exception_ptr> errors(static_cast<size_t>(threads));
+  const auto run_range = [&](int64_t i) {
+    try {
+      pack_groups(groups * i / threads, groups * (i + 1) / threads);
+    } catch (...) {
+      errors[static_cast<size_t>(i)] = std::current_exception();
+    }
+  };
+  std::vector<std::thread> workers;
+  workers.reserve(static_cast<size_t>(threads - 1));
   for (int64_t i = 1; i < threads; ++i) {
-    workers.emplace_back([&, i] {
-      try {
-        pack_groups(groups * i / threads, groups * (i + 1) / threads);
-      } catch (...) {
-        errors[static_cast<size_t>(i)] = std::current_exception();
-      }
-    });
+    try {
+      workers.emplace_back(run_range, i);
+    } catch (const std::system_error&) {  // no thread to be had (a process limit): do it here
+      run_range(i);
+    }
   }
-  try {
-    pack_groups(int64_t{0}, groups / threads);
-  } catch (...) {
-    errors[0] = std::current_exception();
-  }
+  run_range(0);
   for (std::thread& worker : workers) worker.join();
   for (const std::exception_ptr& error : errors)
     if (error) std::rethrow_exception(error);
