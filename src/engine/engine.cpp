@@ -653,15 +653,26 @@ int32_t Engine::process_output(Active& active, std::span<float> logits) {
     for (const int32_t id : tokenizer_->vocab().eog_ids()) never(id);
     for (const int32_t id : seq.request.stop_token_ids) never(id);
   }
-  // allowed_token_ids: every other token out, in one pass beside the sorted list.
+  // allowed_token_ids: every other token out, in one pass beside the sorted list. Where the
+  // grammar or min_tokens has already ruled out every allowed token, nothing may be sampled:
+  // the request ends with an error rather than with a token it forbade.
   if (const auto& allowed = seq.request.allowed_token_ids; !allowed.empty()) {
     auto next = allowed.begin();
+    bool any_left = false;
     for (size_t id = 0; id < logits.size(); ++id) {
       if (next != allowed.end() && static_cast<size_t>(*next) == id) {
+        any_left = any_left || logits[id] > -std::numeric_limits<float>::infinity();
         ++next;
       } else {
         logits[id] = -std::numeric_limits<float>::infinity();
       }
+    }
+    if (!any_left) {
+      finish(active, FinishReason::kError,
+             fmt::format("no token can be sampled at output token {}: the grammar, min_tokens or "
+                         "logit_bias rule out every one of allowed_token_ids",
+                         seq.num_generated()));
+      return -1;
     }
   }
   const int32_t token = active.sampler->sample(logits, prompt, output);

@@ -216,6 +216,16 @@ TEST_F(ApiTest, StopTokenIdsMinTokensAndLogitBias) {
   const auto only = api.complete("abc", some).outputs[0];
   ASSERT_EQ(only.token_ids.size(), 12u);
   for (const int32_t id : only.token_ids) EXPECT_TRUE(id == 3 || id == 7) << id;
+  // Allowed tokens that min_tokens rules out leave nothing to sample: an error, not a token
+  // outside the list.
+  inferd::SamplingParams none_left = greedy(8);
+  none_left.ignore_eos = false;
+  none_left.min_tokens = 3;
+  none_left.allowed_token_ids = {kEos};
+  const auto refused = api.complete("abc", none_left).outputs[0];
+  EXPECT_EQ(refused.finish_reason, inferd::FinishReason::kError);
+  EXPECT_NE(refused.error.find("allowed_token_ids"), std::string::npos) << refused.error;
+  EXPECT_TRUE(refused.token_ids.empty());
   // Out of range: errors naming the field.
   some.allowed_token_ids = {30};
   EXPECT_THROW(api.complete("abc", some), inferd::Error);
