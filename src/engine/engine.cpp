@@ -669,8 +669,8 @@ int32_t Engine::process_output(Active& active, std::span<float> logits) {
     }
     if (!any_left) {
       finish(active, FinishReason::kError,
-             fmt::format("no token can be sampled at output token {}: the grammar, min_tokens or "
-                         "logit_bias rule out every one of allowed_token_ids",
+             fmt::format("no token can be sampled at output token {}: the grammar or "
+                         "min_tokens rules out every one of allowed_token_ids",
                          seq.num_generated()));
       return -1;
     }
