@@ -9,8 +9,6 @@
 // The KV cache keeps the engine's block tables and pools (kv/kv_cache.h: the prefix cache and
 // the scheduler work on block ids, unchanged); only the blocks' storage is here, F16,
 // [layer][block][kv head][offset][head dim], allocated at the first step for the cache's shape.
-#include <cublas_v2.h>
-
 #include <algorithm>
 #include <array>
 #include <chrono>
@@ -28,6 +26,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "cuda/cublas_library.h"
 #include "cuda/device_memory.h"
 #include "cuda/kernels.cuh"
 #include "kernels/matmul.h"
@@ -53,7 +52,7 @@ constexpr int64_t kDequantSliceValues = int64_t{64} << 20;
 
 void check_cublas(cublasStatus_t status, const char* what) {
   if (status != CUBLAS_STATUS_SUCCESS)
-    fail("cuBLAS: {} failed: {}", what, cublasGetStatusString(status));
+    fail("cuBLAS: {} failed: {}", what, cuda::cublas().status_string(status));
 }
 
 std::optional<WeightType> device_type(DType type) {
@@ -397,8 +396,8 @@ class CudaDecoder final : public Model {
     check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "creating a stream");
     check(cudaDeviceGetAttribute(&multiprocessors_, cudaDevAttrMultiProcessorCount, 0),
           "reading the device's multiprocessor count");
-    check_cublas(cublasCreate(&cublas_), "creating the handle");
-    check_cublas(cublasSetStream(cublas_, stream_), "setting the stream");
+    check_cublas(cuda::cublas().create(&cublas_), "creating the handle");
+    check_cublas(cuda::cublas().set_stream(cublas_, stream_), "setting the stream");
     load_weights(file, options);
     allocate_workspace();
     keep_f16_copies();
@@ -420,7 +419,7 @@ class CudaDecoder final : public Model {
   ~CudaDecoder() override {
     cudaStreamSynchronize(stream_);
     graphs_.clear();
-    if (cublas_ != nullptr) cublasDestroy(cublas_);
+    if (cublas_ != nullptr) cuda::cublas().destroy(cublas_);
     if (stream_ != nullptr) cudaStreamDestroy(stream_);
   }
 
@@ -877,7 +876,7 @@ class CudaDecoder final : public Model {
         slice = ws_.w_f16;
       }
       // Column-major view: y^T [rows, n] (ld w.rows) = W_slice [rows, cols] x^T [cols, n].
-      check_cublas(cublasGemmEx(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(rows),
+      check_cublas(cuda::cublas().gemm_ex(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(rows),
                                 static_cast<int>(n), static_cast<int>(w.cols), &alpha, slice,
                                 CUDA_R_16F, static_cast<int>(w.cols), ws_.x_f16, CUDA_R_16F,
                                 static_cast<int>(w.cols), &beta, y + r0, CUDA_R_32F,
