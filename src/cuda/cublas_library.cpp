@@ -23,8 +23,8 @@ template <typename Function>
 void bind(void* handle, const std::string& soname, const char* symbol, Function& out) {
   void* address = dlsym(handle, symbol);
   if (address == nullptr)
-    fail("{} has no function {} ({}): a cuBLAS other than the one inferd was built with",
-         soname, symbol, loader_error());
+    fail("{} has no function {} ({}): a cuBLAS other than the one inferd was built with", soname,
+         symbol, loader_error());
   out = reinterpret_cast<Function>(address);
 }
 
@@ -38,9 +38,10 @@ CublasLibrary open_cublas() {
     if (handle == nullptr) why += "; " + loader_error();
   }
   if (handle == nullptr)
-    fail("the CUDA executor needs cuBLAS, and {} could not be loaded: {} (install the CUDA "
-         "toolkit's cuBLAS {}, or put its folder on LD_LIBRARY_PATH)",
-         soname, why, CUBLAS_VER_MAJOR);
+    fail(
+        "the CUDA executor needs cuBLAS, and {} could not be loaded: {} (install the CUDA "
+        "toolkit's cuBLAS {}, or put its folder on LD_LIBRARY_PATH)",
+        soname, why, CUBLAS_VER_MAJOR);
   CublasLibrary lib;
   bind(handle, soname, "cublasCreate_v2", lib.create);
   bind(handle, soname, "cublasSetStream_v2", lib.set_stream);

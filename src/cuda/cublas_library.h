@@ -12,10 +12,10 @@ namespace inferd::cuda {
 struct CublasLibrary {
   // cublasGemmEx's C entry point (the header overloads the name in C++, with a legacy compute
   // type).
-  using GemmEx = cublasStatus_t (*)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int,
-                                    int, int, const void*, const void*, cudaDataType, int,
-                                    const void*, cudaDataType, int, const void*, void*,
-                                    cudaDataType, int, cublasComputeType_t, cublasGemmAlgo_t);
+  using GemmEx = cublasStatus_t (*)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int,
+                                    int, const void*, const void*, cudaDataType, int, const void*,
+                                    cudaDataType, int, const void*, void*, cudaDataType, int,
+                                    cublasComputeType_t, cublasGemmAlgo_t);
   decltype(&cublasCreate_v2) create = nullptr;
   decltype(&cublasSetStream_v2) set_stream = nullptr;
   GemmEx gemm_ex = nullptr;

@@ -876,12 +876,13 @@ class CudaDecoder final : public Model {
         slice = ws_.w_f16;
       }
       // Column-major view: y^T [rows, n] (ld w.rows) = W_slice [rows, cols] x^T [cols, n].
-      check_cublas(cuda::cublas().gemm_ex(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(rows),
-                                static_cast<int>(n), static_cast<int>(w.cols), &alpha, slice,
-                                CUDA_R_16F, static_cast<int>(w.cols), ws_.x_f16, CUDA_R_16F,
-                                static_cast<int>(w.cols), &beta, y + r0, CUDA_R_32F,
-                                static_cast<int>(w.rows), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
-                   "multiplying");
+      check_cublas(
+          cuda::cublas().gemm_ex(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(rows),
+                                 static_cast<int>(n), static_cast<int>(w.cols), &alpha, slice,
+                                 CUDA_R_16F, static_cast<int>(w.cols), ws_.x_f16, CUDA_R_16F,
+                                 static_cast<int>(w.cols), &beta, y + r0, CUDA_R_32F,
+                                 static_cast<int>(w.rows), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+          "multiplying");
     }
   }
 
