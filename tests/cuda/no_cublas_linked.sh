@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# End-to-end: the inferd binary does not link cuBLAS. The CUDA executor opens it when it starts
+# The inferd binary does not link cuBLAS. The CUDA executor opens it when it starts
 # (cuda/cublas_library.h); linked, libcublas and libcublasLt added about 200 MB to the resident
 # memory of every inferd process (`inferd --help` peaked at 227 MB, 11 MB without them), CPU
 # runs and every rank of a split model included.
