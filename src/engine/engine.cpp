@@ -676,6 +676,13 @@ int32_t Engine::process_output(Active& active, std::span<float> logits) {
     }
   }
   const int32_t token = active.sampler->sample(logits, prompt, output);
+  if (token == sampling::Sampler::kNoToken) {  // logit_bias banned what the masks above left
+    finish(active, FinishReason::kError,
+           fmt::format("no token can be sampled at output token {}: logit_bias bans every token "
+                       "that the grammar, min_tokens and allowed_token_ids leave",
+                       seq.num_generated()));
+    return -1;
+  }
   ++generated_tokens_;
   const auto now = Clock::now();
   if (seq.num_generated() == 0) active.first_token = now;

@@ -107,6 +107,7 @@ int32_t Sampler::sample(std::span<float> logits, std::span<const int32_t> prompt
   }
   apply_bias_and_penalties(logits, prompt, output);
   const auto best = static_cast<int32_t>(kernels::active_kernels().argmax(logits.data(), n_vocab_));
+  if (!(logits[static_cast<size_t>(best)] > kNegInf)) return kNoToken;  // (argmax of all -inf)
   const int32_t token = params_.greedy() ? best : draw(logits);
   if (logprobs_) {
     last_logsumexp_ = log_sum_exp(logits, logits[static_cast<size_t>(best)]);

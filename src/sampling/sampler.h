@@ -24,8 +24,12 @@ class Sampler {
   // top_logprobs() must not be called).
   Sampler(const SamplingParams& params, int32_t n_vocab, bool logprobs = true);
 
-  // Chooses the next token. `logits` ([n_vocab]) is modified in place: afterwards it holds the
-  // biased and penalised logits, the distribution logprobs are reported from.
+  // What sample() returns when no token is left: every logit is -inf once the bias is applied
+  // (a logit_bias of -inf on each token the caller's masks had left).
+  static constexpr int32_t kNoToken = -1;
+
+  // Chooses the next token, or kNoToken. `logits` ([n_vocab]) is modified in place: afterwards
+  // it holds the biased and penalised logits, the distribution logprobs are reported from.
   int32_t sample(std::span<float> logits, std::span<const int32_t> prompt,
                  std::span<const int32_t> output);
 

@@ -12,6 +12,7 @@
 #include <fstream>
 #include <map>
 #include <stdexcept>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -226,6 +227,21 @@ TEST_F(ApiTest, StopTokenIdsMinTokensAndLogitBias) {
   EXPECT_EQ(refused.finish_reason, inferd::FinishReason::kError);
   EXPECT_NE(refused.error.find("allowed_token_ids"), std::string::npos) << refused.error;
   EXPECT_TRUE(refused.token_ids.empty());
+  // So do allowed tokens that logit_bias bans (-inf), greedy or sampled; the next request of
+  // the engine is served as before.
+  for (const float temperature : {0.0f, 1.5f}) {
+    inferd::SamplingParams banned = greedy(8);
+    banned.temperature = temperature;
+    banned.seed = 3;
+    banned.allowed_token_ids = {3, 7};
+    banned.logit_bias = {{3, -std::numeric_limits<float>::infinity()},
+                         {7, -std::numeric_limits<float>::infinity()}};
+    const auto none = api.complete("abc", banned).outputs[0];
+    EXPECT_EQ(none.finish_reason, inferd::FinishReason::kError) << temperature;
+    EXPECT_NE(none.error.find("logit_bias"), std::string::npos) << none.error;
+    EXPECT_TRUE(none.token_ids.empty()) << temperature;
+    EXPECT_EQ(api.complete("abc", some).outputs[0].token_ids, only.token_ids);
+  }
   // Out of range: errors naming the field.
   some.allowed_token_ids = {30};
   EXPECT_THROW(api.complete("abc", some), inferd::Error);
