@@ -10,9 +10,9 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <stdexcept>
-#include <limits>
 #include <string>
 #include <vector>
 
