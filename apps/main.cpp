@@ -11,6 +11,7 @@
 #include "commands.h"
 #include "dist/communicator.h"
 #include "dist/model_parallel.h"
+#include "inferd/engine.h"
 #include "util/error.h"
 
 namespace {
@@ -49,6 +50,8 @@ namespace {
 int run_command(int argc, char** argv) {
   CLI::App app{"inferd: run and serve GGUF language models on the CPU"};
   app.require_subcommand(1);
+  // (CLI11 prints it and exits 0 before asking for a subcommand)
+  app.set_version_flag("--version", std::string("inferd ") + inferd::version());
   inferd::app::register_inspect(app);
   inferd::app::register_tokenize(app);
   inferd::app::register_detokenize(app);

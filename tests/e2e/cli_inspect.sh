@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # End-to-end: `inferd inspect` on the default model shows the architecture, the 30 layers and
-# the whole tensor table; a non-GGUF file gets one clear error and exit code 1.
+# the whole tensor table; a non-GGUF file gets one clear error and exit code 1. (First, with or
+# without a model: `inferd --version` prints the version and exits 0.)
 set -euo pipefail
 inferd="$1"
+grep -Eq "^inferd [0-9]+\.[0-9]+\.[0-9]+$" <<<"$("$inferd" --version)"
 model="${INFERD_MODEL:-}"
 if [[ -z "$model" || ! -f "$model" ]]; then echo "SKIP: no model (set INFERD_MODEL)"; exit 77; fi
 
