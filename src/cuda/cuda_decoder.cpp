@@ -393,6 +393,7 @@ class CudaDecoder final : public Model {
       config_.sliding_window = spec_.sliding_window;
       config_.sliding_layers = spec_.sliding_layers;
     }
+    cuda::cublas();  // opened now, or an error that names it, before any device state exists
     check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "creating a stream");
     check(cudaDeviceGetAttribute(&multiprocessors_, cudaDevAttrMultiProcessorCount, 0),
           "reading the device's multiprocessor count");
