@@ -6,7 +6,7 @@
 #include <tuple>
 
 #include "kernels/kernels.h"
-#include "kv/q4_block_fit.h"
+#include "kernels/ref/quant_ref.h"
 #include "tensor/half.h"
 #include "tensor/quant_blocks.h"
 #include "util/error.h"
@@ -34,7 +34,7 @@ void quantize_q8(const float* x, int head_dim, int8_t* q, size_t q_stride, float
 // scales[g * scale_stride].
 void quantize_q4(const float* x, int head_dim, BlockQ4_0* blocks, uint16_t* scales,
                  size_t scale_stride) {
-  quantize_q4_0_least_squares(x, blocks, head_dim);
+  kernels::ref::quantize_row_q4_0(x, blocks, head_dim);
   for (int g = 0; g < head_dim / kQ8Group; ++g)
     scales[static_cast<size_t>(g) * scale_stride] = blocks[g].d;
 }

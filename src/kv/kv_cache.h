@@ -12,13 +12,10 @@
 // Keys and values are each stored as F16, Q8_0 or Q4_0 (llama.cpp's --cache-type-k/-v). Q8_0
 // keeps int8 values with a scale per 32 dimensions of each token, quantized as llama.cpp's Q8_0
 // blocks (d = amax / 127 rounded to fp16, q = round(x / d)) and laid out for attention: about
-// half the bytes of F16. Q4_0 keeps nibbles with an fp16 scale per 32 dimensions in llama.cpp's
-// Q4_0 blocks (x = d (q - 8), q in 0..15; 18 bytes per 32 values, 28% of F16), each block's d
-// fitted by least squares (q4_block_fit.h) where llama.cpp takes the value of largest magnitude
-// / -8: at context 4096, SmolLM2's perplexity +4.6% over F16 keys and values against +5.2%
-// with llama.cpp's rule (llama.cpp itself +5.5%), Gemma 3 270M's +12.7% against +14.6% (+13.9%). A
-// decode step reads every sequence's whole KV, so with many sequences or long contexts this is
-// memory traffic saved.
+// half the bytes of F16. Q4_0 keeps nibbles with an fp16 scale per 32 dimensions, quantized as
+// llama.cpp's Q4_0 blocks (d = the value of largest magnitude / -8, q = round(x / d) + 8 in
+// 0..15): 18 bytes per 32 values as llama.cpp's, 28% of F16. A decode step reads every
+// sequence's whole KV, so with many sequences or long contexts this is memory traffic saved.
 //
 // Q8_0 and Q4_0 keys and values are stored rotated, as llama.cpp rotates a quantized cache's:
 // a key's head by a Walsh-Hadamard transform as wide as the largest power of two dividing the

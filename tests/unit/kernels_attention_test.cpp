@@ -16,7 +16,6 @@
 #include "kernels/attention.h"
 #include "kernels/kernels.h"
 #include "kv/kv_cache.h"
-#include "kv/q4_block_fit.h"
 #include "random_data.h"
 #include "tensor/half.h"
 
@@ -691,9 +690,9 @@ float q4_value(const kv::KvCache& cache, int32_t block, int h, int d, int pos) {
 }
 
 // One token's keys and values as the Q4_0 cache stores them: per 32 values the nibbles and fp16
-// scale of the Q4_0 block the cache's quantizer fits (kv/q4_block_fit.h), keys spread over the
-// transposed layout, values block by block; every value within a step of its input. Head size
-// 96, which is stored unrotated.
+// scale of llama.cpp's Q4_0 block (the value of largest magnitude maps to -8), keys spread over
+// the transposed layout, every value within half a step of its input (a whole step where the
+// opposite extreme is clamped to 7). Head size 96, which is stored unrotated.
 TEST(Attention, Q4CacheStoresTheBlocksOfQ4_0) {
   const int head_dim = 96, n_kv_heads = 2, block_size = 16, pos = 5;
   kv::KvCache cache({1, n_kv_heads, head_dim, block_size, 2, DType::Q4_0, DType::Q4_0});
@@ -701,31 +700,35 @@ TEST(Attention, Q4CacheStoresTheBlocksOfQ4_0) {
   ASSERT_EQ(cache.value_rotation(0), 0);
   auto k = random_floats(n_kv_heads * head_dim, 42, 3.0f);
   auto v = random_floats(n_kv_heads * head_dim, 43, 3.0f);
-  k[3] = 40.0f;  // a group whose extremes are opposite
+  k[3] = 40.0f;  // a group whose extremes are opposite: -40 would be +8, and clamps to 7
   k[7] = -40.0f;
   cache.write(0, block_size + pos, k.data(), v.data());
   for (int h = 0; h < n_kv_heads; ++h) {
     for (const bool keys : {true, false}) {
       const float* x = (keys ? k : v).data() + h * head_dim;
-      BlockQ4_0 fitted[head_dim / 32];
-      kv::quantize_q4_0_least_squares(x, fitted, head_dim);
       for (int g = 0; g < head_dim / 32; ++g) {
-        const float d = fp16_to_fp32(fitted[g].d);
-        const uint16_t scale = keys ? cache.key_scales_q4(0, 1, h)[g * block_size + pos]
-                                    : cache.value_scales_q4(0, 1, h)[pos * (head_dim / 32) + g];
-        EXPECT_EQ(scale, fitted[g].d) << "head " << h << " group " << g;
+        float max = 0;  // the signed value of largest magnitude
+        for (int i = 0; i < 32; ++i)
+          if (std::fabs(x[g * 32 + i]) > std::fabs(max)) max = x[g * 32 + i];
+        const float d_exact = max / -8, d = fp16_to_fp32(fp32_to_fp16(d_exact));
         for (int i = 0; i < 32; ++i) {
           const int dim = g * 32 + i;
-          const uint8_t byte = fitted[g].qs[i % 16];
-          const int q = (i < 16 ? byte & 0x0F : byte >> 4) - 8;
           const float held = keys ? q4_key(cache, 1, h, dim, pos) : q4_value(cache, 1, h, dim, pos);
-          ASSERT_EQ(held, d * static_cast<float>(q)) << (keys ? "key" : "value") << " " << dim;
-          ASSERT_LE(std::fabs(held - x[dim]), std::fabs(d) + 1e-6f)
-              << (keys ? "key" : "value") << " " << dim;
+          if (i == 0) {
+            const uint16_t scale = keys ? cache.key_scales_q4(0, 1, h)[g * block_size + pos]
+                                        : cache.value_scales_q4(0, 1, h)[pos * (head_dim / 32) + g];
+            EXPECT_EQ(fp16_to_fp32(scale), d) << "head " << h << " group " << g;
+          }
+          const bool clamped = x[dim] / d_exact + 8 > 15.5f;
+          const float tol =
+              std::fabs(d_exact) * (clamped ? 1.0f : 0.5f) + 8 * std::fabs(d - d_exact) + 1e-6f;
+          ASSERT_LE(std::fabs(held - x[dim]), tol) << (keys ? "key" : "value") << " " << dim;
         }
       }
     }
   }
+  EXPECT_EQ(q4_key(cache, 1, 0, 3, pos), 40.0f);  // the extreme itself is exact
+  EXPECT_EQ(q4_key(cache, 1, 0, 7, pos), -35.0f);
   // The other slots of the block were never written and read as zero.
   EXPECT_EQ(cache.keys_q4(0, 1, 0)[pos + 1], 0);
   EXPECT_EQ(cache.key_scales_q4(0, 1, 0)[pos + 1], 0);
