@@ -678,8 +678,9 @@ int32_t Engine::process_output(Active& active, std::span<float> logits) {
   const int32_t token = active.sampler->sample(logits, prompt, output);
   if (token == sampling::Sampler::kNoToken) {  // logit_bias banned what the masks above left
     finish(active, FinishReason::kError,
-           fmt::format("no token can be sampled at output token {}: logit_bias bans every token "
-                       "that the grammar, min_tokens and allowed_token_ids leave",
+           fmt::format("no token can be sampled at output token {}: with logit_bias added, every "
+                       "token that the grammar, min_tokens and allowed_token_ids leave has a "
+                       "logit of -inf (or NaN)",
                        seq.num_generated()));
     return -1;
   }
