@@ -653,9 +653,15 @@ int32_t Engine::process_output(Active& active, std::span<float> logits) {
     for (const int32_t id : tokenizer_->vocab().eog_ids()) never(id);
     for (const int32_t id : seq.request.stop_token_ids) never(id);
   }
-  // allowed_token_ids: every other token out, in one pass beside the sorted list. Where the
-  // grammar or min_tokens has already ruled out every allowed token, nothing may be sampled:
-  // the request ends with an error rather than with a token it forbade.
+  // Where the masks and biases leave no token, the request ends with an error rather than with
+  // a token they forbade.
+  const auto nothing_to_sample = [&](const char* why) {
+    finish(active, FinishReason::kError,
+           fmt::format("no token can be sampled at output token {}: {}", seq.num_generated(), why));
+    return -1;
+  };
+  // allowed_token_ids: every other token out, in one pass beside the sorted list; where the
+  // grammar or min_tokens has already ruled out every allowed token, nothing may be sampled.
   if (const auto& allowed = seq.request.allowed_token_ids; !allowed.empty()) {
     auto next = allowed.begin();
     bool any_left = false;
@@ -667,23 +673,15 @@ int32_t Engine::process_output(Active& active, std::span<float> logits) {
         logits[id] = -std::numeric_limits<float>::infinity();
       }
     }
-    if (!any_left) {
-      finish(active, FinishReason::kError,
-             fmt::format("no token can be sampled at output token {}: the grammar or "
-                         "min_tokens rules out every one of allowed_token_ids",
-                         seq.num_generated()));
-      return -1;
-    }
+    if (!any_left)
+      return nothing_to_sample(
+          "the grammar or min_tokens rules out every one of allowed_token_ids");
   }
   const int32_t token = active.sampler->sample(logits, prompt, output);
-  if (token == sampling::Sampler::kNoToken) {  // logit_bias banned what the masks above left
-    finish(active, FinishReason::kError,
-           fmt::format("no token can be sampled at output token {}: with logit_bias added, every "
-                       "token that the grammar, min_tokens and allowed_token_ids leave has a "
-                       "logit of -inf (or NaN)",
-                       seq.num_generated()));
-    return -1;
-  }
+  if (token == sampling::Sampler::kNoToken)  // logit_bias banned what the masks above left
+    return nothing_to_sample(
+        "with logit_bias added, every token that the grammar, min_tokens and allowed_token_ids "
+        "leave has a logit of -inf (or NaN)");
   ++generated_tokens_;
   const auto now = Clock::now();
   if (seq.num_generated() == 0) active.first_token = now;

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <limits>
 
+#include "kernels/ref/quant_ref.h"
 #include "kernels/x86_avx2/exp_avx2.h"
 #include "kernels/x86_avx2/reduce_avx2.h"
 
@@ -57,11 +58,7 @@ void swiglu_oai(float* g, const float* u, int64_t n, float alpha, float limit) {
     _mm256_storeu_ps(g + i,
                      _mm256_mul_ps(_mm256_div_ps(x, _mm256_add_ps(one, e)), _mm256_add_ps(y, one)));
   }
-  for (; i < n; ++i) {
-    const float x = g[i] < limit || g[i] != g[i] ? g[i] : limit;
-    const float y = u[i] < -limit ? -limit : (u[i] > limit ? limit : u[i]);
-    g[i] = x / (1.0f + std::exp(alpha * -x)) * (y + 1.0f);
-  }
+  ref::swiglu_oai(g + i, u + i, n - i, alpha, limit);  // the last n % 8
 }
 
 void softcap(float* x, int64_t n, float in_scale, float cap) {
