@@ -1,6 +1,7 @@
 #include "dist/communicator.h"
 
 #include <algorithm>
+#include <array>
 #include <barrier>
 #include <condition_variable>
 #include <cstdlib>
@@ -33,6 +34,10 @@ class Alone final : public Communicator {
   void send(int to, const float*, int64_t) override { fail("no rank {} to send to: one rank alone", to); }
   void recv(int from, float*, int64_t) override { fail("no rank {} to receive from: one rank alone", from); }
   void wait_sends() override {}
+  int64_t recv_later(int from, float*, int64_t) override {
+    fail("no rank {} to receive from: one rank alone", from);
+  }
+  void wait_recv(int64_t) override { fail("no receive to wait for: one rank alone"); }
 };
 
 #ifdef INFERD_MPI
@@ -52,6 +57,7 @@ class Mpi final : public Communicator {
     MPI_Comm_size(MPI_COMM_WORLD, &size_);
     requests_.reserve(1024);
     send_times_.resize(1024);
+    for (Outgoing& out : outgoing_) out.requests.assign(static_cast<size_t>(std::max(0, size_ - 1)), MPI_REQUEST_NULL);
     if (const char* us = std::getenv("INFERD_EMULATED_LINK_LATENCY_US")) {
       latency_ = std::chrono::microseconds(std::strtoll(us, nullptr, 10));
       if (latency_.count() <= 0) fail("INFERD_EMULATED_LINK_LATENCY_US={}: not a positive count", us);
@@ -77,15 +83,43 @@ class Mpi final : public Communicator {
     }
     count_sent(n * static_cast<int64_t>(sizeof(float)) * (size_ - 1));
   }
+  ~Mpi() override {
+    for (Outgoing& out : outgoing_) wait_all(out.requests);
+    wait_sends();
+  }
+  // Rank 0 sends a copy to each rank (MPI_Isend: MPI_Bcast could hold rank 0 until a rank that
+  // is still computing the batch before comes to it); each message leads with its send time.
+  // The others take it whatever its size (MPI_Probe). Messages from rank 0 arrive in the order
+  // sent, so every rank follows rank 0's in that order.
   void broadcast(std::vector<uint8_t>& bytes) override {
     const Timed timed(*this);
-    uint64_t n = bytes.size();
-    check(MPI_Bcast(&n, 1, MPI_UINT64_T, 0, MPI_COMM_WORLD), "MPI_Bcast");
-    bytes.resize(n);
-    check(MPI_Bcast(bytes.data(), count(static_cast<int64_t>(n)), MPI_BYTE, 0, MPI_COMM_WORLD),
-          "MPI_Bcast");
-    delay_after_collective();
-    if (rank_ == 0) count_sent(static_cast<int64_t>(n) * (size_ - 1));
+    if (rank_ == 0) {
+      Outgoing& out = outgoing_[next_outgoing_++ % outgoing_.size()];
+      wait_all(out.requests);  // (sent kOutgoing broadcasts ago: long delivered)
+      out.bytes.resize(kSendTimeBytes + bytes.size());  // (capacity kept: no allocation per step)
+      const int64_t now = std::chrono::steady_clock::now().time_since_epoch().count();
+      std::memcpy(out.bytes.data(), &now, kSendTimeBytes);
+      if (!bytes.empty()) std::memcpy(out.bytes.data() + kSendTimeBytes, bytes.data(), bytes.size());
+      for (int r = 1; r < size_; ++r)
+        check(MPI_Isend(out.bytes.data(), count(std::ssize(out.bytes)), MPI_BYTE, r, kBroadcastTag,
+                        MPI_COMM_WORLD, &out.requests[static_cast<size_t>(r - 1)]),
+              "MPI_Isend");
+      count_sent(std::ssize(bytes) * (size_ - 1));
+      return;
+    }
+    MPI_Status status;
+    check(MPI_Probe(0, kBroadcastTag, MPI_COMM_WORLD, &status), "MPI_Probe");
+    int n = 0;
+    check(MPI_Get_count(&status, MPI_BYTE, &n), "MPI_Get_count");
+    if (n < kSendTimeBytes) fail("MPI: a message from rank 0 of {} bytes", n);
+    incoming_.resize(static_cast<size_t>(n));
+    check(MPI_Recv(incoming_.data(), n, MPI_BYTE, 0, kBroadcastTag, MPI_COMM_WORLD,
+                   MPI_STATUS_IGNORE),
+          "MPI_Recv");
+    int64_t sent = 0;
+    std::memcpy(&sent, incoming_.data(), kSendTimeBytes);
+    bytes.assign(incoming_.begin() + kSendTimeBytes, incoming_.end());
+    arrive_after(sent);
   }
   void gather(const float* send, float* recv, std::span<const int64_t> counts) override {
     const Timed timed(*this);
@@ -125,11 +159,31 @@ class Mpi final : public Communicator {
       int64_t sent = 0;
       check(MPI_Recv(&sent, 1, MPI_INT64_T, from, kSendTimeTag, MPI_COMM_WORLD, MPI_STATUS_IGNORE),
             "MPI_Recv");
-      // (steady_clock is the machine's monotonic clock: the same in every namespace of it)
-      std::this_thread::sleep_until(std::chrono::steady_clock::time_point(
-                                        std::chrono::steady_clock::duration(sent)) +
-                                    latency_);
+      arrive_after(sent);
     }
+  }
+  int64_t recv_later(int from, float* data, int64_t n) override {
+    const int64_t ticket = next_ticket_++;
+    PendingRecv& p = pending_[static_cast<size_t>(ticket % kMaxPendingRecvs)];
+    if (p.posted) fail("MPI: more than {} receives pending", kMaxPendingRecvs);
+    p.posted = true;
+    check(MPI_Irecv(data, count(n), MPI_FLOAT, from, kPointToPointTag, MPI_COMM_WORLD, &p.data),
+          "MPI_Irecv");
+    if (latency_.count() > 0)
+      check(MPI_Irecv(&p.sent, 1, MPI_INT64_T, from, kSendTimeTag, MPI_COMM_WORLD, &p.time),
+            "MPI_Irecv");
+    return ticket;
+  }
+  void wait_recv(int64_t ticket) override {
+    const Timed timed(*this);
+    PendingRecv& p = pending_[static_cast<size_t>(ticket % kMaxPendingRecvs)];
+    if (ticket < 0 || ticket >= next_ticket_ || !p.posted) fail("MPI: no receive {} pending", ticket);
+    check(MPI_Wait(&p.data, MPI_STATUS_IGNORE), "MPI_Wait");
+    if (latency_.count() > 0) {
+      check(MPI_Wait(&p.time, MPI_STATUS_IGNORE), "MPI_Wait");
+      arrive_after(p.sent);
+    }
+    p.posted = false;
   }
   void wait_sends() override {
     if (requests_.empty()) return;
@@ -140,10 +194,38 @@ class Mpi final : public Communicator {
   }
 
  private:
-  static constexpr int kPointToPointTag = 1, kSendTimeTag = 2;
+  static constexpr int kPointToPointTag = 1, kSendTimeTag = 2, kBroadcastTag = 3;
+  static constexpr int kSendTimeBytes = sizeof(int64_t);
   void delay_after_collective() const {
     if (latency_.count() > 0) std::this_thread::sleep_for(latency_);
   }
+  // Emulated latency: returns at `sent` (a steady_clock count: the machine's monotonic clock, the
+  // same in every namespace of it) plus the latency.
+  void arrive_after(int64_t sent) const {
+    if (latency_.count() <= 0) return;
+    std::this_thread::sleep_until(
+        std::chrono::steady_clock::time_point(std::chrono::steady_clock::duration(sent)) + latency_);
+  }
+  static void wait_all(std::vector<MPI_Request>& requests) {
+    check(MPI_Waitall(static_cast<int>(requests.size()), requests.data(), MPI_STATUSES_IGNORE),
+          "MPI_Waitall");
+  }
+  // Rank 0's broadcasts still on their way: a ring, each entry its copy of the message and a send
+  // to every other rank.
+  struct Outgoing {
+    std::vector<uint8_t> bytes;
+    std::vector<MPI_Request> requests;  // [size - 1]
+  };
+  std::array<Outgoing, 8> outgoing_;
+  size_t next_outgoing_ = 0;
+  std::vector<uint8_t> incoming_;  // a broadcast as received, with its send time
+  struct PendingRecv {
+    bool posted = false;
+    MPI_Request data = MPI_REQUEST_NULL, time = MPI_REQUEST_NULL;
+    int64_t sent = 0;
+  };
+  std::array<PendingRecv, kMaxPendingRecvs> pending_;  // recv_later's, by ticket
+  int64_t next_ticket_ = 0;
   static int count(int64_t n) {
     if (n > INT32_MAX) fail("MPI: a message of {} elements is too large", n);
     return static_cast<int>(n);
@@ -175,6 +257,7 @@ struct Mailbox {
   std::mutex mutex;
   std::condition_variable arrived;
   std::deque<std::vector<float>> messages;
+  std::deque<std::vector<uint8_t>> broadcasts;  // (from rank 0 only) in the order sent
 };
 
 // The shared side of a ThreadGroup: each rank's posted buffer, a barrier between phases, and a
@@ -206,11 +289,25 @@ class ThreadRank final : public Communicator {
     std::copy(sum_.begin(), sum_.end(), data);
     count_sent(n * static_cast<int64_t>(sizeof(float)) * (size_ - 1));
   }
+  // As over MPI, rank 0 leaves a copy for each rank and goes on.
   void broadcast(std::vector<uint8_t>& bytes) override {
-    post(&bytes);
-    if (rank_ != 0) bytes = *static_cast<const std::vector<uint8_t>*>(shared_->posted[0]);
-    shared_->barrier.arrive_and_wait();
-    if (rank_ == 0) count_sent(static_cast<int64_t>(bytes.size()) * (size_ - 1));
+    if (rank_ == 0) {
+      for (int r = 1; r < size_; ++r) {
+        Mailbox& box = mailbox(0, r);
+        {
+          const std::lock_guard lock(box.mutex);
+          box.broadcasts.push_back(bytes);
+        }
+        box.arrived.notify_all();
+      }
+      count_sent(static_cast<int64_t>(bytes.size()) * (size_ - 1));
+      return;
+    }
+    Mailbox& box = mailbox(0, rank_);
+    std::unique_lock lock(box.mutex);
+    box.arrived.wait(lock, [&] { return !box.broadcasts.empty(); });
+    bytes = std::move(box.broadcasts.front());
+    box.broadcasts.pop_front();
   }
   void gather(const float* send, float* recv, std::span<const int64_t> counts) override {
     post(send);
@@ -232,7 +329,7 @@ class ThreadRank final : public Communicator {
       const std::lock_guard lock(box.mutex);
       box.messages.emplace_back(data, data + n);
     }
-    box.arrived.notify_one();
+    box.arrived.notify_all();
     count_sent(n * static_cast<int64_t>(sizeof(float)));
   }
   void recv(int from, float* data, int64_t n) override {
@@ -247,8 +344,30 @@ class ThreadRank final : public Communicator {
     std::copy(message.begin(), message.end(), data);
   }
   void wait_sends() override {}
+  // Taken from the mailbox when waited for, in the order posted (as MPI matches them).
+  int64_t recv_later(int from, float* data, int64_t n) override {
+    if (std::ssize(later_) >= kMaxPendingRecvs) fail("more than {} receives pending", kMaxPendingRecvs);
+    later_.push_back({from, data, n});
+    return next_ticket_++;
+  }
+  void wait_recv(int64_t ticket) override {
+    if (ticket < 0 || ticket >= next_ticket_) fail("no receive {} pending", ticket);
+    while (first_ticket_ <= ticket) {
+      const Later r = later_.front();
+      later_.pop_front();
+      ++first_ticket_;
+      recv(r.from, r.data, r.n);
+    }
+  }
 
  private:
+  struct Later {
+    int from;
+    float* data;
+    int64_t n;
+  };
+  std::deque<Later> later_;  // tickets [first_ticket_, next_ticket_)
+  int64_t first_ticket_ = 0, next_ticket_ = 0;
   Mailbox& mailbox(int from, int to) {
     if (from < 0 || from >= size_ || to < 0 || to >= size_ || from == to)
       fail("no message between ranks {} and {} of {}", from, to, size_);

@@ -23,7 +23,9 @@ class Communicator {
   virtual int size() const = 0;
   // data [n] becomes the element-wise sum of every rank's data.
   virtual void allreduce_sum(float* data, int64_t n) = 0;
-  // Rank 0's bytes to every rank: the others' `bytes` become a copy of them.
+  // Rank 0's bytes to every rank: the others' `bytes` become a copy of them. Rank 0 returns once
+  // they are on their way (copied), not when the others have them: a pipeline's rank 0 tells the
+  // others of its next batch while they still run the one before (several steps in flight).
   virtual void broadcast(std::vector<uint8_t>& bytes) = 0;
   // Rank r's counts[r] floats of `send`, one rank after the other, into `recv` on rank 0
   // (sum of counts floats; the others pass nullptr).
@@ -36,6 +38,13 @@ class Communicator {
   virtual void recv(int from, float* data, int64_t n) = 0;
   // Returns once every send so far is done with its data.
   virtual void wait_sends() = 0;
+  // A receive of n floats from rank `from` into `data`, posted now and completed by
+  // wait_recv(ticket), in the order posted: a pipeline's rank 0 posts the receive of a batch's
+  // final rows when it hands the batch on, so that the last rank's send of them has a place to
+  // go whatever rank 0 does meanwhile. At most kMaxPendingRecvs at once.
+  static constexpr int kMaxPendingRecvs = 256;
+  virtual int64_t recv_later(int from, float* data, int64_t n) = 0;
+  virtual void wait_recv(int64_t ticket) = 0;
   // Bytes this rank has sent so far (each collective counted as its payload once per other rank
   // it reaches: what a ring or tree moves is about that), and the seconds it spent in
   // collectives (waiting for the others included). Read from any thread (metrics).

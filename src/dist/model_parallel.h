@@ -17,6 +17,8 @@
 // norm and the vocabulary projection. A step's tokens are cut into micro-batches that follow
 // one another through the ranks, so that rank r works on micro-batch m + 1 while rank r + 1
 // works on m; the last rank hands the final hidden states of the logit rows back to rank 0.
+// Several steps may be in flight (Model::launch_forward): rank 0 sends the next step's batch
+// while the other ranks still run the one before, and they follow its messages in order.
 #pragma once
 
 #include <cstdint>

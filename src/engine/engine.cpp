@@ -221,6 +221,22 @@ Engine::Engine(const gguf::GgufFile& file, const EngineConfig& config)
   }
   if (config.spec.enabled() && config.spec.method == SpecMethod::kEagle3) load_eagle3_head();
   scheduled_.reserve(static_cast<size_t>(config.max_seqs));
+  // Pipeline parallelism: a flight for each step in flight, each runner its own pipeline slot.
+  // Speculative decoding drafts from the step just finished and verifies in the next: one at a
+  // time.
+  if (config.steps_in_flight < 0)
+    fail("steps in flight: {} (0: as many as the pipeline has ranks, or a count)", config.steps_in_flight);
+  const int depth = config.steps_in_flight > 0
+                        ? std::min(config.steps_in_flight, model_->pipeline_depth())
+                        : model_->pipeline_depth();
+  if (depth > 1 && !config.spec.enabled() && !model_->config().mtp) {
+    flights_.resize(static_cast<size_t>(depth));
+    for (Flight& f : flights_) {
+      f.runner = std::make_unique<ModelRunner>(*model_, *cache_, *pool_, config.max_batched_tokens,
+                                               config.max_seqs);
+      f.scheduled.reserve(static_cast<size_t>(config.max_seqs));
+    }
+  }
   grammar_fills_.reserve(static_cast<size_t>(config.max_seqs));
   grammar_fill_rows_.reserve(static_cast<size_t>(config.max_seqs));
   const bool spare_cpu = static_cast<int>(allowed_cpus().size()) > config.threads;
@@ -281,7 +297,17 @@ void Engine::check_beam_request(const Request& request) const {
   }
 }
 
-Engine::~Engine() = default;
+Engine::~Engine() {
+  // Steps still in flight: their results are waited for (the other ranks send them whatever
+  // happens here), and dropped.
+  while (flights_finished_ < flights_launched_) {
+    Flight& f = flights_[static_cast<size_t>(flights_finished_++ % std::ssize(flights_))];
+    try {
+      f.runner->finish();
+    } catch (const std::exception&) {  // (ending anyway)
+    }
+  }
+}
 
 uint64_t Engine::add_request(Request request) {
   const int64_t prompt = static_cast<int64_t>(request.prompt.size());
@@ -422,8 +448,67 @@ std::unique_ptr<Engine::Active> Engine::make_active(Request request) {
 
 void Engine::step() {
   reap_cancelled();
-  scheduler_->schedule(scheduled_);
-  if (scheduled_.empty()) return;
+  if (!flights_.empty()) return step_pipelined();
+  if (launch_step(0, -1)) finish_step();
+}
+
+void Engine::step_pipelined() {
+  const auto depth = static_cast<int64_t>(flights_.size());
+  const auto swap = [&](Flight& f) {
+    std::swap(runner_, f.runner);
+    scheduled_.swap(f.scheduled);
+  };
+  bool launched = false;
+  if (flights_launched_ - flights_finished_ < depth) {
+    const auto slot = static_cast<int>(flights_launched_ % depth);
+    Flight& f = flights_[static_cast<size_t>(slot)];
+    // The running sequences shared between the steps in flight, so that each step has some:
+    // a step that took them all would leave the next nothing to run while the ranks work.
+    const auto live = static_cast<int64_t>(scheduler_->num_running() + scheduler_->num_waiting());
+    const auto share = static_cast<int>(std::max<int64_t>(1, (live + depth - 1) / depth));
+    swap(f);
+    try {
+      launched = launch_step(slot, share);
+    } catch (...) {
+      swap(f);
+      throw;
+    }
+    for (const ScheduledSequence& s : scheduled_) s.seq->in_flight = true;
+    swap(f);
+    if (launched) {
+      f.launched = true;
+      ++flights_launched_;
+    }
+  }
+  if (flights_finished_ == flights_launched_) return;
+  if (launched && flights_launched_ - flights_finished_ < depth) return;  // room for another
+  Flight& oldest = flights_[static_cast<size_t>(flights_finished_ % depth)];
+  ++flights_finished_;
+  oldest.launched = false;
+  swap(oldest);
+  for (const ScheduledSequence& s : scheduled_) s.seq->in_flight = false;
+  try {
+    finish_step();
+  } catch (...) {
+    swap(oldest);
+    throw;
+  }
+  swap(oldest);
+}
+
+bool Engine::in_flight(const Active& active) const {
+  if (active.seq.in_flight) return true;
+  if (active.beams) {
+    for (const Sequence* seq : active.beams->seqs) {
+      if (seq->in_flight) return true;
+    }
+  }
+  return false;
+}
+
+bool Engine::launch_step(int slot, int max_seqs) {
+  scheduler_->schedule(scheduled_, max_seqs);
+  if (scheduled_.empty()) return false;
   peak_kv_bytes_ = std::max(peak_kv_bytes_, cache_->used_bytes());
   const auto now = Clock::now();
   for (const ScheduledSequence& s : scheduled_) {
@@ -435,23 +520,37 @@ void Engine::step() {
     }
     active.was_scheduled = true;
   }
-  const auto started = Clock::now();
+  step_started_ = Clock::now();
   checkpoint_recurrent_states();
   // The MTP block's K/V are computed where a draft may follow; under a load at which nobody
   // drafts they are left out (they cost 4% of a step at 16 sequences on a 9B model): a sequence
   // that drafts again later attends over a gap there, which may cost acceptance, never
   // correctness.
   if (mtp_) runner_->set_mtp_catch_up(anyone_may_draft());
-  start_grammar_masks();
+  // The grammar masks are filled while the pass runs; with several steps in flight, while this
+  // step's results are waited for (finish_step), since the steps launched in between have
+  // masks of their own.
+  if (flights_.empty()) start_grammar_masks();
   try {
-    runner_->run(scheduled_);
+    runner_->launch(scheduled_, slot);
+  } catch (...) {
+    if (mask_prefetcher_ && flights_.empty()) mask_prefetcher_->wait();  // it holds matchers of this step
+    throw;
+  }
+  return true;
+}
+
+void Engine::finish_step() {
+  if (!flights_.empty()) start_grammar_masks();
+  try {
+    runner_->finish();
   } catch (...) {
     if (mask_prefetcher_) mask_prefetcher_->wait();  // it holds matchers of this step
     throw;
   }
   finish_grammar_masks();
   if (config_.spec.enabled())
-    record_step_time(std::chrono::duration<double>(Clock::now() - started).count());
+    record_step_time(std::chrono::duration<double>(Clock::now() - step_started_).count());
   if (draft_) catch_up_draft_on_prompts();
   for (size_t i = 0; i < scheduled_.size(); ++i) {
     Sequence& seq = *scheduled_[i].seq;
@@ -814,7 +913,8 @@ void Engine::finish(Active& active, FinishReason reason, std::string error) {
 
 void Engine::reap_cancelled() {
   for (auto& [id, active] : active_) {
-    if (!active->done && active->seq.request.output->cancelled()) {
+    // (A step in flight still has its sequences: they go when it has finished.)
+    if (!active->done && active->seq.request.output->cancelled() && !in_flight(*active)) {
       finish(*active, FinishReason::kCancelled);
     }
   }

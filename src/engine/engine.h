@@ -42,6 +42,10 @@ struct EngineConfig {
   // engine is rank 0's, the others run dist::run_worker): mpirun -n N.
   int tensor_parallel = 1;
   int pipeline_parallel = 1;  // (dist/model_parallel.h; not with tensor_parallel above 1)
+  // Steps in flight at once under pipeline parallelism (vLLM's virtual engines): while the
+  // other ranks run one step, rank 0 starts the next with other sequences. 0: as many as the
+  // pipeline has ranks; 1: one step at a time. Speculative decoding takes one at a time.
+  int steps_in_flight = 0;
   bool expert_parallel = false;  // experts spread whole over the tensor_parallel ranks
   int64_t context = 0;      // tokens per sequence (prompt + output); 0: the model's, capped at 4096
   int64_t max_batched_tokens = 512;
@@ -177,6 +181,15 @@ class Engine {
   bool emit_token(Active& active, int32_t token);
   void finish(Active& active, FinishReason reason, std::string error = {});
   void reap_cancelled();
+  // A step in two halves: launch_step schedules it (at most `max_seqs` sequences; false when
+  // nothing is ready) and starts its forward pass in pipeline slot `slot`; finish_step waits for
+  // its logits and takes its output. Both work on scheduled_ and runner_.
+  bool launch_step(int slot, int max_seqs);
+  void finish_step();
+  // Several steps in flight (steps_in_flight above 1): launches into the next free flight, and
+  // finishes the oldest once every flight is taken or nothing more can start.
+  void step_pipelined();
+  bool in_flight(const Active& active) const;
   // The grammar masks of the sequences that sample this step: collected before the forward pass
   // and filled during it (MaskPrefetcher) or right after it, on every thread.
   void start_grammar_masks();
@@ -193,6 +206,17 @@ class Engine {
   std::unique_ptr<ModelRunner> runner_;
   std::map<uint64_t, std::unique_ptr<Active>> active_;
   std::vector<ScheduledSequence> scheduled_;
+  // Steps in flight (step_pipelined), each with its own runner (its batch's arrays and logits)
+  // and scheduled sequences, swapped with runner_ and scheduled_ while it is launched or
+  // finished; empty: one step at a time. Launched in order and finished in that order.
+  struct Flight {
+    std::unique_ptr<ModelRunner> runner;
+    std::vector<ScheduledSequence> scheduled;
+    bool launched = false;
+  };
+  std::vector<Flight> flights_;
+  int64_t flights_launched_ = 0, flights_finished_ = 0;
+  Clock::time_point step_started_;
   std::vector<uint64_t> finished_ids_;
   std::vector<Active*> beam_steps_;          // beam searches that got logits this step
   std::vector<float> fork_logits_;           // [n_vocab] a choice's copy of the logits it forks at

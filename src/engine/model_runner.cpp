@@ -1,6 +1,7 @@
 #include "engine/model_runner.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "util/error.h"
 
@@ -36,6 +37,12 @@ ModelRunner::ModelRunner(model::Model& model, kv::KvCache& cache, ThreadPool& po
 }
 
 void ModelRunner::run(std::span<const ScheduledSequence> scheduled) {
+  launch(scheduled, 0);
+  finish();
+}
+
+void ModelRunner::launch(std::span<const ScheduledSequence> scheduled, int slot) {
+  if (slot_ >= 0) fail("model runner: a step launched before the last one finished");
   if (scheduled.size() > logit_index_.size())
     fail("model runner: {} sequences in one step", scheduled.size());
   size_t t = 0, entries = 0, rows = 0, hidden = 0;
@@ -122,10 +129,18 @@ void ModelRunner::run(std::span<const ScheduledSequence> scheduled) {
     batch.token_hidden = token_hidden_.data();
     batch.mtp_catch_up = mtp_catch_up_;
   }
-  model_.forward(batch, cache_, logits_.data(), pool_);
+  batch_ = batch;
+  model_.launch_forward(batch_, cache_, logits_.data(), pool_, slot);
+  slot_ = slot;
+}
+
+void ModelRunner::finish() {
+  if (slot_ < 0) fail("model runner: no step to finish");
+  const int slot = std::exchange(slot_, -1);
+  model_.finish_forward(batch_, logits_.data(), pool_, slot);
   if (head_ != nullptr) {
-    head_->encode_features(features_.data(), batch.num_tokens(), token_hidden_.data(), pool_);
-    if (mtp_catch_up_) eagle3_catch_up(batch);
+    head_->encode_features(features_.data(), batch_.num_tokens(), token_hidden_.data(), pool_);
+    if (mtp_catch_up_) eagle3_catch_up(batch_);
   }
 }
 

@@ -26,6 +26,12 @@ class ModelRunner {
   // computed position from the last real token on: row j predicts the token after position
   // num_tokens - 1 - num_draft + j.
   void run(std::span<const ScheduledSequence> scheduled);
+  // run in two halves (Model::launch_forward/finish_forward: pipeline parallelism, several
+  // steps in flight, each with a runner of its own and `slot` its index): launch starts the
+  // step, finish waits for its logits. The scheduled sequences' tokens and block tables stay as
+  // they are in between.
+  void launch(std::span<const ScheduledSequence> scheduled, int slot);
+  void finish();
   bool wants_logits(size_t i) const { return logit_count_[i] > 0; }
   int32_t num_logit_rows(size_t i) const { return logit_count_[i]; }
   std::span<float> logits_for(size_t i, int32_t row = 0);
@@ -56,6 +62,8 @@ class ModelRunner {
  private:
   model::Model& model_;
   kv::KvCache& cache_;
+  model::Batch batch_;  // the step launched last, over the arrays below
+  int slot_ = -1;       // its pipeline slot while it is in flight, else -1
   ThreadPool& pool_;
   int n_vocab_;
   std::vector<int32_t> tokens_;                  // [max_batch_tokens]

@@ -145,14 +145,15 @@ void Scheduler::preempt(Sequence& seq) {
   waiting_.push_front(&seq);
 }
 
-void Scheduler::schedule(std::vector<ScheduledSequence>& out) {
+void Scheduler::schedule(std::vector<ScheduledSequence>& out, int max_seqs) {
   out.clear();
   int64_t budget = config_.max_batched_tokens;
+  const auto cap = static_cast<size_t>(max_seqs < 0 ? config_.max_seqs : std::min(max_seqs, config_.max_seqs));
   // Running sequences first, oldest first; preempt from the newest end when blocks run out.
-  const auto full = [&] { return out.size() >= static_cast<size_t>(config_.max_seqs); };
+  const auto full = [&] { return out.size() >= cap; };
   for (size_t i = 0; i < running_.size() && budget > 0 && !full();) {
     Sequence& seq = *running_[i];
-    const int64_t n = step_tokens(seq, std::min(seq.num_uncomputed(), budget));
+    const int64_t n = seq.in_flight ? 0 : step_tokens(seq, std::min(seq.num_uncomputed(), budget));
     if (n <= 0) {
       ++i;
       continue;
@@ -163,9 +164,12 @@ void Scheduler::schedule(std::vector<ScheduledSequence>& out) {
       ++i;
       continue;
     }
-    // Not enough blocks: free the newest running sequence (possibly this one) and retry.
-    Sequence* victim = running_.back();
-    running_.pop_back();
+    // Not enough blocks: free the newest running sequence not in flight (possibly this one, at
+    // the latest) and retry.
+    const auto newest = std::find_if(running_.rbegin(), running_.rend(),
+                                     [](const Sequence* s) { return !s->in_flight; });
+    Sequence* victim = *newest;
+    running_.erase(std::next(newest).base());
     for (const ScheduledSequence& s : out) {
       if (s.seq == victim) budget += s.num_new_tokens;
     }

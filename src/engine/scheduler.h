@@ -42,7 +42,10 @@ class Scheduler {
   // as long as budget, sequence slots and KV blocks allow. When blocks run out for a running
   // sequence, the newest running sequence is preempted: its blocks are freed and it goes back
   // to the front of the queue to be recomputed later.
-  void schedule(std::vector<ScheduledSequence>& out);
+  // Sequences in flight (Sequence::in_flight) are passed over: neither scheduled nor
+  // preempted. At most `max_seqs` sequences this step (below the config's: several steps in
+  // flight share the running sequences between them).
+  void schedule(std::vector<ScheduledSequence>& out, int max_seqs = -1);
   // Releases a sequence's blocks and forgets it (finished or cancelled).
   void remove(Sequence* seq);
 

@@ -22,6 +22,9 @@ struct Sequence {
   std::vector<int32_t> tokens;  // prompt, then generated tokens; capacity reserved at admission
   int64_t num_prompt_tokens = 0;
   int64_t num_computed = 0;      // tokens whose K/V are in the cache
+  // In a step that has been launched and not finished (several steps in flight: pipeline
+  // parallelism): the scheduler neither schedules it again nor preempts it until then.
+  bool in_flight = false;
   kv::BlockTables block_tables;  // per KV group: block of positions [i * bs, (i + 1) * bs)
   // Hybrid models: the KV cache's recurrent state slot, holding the state after num_computed
   // tokens; -1 while it holds none (waiting, or a model without recurrent layers).

@@ -118,6 +118,9 @@ struct DecoderWorkspace {
   // Pipeline parallelism: what this rank sends, each micro-batch's rows at its tokens' place,
   // [T, n_embd] (rank 0 receives the final rows there too).
   std::span<float> pipeline_out;
+  // Rank 0 of a pipeline: the last rank's final rows of each batch in flight, [depth, max_tokens,
+  // n_embd] (pipeline_back(slot)).
+  std::span<float> pipeline_back;
   std::span<int64_t> slots;  // [kMaxKvGroups, T] each token's KV slot in each group
   kernels::ActivationScratch scratch;
 };
@@ -584,18 +587,13 @@ class Decoder final : public Model {
     const ModelConfig& c = config_;
     const int64_t T = batch.num_tokens();
     if (spec_.eagle3) fail("{}: an EAGLE-3 head runs as a drafter only", c.name);
-    if (T > max_tokens_)
-      fail("batch of {} tokens exceeds the {} the model was sized for", T, max_tokens_);
-    check_batch(batch, c.n_vocab, rope_.full.max_positions());
-    if (dist::Communicator* ranks = followers()) {  // the other ranks run the same batch
-      if (!batch.feature_layers.empty() || batch.token_hidden != nullptr || batch.mtp_catch_up)
-        fail("{}: a model split over ranks gives no hidden states for drafters", c.name);
-      if (pp_ != nullptr && batch.routing_margins != nullptr)
-        fail("{}: a pipeline's ranks report no routing margins", c.name);
-      dist::encode_forward(message_, batch);
-      ranks->broadcast(message_);
+    if (pp_ != nullptr && pipeline_in_flight_ > 0)
+      fail("{}: a forward pass while {} batch(es) are in flight", c.name, pipeline_in_flight_);
+    check_and_tell_followers(batch);
+    if (pp_ != nullptr) {
+      launch_pipeline(batch, cache, pool, 0);
+      return finish_pipeline(batch, logits, pool, 0);
     }
-    if (pp_ != nullptr) return forward_pipeline(batch, cache, logits, pool);
     std::fill(feature_slot_.begin(), feature_slot_.end(), -1);
     for (size_t k = 0; k < batch.feature_layers.size(); ++k) {
       const int l = batch.feature_layers[k];
@@ -640,18 +638,65 @@ class Decoder final : public Model {
     }
   }
 
+  // The checks of a forward pass's batch, then (rank 0 of a split model) the batch to the other
+  // ranks, which run it with this one.
+  void check_and_tell_followers(const Batch& batch) {
+    const ModelConfig& c = config_;
+    const int64_t T = batch.num_tokens();
+    if (T > max_tokens_)
+      fail("batch of {} tokens exceeds the {} the model was sized for", T, max_tokens_);
+    check_batch(batch, c.n_vocab, rope_.full.max_positions());
+    if (dist::Communicator* ranks = followers()) {  // the other ranks run the same batch
+      if (!batch.feature_layers.empty() || batch.token_hidden != nullptr || batch.mtp_catch_up)
+        fail("{}: a model split over ranks gives no hidden states for drafters", c.name);
+      if (pp_ != nullptr && batch.routing_margins != nullptr)
+        fail("{}: a pipeline's ranks report no routing margins", c.name);
+      dist::encode_forward(message_, batch);
+      ranks->broadcast(message_);
+    }
+  }
+
+  int pipeline_depth() const override { return pp_ != nullptr ? pp_->size() : 1; }
+
+  void launch_forward(const Batch& batch, kv::KvCache& cache, float* logits, ThreadPool& pool,
+                      int slot) override {
+    if (pp_ == nullptr) return forward(batch, cache, logits, pool);
+    if (slot < 0 || slot >= pp_->size() || pipeline_slot_busy_[static_cast<size_t>(slot)])
+      fail("{}: pipeline slot {} is not free", config_.name, slot);
+    check_and_tell_followers(batch);
+    launch_pipeline(batch, cache, pool, slot);
+    pipeline_slot_busy_[static_cast<size_t>(slot)] = 1;
+    ++pipeline_in_flight_;
+  }
+
+  void finish_forward(const Batch& batch, float* logits, ThreadPool& pool, int slot) override {
+    if (pp_ == nullptr) return;
+    if (slot < 0 || slot >= pp_->size() || !pipeline_slot_busy_[static_cast<size_t>(slot)])
+      fail("{}: no batch in flight in pipeline slot {}", config_.name, slot);
+    pipeline_slot_busy_[static_cast<size_t>(slot)] = 0;
+    --pipeline_in_flight_;
+    finish_pipeline(batch, logits, pool, slot);
+  }
+
   // Pipeline parallelism (dist/model_parallel.h): the batch's tokens in micro-batches through
   // this rank's layers, each micro-batch received from the rank before (rank 0: embedded here)
   // and sent on to the next, so that the ranks work on different micro-batches at once. The last
   // rank sends the final residual stream of the logit and hidden-state rows to rank 0, which
-  // finishes them as the whole model does. A micro-batch may cut a sequence's tokens: its later
-  // part attends over the K/V (and continues the recurrent state) its earlier part left in this
-  // rank's cache, as chunked prefill does between steps.
-  void forward_pipeline(const Batch& batch, kv::KvCache& cache, float* logits, ThreadPool& pool) {
+  // posts their receive here (into its slot's rows, `pipeline_back`) and finishes them in
+  // finish_pipeline as the whole model does; in between it may launch further batches (several
+  // steps in flight). A micro-batch may cut a sequence's tokens: its later part attends over the
+  // K/V (and continues the recurrent state) its earlier part left in this rank's cache, as
+  // chunked prefill does between steps.
+  void launch_pipeline(const Batch& batch, kv::KvCache& cache, ThreadPool& pool, int slot) {
     const int64_t n = config_.n_embd;
     const int rank = pp_->rank(), last = pp_->size() - 1;
+    // pipeline_out is written again below: the last rank's sends of the batch before (left in
+    // flight so that it goes on to this batch at once) must be done with it.
+    pp_->wait_sends();
     plan_micro_batches(batch.num_tokens());
-    for (const auto& [begin, end] : micro_batches_) {
+    int64_t back = 0;  // rank 0: the final rows posted so far
+    for (size_t m = 0; m < micro_batches_.size(); ++m) {
+      const auto [begin, end] = micro_batches_[m];
       const Batch part = micro_batch(batch, begin, end);
       const int64_t T = end - begin;
       if (rank == 0) {
@@ -680,18 +725,40 @@ class Decoder final : public Model {
       } else if (const int64_t rows = final_rows(batch, begin, end, out, true); rows > 0) {
         pp_->send(0, out, rows * n);
       }
+      if (rank == 0) {  // where the last rank's rows of this micro-batch go
+        const int64_t rows = final_rows(batch, begin, end, nullptr, false);
+        int64_t& ticket = pipeline_tickets_[static_cast<size_t>(slot) * max_micro_batches_ + m];
+        ticket = -1;
+        if (rows == 0) continue;
+        ticket = pp_->recv_later(last, &pipeline_back(slot)[static_cast<size_t>(back * n)], rows * n);
+        back += rows;
+      }
     }
-    pp_->wait_sends();
-    if (rank != 0) return;
-    for (const auto& [begin, end] : micro_batches_) {
-      float* in = &ws_.pipeline_out[static_cast<size_t>(begin * n)];
-      const int64_t rows = final_rows(batch, begin, end, nullptr, false);
-      if (rows == 0) continue;
-      pp_->recv(last, in, rows * n);
-      final_rows(batch, begin, end, in, false);
+  }
+
+  // Rank 0: waits for the final rows of the batch launched in `slot`, puts them into the
+  // residual stream and computes the logits (and hidden states) from them. The other ranks
+  // have nothing to finish.
+  void finish_pipeline(const Batch& batch, float* logits, ThreadPool& pool, int slot) {
+    if (pp_->rank() != 0) return;
+    const int64_t n = config_.n_embd;
+    plan_micro_batches(batch.num_tokens());  // (as at its launch)
+    int64_t back = 0;
+    for (size_t m = 0; m < micro_batches_.size(); ++m) {
+      const int64_t ticket = pipeline_tickets_[static_cast<size_t>(slot) * max_micro_batches_ + m];
+      if (ticket < 0) continue;
+      pp_->wait_recv(ticket);
+      const auto [begin, end] = micro_batches_[m];
+      back += final_rows(batch, begin, end, &pipeline_back(slot)[static_cast<size_t>(back * n)], false);
     }
     if (!batch.hidden_rows.empty()) compute_hidden(batch, pool);
     compute_logits(batch, logits, pool, output_norm_, output_);
+  }
+
+  // Rank 0: the final rows of the batch in pipeline slot `slot`, [max_tokens, n_embd].
+  std::span<float> pipeline_back(int slot) {
+    const auto size = static_cast<size_t>(max_tokens_ * config_.n_embd);
+    return std::span<float>(ws_.pipeline_back).subspan(static_cast<size_t>(slot) * size, size);
   }
 
   // A step's micro-batches (pipeline parallelism): token ranges of about kMicroBatchTokens, at
@@ -964,7 +1031,12 @@ class Decoder final : public Model {
     }
     if (pp_ != nullptr) {
       ws_.pipeline_out = floats(T * c.n_embd);
-      micro_batches_.reserve(static_cast<size_t>(kMicroBatchesPerRank * pp_->size()));
+      const auto depth = static_cast<size_t>(pp_->size());
+      if (pp_->rank() == 0) ws_.pipeline_back = floats(depth * T * c.n_embd);
+      pipeline_slot_busy_.assign(depth, 0);
+      max_micro_batches_ = static_cast<size_t>(kMicroBatchesPerRank * pp_->size());
+      micro_batches_.reserve(max_micro_batches_);
+      pipeline_tickets_.assign(depth * max_micro_batches_, -1);
       micro_entries_.reserve(T);  // (an entry holds a token at least)
     }
     ws_.slots = ws_.memory.allocate_array<int64_t>(kv::kMaxKvGroups * T);
@@ -1566,6 +1638,13 @@ class Decoder final : public Model {
   // [layer_begin_, layer_end_) this one runs, and the running step's micro-batches (token
   // ranges) and the entries of the one in hand.
   dist::Communicator* pp_ = nullptr;
+  // Rank 0 of a pipeline, several batches in flight (launch_forward): each slot's batch's
+  // receive tickets by micro-batch ([depth, max_micro_batches_], -1: no rows), whether
+  // the slot holds a batch, and how many do.
+  std::vector<int64_t> pipeline_tickets_;
+  std::vector<uint8_t> pipeline_slot_busy_;
+  int pipeline_in_flight_ = 0;
+  size_t max_micro_batches_ = 0;  // (plan_micro_batches makes at most this many)
   int layer_begin_ = 0, layer_end_ = 0;
   std::vector<std::pair<int64_t, int64_t>> micro_batches_;
   std::vector<BatchSequence> micro_entries_;

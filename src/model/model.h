@@ -63,6 +63,22 @@ class Model {
   // Runs the batch through the model, writing its K/V into `cache` at the blocks of the
   // sequences' tables, and fills logits: [batch.logit_rows.size(), n_vocab]. Does not allocate.
   virtual void forward(const Batch& batch, kv::KvCache& cache, float* logits, ThreadPool& pool) = 0;
+  // Several batches in flight (pipeline parallelism, vLLM's virtual engines): how many batches
+  // may be launched before the first is finished, 1 for a model that runs in one place. A
+  // pipeline of N ranks takes N: while rank r runs batch b, rank 0 may start b + r.
+  virtual int pipeline_depth() const { return 1; }
+  // forward in two halves, for pipeline_depth() above 1: launch_forward runs this process's part
+  // of the batch and hands it on; finish_forward waits for what the other ranks computed and
+  // fills the logits (as forward does). Batches finish in the order they were launched, each
+  // with its own `slot` in [0, pipeline_depth()) that no other batch in flight uses; between
+  // the two calls the batch's arrays, its sequences' block tables and its hidden buffer stay
+  // as they are, and no other forward runs. Here (depth 1): all of it at launch.
+  virtual void launch_forward(const Batch& batch, kv::KvCache& cache, float* logits,
+                              ThreadPool& pool, int /*slot*/) {
+    forward(batch, cache, logits, pool);
+  }
+  virtual void finish_forward(const Batch& /*batch*/, float* /*logits*/, ThreadPool& /*pool*/,
+                              int /*slot*/) {}
   // Multi-token prediction (ModelConfig::mtp): the file's MTP block over the batch's tokens,
   // each token t paired with hidden_in[t] (the final hidden state, as Batch::token_hidden
   // gives it, of the position before t), writing the block's K/V at the tokens' positions.

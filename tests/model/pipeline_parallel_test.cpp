@@ -9,6 +9,7 @@
 // rank runs the same kernels over the same rows as the whole model, so the two agree to rounding.
 // The bytes the ranks sent are what the split predicts. What the split cannot do is refused by
 // name.
+#include <array>
 #include <cmath>
 #include <filesystem>
 #include <random>
@@ -48,8 +49,42 @@ class Stepper {
   // [rows, n_vocab] of every 8th token and each sequence's last.
   std::vector<float> step(const std::vector<std::vector<int32_t>>& tokens, ThreadPool& pool,
                           int64_t* rows_out) {
+    Step& st = steps_[0];
+    build(st, tokens);
+    model_.forward(st.batch, *cache_, st.logits.data(), pool);
+    *rows_out = static_cast<int64_t>(st.rows.size());
+    return st.logits;
+  }
+  // The same in two halves (Model::launch_forward, finish_forward), the step in pipeline slot
+  // `slot` while others are in flight.
+  void launch(const std::vector<std::vector<int32_t>>& tokens, ThreadPool& pool, int slot) {
+    Step& st = steps_[static_cast<size_t>(slot)];
+    build(st, tokens);
+    model_.launch_forward(st.batch, *cache_, st.logits.data(), pool, slot);
+  }
+  std::vector<float> finish(ThreadPool& pool, int slot, int64_t* rows_out) {
+    Step& st = steps_[static_cast<size_t>(slot)];
+    model_.finish_forward(st.batch, st.logits.data(), pool, slot);
+    *rows_out = static_cast<int64_t>(st.rows.size());
+    return st.logits;
+  }
+
+ private:
+  struct Step {
     std::vector<int32_t> ids, positions, rows;
     std::vector<model::BatchSequence> entries;
+    std::vector<float> logits;
+    model::Batch batch;
+  };
+  void build(Step& st, const std::vector<std::vector<int32_t>>& tokens) {
+    std::vector<int32_t>& ids = st.ids;
+    std::vector<int32_t>& positions = st.positions;
+    std::vector<int32_t>& rows = st.rows;
+    std::vector<model::BatchSequence>& entries = st.entries;
+    ids.clear();
+    positions.clear();
+    rows.clear();
+    entries.clear();
     for (size_t s = 0; s < tokens.size(); ++s) {
       if (tokens[s].empty()) continue;
       const auto begin = static_cast<int64_t>(ids.size());
@@ -62,15 +97,11 @@ class Stepper {
       entries.push_back({begin, static_cast<int64_t>(ids.size()), &tables_[s], slots_[s]});
     }
     const int64_t n_vocab = model_.config().n_vocab;
-    std::vector<float> logits(rows.size() * static_cast<size_t>(n_vocab));
-    model::Batch batch{ids, positions, entries, rows};
-    model_.forward(batch, *cache_, logits.data(), pool);
-    *rows_out = static_cast<int64_t>(rows.size());
-    return logits;
+    st.logits.assign(rows.size() * static_cast<size_t>(n_vocab), 0.0f);
+    st.batch = model::Batch{ids, positions, entries, rows};
   }
-
- private:
   model::Model& model_;
+  std::array<Step, 4> steps_;
   std::unique_ptr<kv::KvCache> cache_;
   std::vector<kv::BlockTables> tables_;
   std::vector<int32_t> slots_;
@@ -169,6 +200,30 @@ TEST_P(PipelineParallelTest, LogitsMatchTheWholeModel) {
     b = theirs.step({second_prompt, {}, {}}, pool, &rows_whole);
     compare(a, b, rows, "second prompt step");
     tokens_sent += 70;
+    rows_sent += rows;
+    // 4. Two steps in flight at once (several steps in flight: the engine's virtual engines):
+    // the first sequence's next token in slot 0, the other two's in slot 1, launched before
+    // the first finishes; each against the whole model's step of the same tokens.
+    const std::vector<std::vector<int32_t>> first = {{next[0][0]}, {}, {}};
+    const std::vector<std::vector<int32_t>> others = {{}, {next[1][0], next[2][0]}, random_tokens(3)};
+    ours.launch(first, pool, 0);
+    ours.launch(others, pool, 1);
+    a = ours.finish(pool, 0, &rows);
+    b = theirs.step(first, pool, &rows_whole);
+    ASSERT_EQ(rows, rows_whole);
+    compare(a, b, rows, "first step in flight");
+    rows_sent += rows;
+    a = ours.finish(pool, 1, &rows);
+    b = theirs.step(others, pool, &rows_whole);
+    ASSERT_EQ(rows, rows_whole);
+    compare(a, b, rows, "second step in flight");
+    tokens_sent += 1 + 2 + 3;
+    rows_sent += rows;
+    // The steps' slots are free again: a whole forward pass runs as before.
+    a = ours.step(first, pool, &rows);
+    b = theirs.step(first, pool, &rows_whole);
+    compare(a, b, rows, "step after the steps in flight");
+    tokens_sent += 1;
     rows_sent += rows;
   } catch (const std::exception& e) {
     ADD_FAILURE() << c.model << ": " << e.what();

@@ -113,6 +113,47 @@ TEST(Scheduler, PreemptsNewestWhenBlocksRunOut) {
   EXPECT_EQ(step[0].num_new_tokens, 9);
 }
 
+// Several steps in flight (pipeline parallelism): a sequence in a launched step is neither
+// scheduled again nor preempted until that step finishes; a step takes at most the share of
+// sequences it is given.
+TEST(Scheduler, PassesOverSequencesInFlight) {
+  kv::KvGroup full(5, 0);  // 20 slots in blocks of 4
+  Scheduler sched({64, 4, 4}, {&full, 1});
+  Sequence a = make_seq(1, 8), b = make_seq(2, 8), c = make_seq(3, 3);
+  sched.add(&a);
+  sched.add(&b);
+  std::vector<ScheduledSequence> first, second;
+  sched.schedule(first, 1);  // a share of one sequence: a alone
+  ASSERT_EQ(first.size(), 1u);
+  EXPECT_EQ(first[0].seq, &a);
+  a.in_flight = true;
+  sched.schedule(second);  // b, not a again
+  ASSERT_EQ(second.size(), 1u);
+  EXPECT_EQ(second[0].seq, &b);
+  EXPECT_EQ(full.pool.num_free(), 1);
+  b.in_flight = true;
+  sched.add(&c);
+  std::vector<ScheduledSequence> third;
+  sched.schedule(third);  // c takes the last block; a and b are in flight
+  ASSERT_EQ(third.size(), 1u);
+  EXPECT_EQ(third[0].seq, &c);
+  complete_step(first);
+  a.in_flight = false;
+  complete_step(third);
+  // a needs a third block and none is free: the newest sequence not in flight (c) goes, not b.
+  sched.schedule(first);
+  ASSERT_EQ(first.size(), 1u);
+  EXPECT_EQ(first[0].seq, &a);
+  EXPECT_EQ(c.num_preemptions, 1);
+  EXPECT_EQ(b.num_preemptions, 0);
+  EXPECT_EQ(b.block_tables[0].size(), 2u);
+  // With a and b both in flight and c waiting for blocks, nothing runs.
+  a.in_flight = true;
+  std::vector<ScheduledSequence> none;
+  sched.schedule(none);
+  EXPECT_TRUE(none.empty());
+}
+
 TEST(Scheduler, RemoveWhileWaitingFreesNothingTwice) {
   kv::KvGroup full(8, 0);
   Scheduler sched({4, 1, 4}, {&full, 1});
