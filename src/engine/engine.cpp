@@ -134,9 +134,16 @@ Engine::Engine(const gguf::GgufFile& file, const EngineConfig& config)
   options.max_context = config_.context;
   options.device = config.device;
   options.mtp = config.spec.enabled() && config.spec.method == SpecMethod::kMtp;
-  const dist::ParallelWorld world =
-      dist::apply_parallel_world(options, config.tensor_parallel, config.pipeline_parallel,
-                                 config.expert_parallel, "run|chat|serve");
+  dist::ParallelWorld world;
+  if (config.pipeline_ranks != nullptr) {  // (tests)
+    if (config.pipeline_ranks->size() != config.pipeline_parallel)
+      fail("--pipeline-parallel {} over {} ranks", config.pipeline_parallel,
+           config.pipeline_ranks->size());
+    world.pipeline = options.pp = config.pipeline_ranks;
+  } else {
+    world = dist::apply_parallel_world(options, config.tensor_parallel, config.pipeline_parallel,
+                                       config.expert_parallel, "run|chat|serve");
+  }
   if (options.mtp && config.device != model::Device::kCpu)
     fail("--spec mtp runs on the CPU executor only");
   if (config.spec.enabled() && config.spec.method == SpecMethod::kEagle3 &&
@@ -477,6 +484,7 @@ void Engine::step_pipelined() {
     swap(f);
     if (launched) {
       f.launched = true;
+      if (flights_launched_ > flights_finished_) ++overlapped_steps_;
       ++flights_launched_;
     }
   }

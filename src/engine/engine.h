@@ -46,6 +46,9 @@ struct EngineConfig {
   // other ranks run one step, rank 0 starts the next with other sequences. 0: as many as the
   // pipeline has ranks; 1: one step at a time. Speculative decoding takes one at a time.
   int steps_in_flight = 0;
+  // Tests: rank 0's communicator of a pipeline whose ranks are threads of this process
+  // (dist::ThreadGroup, the others in dist::run_worker) instead of the process's MPI world.
+  dist::Communicator* pipeline_ranks = nullptr;
   bool expert_parallel = false;  // experts spread whole over the tensor_parallel ranks
   int64_t context = 0;      // tokens per sequence (prompt + output); 0: the model's, capped at 4096
   int64_t max_batched_tokens = 512;
@@ -104,6 +107,8 @@ class Engine {
   // Tokens run through the model (prompts and generated tokens alike) and tokens sampled, since
   // start-up.
   int64_t computed_tokens() const { return computed_tokens_; }
+  // Steps launched while another was in flight (several steps in flight), since start-up.
+  int64_t overlapped_steps() const { return overlapped_steps_; }
   int64_t generated_tokens() const { return generated_tokens_; }
   // Prompt tokens looked up in the prefix cache and found there (zeros when it is off).
   kv::PrefixCacheStats prefix_cache_stats() const {
@@ -215,7 +220,7 @@ class Engine {
     bool launched = false;
   };
   std::vector<Flight> flights_;
-  int64_t flights_launched_ = 0, flights_finished_ = 0;
+  int64_t flights_launched_ = 0, flights_finished_ = 0, overlapped_steps_ = 0;
   Clock::time_point step_started_;
   std::vector<uint64_t> finished_ids_;
   std::vector<Active*> beam_steps_;          // beam searches that got logits this step

@@ -1,0 +1,141 @@
+// Several steps in flight under pipeline parallelism (Engine::step_pipelined, vLLM's virtual
+// engines), on the tiny random model split over 2 ranks that are threads of this process
+// (dist::ThreadGroup; rank 1 in dist::run_worker as under mpirun): requests sampled with seeds
+// give the tokens one process gives, while steps really overlap (a step launched before the one
+// before it finished); a request cancelled while its step is in flight ends cancelled and the
+// others are unchanged; one step at a time (steps_in_flight 1) overlaps none.
+#include <unistd.h>
+
+#include <cstdio>
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "dist/communicator.h"
+#include "dist/model_parallel.h"
+#include "engine/engine.h"
+#include "tiny_engine.h"
+
+namespace inferd::engine {
+namespace {
+
+// Rank 1 of a 2-rank pipeline as a thread; released (and joined) when this goes.
+class Rank1 {
+ public:
+  Rank1() : ranks_(dist::ThreadGroup::make(2)), thread_([this] { dist::run_worker(*ranks_[1]); }) {}
+  ~Rank1() {
+    dist::release_workers(*ranks_[0]);
+    thread_.join();
+  }
+  dist::Communicator* rank0() { return ranks_[0].get(); }
+
+ private:
+  std::vector<std::unique_ptr<dist::Communicator>> ranks_;
+  std::thread thread_;
+};
+
+class EnginePipelineTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    testing::TinyLlamaSpec spec;
+    spec.n_layers = 4;
+    spec.n_vocab = 24;
+    spec.with_tokenizer = true;
+    spec.seed = 11;
+    path_ = std::filesystem::temp_directory_path() /
+            ("inferd-engine-pipeline-" + std::to_string(::getpid()) + ".gguf");
+    const std::vector<uint8_t> bytes = testing::make_tiny_llama(spec);
+    std::ofstream(path_, std::ios::binary)
+        .write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+    file_ = std::make_unique<gguf::GgufFile>(gguf::GgufFile::open(path_.string()));
+  }
+  void TearDown() override {
+    file_.reset();
+    std::filesystem::remove(path_);
+  }
+  static EngineConfig config(dist::Communicator* pipeline, int steps_in_flight = 0) {
+    EngineConfig c;
+    c.threads = 1;
+    c.pin_threads = false;
+    c.context = 128;
+    c.max_seqs = 8;
+    c.max_batched_tokens = 64;
+    if (pipeline != nullptr) {
+      c.pipeline_parallel = 2;
+      c.pipeline_ranks = pipeline;
+      c.steps_in_flight = steps_in_flight;
+    }
+    return c;
+  }
+  // Six requests of different prompt lengths, each sampled with its own seed; the i-th is
+  // cancelled after `cancel_after` polls when i == cancelled.
+  static std::vector<std::shared_ptr<Collect>> run(Engine& engine, int cancelled = -1,
+                                                   int cancel_after = -1) {
+    std::vector<std::shared_ptr<Collect>> outs;
+    for (int i = 0; i < 6; ++i) {
+      std::vector<int32_t> prompt{1};  // BOS, then a walk over the ordinary tokens
+      for (int k = 1; k < 3 + 5 * i; ++k) prompt.push_back(3 + (k * 7 + i) % 21);
+      Request r = seeded_request(std::move(prompt), 10 + i, 100 + static_cast<uint64_t>(i));
+      r.logprobs = 0;  // (each token to on_token)
+      auto out = std::make_shared<Collect>(i == cancelled ? cancel_after : -1);
+      r.output = out;
+      outs.push_back(out);
+      engine.add_request(std::move(r));
+    }
+    engine.run_until_idle();
+    return outs;
+  }
+  std::filesystem::path path_;
+  std::unique_ptr<gguf::GgufFile> file_;
+};
+
+TEST_F(EnginePipelineTest, StepsInFlightGiveOneProcesssTokens) {
+  Engine one(*file_, config(nullptr));
+  const auto expected = run(one);
+  Rank1 rank1;
+  {
+    Engine split(*file_, config(rank1.rank0()));
+    const auto got = run(split);
+    for (size_t i = 0; i < got.size(); ++i) {
+      ASSERT_EQ(expected[i]->tokens_.size(), static_cast<size_t>(10 + i));
+      EXPECT_EQ(got[i]->tokens_, expected[i]->tokens_) << "request " << i;
+      EXPECT_EQ(got[i]->result_.finish_reason, FinishReason::kLength) << "request " << i;
+    }
+    // Six sequences in two steps of three that follow each other through the ranks.
+    EXPECT_GT(split.overlapped_steps(), 10) << "steps did not overlap";
+    // And the engine goes on after the pipeline drained.
+    const auto again = run(split);
+    for (size_t i = 0; i < again.size(); ++i) EXPECT_EQ(again[i]->tokens_, expected[i]->tokens_);
+  }
+  {
+    Engine serial(*file_, config(rank1.rank0(), 1));
+    const auto got = run(serial);
+    for (size_t i = 0; i < got.size(); ++i) EXPECT_EQ(got[i]->tokens_, expected[i]->tokens_);
+    EXPECT_EQ(serial.overlapped_steps(), 0);
+  }
+}
+
+TEST_F(EnginePipelineTest, CancelledWhileInFlightLeavesTheOthers) {
+  Engine one(*file_, config(nullptr));
+  const auto expected = run(one);
+  Rank1 rank1;
+  Engine split(*file_, config(rank1.rank0()));
+  const auto got = run(split, /*cancelled=*/2, /*cancel_after=*/5);
+  EXPECT_EQ(got[2]->result_.finish_reason, FinishReason::kCancelled);
+  ASSERT_LT(got[2]->tokens_.size(), expected[2]->tokens_.size());
+  EXPECT_TRUE(std::equal(got[2]->tokens_.begin(), got[2]->tokens_.end(), expected[2]->tokens_.begin()));
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (i == 2) continue;
+    EXPECT_EQ(got[i]->tokens_, expected[i]->tokens_) << "request " << i;
+  }
+  EXPECT_TRUE(split.idle());
+  EXPECT_EQ(split.kv_cache().used_bytes(), 0) << "blocks left held";
+}
+
+}  // namespace
+}  // namespace inferd::engine
