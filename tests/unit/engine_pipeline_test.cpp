@@ -137,5 +137,57 @@ TEST_F(EnginePipelineTest, CancelledWhileInFlightLeavesTheOthers) {
   EXPECT_EQ(split.kv_cache().used_bytes(), 0) << "blocks left held";
 }
 
+// Sequences that fork run in steps in flight as in one step at a time: a beam search of width
+// 3 (whose beams the steps' shares may part, each beam reporting in its own step) and 3 sampled
+// choices of one prompt, beside two plain requests, all at once.
+TEST_F(EnginePipelineTest, BeamsAndChoicesInStepsInFlight) {
+  const auto submit = [](Engine& engine) {
+    std::vector<std::shared_ptr<Collect>> outs;
+    Request beams;
+    beams.prompt = {1, 5, 9, 13, 4};
+    beams.max_tokens = 8;
+    beams.beam_width = 3;
+    beams.beam_results = 2;
+    outs.push_back(std::make_shared<Collect>());
+    beams.output = outs.back();
+    engine.add_request(std::move(beams));
+    Request choices = seeded_request({1, 7, 3, 3, 8, 12}, 9, 42);
+    for (int i = 0; i < 3; ++i) {
+      outs.push_back(std::make_shared<Collect>());
+      if (i == 0) {
+        choices.output = outs.back();
+      } else {
+        choices.more_outputs.push_back(outs.back());
+      }
+    }
+    engine.add_request(std::move(choices));
+    for (int i = 0; i < 2; ++i) {
+      Request r = seeded_request({1, 20, 6, static_cast<int32_t>(10 + i)}, 7 + i, 7 + static_cast<uint64_t>(i));
+      outs.push_back(std::make_shared<Collect>());
+      r.output = outs.back();
+      engine.add_request(std::move(r));
+    }
+    engine.run_until_idle();
+    return outs;
+  };
+  Engine one(*file_, config(nullptr));
+  const auto expected = submit(one);
+  Rank1 rank1;
+  Engine split(*file_, config(rank1.rank0()));
+  const auto got = submit(split);
+  ASSERT_EQ(got[0]->result_.beams.size(), 2u);
+  ASSERT_EQ(expected[0]->result_.beams.size(), 2u);
+  for (size_t b = 0; b < 2; ++b) {
+    EXPECT_EQ(got[0]->result_.beams[b].tokens, expected[0]->result_.beams[b].tokens) << "beam " << b;
+    EXPECT_DOUBLE_EQ(got[0]->result_.beams[b].cum_logprob, expected[0]->result_.beams[b].cum_logprob);
+  }
+  for (size_t i = 1; i < got.size(); ++i) {
+    EXPECT_FALSE(expected[i]->result_.output_tokens.empty()) << "output " << i;
+    EXPECT_EQ(got[i]->result_.output_tokens, expected[i]->result_.output_tokens) << "output " << i;
+  }
+  EXPECT_NE(expected[1]->result_.output_tokens, expected[2]->result_.output_tokens);  // (seeds)
+  EXPECT_GT(split.overlapped_steps(), 0);
+}
+
 }  // namespace
 }  // namespace inferd::engine

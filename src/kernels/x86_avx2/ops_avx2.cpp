@@ -23,7 +23,7 @@ void silu_mul(float* a, const float* b, int64_t n) {
     const __m256 silu = _mm256_div_ps(x, _mm256_add_ps(one, e));
     _mm256_storeu_ps(a + i, _mm256_mul_ps(silu, _mm256_loadu_ps(b + i)));
   }
-  for (; i < n; ++i) a[i] = a[i] / (1.0f + std::exp(-a[i])) * b[i];
+  ref::silu_mul(a + i, b + i, n - i);  // the last n % 8
 }
 
 void gelu_mul(float* a, const float* b, int64_t n) {
@@ -40,10 +40,7 @@ void gelu_mul(float* a, const float* b, int64_t n) {
     const __m256 gelu = _mm256_div_ps(x, _mm256_add_ps(one, exp8(minus_2u)));
     _mm256_storeu_ps(a + i, _mm256_mul_ps(gelu, _mm256_loadu_ps(b + i)));
   }
-  for (; i < n; ++i) {
-    const float x = a[i];
-    a[i] = x / (1.0f + std::exp(x * (kMinus2C + kMinus2CK * x * x))) * b[i];
-  }
+  ref::gelu_mul(a + i, b + i, n - i);  // the last n % 8
 }
 
 void swiglu_oai(float* g, const float* u, int64_t n, float alpha, float limit) {
