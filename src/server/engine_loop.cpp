@@ -84,6 +84,7 @@ void EngineLoop::publish_gauges() {
   metrics_.kv_bytes_peak.store(engine_.peak_kv_bytes());
   const kv::PrefixCacheStats prefix = engine_.prefix_cache_stats();
   metrics_.prefix_queries.store(prefix.queried_tokens);
+  metrics_.overlapped_steps.store(engine_.overlapped_steps());
   metrics_.prefix_hits.store(prefix.hit_tokens);
   const engine::SpecDecodeStats& spec = engine_.spec_decode_stats();
   metrics_.spec_drafts.store(spec.num_drafts);

@@ -125,6 +125,10 @@ std::string ServerMetrics::render() const {
           "Seconds rank 0 spent communicating with the other ranks (waiting for their compute "
           "included: a pipeline's last rank's results).",
           world.comm_seconds());
+    counter("inferd:pipeline_overlapped_steps_total",
+            "Steps rank 0 launched while another step was still in flight (pipeline "
+            "parallelism, --steps-in-flight).",
+            overlapped_steps.load());
   }
   counter("vllm:prefix_cache_hits", "Prompt tokens found in the prefix cache.", prefix_hits.load());
   if (spec_positions > 0) {

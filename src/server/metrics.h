@@ -45,6 +45,8 @@ class ServerMetrics {
   std::atomic<int64_t> kv_bytes_used{0}, kv_bytes_total{0}, kv_bytes_peak{0};
   // Prefix cache, in prompt tokens since start-up: looked up, and found.
   std::atomic<int64_t> prefix_queries{0}, prefix_hits{0};
+  // Steps launched while another was in flight (pipeline parallelism: Engine::overlapped_steps).
+  std::atomic<int64_t> overlapped_steps{0};
   // Speculative decoding since start-up (engine/speculative.h); spec_positions > 0 when on.
   std::atomic<int64_t> spec_drafts{0}, spec_draft_tokens{0}, spec_accepted{0};
   std::atomic<int64_t> spec_accepted_per_pos[engine::SpecDecodeStats::kMaxPositions] = {};

@@ -8,7 +8,8 @@ blocks of 32 the column split keeps whole) in RANKS ranks of one thread each, MP
     bounds it; a pipeline computes the same bits);
   - `inferd serve`: 8 greedy completions sent at once equal the same 8 sent one at a time (a
     sequence's tokens do not depend on its batch: the all-reduce adds in rank order, a
-    micro-batch's rows are the rows the whole batch has), none fails, and /metrics counts the
+    micro-batch's rows are the rows the whole batch has; a pipeline runs them as steps in
+    flight, /metrics counting steps that overlapped), none fails, and /metrics counts the
     bytes rank 0 sent;
   - SIGKILL to the last rank while requests run: the clients get errors and the whole job is
     gone within 30 seconds (MPI ends it), no hang;
@@ -90,7 +91,11 @@ def main():
         values, _ = server.metrics()
         sent = values.get("inferd:model_parallel_bytes_sent_total", 0)
         assert sent > 0, "no model-parallel bytes in /metrics"
-        print(f"serve: 8 concurrent greedy completions the same as one at a time; rank 0 sent {sent:.0f} bytes")
+        overlapped = values.get("inferd:pipeline_overlapped_steps_total", 0)
+        if split == "pp":  # 8 sequences: steps of 4 in flight, one after the other
+            assert overlapped > 0, "no step of the concurrent requests overlapped another"
+        print(f"serve: 8 concurrent greedy completions the same as one at a time; rank 0 sent {sent:.0f} bytes; "
+              f"{overlapped:.0f} steps launched while another was in flight")
 
         # Rank 2 dies while requests run: errors, then the job is gone.
         pids = [int(p) for p in subprocess.run(["pgrep", "-f", f"{inferd} serve"], capture_output=True,
