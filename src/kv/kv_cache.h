@@ -24,7 +24,11 @@
 // the rest a step or two of 16; rotated, every dimension is a mix of them all (SmolLM2 at context
 // 4096, Q4_0 keys and values: perplexity +13% over F16 unrotated, +5% rotated). The transform is
 // orthonormal and its own inverse, so attention rotates the queries the same way (q . k
-// unchanged) and rotates its output back.
+// unchanged) and rotates its output back. Before that, a layer with query and key norms stores
+// its keys divided channel by channel by an equalizer the decoder takes from those norms (and
+// multiplies the queries by it; model/decoder.cpp, set_key_equalizer): rotation spreads a large
+// channel over the others, equalizing first makes it no larger than the queries need (Gemma 3
+// 270M, Q4_0: +14.6% rotated, +4.2% equalized and rotated).
 #pragma once
 
 #include <algorithm>

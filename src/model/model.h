@@ -54,6 +54,9 @@ struct ModelOptions {
   // Expert parallelism (with tp): each rank holds whole experts, 1/ranks of them, instead of a
   // slice of every expert's columns (which is not implemented); attention splits as without.
   bool expert_parallel = false;
+  // A quantized KV cache's keys stored equalized by the layer's query and key norms (decoder's
+  // set_key_equalizer); off only to measure what it does (tests).
+  bool equalize_quantized_keys = true;
 };
 
 class Model {
