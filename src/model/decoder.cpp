@@ -198,7 +198,7 @@ class Decoder final : public Model {
   // its channels take one factor), which balances |q_c e_c| against |k_c / e_c|: the score's
   // quantization error, sum_c q_c e_c err_c, is smallest when both sides are even. Only layers
   // with query and key norms (the weights say how large each channel is). Measured on Gemma 3
-  // 270M at -c 4096 with Q4_0 keys and values: perplexity +4.2% over F16 keys, against +14.6%
+  // 270M at -c 4096 with Q4_0 keys and values: perplexity +4.2% over an F16 cache, against +14.6%
   // without (exponents 0.35, 0.7 and 1 instead of 0.5: +5.6%, +5.6%, +6.8%; docs/BENCHMARKS.md).
   // The cache's Hadamard rotation then mixes the evened channels (kv_cache.h).
   void set_key_equalizer(int l) {
