@@ -46,10 +46,10 @@ class Alone final : public Communicator {
 //
 // INFERD_EMULATED_LINK_LATENCY_US (the project's test hosts, scripts/netns-hosts: a kernel
 // without netem's delay): every message arrives that much later, as over a link with that
-// one-way latency. A point-to-point message carries its send time (a second, 8-byte message) and
-// its receiver waits until send time + latency; a collective returns that much after MPI's call
-// does (the ranks of a tensor-parallel step enter their collectives together, so a collective
-// costs one latency more, as on a real link).
+// one-way latency. A point-to-point message carries its send time (a second, 8-byte message; a
+// broadcast's leads with it) and its receiver waits until send time + latency; an all-reduce or a
+// gather returns that much after MPI's call does (the ranks of a tensor-parallel step enter their
+// collectives together, so a collective costs one latency more, as on a real link).
 class Mpi final : public Communicator {
  public:
   Mpi() {
@@ -95,7 +95,7 @@ class Mpi final : public Communicator {
     const Timed timed(*this);
     if (rank_ == 0) {
       Outgoing& out = outgoing_[next_outgoing_++ % outgoing_.size()];
-      wait_all(out.requests);  // (sent kOutgoing broadcasts ago: long delivered)
+      wait_all(out.requests);  // (sent a ring's length of broadcasts ago: long delivered)
       out.bytes.resize(kSendTimeBytes + bytes.size());  // (capacity kept: no allocation per step)
       const int64_t now = std::chrono::steady_clock::now().time_since_epoch().count();
       std::memcpy(out.bytes.data(), &now, kSendTimeBytes);

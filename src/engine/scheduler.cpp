@@ -168,6 +168,7 @@ void Scheduler::schedule(std::vector<ScheduledSequence>& out, int max_seqs) {
     // the latest) and retry.
     const auto newest = std::find_if(running_.rbegin(), running_.rend(),
                                      [](const Sequence* s) { return !s->in_flight; });
+    if (newest == running_.rend()) break;  // (never: this one is not in flight)
     Sequence* victim = *newest;
     running_.erase(std::next(newest).base());
     for (const ScheduledSequence& s : out) {

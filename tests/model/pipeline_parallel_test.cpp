@@ -3,7 +3,9 @@
 // make-golden (every architecture) or SmolLM2, the others following it in dist::run_worker as
 // processes under mpirun do. Three sequences of 37, 90 and 21 tokens go in one step (176 tokens:
 // micro-batches that cut a sequence), then a decode step of one token each, then a second
-// prompt step for the first sequence (its K/V and recurrent state carried over): every logit
+// prompt step for the first sequence (its K/V and recurrent state carried over), then two steps
+// in flight at once (Model::launch_forward: the second launched before the first finishes),
+// then a whole step again: every logit
 // row's top-10 probabilities are within 0.01 of the one-process model's (the bar) and the
 // greedy token the same unless the whole model's top two are within that of each other. Each
 // rank runs the same kernels over the same rows as the whole model, so the two agree to rounding.
