@@ -75,7 +75,8 @@ class Model {
   // fills the logits (as forward does). Batches finish in the order they were launched, each
   // with its own `slot` in [0, pipeline_depth()) that no other batch in flight uses; between
   // the two calls the batch's arrays, its sequences' block tables and its hidden buffer stay
-  // as they are, and no other forward runs. Here (depth 1): all of it at launch.
+  // as they are, and only other launches and finishes run (no forward). Here (depth 1): all of
+  // it at launch.
   virtual void launch_forward(const Batch& batch, kv::KvCache& cache, float* logits,
                               ThreadPool& pool, int /*slot*/) {
     forward(batch, cache, logits, pool);
