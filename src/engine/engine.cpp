@@ -238,9 +238,11 @@ Engine::Engine(const gguf::GgufFile& file, const EngineConfig& config)
                         : model_->pipeline_depth();
   if (depth > 1 && !config.spec.enabled() && !model_->config().mtp) {
     flights_.resize(static_cast<size_t>(depth));
+    flights_[0].runner = std::move(runner_);  // (runner_ holds a flight's only while it is swapped in)
     for (Flight& f : flights_) {
-      f.runner = std::make_unique<ModelRunner>(*model_, *cache_, *pool_, config.max_batched_tokens,
-                                               config.max_seqs);
+      if (!f.runner)
+        f.runner = std::make_unique<ModelRunner>(*model_, *cache_, *pool_,
+                                                 config.max_batched_tokens, config.max_seqs);
       f.scheduled.reserve(static_cast<size_t>(config.max_seqs));
     }
   }

@@ -211,9 +211,10 @@ class Engine {
   std::unique_ptr<ModelRunner> runner_;
   std::map<uint64_t, std::unique_ptr<Active>> active_;
   std::vector<ScheduledSequence> scheduled_;
-  // Steps in flight (step_pipelined), each with its own runner (its batch's arrays and logits)
-  // and scheduled sequences, swapped with runner_ and scheduled_ while it is launched or
-  // finished; empty: one step at a time. Launched in order and finished in that order.
+  // Steps in flight (step_pipelined), each with its own runner (its batch's arrays and logits;
+  // the first takes runner_'s, which is then empty between steps) and scheduled sequences,
+  // swapped with runner_ and scheduled_ while it is launched or finished; empty: one step at a
+  // time. Launched in order and finished in that order.
   struct Flight {
     std::unique_ptr<ModelRunner> runner;
     std::vector<ScheduledSequence> scheduled;

@@ -625,8 +625,8 @@ class Decoder final : public Model {
     const ModelConfig& c = config_;
     const int64_t T = batch.num_tokens();
     if (spec_.eagle3) fail("{}: an EAGLE-3 head runs as a drafter only", c.name);
-    if (pp_ != nullptr && pipeline_in_flight_ > 0)
-      fail("{}: a forward pass while {} batch(es) are in flight", c.name, pipeline_in_flight_);
+    if (const auto in_flight = std::ranges::count(pipeline_slot_busy_, 1); in_flight > 0)
+      fail("{}: a forward pass while {} batch(es) are in flight", c.name, in_flight);
     check_and_tell_followers(batch);
     if (pp_ != nullptr) {
       launch_pipeline(batch, cache, pool, 0);
@@ -704,7 +704,6 @@ class Decoder final : public Model {
     check_and_tell_followers(batch);
     launch_pipeline(batch, cache, pool, slot);
     pipeline_slot_busy_[static_cast<size_t>(slot)] = 1;
-    ++pipeline_in_flight_;
   }
 
   void finish_forward(const Batch& batch, float* logits, ThreadPool& pool, int slot) override {
@@ -712,7 +711,6 @@ class Decoder final : public Model {
     if (slot < 0 || slot >= pp_->size() || !pipeline_slot_busy_[static_cast<size_t>(slot)])
       fail("{}: no batch in flight in pipeline slot {}", config_.name, slot);
     pipeline_slot_busy_[static_cast<size_t>(slot)] = 0;
-    --pipeline_in_flight_;
     finish_pipeline(batch, logits, pool, slot);
   }
 
@@ -1689,11 +1687,10 @@ class Decoder final : public Model {
   // ranges) and the entries of the one in hand.
   dist::Communicator* pp_ = nullptr;
   // Rank 0 of a pipeline, several batches in flight (launch_forward): each slot's batch's
-  // receive tickets by micro-batch ([depth, max_micro_batches_], -1: no rows), whether
-  // the slot holds a batch, and how many do.
+  // receive tickets by micro-batch ([depth, max_micro_batches_], -1: no rows), and whether
+  // the slot holds a batch.
   std::vector<int64_t> pipeline_tickets_;
   std::vector<uint8_t> pipeline_slot_busy_;
-  int pipeline_in_flight_ = 0;
   size_t max_micro_batches_ = 0;  // (plan_micro_batches makes at most this many)
   int layer_begin_ = 0, layer_end_ = 0;
   std::vector<std::pair<int64_t, int64_t>> micro_batches_;

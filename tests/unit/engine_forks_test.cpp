@@ -356,14 +356,7 @@ TEST_F(TinyEngineTest, ChoicesForkFromTheFirstAndEqualSeparateRequests) {
     auto e = engine(max_seqs, false);
     std::vector<std::shared_ptr<Collect>> outs;
     Request r = sampled(100);
-    for (int i = 0; i < 4; ++i) {
-      outs.push_back(std::make_shared<Collect>());
-      if (i == 0) {
-        r.output = outs.back();
-      } else {
-        r.more_outputs.push_back(outs.back());
-      }
-    }
+    add_choice_outputs(r, 4, outs);
     e->add_request(std::move(r));
     e->run_until_idle();
     for (int i = 0; i < 4; ++i) {

@@ -128,14 +128,7 @@ TEST_F(HybridEngineTest, ChoicesForkWithACopyOfTheState) {
     Engine e(*file_, config(max_seqs));
     std::vector<std::shared_ptr<Collect>> outs;
     Request r = sampled(40);
-    for (int i = 0; i < 3; ++i) {
-      outs.push_back(std::make_shared<Collect>());
-      if (i == 0) {
-        r.output = outs.back();
-      } else {
-        r.more_outputs.push_back(outs.back());
-      }
-    }
+    add_choice_outputs(r, 3, outs);
     e.add_request(std::move(r));
     e.run_until_idle();
     for (size_t i = 0; i < 3; ++i)

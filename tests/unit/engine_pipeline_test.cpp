@@ -152,14 +152,7 @@ TEST_F(EnginePipelineTest, BeamsAndChoicesInStepsInFlight) {
     beams.output = outs.back();
     engine.add_request(std::move(beams));
     Request choices = seeded_request({1, 7, 3, 3, 8, 12}, 9, 42);
-    for (int i = 0; i < 3; ++i) {
-      outs.push_back(std::make_shared<Collect>());
-      if (i == 0) {
-        choices.output = outs.back();
-      } else {
-        choices.more_outputs.push_back(outs.back());
-      }
-    }
+    add_choice_outputs(choices, 3, outs);
     engine.add_request(std::move(choices));
     for (int i = 0; i < 2; ++i) {
       Request r = seeded_request({1, 20, 6, static_cast<int32_t>(10 + i)}, 7 + i, 7 + static_cast<uint64_t>(i));

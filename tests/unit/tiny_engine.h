@@ -58,6 +58,19 @@ inline Request seeded_request(std::vector<int32_t> prompt, int64_t max_tokens, u
   return r;
 }
 
+// n > 1 choices of `r`: n new outputs, appended to `outs`, the first as r.output and the others
+// as r.more_outputs.
+inline void add_choice_outputs(Request& r, int n, std::vector<std::shared_ptr<Collect>>& outs) {
+  for (int i = 0; i < n; ++i) {
+    outs.push_back(std::make_shared<Collect>());
+    if (i == 0) {
+      r.output = outs.back();
+    } else {
+      r.more_outputs.push_back(outs.back());
+    }
+  }
+}
+
 class TinyEngineFixture : public ::testing::Test {
  protected:
   void SetUp() override {
