@@ -38,6 +38,7 @@ struct BenchArgs {
   bool json = false;
   DType kv_key_type = DType::F16;
   DType kv_value_type = DType::F16;
+  int kv_exact_recent = kv::kDefaultExactRecentTokens;
   model::Device device = model::Device::kCpu;
   int tensor_parallel = 1;
   int pipeline_parallel = 1;
@@ -215,7 +216,7 @@ void bench(const BenchArgs& args) {
   const auto blocks = static_cast<int32_t>((context + block - 1) / block);
   kv::KvCache cache(model->kv_config(blocks * static_cast<int32_t>(args.n_parallel), block,
                                      args.kv_key_type, args.kv_value_type,
-                                     static_cast<int32_t>(args.n_parallel)));
+                                     static_cast<int32_t>(args.n_parallel), args.kv_exact_recent));
   model->attach_cache(cache.config(), threads);  // (tensor parallelism: the other ranks')
   BenchSequences tables;
   for (int64_t s = 0; s < args.n_parallel; ++s) {
@@ -316,6 +317,7 @@ void register_bench(CLI::App& app) {
       ->check(CLI::Range(1, 1000));
   cmd->add_flag("--json", args->json, "Print a JSON list with llama-bench's fields");
   add_kv_type_options(*cmd, args->kv_key_type, args->kv_value_type);
+  add_exact_recent_option(*cmd, args->kv_exact_recent);
   add_device_option(*cmd, args->device);
   add_parallel_options(*cmd, args->tensor_parallel, args->pipeline_parallel, args->expert_parallel);
   cmd->callback([args] { bench(*args); });

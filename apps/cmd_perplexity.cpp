@@ -24,6 +24,7 @@ struct PerplexityArgs {
   bool json = false;
   DType kv_key_type = DType::F16;
   DType kv_value_type = DType::F16;
+  int kv_exact_recent = kv::kDefaultExactRecentTokens;
 };
 
 void run_perplexity(const PerplexityArgs& args) {
@@ -41,6 +42,7 @@ void run_perplexity(const PerplexityArgs& args) {
   options.max_chunks = args.max_chunks;
   options.kv_key_type = args.kv_key_type;
   options.kv_value_type = args.kv_value_type;
+  options.kv_exact_recent = args.kv_exact_recent;
   options.bos_id = tokenizer->vocab().add_bos() ? tokenizer->vocab().special().bos : -1;
   model::ModelOptions model_options{options.n_batch, args.n_ctx};
   auto model = model::load_model(file, model_options);
@@ -78,6 +80,7 @@ void register_perplexity(CLI::App& app) {
   args->threads.add_to(*cmd);
   cmd->add_flag("--json", args->json, "Print the result as JSON");
   add_kv_type_options(*cmd, args->kv_key_type, args->kv_value_type);
+  add_exact_recent_option(*cmd, args->kv_exact_recent);
   cmd->callback([args] { run_perplexity(*args); });
 }
 

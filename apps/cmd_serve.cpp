@@ -52,6 +52,7 @@ struct ServeArgs {
   DType kv_key_type = DType::F16;
   model::Device device = model::Device::kCpu;
   DType kv_value_type = DType::F16;
+  int kv_exact_recent = kv::kDefaultExactRecentTokens;
   bool swa_full = false;
   engine::SpeculativeConfig spec;
   engine::GrammarThread grammar_thread = engine::GrammarThread::kAuto;
@@ -369,6 +370,7 @@ void serve(ServeArgs args) {
   config.max_batched_tokens = args.max_batched_tokens;
   config.kv_key_type = args.kv_key_type;
   config.kv_value_type = args.kv_value_type;
+  config.kv_exact_recent = args.kv_exact_recent;
   config.swa_full = args.swa_full;
   config.prefix_caching = !args.no_prefix_cache;
   if (args.cache_ram_mib >= 0) config.state_cache_bytes = args.cache_ram_mib << 20;
@@ -577,6 +579,7 @@ void register_serve(CLI::App& app) {
       "--chat-template", args->chat_template,
       "Built-in template name (chatml, llama3, gemma, ...) or a Jinja file; default: the model's");
   add_kv_type_options(*cmd, args->kv_key_type, args->kv_value_type);
+  add_exact_recent_option(*cmd, args->kv_exact_recent);
   add_swa_full_option(*cmd, args->swa_full);
   add_spec_options(*cmd, args->spec);
   add_grammar_thread_option(*cmd, args->grammar_thread);

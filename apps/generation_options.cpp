@@ -85,6 +85,14 @@ void add_kv_type_options(CLI::App& cmd, DType& key_type, DType& value_type) {
       "KV cache type of the values: f16 (default), q8_0 or q4_0 (-ctv)");
 }
 
+void add_exact_recent_option(CLI::App& cmd, int& tokens) {
+  cmd.add_option("--cache-exact-recent", tokens,
+                 "With a q8_0 or q4_0 KV cache: also keep F16 copies of each sequence's first block "
+                 "and of at least its latest N keys, which attention reads instead (0: none)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+}
+
 void add_prefix_cache_option(CLI::App& cmd, bool& no_prefix_cache) {
   cmd.add_flag("--no-prefix-cache", no_prefix_cache,
                "Do not reuse the KV of earlier requests' prompts (automatic prefix caching)");
@@ -176,6 +184,7 @@ void GenerationOptions::add_to(CLI::App& cmd) {
   cmd.add_option("--system", system_prompt, "System message for chat mode");
   cmd.add_flag("--no-stats", quiet_stats, "Do not print timing statistics to stderr");
   add_kv_type_options(cmd, kv_key_type, kv_value_type);
+  add_exact_recent_option(cmd, kv_exact_recent);
   add_swa_full_option(cmd, swa_full);
   add_prefix_cache_option(cmd, no_prefix_cache);
   add_spec_options(cmd, spec);
@@ -221,6 +230,7 @@ inferd::EngineOptions GenerationOptions::api_options() const {
   o.max_seqs = 1;
   o.kv_cache_type_k = kv(kv_key_type);
   o.kv_cache_type_v = kv(kv_value_type);
+  o.kv_exact_recent_tokens = kv_exact_recent;
   o.swa_full = swa_full;
   o.prefix_caching = !no_prefix_cache;
   o.device = device == model::Device::kCuda ? inferd::Device::kCuda : inferd::Device::kCpu;

@@ -35,6 +35,7 @@ struct GenerationOptions {
   bool quiet_stats = false;
   DType kv_key_type = DType::F16;
   DType kv_value_type = DType::F16;
+  int kv_exact_recent = 32;
   bool swa_full = false;
   bool no_prefix_cache = false;
   engine::SpeculativeConfig spec;
@@ -61,6 +62,8 @@ struct GenerationOptions {
 void add_sampling_options(CLI::App& cmd, sampling::SamplingParams& sampling);
 // -ctk/--cache-type-k and -ctv/--cache-type-v (f16, q8_0 or q4_0, as llama.cpp spells them).
 void add_kv_type_options(CLI::App& cmd, DType& key_type, DType& value_type);
+// --cache-exact-recent N: a quantized KV cache's exact copies (kv/kv_cache.h).
+void add_exact_recent_option(CLI::App& cmd, int& tokens);
 // --swa-full (llama.cpp's flag): sliding-window layers keep every position in the KV cache.
 void add_swa_full_option(CLI::App& cmd, bool& swa_full);
 // --no-prefix-cache: every request computes its whole prompt (kv/prefix_cache.h).

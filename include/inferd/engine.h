@@ -51,6 +51,9 @@ struct EngineOptions {
   int64_t max_batched_tokens = 512;  // tokens per engine step (prompt chunks and decodes)
   KvCacheType kv_cache_type_k = KvCacheType::kF16;
   KvCacheType kv_cache_type_v = KvCacheType::kF16;
+  // With a Q8_0 or Q4_0 cache: F16 copies of each sequence's first block and of at least its
+  // latest this many keys, which attention reads instead of their quantized ones; 0: none.
+  int kv_exact_recent_tokens = 32;
   bool swa_full = false;       // sliding-window layers keep every position (llama.cpp --swa-full)
   bool prefix_caching = true;  // a prompt starts from the longest prefix still in the KV cache
   Device device = Device::kCpu;

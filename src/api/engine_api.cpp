@@ -92,6 +92,9 @@ engine::EngineConfig engine_config(const EngineOptions& options) {
   config.max_batched_tokens = options.max_batched_tokens;
   config.kv_key_type = kv_type(options.kv_cache_type_k);
   config.kv_value_type = kv_type(options.kv_cache_type_v);
+  if (options.kv_exact_recent_tokens < 0)
+    fail("kv_exact_recent_tokens must be at least 0, got {}", options.kv_exact_recent_tokens);
+  config.kv_exact_recent = options.kv_exact_recent_tokens;
   config.swa_full = options.swa_full;
   config.prefix_caching = options.prefix_caching;
   config.device = options.device == Device::kCuda ? model::Device::kCuda : model::Device::kCpu;

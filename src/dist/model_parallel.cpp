@@ -175,6 +175,7 @@ void cache_fields(Config& c, Field& f) {
   f(c.sliding_keeps_all);
   f(c.value_head_dim);
   f(c.remote_layers);
+  f(c.exact_recent_tokens);
 }
 
 kv::KvCacheConfig decode_cache(Reader& in, int& threads) {

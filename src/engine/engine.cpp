@@ -87,7 +87,8 @@ int32_t resolve_state_snapshots(const EngineConfig& c, int64_t state_bytes) {
 int32_t Engine::fit_kv_blocks(int32_t wanted, int64_t blocks_per_seq) {
   constexpr int64_t kKvHeadroom = int64_t{1} << 30;
   kv::KvCacheConfig one =
-      model_->kv_config(1, config_.block_size, config_.kv_key_type, config_.kv_value_type);
+      model_->kv_config(1, config_.block_size, config_.kv_key_type, config_.kv_value_type, 1,
+                        config_.kv_exact_recent);
   one.num_sliding_blocks = one.sliding_layers.empty() ? 0 : 1;
   one.state_floats = 0;  // counted below
   one.num_state_slots = 0;
@@ -168,8 +169,10 @@ Engine::Engine(const gguf::GgufFile& file, const EngineConfig& config)
     fail("KV cache of {} blocks cannot hold one sequence of {} tokens ({} blocks of {})",
          config_.kv_blocks, config_.context, blocks_per_seq, config.block_size);
   }
+  if (config.kv_exact_recent < 0) fail("--cache-exact-recent {} is negative", config.kv_exact_recent);
   kv::KvCacheConfig kv = model_->kv_config(config_.kv_blocks, config.block_size, config.kv_key_type,
-                                           config.kv_value_type, state_slots(config));
+                                           config.kv_value_type, state_slots(config),
+                                           config.kv_exact_recent);
   // --swa-full: every layer keeps all its keys. Sliding layers of their own shape (Gemma 4)
   // keep their group, which then frees nothing; the others join the full group.
   if (config.swa_full && (kv.sliding_head_dim > 0 || kv.sliding_n_kv_heads > 0)) {
@@ -271,12 +274,14 @@ Engine::Engine(const gguf::GgufFile& file, const EngineConfig& config)
         });
   }
   if (cache_->has_state()) {
+    // Checkpoints for speculative decoding only where a rejected draft cannot be undone
+    // otherwise (a recurrent state): exact copies are rewritten with the positions they hold.
     scheduler_->set_state_pool(
         cache_->state_pool(),
         [model = model_.get(), cache = cache_.get()](int32_t from, int32_t to) {
           model->copy_state(*cache, from, to);
         },
-        config.spec.enabled());
+        config.spec.enabled() && model_->has_recurrent_state());
   }
 }
 

@@ -57,6 +57,9 @@ struct EngineConfig {
   int32_t kv_blocks = 0;             // 0: enough for max_seqs sequences of `context` tokens
   DType kv_key_type = DType::F16;    // F16, Q8_0 or Q4_0 (kv/kv_cache.h)
   DType kv_value_type = DType::F16;  // F16, Q8_0 or Q4_0
+  // A quantized cache's exact copies (kv/kv_cache.h): F16 copies of each sequence's first block
+  // and of at least its latest this many keys; 0: none.
+  int kv_exact_recent = kv::kDefaultExactRecentTokens;
   // Sliding-window layers keep every position, as full-attention ones (llama.cpp --swa-full);
   // by default they hold only their window (kv/kv_cache.h).
   bool swa_full = false;

@@ -33,9 +33,11 @@ PerplexityResult perplexity(model::Model& model, ThreadPool& pool, std::span<con
   const int block_size = 16;
   const auto blocks = static_cast<int32_t>((n_ctx + block_size - 1) / block_size);
   kv::KvCache cache(
-      model.kv_config(blocks, block_size, options.kv_key_type, options.kv_value_type));
+      model.kv_config(blocks, block_size, options.kv_key_type, options.kv_value_type, 1,
+                      options.kv_exact_recent));
   const kv::BlockTables tables = cache.allocate_sequence(n_ctx);
-  const int32_t state_slot = cache.allocate_state();  // hybrid models; -1 otherwise
+  // Hybrid models, quantized caches with exact copies; -1 otherwise.
+  const int32_t state_slot = cache.allocate_state();
 
   const int64_t first = n_ctx / 2;
   const int64_t n_batch = std::min(options.n_batch, n_ctx);

@@ -32,6 +32,7 @@ struct PerplexityOptions {
   int32_t bos_id = -1;     // >= 0: replaces the first token of every chunk
   DType kv_key_type = DType::F16;
   DType kv_value_type = DType::F16;
+  int kv_exact_recent = kv::kDefaultExactRecentTokens;  // (kv/kv_cache.h, exact copies)
 };
 
 // Evaluates `tokens`; `on_chunk(i, running_ppl)` is called after each chunk (may be empty).

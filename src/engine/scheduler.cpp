@@ -127,6 +127,9 @@ bool Scheduler::take_state_slot(Sequence& seq) {
   if (state_pool_ == nullptr || seq.state_slot >= 0) return true;
   if (state_pool_->num_free() < (state_checkpoints_ ? 2 : 1)) return false;
   seq.state_slot = *state_pool_->allocate();
+  // A new owner: no exact copies of blocks it did not write (kv/kv_cache.h); a recurrent state
+  // is started from zero at position 0 or loaded from a snapshot.
+  if (copy_state_) copy_state_(kv::KvCache::kNoSlot, seq.state_slot);
   if (state_checkpoints_) seq.checkpoint_slot = *state_pool_->allocate();
   // Its own snapshot slot, when one is free (the pool's spare slots hold published ones).
   if (snapshot_pool_ != nullptr) {

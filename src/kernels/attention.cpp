@@ -143,7 +143,8 @@ int attention_tile_tokens(const AttentionShape& shape) {
 
 void attend_tile(const AttentionTile& tile, const kv::KvCache& cache, int layer,
                  std::span<const int32_t> block_table, const AttentionShape& shape,
-                 const AttentionPrefetch* next, const KernelTable& table) {
+                 const AttentionPrefetch* next, const KernelTable& table,
+                 const ExactBlocks* exact) {
   const int group = shape.n_heads / shape.n_kv_heads, head_dim = shape.head_dim;
   const int value_dim = shape.value_head_dim();  // the accumulators' and the output's
   const int rows = group * tile.n_tokens, block_size = cache.block_size();
@@ -191,6 +192,14 @@ void attend_tile(const AttentionTile& tile, const kv::KvCache& cache, int layer,
   const int64_t first_start = first_block_seen * block_size / chunk_keys * chunk_keys;
   NextTilePrefetcher prefetcher(next, cache, layer,
                                 (n_keys + block_size - 1) / block_size - first_block_seen);
+  // Whether row r reads key block b from its exact copy (ExactBlocks): block 0 when the row
+  // sees it, and the row's own block and the window_blocks - 1 before it.
+  const auto reads_copy = [&](int r, int64_t b) {
+    const int64_t own = last_key[r] / block_size;
+    const bool wanted = (b == 0 && first_key[r] < block_size) ||
+                        (b <= own && b > own - exact->window_blocks);
+    return wanted && exact->copy(b, tile.kv_head, false) != nullptr;
+  };
   for (int64_t start = first_start; start < n_keys; start += chunk_keys) {
     const int64_t first_block = start / block_size;
     const int count = static_cast<int>(std::min<int64_t>(chunk_keys, n_keys - start));
@@ -220,10 +229,25 @@ void attend_tile(const AttentionTile& tile, const kv::KvCache& cache, int layer,
         table.softcap(s + lo, hi - lo, scale / shape.softcap, shape.softcap);
         scale = 1.0f;
       }
-      const float chunk_max = k.scale_max(s + lo, hi - lo, scale, state[r].max);
+      // Keys this row reads from their exact copies below weigh nothing here (exp(-inf) = 0).
+      bool any = hi > lo;
+      if (exact != nullptr && any) {
+        int kept = hi - lo;
+        for (int i = skip; i < n_blocks; ++i) {
+          if (!reads_copy(r, first_block + i)) continue;
+          const int a = std::max(lo, i * block_size), b = std::min(hi, (i + 1) * block_size);
+          for (int j = a; j < b; ++j) s[j] = -std::numeric_limits<float>::infinity();
+          kept -= std::max(0, b - a);
+        }
+        any = kept > 0;
+      }
+      const float chunk_max = any ? k.scale_max(s + lo, hi - lo, scale, state[r].max) : state[r].max;
       std::fill(s, s + lo, 0.0f);
       std::fill(s + hi, s + count, 0.0f);
-      if (hi == lo) continue;
+      if (!any) {
+        std::fill(s + lo, s + hi, 0.0f);
+        continue;
+      }
       const float correction = std::exp(state[r].max - chunk_max);
       state[r].sum = state[r].sum * correction + k.exp_sum(s + lo, hi - lo, chunk_max);
       if (correction != 1.0f) {
@@ -238,6 +262,56 @@ void attend_tile(const AttentionTile& tile, const kv::KvCache& cache, int layer,
                      chunk_keys, rows, acc);
   }
   prefetcher.finish();
+  if (exact != nullptr) {
+    // The exact copies, a block at a time, block 0 first, then ascending: each a chunk of its
+    // own, so a row meets its copies in one order whatever rows share its tile. The queries are
+    // rounded to f16 as for an F16 cache: each product of two halves is exact in a float, so a
+    // score does not depend on how a kernel orders or fuses its multiply-adds (which may differ
+    // with the number of rows).
+    for (int r = 0; r < rows; ++r) k.round_to_fp16(q + r * head_dim, head_dim);
+    int64_t lowest = std::numeric_limits<int64_t>::max(), highest = -1;
+    for (int r = 0; r < rows; ++r) {
+      lowest = std::min<int64_t>(lowest, last_key[r] / block_size - exact->window_blocks + 1);
+      highest = std::max<int64_t>(highest, last_key[r] / block_size);
+    }
+    const auto attend_copy = [&](int64_t b) {
+      bool anyone = false;
+      for (int r = 0; r < rows && !anyone; ++r) anyone = reads_copy(r, b);
+      if (!anyone) return;
+      const int64_t start = b * block_size;
+      const int count = static_cast<int>(std::min<int64_t>(block_size, n_keys - start));
+      k.scores(exact->copy(b, tile.kv_head, false), block_size, head_dim, q, rows, scores,
+               chunk_keys);
+      for (int r = 0; r < rows; ++r) {
+        float* s = scores + r * chunk_keys;
+        const int lo = static_cast<int>(std::clamp<int64_t>(first_key[r] - start, 0, count));
+        const int hi =
+            std::max(lo, static_cast<int>(std::clamp<int64_t>(last_key[r] + 1 - start, 0, count)));
+        if (!reads_copy(r, b) || hi == lo) {
+          std::fill(s, s + count, 0.0f);
+          continue;
+        }
+        float scale = shape.scale;
+        if (shape.softcap > 0) {
+          table.softcap(s + lo, hi - lo, scale / shape.softcap, shape.softcap);
+          scale = 1.0f;
+        }
+        const float chunk_max = k.scale_max(s + lo, hi - lo, scale, state[r].max);
+        std::fill(s, s + lo, 0.0f);
+        std::fill(s + hi, s + count, 0.0f);
+        const float correction = std::exp(state[r].max - chunk_max);
+        state[r].sum = state[r].sum * correction + k.exp_sum(s + lo, hi - lo, chunk_max);
+        if (correction != 1.0f) {
+          for (int d = 0; d < value_dim; ++d) acc[r * value_dim + d] *= correction;
+        }
+        state[r].max = chunk_max;
+      }
+      k.accumulate(exact->copy(b, tile.kv_head, true), count, value_dim, scores, chunk_keys, rows,
+                   acc);
+    };
+    attend_copy(0);
+    for (int64_t b = std::max<int64_t>(1, lowest); b <= highest; ++b) attend_copy(b);
+  }
   for (int t = 0; t < tile.n_tokens; ++t) {
     for (int g = 0; g < group; ++g) {
       const int r = t * group + g;

@@ -52,14 +52,39 @@ struct AttentionPrefetch {
   int64_t n_keys = 0;
 };
 
+// F16 copies of some of one sequence's K/V blocks (kv/kv_cache.h, "Exact copies"), rotated as
+// the cache's: a row whose query lies in block qb reads key block b from its copy, where there
+// is one, when b == 0 or qb - window_blocks < b <= qb; every other key from the cache.
+struct ExactBlocks {
+  int window_blocks = 0;
+  int64_t first_block = 0;  // keys[i] and values[i] hold block first_block + i
+  std::span<const uint16_t* const> keys;    // kv head 0's F16 keys [head_dim, block_size]; null: no copy
+  std::span<const uint16_t* const> values;  // kv head 0's F16 values [block_size, value_dim]
+  const uint16_t* sink_keys = nullptr;      // block 0's when first_block > 0; null: no copy
+  const uint16_t* sink_values = nullptr;
+  size_t key_stride = 0, value_stride = 0;  // halves from one kv head's block to the next
+
+  // Block b's copy for kv head h (values or keys), or null.
+  const uint16_t* copy(int64_t b, int kv_head, bool value) const {
+    const uint16_t* p = nullptr;
+    if (b >= first_block && b - first_block < std::ssize(keys)) {
+      p = (value ? values : keys)[static_cast<size_t>(b - first_block)];
+    } else if (b == 0) {
+      p = value ? sink_values : sink_keys;
+    }
+    return p == nullptr ? nullptr : p + static_cast<size_t>(kv_head) * (value ? value_stride : key_stride);
+  }
+};
+
 // How many tokens one tile takes: as many as keep (query heads per kv head) x tokens rows in
 // registers, at least 1.
 int attention_tile_tokens(const AttentionShape& shape);
 
-// `next`, when given, is fetched into L2 while this tile runs.
+// `next`, when given, is fetched into L2 while this tile runs; `exact`, when given, are the
+// sequence's F16 copies that replace some of its quantized blocks.
 void attend_tile(const AttentionTile& tile, const kv::KvCache& cache, int layer,
                  std::span<const int32_t> block_table, const AttentionShape& shape,
                  const AttentionPrefetch* next = nullptr,
-                 const KernelTable& table = active_kernels());
+                 const KernelTable& table = active_kernels(), const ExactBlocks* exact = nullptr);
 
 }  // namespace inferd::kernels

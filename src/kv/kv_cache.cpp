@@ -194,18 +194,31 @@ KvCache::KvCache(const KvCacheConfig& config) : config_(config) {
     layer_index_.push_back(g < 0 || remote(l) ? -1 : groups_[static_cast<size_t>(g)].n_layers++);
   }
   if (groups_.empty()) fail("KV cache: every layer is stateless; a hybrid model needs attention layers");
+  if (config.exact_recent_tokens < 0)
+    fail("KV cache: {} exact recent tokens", config.exact_recent_tokens);
+  const bool quantized = config.key_type != DType::F16 || config.value_type != DType::F16;
+  const bool exact = config.exact_recent_tokens > 0 && quantized && config.host_storage;
   if (config.state_floats < 0 || config.num_state_slots < 0 ||
-      (config.state_floats > 0) != (config.num_state_slots > 0))
+      (config.state_floats > 0 && config.num_state_slots == 0) ||
+      (config.num_state_slots > 0 && config.state_floats == 0 && !exact))
     fail("KV cache: {} recurrent state slots of {} floats", config.num_state_slots,
          config.state_floats);
   if (config.num_snapshot_slots < 0 || (config.num_snapshot_slots > 0 && config.state_floats == 0))
     fail("KV cache: {} state snapshots without a recurrent state", config.num_snapshot_slots);
-  if (config.state_floats > 0) {
+  if (exact && config.num_state_slots > 0) {
+    // The query's own block and enough before it that at least exact_recent_tokens keys
+    // precede the query in copies.
+    exact_window_blocks_ =
+        (config.exact_recent_tokens + config.block_size - 1) / config.block_size + 1;
+    allocate_exact_copies();
+  }
+  if (config.num_state_slots > 0) {
     state_pool_.emplace(config.num_state_slots);
     if (config.num_snapshot_slots > 0) snapshot_pool_.emplace(config.num_snapshot_slots);
     try {
-      state_ = state_memory_.allocate_array<float>(static_cast<size_t>(config.state_floats) *
-                                                   static_cast<size_t>(config.num_state_slots));
+      if (config.state_floats > 0)
+        state_ = state_memory_.allocate_array<float>(static_cast<size_t>(config.state_floats) *
+                                                     static_cast<size_t>(config.num_state_slots));
       if (config.num_snapshot_slots > 0)
         snapshots_ = state_memory_.allocate_array<float>(
             static_cast<size_t>(config.state_floats) * static_cast<size_t>(config.num_snapshot_slots));
@@ -285,9 +298,90 @@ void KvCache::check_state_slot(int32_t slot) const {
     fail("KV cache: no recurrent state slot {} ({} slots)", slot, config_.num_state_slots);
 }
 
+void KvCache::allocate_exact_copies() {
+  const auto entries = static_cast<size_t>(exact_entries());
+  const auto half = sizeof(uint16_t);
+  exact_layer_offset_.assign(static_cast<size_t>(config_.n_layers), SIZE_MAX);
+  for (int l = 0; l < config_.n_layers; ++l) {
+    if (group_of(l) < 0 || layer_index_[static_cast<size_t>(l)] < 0) continue;  // no K/V here
+    exact_layer_offset_[static_cast<size_t>(l)] = exact_slot_bytes_;
+    exact_slot_bytes_ += entries * static_cast<size_t>(n_kv_heads(l)) *
+                         (exact_key_stride(l) + exact_value_stride(l)) * half;
+  }
+  const auto slots = static_cast<size_t>(config_.num_state_slots + config_.num_snapshot_slots);
+  exact_tags_.assign(slots * static_cast<size_t>(config_.n_layers) * entries, -1);
+  try {
+    exact_storage_ = HugePageBuffer(std::max<size_t>(1, slots * exact_slot_bytes_));
+    exact_storage_.prefault();  // read and written by every step of every sequence
+  } catch (const Error&) {
+    fail("KV cache: cannot allocate {} MiB of exact copies for {} sequences",
+         (slots * exact_slot_bytes_) >> 20, slots);
+  }
+}
+
+uint16_t* KvCache::exact_keys(int32_t slot, int layer, int entry) const {
+  const size_t at = exact_layer_offset_[static_cast<size_t>(layer)];
+  if (at == SIZE_MAX) return nullptr;
+  const auto heads = static_cast<size_t>(n_kv_heads(layer));
+  return reinterpret_cast<uint16_t*>(exact_storage_.data() +
+                                     static_cast<size_t>(slot) * exact_slot_bytes_ + at) +
+         static_cast<size_t>(entry) * heads * exact_key_stride(layer);
+}
+
+uint16_t* KvCache::exact_values(int32_t slot, int layer, int entry) const {
+  const size_t at = exact_layer_offset_[static_cast<size_t>(layer)];
+  if (at == SIZE_MAX) return nullptr;
+  const auto heads = static_cast<size_t>(n_kv_heads(layer));
+  const auto entries = static_cast<size_t>(exact_entries());
+  return reinterpret_cast<uint16_t*>(exact_storage_.data() +
+                                     static_cast<size_t>(slot) * exact_slot_bytes_ + at) +
+         entries * heads * exact_key_stride(layer) +
+         static_cast<size_t>(entry) * heads * exact_value_stride(layer);
+}
+
+void KvCache::store_exact(int layer, const float* k, const float* v, uint16_t* keys,
+                          uint16_t* values, int offset) const {
+  const Geometry& geo = geometry(layer);
+  const int dim = geo.head_dim, vdim = geo.value_dim;
+  const auto block_size = static_cast<size_t>(config_.block_size);
+  const kernels::QuantizeRowFn to_fp16 = kernels::active_kernels().f16.quantize_activation;
+  float rotated[kMaxHeadDim];
+  uint16_t halves[kMaxHeadDim];
+  for (int h = 0; h < geo.n_kv_heads; ++h) {
+    std::copy_n(k + static_cast<size_t>(h) * static_cast<size_t>(dim), dim, rotated);
+    if (geo.key_rotation > 0) hadamard_rotate(rotated, dim, geo.key_rotation);
+    to_fp16(rotated, halves, dim);
+    uint16_t* kd = keys + static_cast<size_t>(h) * exact_key_stride(layer) + static_cast<size_t>(offset);
+    for (size_t d = 0; d < static_cast<size_t>(dim); ++d) kd[d * block_size] = halves[d];
+    std::copy_n(v + static_cast<size_t>(h) * static_cast<size_t>(vdim), vdim, rotated);
+    if (geo.value_rotation > 0) hadamard_rotate(rotated, vdim, geo.value_rotation);
+    to_fp16(rotated, values + static_cast<size_t>(h) * exact_value_stride(layer) +
+                         static_cast<size_t>(offset) * static_cast<size_t>(vdim), vdim);
+  }
+}
+
+void KvCache::copy_exact(int32_t from, int32_t to) {
+  if (!has_exact_copies()) return;
+  std::memcpy(exact_storage_.data() + static_cast<size_t>(to) * exact_slot_bytes_,
+              exact_storage_.data() + static_cast<size_t>(from) * exact_slot_bytes_,
+              exact_slot_bytes_);
+  const size_t tags = static_cast<size_t>(config_.n_layers) * static_cast<size_t>(exact_entries());
+  std::copy_n(exact_tags_.begin() + static_cast<ptrdiff_t>(static_cast<size_t>(from) * tags), tags,
+              exact_tags_.begin() + static_cast<ptrdiff_t>(static_cast<size_t>(to) * tags));
+}
+
 void KvCache::copy_state(int32_t from, int32_t to) {
-  const float* source = state(from);
-  std::copy_n(source, config_.state_floats, state(to));
+  if (from == kNoSlot) {  // a fresh sequence: no copies yet
+    check_state_slot(to);
+    if (!has_exact_copies()) return;
+    const size_t tags = static_cast<size_t>(config_.n_layers) * static_cast<size_t>(exact_entries());
+    std::fill_n(exact_tags_.begin() + static_cast<ptrdiff_t>(static_cast<size_t>(to) * tags), tags, -1);
+    return;
+  }
+  check_state_slot(from);
+  check_state_slot(to);
+  if (config_.state_floats > 0) std::copy_n(state(from), config_.state_floats, state(to));
+  copy_exact(from, to);
 }
 
 float* KvCache::snapshot(int32_t slot) {
@@ -298,12 +392,14 @@ float* KvCache::snapshot(int32_t slot) {
 
 void KvCache::save_snapshot(int32_t state_slot, int32_t snapshot_slot) {
   const float* source = state(state_slot);
-  std::copy_n(source, config_.state_floats, snapshot(snapshot_slot));
+  std::copy_n(source, config_.state_floats, snapshot(snapshot_slot));  // (snapshots: recurrent)
+  copy_exact(state_slot, config_.num_state_slots + snapshot_slot);
 }
 
 void KvCache::load_snapshot(int32_t snapshot_slot, int32_t state_slot) {
   const float* source = snapshot(snapshot_slot);
   std::copy_n(source, config_.state_floats, state(state_slot));
+  copy_exact(config_.num_state_slots + snapshot_slot, state_slot);
 }
 
 int32_t KvCache::allocate_state() {

@@ -29,6 +29,21 @@
 // multiplies the queries by it; model/decoder.cpp, set_key_equalizer): rotation spreads a large
 // channel over the others, equalizing first makes it no larger than the queries need (Gemma 3
 // 270M, Q4_0: +14.6% rotated, +4.2% equalized and rotated).
+//
+// Exact copies. Most of what a 4-bit cache loses is in the keys a query attends to most: its
+// own block's, the few blocks before it, and the first block (the attention sink most heads
+// park their weight on). So a quantized cache also keeps, per state slot (one per running
+// sequence), F16 copies of those blocks, rotated as the quantized ones: entry 0 holds the
+// sequence's block 0, entries 1.. a ring of its latest blocks (block b in entry 1 + b % ring).
+// A query in block qb reads block b from its copy when b == 0 or qb - W < b <= qb
+// (W = exact_window_blocks()), if the copy is there, and from the quantized block otherwise.
+// That rule depends only on the query's and the key's positions, so a token's output does not
+// depend on how its prompt was cut into steps. A copy is there when its tag says the entry
+// holds that block whole; a slot taken afresh has none (copy_state(kNoSlot, slot)), so a
+// prefix found in the prefix cache is read from its quantized blocks until the sequence's own
+// blocks take over. The quantized blocks are always written too: the copies only ever
+// replace what a query would read. Perplexity at -c 4096 with Q4_0 keys and values, over F16:
+// SmolLM2 +5.2% without copies, +0.6% with; Gemma 3 270M +4.2%, +0.1% (docs/BENCHMARKS.md).
 #pragma once
 
 #include <algorithm>
@@ -126,7 +141,16 @@ struct KvCacheConfig {
   // none. They count in their kind's group, so that every rank has the same groups and the
   // same block tables, but have no K/V storage here.
   std::vector<bool> remote_layers = {};
+  // Exact copies (a quantized key or value type with host storage; 0: none): every state slot
+  // (num_state_slots of them, one per running sequence) also keeps F16 copies of its sequence's
+  // first block and of its latest blocks, enough that a query reads at least this many keys
+  // before its own, and its own block's, exactly (see "Exact copies" above).
+  int exact_recent_tokens = 0;
 };
+
+// What Model::kv_config asks for by default with a quantized cache (KvCacheConfig::
+// exact_recent_tokens): 32 keys before a query's block, so 32 to 47 keys at block size 16.
+constexpr int kDefaultExactRecentTokens = 32;
 
 class KvCache {
  public:
@@ -153,7 +177,10 @@ class KvCache {
     check_state_slot(slot);
     return state_.data() + static_cast<size_t>(slot) * static_cast<size_t>(config_.state_floats);
   }
-  // Copies a slot's whole state to another (a forked sequence continues from its parent's).
+  // Copies a slot's whole state (recurrent state and exact copies) to another (a forked
+  // sequence continues from its parent's); from kNoSlot: clears `to`'s exact copies (a slot
+  // taken by a new sequence).
+  static constexpr int32_t kNoSlot = -1;
   void copy_state(int32_t from, int32_t to);
   // The snapshot slots (KvCacheConfig::num_snapshot_slots): ids and hash index from
   // snapshot_pool(); a state slot's state saved into one, or loaded back.
@@ -163,8 +190,8 @@ class KvCache {
   void load_snapshot(int32_t snapshot, int32_t state_slot);
   // Bytes of all state and snapshot slots.
   int64_t state_bytes() const {
-    return config_.state_floats * (config_.num_state_slots + config_.num_snapshot_slots) *
-           int64_t{sizeof(float)};
+    return (config_.state_floats * int64_t{sizeof(float)} + static_cast<int64_t>(exact_slot_bytes_)) *
+           (config_.num_state_slots + config_.num_snapshot_slots);
   }
   // A state slot for callers that run one sequence outside the scheduler (perplexity, tests), or
   // -1 when the model has no recurrent state; fails when every slot is taken.
@@ -202,6 +229,38 @@ class KvCache {
   // Stores one token's K ([n_kv_heads * head_dim] floats, the layer's) and V ([n_kv_heads *
   // value_dim]) of `layer` at `slot`.
   void write(int layer, int64_t slot, const float* k, const float* v);
+
+  // Exact copies (see the top of this file). W: a query reads the copies of its own block and
+  // the W - 1 before it (0: this cache keeps none).
+  int exact_window_blocks() const { return exact_window_blocks_; }
+  bool has_exact_copies() const { return exact_window_blocks_ > 0; }
+  int exact_entries() const { return exact_window_blocks_ + 2; }  // block 0, then a ring of W + 1
+  int exact_entry_of(int64_t block) const {
+    return block == 0 ? 0 : 1 + static_cast<int>(block % (exact_window_blocks_ + 1));
+  }
+  // An entry's F16 block of kv head 0 of `layer` (as an F16 cache's: keys [head_dim,
+  // block_size], values [block_size, value_dim]); kv head h at h * exact_*_stride halves on.
+  // Null for a layer stored on another rank.
+  uint16_t* exact_keys(int32_t slot, int layer, int entry) const;
+  uint16_t* exact_values(int32_t slot, int layer, int entry) const;
+  size_t exact_key_stride(int layer) const {
+    return static_cast<size_t>(config_.block_size) * static_cast<size_t>(head_dim(layer));
+  }
+  size_t exact_value_stride(int layer) const {
+    return static_cast<size_t>(config_.block_size) * static_cast<size_t>(value_dim(layer));
+  }
+  // The block an entry holds whole (every position from the block's start up to where its
+  // sequence has written), or -1.
+  int32_t& exact_tag(int32_t slot, int layer, int entry) {
+    return exact_tags_[exact_tag_index(slot, layer, entry)];
+  }
+  int32_t exact_tag(int32_t slot, int layer, int entry) const {
+    return exact_tags_[exact_tag_index(slot, layer, entry)];
+  }
+  // One token's K and V of `layer` as F16, rotated as the layer stores them, into F16 blocks
+  // (exact_keys/exact_values layout, every kv head) at `offset`.
+  void store_exact(int layer, const float* k, const float* v, uint16_t* keys, uint16_t* values,
+                   int offset) const;
 
   // The bytes of one kv head's keys (or values) in one block, whatever their type.
   const uint8_t* key_block(int layer, int32_t block, int kv_head) const {
@@ -290,6 +349,20 @@ class KvCache {
   }
   size_t record_bytes(DType type, int head_dim) const;
   void check_state_slot(int32_t slot) const;
+  // Exact copies of state slot s (0 <= s < num_state_slots) or of snapshot n (num_state_slots +
+  // n): [layer with storage][entry][kv head] key blocks, then the values alike.
+  void allocate_exact_copies();
+  size_t exact_tag_index(int32_t slot, int layer, int entry) const {
+    return (static_cast<size_t>(slot) * static_cast<size_t>(config_.n_layers) +
+            static_cast<size_t>(layer)) * static_cast<size_t>(exact_entries()) +
+           static_cast<size_t>(entry);
+  }
+  void copy_exact(int32_t from, int32_t to);  // whole slots (snapshots after the state slots)
+  int exact_window_blocks_ = 0;
+  size_t exact_slot_bytes_ = 0;
+  std::vector<size_t> exact_layer_offset_;  // [n_layers] bytes into a slot; SIZE_MAX: none
+  HugePageBuffer exact_storage_;            // [state + snapshot slots, exact_slot_bytes_]
+  std::vector<int32_t> exact_tags_;         // [state + snapshot slots, n_layers, entries]
 
   // Zeroed huge-page mappings (util/huge_pages.h): the pages are committed lazily, so a large
   // cache costs nothing until its blocks are first written, and never-written slots read as 0.

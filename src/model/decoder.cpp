@@ -19,6 +19,7 @@
 #include "kernels/attention.h"
 #include "kernels/matmul.h"
 #include "kernels/ops.h"
+#include "model/exact_copies.h"
 #include "model/layer_weights.h"
 #include "model/weights.h"
 #include "util/error.h"
@@ -993,6 +994,7 @@ class Decoder final : public Model {
   // The KV slot of every token in every group of the cache: block * block_size + offset.
   // (check_batch has checked the sequences.)
   void place_tokens(const Batch& batch, const kv::KvCache& cache) {
+    exact_.plan(batch, cache);
     for (const BatchSequence& seq : batch.sequences) {
       for (size_t g = 0; g < cache.groups().size(); ++g) {
         for (int64_t t = seq.token_begin; t < seq.token_end; ++t) {
@@ -1124,7 +1126,11 @@ class Decoder final : public Model {
                                         spec_.attention_softcap,
                                         layer.attn_sinks,
                                         layer.value_dim};
-    attend_all(batch, cache, layer.kv_layer, shape, pool);
+    // A layer that reads another's K/V reads them from the cache alone: the staged copies of
+    // this step are the last writing layer's by then.
+    const bool exact = exact_.active() && layer.kv_layer == l;
+    attend_all(batch, cache, layer.kv_layer, shape, pool, exact);
+    if (exact) exact_.end_layer(l, cache);
     if (spec_.gated_attention) {
       per_token(pool, T, [&](int64_t t) {
         float* out = &ws.attn[t * q_dim];
@@ -1172,6 +1178,8 @@ class Decoder final : public Model {
     const bool equalize = quantized_keys && own_kv && !layer.key_equalizer.empty();
     const std::vector<float>& kv_equalizer = layers_[static_cast<size_t>(layer.kv_layer)].key_equalizer;
     const float* q_equalizer = quantized_keys && !kv_equalizer.empty() ? kv_equalizer.data() : nullptr;
+    const bool exact = exact_.active() && own_kv;
+    if (exact) exact_.begin_layer(l, cache);
     per_token(pool, T, [&](int64_t t) {  // every token writes its own KV slot
       if (spec_.gated_attention) split_query_and_gate(t);
       if (layer.bq) kernels::add_inplace(&ws.q[t * q_dim], layer.bq, q_dim);
@@ -1193,6 +1201,7 @@ class Decoder final : public Model {
         for (int h = 0; h < layer.n_kv_heads; ++h)
           for (int c = 0; c < head_dim; ++c) k[h * head_dim + c] /= layer.key_equalizer[static_cast<size_t>(c)];
       cache.write(l, slots[t], k, v);
+      if (exact) exact_.store(l, t, positions[t], k, v, cache);
     });
   }
 
@@ -1208,7 +1217,12 @@ class Decoder final : public Model {
     const int64_t k_dim = int64_t{layer.n_kv_heads} * layer.head_dim,
                   v_dim = int64_t{layer.n_kv_heads} * layer.value_dim;
     const int64_t* slots = &ws.slots[static_cast<size_t>(cache.group_of(l) * max_tokens_)];
-    per_token(pool, T, [&](int64_t t) { cache.write(l, slots[t], &ws.k[t * k_dim], &ws.v[t * v_dim]); });
+    if (exact_.active()) exact_.begin_layer(l, cache);
+    per_token(pool, T, [&](int64_t t) {
+      cache.write(l, slots[t], &ws.k[t * k_dim], &ws.v[t * v_dim]);
+      if (exact_.active())
+        exact_.store(l, t, batch.positions[static_cast<size_t>(t)], &ws.k[t * k_dim], &ws.v[t * v_dim], cache);
+    });
   }
 
   // Token t's gated query projection [n_heads][query head_dim, gate head_dim] into ws.q and
@@ -1431,7 +1445,7 @@ class Decoder final : public Model {
   // Attention of every sequence in the batch, split into tiles (kv head x a few tokens) that run
   // in one parallel region.
   void attend_all(const Batch& batch, const kv::KvCache& cache, int l,
-                  const kernels::AttentionShape& shape, ThreadPool& pool) {
+                  const kernels::AttentionShape& shape, ThreadPool& pool, bool exact) {
     DecoderWorkspace& ws = ws_;
     const int64_t q_dim = int64_t{shape.n_heads} * shape.head_dim;
     const int64_t out_dim = int64_t{shape.n_heads} * shape.value_head_dim();
@@ -1480,8 +1494,10 @@ class Decoder final : public Model {
             shape.window > 0 ? std::max(0, first_position - shape.window + 1) : 0,
             int64_t{last_position} + 1};
       }
+      const auto entry = static_cast<size_t>(ref->seq - batch.sequences.data());
       kernels::attend_tile(tile, cache, l, (*ref->seq->block_tables)[group], shape,
-                           next ? &*next : nullptr);
+                           next ? &*next : nullptr, kernels::active_kernels(),
+                           exact ? exact_.blocks(entry) : nullptr);
     });
   }
 
@@ -1697,6 +1713,7 @@ class Decoder final : public Model {
   std::vector<BatchSequence> micro_entries_;
   RopeTables rope_;
   DecoderWorkspace ws_;
+  ExactCopies exact_;  // a quantized cache's exact copies, this batch's side
   // Whether ws.proj holds a layer output not yet added to ws.x (a layer leaves its feed-forward
   // output there for the next layer's first pass, unless it finishes the residual itself).
   bool proj_pending_ = false;

@@ -143,11 +143,18 @@ class Model {
   }
   // A KV cache shape that fits this model, its sliding-window layers in a group of their own
   // with as many blocks as the full-attention group (callers may give it fewer), and for a
-  // hybrid model a recurrent state slot for each of `max_sequences` sequences at once.
+  // hybrid model or a quantized cache a state slot for each of `max_sequences` sequences at
+  // once (the recurrent state; the exact copies).
+  // exact_recent_tokens: a quantized cache's exact copies (KvCacheConfig), 0: none.
   kv::KvCacheConfig kv_config(int32_t num_blocks, int block_size = 16, DType key_type = DType::F16,
-                              DType value_type = DType::F16, int32_t max_sequences = 1) const {
+                              DType value_type = DType::F16, int32_t max_sequences = 1,
+                              int exact_recent_tokens = kv::kDefaultExactRecentTokens) const {
     const ModelConfig& c = config();
     const bool recurrent = c.recurrent_state_floats > 0;
+    // A quantized cache in host memory keeps exact copies of each sequence's first and latest
+    // blocks (kv/kv_cache.h), in a state slot per sequence as a hybrid model's state.
+    const bool exact = (key_type != DType::F16 || value_type != DType::F16) && !kv_on_device() &&
+                       exact_recent_tokens > 0;
     // Layers without K/V of their own: the recurrent ones and those that read another's.
     std::vector<bool> stateless = c.recurrent_layers;
     if (!c.kv_source_layers.empty()) {
@@ -174,13 +181,14 @@ class Model {
             !kv_on_device(),
             std::move(stateless),
             c.recurrent_state_floats,
-            recurrent ? max_sequences : 0,
+            recurrent || exact ? max_sequences : 0,
             0,
             c.sliding_n_kv_heads,
             c.sliding_head_dim,
             c.value_head_dim,
             false,
-            c.remote_layers};
+            c.remote_layers,
+            exact ? exact_recent_tokens : 0};
   }
   // Whether sequences carry a recurrent state (a hybrid model): it must be in a state slot
   // (BatchSequence::state_slot), and it cannot be rebuilt from cached KV blocks.

@@ -49,15 +49,17 @@ inline std::vector<float> log_softmax(std::span<const float> logits) {
 
 // Runs prompt + forced continuation through the model and returns log-probabilities of the
 // next token after the prompt and after each of the first `positions - 1` forced tokens, with
-// keys and values cached as `kv_type`.
+// keys and values cached as `kv_type` (a quantized cache with exact copies of `exact_recent`
+// keys, kv/kv_cache.h).
 inline std::vector<std::vector<float>> logprobs_along(
     model::Model& model, const std::vector<int32_t>& prompt, const std::vector<int32_t>& forced,
     size_t positions, std::vector<float>* margins = nullptr, DType kv_type = DType::F16,
-    std::vector<float>* earlier_margins = nullptr) {
+    std::vector<float>* earlier_margins = nullptr,
+    int exact_recent = kv::kDefaultExactRecentTokens) {
   std::vector<int32_t> tokens = prompt;
   tokens.insert(tokens.end(), forced.begin(), forced.begin() + static_cast<long>(positions - 1));
   const int n = static_cast<int>(tokens.size());
-  kv::KvCache cache(model.kv_config((n + 15) / 16, 16, kv_type, kv_type));
+  kv::KvCache cache(model.kv_config((n + 15) / 16, 16, kv_type, kv_type, 1, exact_recent));
   const kv::BlockTables tables = cache.allocate_sequence(n);
   std::vector<int32_t> pos(static_cast<size_t>(n)), rows;
   for (int i = 0; i < n; ++i) pos[static_cast<size_t>(i)] = i;
@@ -65,7 +67,8 @@ inline std::vector<std::vector<float>> logprobs_along(
     rows.push_back(static_cast<int32_t>(prompt.size() - 1 + r));
   const int n_vocab = model.config().n_vocab;
   std::vector<float> logits(rows.size() * static_cast<size_t>(n_vocab));
-  model::BatchSequence seq{0, n, &tables, cache.allocate_state()};  // (-1 without recurrent layers)
+  // (-1 without recurrent layers or exact copies)
+  model::BatchSequence seq{0, n, &tables, cache.allocate_state()};
   ThreadPool pool(2);
   model::Batch batch{tokens, pos, {&seq, 1}, rows};
   // Each position's routing margin (model/batch.h), the smallest over the MoE layers of its own

@@ -1014,5 +1014,145 @@ TEST(Attention, HugeSinkDrivesOutputToZero) {
   }
 }
 
+
+namespace {
+
+// A tile's output at token t alone and with the tokens around it (tiles of `tile_tokens`).
+std::vector<float> attend_tiles_exact(const std::vector<float>& q, int n_tokens, int tile_tokens,
+                                      const AttentionShape& shape, const kv::KvCache& cache,
+                                      const KernelTable& table,
+                                      const std::vector<int32_t>& block_table,
+                                      const ExactBlocks& exact) {
+  const int q_dim = shape.n_heads * shape.head_dim, out_dim = shape.n_heads * shape.value_head_dim();
+  std::vector<int32_t> positions(static_cast<size_t>(n_tokens));
+  for (int t = 0; t < n_tokens; ++t) positions[static_cast<size_t>(t)] = t;
+  std::vector<float> out(static_cast<size_t>(n_tokens * out_dim));
+  for (int t0 = 0; t0 < n_tokens; t0 += tile_tokens) {
+    for (int h = 0; h < shape.n_kv_heads; ++h) {
+      const AttentionTile tile{
+          &q[static_cast<size_t>(t0 * q_dim)], &positions[static_cast<size_t>(t0)],
+          std::min(tile_tokens, n_tokens - t0), h, &out[static_cast<size_t>(t0 * out_dim)]};
+      attend_tile(tile, cache, 0, block_table, shape, nullptr, table, &exact);
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+// Exact copies (kv/kv_cache.h): a row reads block 0 and its own block and the window - 1
+// before it from their F16 copies where a copy is given, every other key from the quantized
+// cache. On every ISA, in F16-rounded keys and values (the copies, rotated back) and dequantized
+// ones (the rest), against plain softmax attention, full and sliding, with blocks that have no
+// copy; and a token's output is the same bit for bit in a tile of its own and in a tile of
+// several tokens (the copies are met in one order).
+TEST(Attention, ExactCopiesReplaceTheirQuantizedBlocks) {
+  const int head_dim = 64;
+  for (const auto [n_heads, n_kv_heads, block_size, n_tokens] :
+       {AttentionCase{6, 2, 16, 83}, AttentionCase{4, 4, 8, 61}, AttentionCase{8, 1, 16, 300},
+        AttentionCase{4, 2, 4, 29}}) {
+    const int n_blocks = (n_tokens + block_size - 1) / block_size;
+    for (const auto& [key_type, value_type] :
+         {std::pair{DType::Q4_0, DType::Q4_0}, std::pair{DType::Q8_0, DType::Q8_0},
+          std::pair{DType::Q4_0, DType::F16}}) {
+      kv::KvCacheConfig config{1, n_kv_heads, head_dim, block_size, n_blocks, key_type, value_type};
+      config.num_state_slots = 1;
+      config.exact_recent_tokens = 2 * block_size;
+      kv::KvCache cache(config);
+      ASSERT_EQ(cache.exact_window_blocks(), 3);  // 2 blocks before a row's own
+      std::vector<int32_t> block_table;
+      for (int b = 0; b < n_blocks; ++b) block_table.push_back((b * 5 + 2) % n_blocks);
+      const int kv_dim = n_kv_heads * head_dim, q_dim = n_heads * head_dim;
+      const auto [k, v] = write_random_kv(cache, block_table, n_tokens, 70);
+      const auto [k_held, v_held] = held_kv(cache, block_table, k, v);
+      // Every block's copy (an F16 block of every kv head), but blocks 2 and 5: none.
+      const size_t key_block = cache.exact_key_stride(0) * n_kv_heads;
+      const size_t value_block = cache.exact_value_stride(0) * n_kv_heads;
+      std::vector<uint16_t> copy_keys(n_blocks * key_block), copy_values(n_blocks * value_block);
+      for (int t = 0; t < n_tokens; ++t) {
+        const int b = t / block_size;
+        cache.store_exact(0, &k[static_cast<size_t>(t * kv_dim)], &v[static_cast<size_t>(t * kv_dim)],
+                          &copy_keys[b * key_block], &copy_values[b * value_block], t % block_size);
+      }
+      const auto missing = [](int b) { return b == 2 || b == 5; };
+      std::vector<const uint16_t*> keys, values;
+      for (int b = 1; b < n_blocks; ++b) {
+        keys.push_back(missing(b) ? nullptr : &copy_keys[b * key_block]);
+        values.push_back(missing(b) ? nullptr : &copy_values[b * value_block]);
+      }
+      ExactBlocks exact;
+      exact.window_blocks = cache.exact_window_blocks();
+      exact.first_block = 1;
+      exact.keys = keys;
+      exact.values = values;
+      exact.sink_keys = copy_keys.data();
+      exact.sink_values = copy_values.data();
+      exact.key_stride = cache.exact_key_stride(0);
+      exact.value_stride = cache.exact_value_stride(0);
+      auto q = random_floats(int64_t{n_tokens} * q_dim, 72, 2.0f);
+      for (const int window : {0, 21}) {
+        AttentionShape shape{n_heads, n_kv_heads, head_dim, 1.0f / std::sqrt(float(head_dim)), window};
+        for (const KernelTable* table : available_kernels()) {
+          const auto out = attend_tiles_exact(q, n_tokens, attention_tile_tokens(shape), shape, cache,
+                                              *table, block_table, exact);
+          const auto alone = attend_tiles_exact(q, n_tokens, 1, shape, cache, *table, block_table, exact);
+          ASSERT_EQ(out, alone) << table->isa << " " << dtype_name(key_type) << " window " << window;
+          for (int t = 0; t < n_tokens; t += n_tokens > 100 ? 7 : 1) {
+            // Plain softmax attention in the cache's rotated space: a key of a block the row
+            // reads from its copy is the copy (f16 of the rotated key) met by the f16 of the
+            // rotated query, any other the dequantized key met by the rotated query as it is.
+            const int own = t / block_size;
+            const int first = window > 0 ? std::max(0, t - window + 1) : 0;
+            const auto rotated = [&](const float* x, int rotation, bool round) {
+              std::vector<double> out(static_cast<size_t>(head_dim));
+              std::vector<float> y(x, x + head_dim);
+              if (rotation > 0) kv::hadamard_rotate(y.data(), head_dim, rotation);
+              for (int d = 0; d < head_dim; ++d)
+                out[static_cast<size_t>(d)] = round ? fp16_to_fp32(fp32_to_fp16(y[static_cast<size_t>(d)])) : y[static_cast<size_t>(d)];
+              return out;
+            };
+            for (int hq = 0; hq < n_heads; ++hq) {
+              const int h = hq / (n_heads / n_kv_heads);
+              const float* qh = &q[static_cast<size_t>(t * q_dim + hq * head_dim)];
+              const auto q_plain = rotated(qh, cache.key_rotation(0), false);
+              const auto q_half = rotated(qh, cache.key_rotation(0), true);
+              std::vector<double> scores, acc(static_cast<size_t>(head_dim), 0.0);
+              std::vector<std::vector<double>> vals;
+              for (int j = first; j <= t; ++j) {
+                const int b = j / block_size;
+                const bool copy = (b == 0 || (b <= own && b > own - exact.window_blocks)) && !missing(b);
+                const size_t at = static_cast<size_t>(j * kv_dim + h * head_dim);
+                const auto kj = copy ? rotated(&k[at], cache.key_rotation(0), true)
+                                     : rotated(&k_held[at], cache.key_rotation(0), false);
+                const auto& qq = copy ? q_half : q_plain;
+                double sc = 0;
+                for (int d = 0; d < head_dim; ++d) sc += qq[static_cast<size_t>(d)] * kj[static_cast<size_t>(d)];
+                scores.push_back(sc * shape.scale);
+                vals.push_back(copy ? rotated(&v[at], cache.value_rotation(0), true)
+                                    : rotated(&v_held[at], cache.value_rotation(0), false));
+              }
+              const double max = *std::max_element(scores.begin(), scores.end());
+              double sum = 0;
+              for (size_t j = 0; j < scores.size(); ++j) {
+                const double p = std::exp(scores[j] - max);
+                sum += p;
+                for (int d = 0; d < head_dim; ++d) acc[static_cast<size_t>(d)] += p * vals[j][static_cast<size_t>(d)];
+              }
+              std::vector<float> want(static_cast<size_t>(head_dim));
+              for (int d = 0; d < head_dim; ++d) want[static_cast<size_t>(d)] = static_cast<float>(acc[static_cast<size_t>(d)] / sum);
+              if (cache.value_rotation(0) > 0) kv::hadamard_rotate(want.data(), head_dim, cache.value_rotation(0));
+              for (int d = 0; d < head_dim; ++d)
+                ASSERT_NEAR(out[static_cast<size_t>(t * q_dim + hq * head_dim + d)], want[static_cast<size_t>(d)], 5e-5)
+                    << table->isa << " " << dtype_name(key_type) << "/" << dtype_name(value_type)
+                    << " heads " << n_heads << "/" << n_kv_heads << " block " << block_size
+                    << " window " << window << " token " << t << " head " << hq << " dim " << d;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace inferd::kernels

@@ -80,7 +80,7 @@ TEST(LlamaForward, QuantizedCacheIsCloseToF16AndIndependentOfChunking) {
   // cache gives unrelated logits.
   for (const auto& [type, max_diff, max_kl] :
        {std::tuple{DType::Q8_0, 0.1f, 0.2}, std::tuple{DType::Q4_0, 0.4f, 0.3}}) {
-    Runner quantized(*model, 64, type);
+    Runner quantized(*model, 64, type, 0);  // no exact copies: every key as the cache rounds it
     const auto whole = quantized.run(tokens, 29);
     expect_close(quantized.run(tokens, 6), whole, 1e-4f);
     expect_close(quantized.run(tokens, 1), whole, 1e-4f);
@@ -96,6 +96,31 @@ TEST(LlamaForward, QuantizedCacheIsCloseToF16AndIndependentOfChunking) {
     EXPECT_EQ(std::max_element(whole.begin(), whole.end()) - whole.begin(),
               std::max_element(want.begin(), want.end()) - want.begin())
         << dtype_name(type);
+  }
+}
+
+// With exact copies (kv/kv_cache.h: F16 copies of block 0 and of the blocks of the 8 to 11 keys
+// before a query, at block size 4), a quantized cache's logits come closer to F16's and still do
+// not depend on how the prompt is cut into steps: bit for bit, in chunks of 1, 3, 6 and all.
+TEST(LlamaForward, ExactCopiesBringAQuantizedCacheCloserAndKeepChunkingFree) {
+  testing::TinyLlamaSpec spec;
+  spec.n_embd = 128;
+  auto bytes = testing::make_tiny_llama(spec);
+  auto file = gguf::GgufFile::parse(bytes);
+  auto model = load_model(file, {64, 256});
+  Runner f16(*model, 64);
+  const auto tokens = prompt(41, 5);
+  const auto want = f16.run(tokens, 41);
+  for (const DType type : {DType::Q8_0, DType::Q4_0}) {
+    Runner plain(*model, 64, type, 0);
+    Runner exact(*model, 64, type, 8);
+    ASSERT_EQ(exact.cache_.exact_window_blocks(), 3);
+    const auto whole = exact.run(tokens, 41);
+    for (const int chunk : {1, 3, 6}) EXPECT_EQ(exact.run(tokens, chunk), whole) << chunk;
+    const double kl_plain = kl_divergence(want, plain.run(tokens, 41));
+    const double kl_exact = kl_divergence(want, whole);
+    EXPECT_GT(kl_exact, 0.0) << dtype_name(type);  // keys 0 to 28 are read quantized
+    EXPECT_LT(kl_exact, 0.5 * kl_plain) << dtype_name(type);
   }
 }
 

@@ -23,14 +23,19 @@ namespace inferd::testing {
 // empty cache, and returns the logits after the last token.
 class Runner {
  public:
-  Runner(model::Model& model, int32_t num_blocks, DType kv_type = DType::F16)
-      : model_(model), cache_(model.kv_config(num_blocks, 4, kv_type, kv_type)), pool_(2) {}
+  // exact_recent: a quantized cache's exact copies (kv/kv_cache.h), 0: none.
+  Runner(model::Model& model, int32_t num_blocks, DType kv_type = DType::F16,
+         int exact_recent = kv::kDefaultExactRecentTokens)
+      : model_(model),
+        cache_(model.kv_config(num_blocks, 4, kv_type, kv_type, 1, exact_recent)),
+        pool_(2) {}
 
   kv::BlockTables new_sequence(int64_t max_tokens) { return cache_.allocate_sequence(max_tokens); }
 
   std::vector<float> run(const std::vector<int32_t>& tokens, int64_t chunk) {
     const kv::BlockTables tables = new_sequence(static_cast<int64_t>(tokens.size()));
-    const int32_t state_slot = cache_.allocate_state();  // hybrid models; -1 otherwise
+    // Hybrid models and exact copies; -1 otherwise.
+    const int32_t state_slot = cache_.allocate_state();
     std::vector<float> logits(static_cast<size_t>(model_.config().n_vocab));
     for (int64_t start = 0; start < static_cast<int64_t>(tokens.size()); start += chunk) {
       const int64_t n = std::min<int64_t>(chunk, static_cast<int64_t>(tokens.size()) - start);
