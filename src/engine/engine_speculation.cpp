@@ -173,8 +173,9 @@ void Engine::load_eagle3_head() {
   // Its one layer's K/V at the positions of the model's full-attention group (group 0), whose
   // block tables place them (ModelRunner::enable_eagle3).
   eagle3_cache_ = std::make_unique<kv::KvCache>(
+      // No exact copies: its batches carry the target's state slots, which are not its own.
       eagle3_->kv_config(cache_->groups()[0].pool.num_blocks(), config_.block_size,
-                         config_.kv_key_type, config_.kv_value_type));
+                         config_.kv_key_type, config_.kv_value_type, 1, 0));
   runner_->enable_eagle3(*eagle3_, *eagle3_cache_);
   mtp_ = std::make_unique<MtpDrafter>(*eagle3_, *eagle3_cache_, *cache_, *pool_, config_.max_seqs);
   mtp_jobs_.reserve(static_cast<size_t>(config_.max_seqs));

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "util/error.h"
+
 namespace inferd::model {
 
 bool ExactCopies::plan(const Batch& batch, const kv::KvCache& cache) {
@@ -20,6 +22,9 @@ bool ExactCopies::plan(const Batch& batch, const kv::KvCache& cache) {
     for (int64_t t = seq.token_begin; t < seq.token_end; ++t)
       token_entry_[static_cast<size_t>(t)] = static_cast<int32_t>(i);
     if (seq.state_slot < 0 || seq.token_end <= seq.token_begin) continue;
+    if (seq.state_slot >= cache.config().num_state_slots)
+      fail("exact copies: state slot {} of a cache with {}", seq.state_slot,
+           cache.config().num_state_slots);
     e.slot = seq.state_slot;
     e.owner = i;
     for (size_t j = 0; j < i; ++j) {

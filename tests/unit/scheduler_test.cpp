@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "engine/scheduler.h"
+#include "kv/kv_cache.h"
 #include "util/error.h"
 
 namespace inferd::engine {
@@ -275,6 +276,47 @@ TEST(Scheduler, ForkSharesFullBlocksAndCopiesThePartlyFilledOne) {
   sched.remove(&child);
   sched.remove(&late);
   EXPECT_EQ(full.pool.num_free(), 20);
+}
+
+// State slots (a hybrid model's state, a quantized cache's exact copies): a sequence admitted
+// takes a slot and has it cleared (copy from kNoSlot: the copies of its last owner must not be
+// read as its own, as they would after a prefix found in the cache), a fork copies its parent's
+// into a slot of its own, and a finished sequence gives its slot back.
+TEST(Scheduler, StateSlotsAreClearedWhenTakenAndCopiedByForks) {
+  kv::KvGroup full(20, 0);
+  kv::BlockPool slots(2);
+  Scheduler sched({64, 4, 4}, {&full, 1});
+  std::vector<std::pair<int32_t, int32_t>> copies;
+  sched.set_block_copier([](size_t, int32_t, int32_t) {});
+  sched.set_state_pool(&slots, [&](int32_t from, int32_t to) { copies.emplace_back(from, to); });
+  Sequence first = make_seq(1, 6), child;
+  first.slots = 2;
+  sched.add(&first);
+  std::vector<ScheduledSequence> step;
+  sched.schedule(step);
+  ASSERT_GE(first.state_slot, 0);
+  ASSERT_EQ(copies.size(), 1u);
+  EXPECT_EQ(copies[0], std::make_pair(kv::KvCache::kNoSlot, first.state_slot));
+  complete_step(step);
+  copies.clear();
+  ASSERT_TRUE(sched.fork(first, child));
+  ASSERT_GE(child.state_slot, 0);
+  EXPECT_NE(child.state_slot, first.state_slot);
+  ASSERT_EQ(copies.size(), 2u);  // cleared as taken, then the parent's
+  EXPECT_EQ(copies[0], std::make_pair(kv::KvCache::kNoSlot, child.state_slot));
+  EXPECT_EQ(copies[1], std::make_pair(first.state_slot, child.state_slot));
+  const int32_t reused = first.state_slot;
+  sched.remove(&first);
+  EXPECT_EQ(slots.num_free(), 1);
+  Sequence next = make_seq(2, 5);
+  copies.clear();
+  sched.add(&next);
+  sched.schedule(step);
+  EXPECT_EQ(next.state_slot, reused);
+  ASSERT_FALSE(copies.empty());
+  EXPECT_EQ(copies[0], std::make_pair(kv::KvCache::kNoSlot, reused));
+  sched.remove(&child);
+  sched.remove(&next);
 }
 
 TEST(Scheduler, AdmissionCountsABeamSearchsSlots) {
