@@ -10,12 +10,13 @@ namespace {
 
 class EngineTest : public ModelTest {
  protected:
-  engine::Engine make_engine(int max_seqs = 4, int64_t context = 1024, DType kv_type = DType::F16) {
+  engine::Engine make_engine(int max_seqs = 4, int64_t context = 1024, DType kv_type = DType::F16,
+                             int64_t max_batched_tokens = 256) {
     engine::EngineConfig config;
     config.threads = 2;
     config.context = context;
     config.max_seqs = max_seqs;
-    config.max_batched_tokens = 256;
+    config.max_batched_tokens = max_batched_tokens;
     config.kv_key_type = kv_type;
     config.kv_value_type = kv_type;
     return engine::Engine(*file_, config);
@@ -91,6 +92,46 @@ TEST_F(EngineTest, QuantizedCacheGreedyIsCoherentAndEqualsAlone) {
                                               "def fibonacci(n):", "The three primary colors are"};
     expect_batched_equals_alone(e, prompts);
   }
+}
+
+// With a Q4_0 cache and its exact copies (kv/kv_cache.h), a request's greedy output does not
+// depend on how its prompt is cut into steps (steps of 256 tokens against 7, so that prompt
+// blocks are staged across steps and the copies come from the ring), nor on the requests beside
+// it; and 3 greedy choices of one prompt (forks: each child copies its parent's copies) agree.
+TEST_F(EngineTest, QuantizedCacheWithExactCopiesIsFreeOfPromptSteps) {
+  const std::string prompt =
+      "In the beginning God created the heaven and the earth. And the earth was without form, "
+      "and void; and darkness was upon the face of the deep. And the Spirit of God moved upon";
+  auto whole = make_engine(4, 1024, DType::Q4_0, 256);
+  auto stepped = make_engine(4, 1024, DType::Q4_0, 7);
+  ASSERT_TRUE(whole.kv_cache().has_exact_copies());
+  auto a = submit(whole, prompt, 24, greedy());
+  whole.run_until_idle();
+  auto b = submit(stepped, prompt, 24, greedy());
+  auto beside = submit(stepped, "def fibonacci(n):", 24, greedy());
+  stepped.run_until_idle();
+  EXPECT_EQ(b->result_.output_tokens, a->result_.output_tokens);
+  engine::Request r;
+  r.prompt = stepped.tokenizer().encode(prompt + " the", true, true);
+  r.sampling = greedy();
+  r.max_tokens = 24;
+  std::vector<std::shared_ptr<CollectOutput>> choices;
+  for (int i = 0; i < 3; ++i) {
+    choices.push_back(std::make_shared<CollectOutput>());
+    if (i == 0) {
+      r.output = choices.back();
+    } else {
+      r.more_outputs.push_back(choices.back());
+    }
+  }
+  stepped.add_request(std::move(r));
+  stepped.run_until_idle();
+  for (const auto& choice : choices) {
+    EXPECT_EQ(choice->finishes_, 1);
+    EXPECT_EQ(choice->result_.output_tokens, choices[0]->result_.output_tokens);
+  }
+  EXPECT_FALSE(choices[0]->result_.output_tokens.empty());
+  EXPECT_EQ(stepped.kv_cache().used_blocks(), 0);
 }
 
 TEST_F(EngineTest, SeededSamplingReproduces) {
