@@ -68,6 +68,7 @@ TEST_P(TensorParallelTest, LogitsMatchTheWholeModel) {
   const int64_t layers = whole->config().n_layers, hidden = whole->config().n_embd;
   const int64_t vocab = whole->config().n_vocab, slice = (vocab + c.ranks - 1) / c.ranks;
   int64_t predicted = 0;
+  int64_t sent = -1;  // by rank 1 before the Q4_0 pass below
   try {  // (an error here must still release the workers below)
     auto shard = model::load_model(file, options);
     EXPECT_EQ(shard->config().n_kv_heads * c.ranks, whole->config().n_kv_heads);
@@ -110,17 +111,49 @@ TEST_P(TensorParallelTest, LogitsMatchTheWholeModel) {
         }
       }
     }
+    // A Q4_0 cache with its exact copies (kv/kv_cache.h; each rank keeps those of its own kv
+    // heads): the first case's top-10 probabilities match one process's with the same cache.
+    sent = comms[1]->bytes_sent();
+    const auto takes_q4_0 = [&] {  // (head sizes that are multiples of 32)
+      try {
+        kv::KvCache probe(whole->kv_config(1, 16, DType::Q4_0, DType::Q4_0));
+        return true;
+      } catch (const Error&) {
+        return false;
+      }
+    };
+    if (!c.experts && takes_q4_0()) {
+      shard->attach_cache(shard->kv_config(64, 16, DType::Q4_0, DType::Q4_0), 1);
+      const auto& cs = golden["cases"][0];
+      const auto prompt = cs["prompt_ids"].get<std::vector<int32_t>>();
+      auto forced = cs["generated_ids"].get<std::vector<int32_t>>();
+      for (int32_t& id : forced) id %= whole->config().n_vocab;
+      const auto ours = logprobs_along(*shard, prompt, forced, 8, nullptr, DType::Q4_0);
+      const auto theirs = logprobs_along(*whole, prompt, forced, 8, nullptr, DType::Q4_0);
+      for (size_t p = 0; p < ours.size(); ++p) {
+        std::vector<size_t> order(theirs[p].size());
+        for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+        std::partial_sort(order.begin(), order.begin() + 10, order.end(),
+                          [&](size_t a, size_t b) { return theirs[p][a] > theirs[p][b]; });
+        for (size_t k = 0; k < 10; ++k)
+          EXPECT_LT(std::fabs(std::exp(ours[p][order[k]]) - std::exp(theirs[p][order[k]])), c.bar)
+              << c.model << ": Q4_0 cache, position " << p;
+      }
+      std::printf("[ tp q4_0 ] %s: a Q4_0 cache with exact copies, %zu positions compared\n",
+                  c.model.c_str(), ours.size());
+    }
   } catch (const std::exception& e) {
     ADD_FAILURE() << c.model << ": " << e.what();
   }
   dist::release_workers(*comms[0]);
   for (std::thread& t : workers) t.join();
   // (and its memory report once: 4 floats, dist::gather_memory)
-  EXPECT_EQ(comms[1]->bytes_sent(), predicted + 4 * static_cast<int64_t>(sizeof(float))) << c.model;
+  if (sent < 0) sent = comms[1]->bytes_sent();
+  EXPECT_EQ(sent, predicted + 4 * static_cast<int64_t>(sizeof(float))) << c.model;
   std::printf("[ tp%s ] %-22s %d ranks: %d/%d greedy tokens the same, largest top-10 "
               "probability difference %.5f; rank 1 sent %lld bytes, as predicted\n",
               c.experts ? "+ep   " : "      ", c.model.c_str(), c.ranks, same, positions, largest,
-              static_cast<long long>(comms[1]->bytes_sent()));
+              static_cast<long long>(sent));
 }
 
 INSTANTIATE_TEST_SUITE_P(Golden, TensorParallelTest,
