@@ -26,7 +26,9 @@
 
 #include "golden_util.h"
 #include "model/registry.h"
+#include "util/error.h"
 #include "util/paths.h"
+#include "util/thread_pool.h"
 
 namespace inferd::testing {
 namespace {
@@ -173,6 +175,59 @@ TEST_P(ArchitectureTest, NextTokenDistributionMatchesLlamaCpp) {
       EXPECT_LT(ours_to_f16, 1.05 * theirs_to_f16) << name;
     }
   }
+}
+
+// A Q4_0 KV cache with its exact copies (kv/kv_cache.h), on every architecture whose head sizes
+// take Q4_0: the logits after each step of a prompt fed in steps of 5 tokens equal, bit for bit,
+// those at the same positions of the prompt in one step (the copies come from the staged blocks
+// in one, from the sequence's ring in the other), and they differ from the logits without copies
+// (the copies are read). The hybrids' recurrent layers are left out: their chunked delta rule
+// is not bit-exact across step cuts with an F16 cache either.
+TEST_P(ArchitectureTest, QuantizedCacheWithExactCopiesIsFreeOfPromptSteps) {
+  const std::string name = GetParam();
+  if (name.starts_with("qwen35") || name.starts_with("qwen3next")) GTEST_SKIP() << "recurrent";
+  const nlohmann::json golden = load_json("tests/golden/architectures/" + name + ".json");
+  ASSERT_FALSE(golden.is_null()) << name;
+  const std::string path = cache_dir() + "/golden-models/" + golden["model"].get<std::string>();
+  if (!std::filesystem::exists(path)) GTEST_SKIP() << path << " is absent";
+  const auto file = gguf::GgufFile::open(path);
+  auto model = model::load_model(file, {1024, 1024});
+  const auto& c = golden["cases"][0];
+  std::vector<int32_t> tokens = c["prompt_ids"].get<std::vector<int32_t>>();
+  const auto generated = c["generated_ids"].get<std::vector<int32_t>>();
+  tokens.insert(tokens.end(), generated.begin(), generated.end());
+  const auto n = static_cast<int64_t>(tokens.size());
+  const int64_t n_vocab = model->config().n_vocab, step = 5;
+  ThreadPool pool(2);
+  // The logits of every step's last token, the prompt fed in steps of `size` tokens.
+  const auto run = [&](int64_t size, int exact_recent) {
+    kv::KvCache cache(model->kv_config(static_cast<int32_t>((n + 15) / 16), 16, DType::Q4_0,
+                                       DType::Q4_0, 1, exact_recent));
+    const kv::BlockTables tables = cache.allocate_sequence(n);
+    const int32_t slot = cache.allocate_state();
+    std::vector<float> out, logits(static_cast<size_t>(n * n_vocab));
+    for (int64_t start = 0; start < n; start += size) {
+      const int64_t count = std::min(size, n - start);
+      std::vector<int32_t> pos, rows;
+      for (int64_t i = 0; i < count; ++i) {
+        pos.push_back(static_cast<int32_t>(start + i));
+        if ((start + i + 1) % step == 0 || start + i == n - 1) rows.push_back(static_cast<int32_t>(i));
+      }
+      model::BatchSequence seq{0, count, &tables, slot};
+      model::Batch batch{{tokens.data() + start, static_cast<size_t>(count)}, pos, {&seq, 1}, rows};
+      model->forward(batch, cache, logits.data(), pool);
+      out.insert(out.end(), logits.begin(), logits.begin() + static_cast<int64_t>(rows.size()) * n_vocab);
+    }
+    return out;
+  };
+  try {
+    kv::KvCache probe(model->kv_config(1, 16, DType::Q4_0, DType::Q4_0));
+  } catch (const Error& e) {
+    GTEST_SKIP() << e.what();
+  }
+  const auto whole = run(n, kv::kDefaultExactRecentTokens);
+  EXPECT_EQ(run(step, kv::kDefaultExactRecentTokens), whole) << name;
+  EXPECT_NE(run(n, 0), whole) << name;
 }
 
 std::vector<std::string> golden_names() {
