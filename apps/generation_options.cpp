@@ -89,7 +89,7 @@ void add_exact_recent_option(CLI::App& cmd, int& tokens) {
   cmd.add_option("--cache-exact-recent", tokens,
                  "With a q8_0 or q4_0 KV cache: also keep F16 copies of each sequence's first block "
                  "and of at least its latest N keys, which attention reads instead (0: none)")
-      ->check(CLI::NonNegativeNumber)
+      ->check(CLI::Range(0, 1 << 20))
       ->capture_default_str();
 }
 
