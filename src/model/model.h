@@ -129,9 +129,10 @@ class Model {
   virtual void copy_kv_block(kv::KvCache& cache, size_t group, int32_t from, int32_t to) {
     cache.copy_block(group, from, to);
   }
-  // A hybrid model's recurrent state slots (kv/kv_cache.h): a slot copied to another (a fork), a
-  // state slot saved into a snapshot slot and a snapshot loaded into a state slot (prefix
-  // caching). Through the model so that the ranks of a pipeline do it alike.
+  // State slots (kv/kv_cache.h: a hybrid model's recurrent state, a quantized cache's exact
+  // copies): a slot copied to another (a fork; from KvCache::kNoSlot: cleared for a new
+  // sequence), a state slot saved into a snapshot slot and a snapshot loaded into a state slot
+  // (prefix caching). Through the model so that the ranks of a split model do it alike.
   virtual void copy_state(kv::KvCache& cache, int32_t from, int32_t to) {
     cache.copy_state(from, to);
   }
