@@ -45,10 +45,11 @@ int64_t resolve_context(const EngineConfig& config, int64_t model_context) {
   return config.context;
 }
 
-// A hybrid model's recurrent state slots: one a sequence, and with speculative decoding a
-// second, the state before a verification, restored when a draft is rejected.
-int32_t state_slots(const EngineConfig& c) {
-  return c.max_seqs * (c.spec.enabled() ? 2 : 1);
+// State slots (a hybrid model's recurrent state, a quantized cache's exact copies): one a
+// sequence, and for a recurrent state with speculative decoding a second, the state before a
+// verification, restored when a draft is rejected.
+int32_t state_slots(const EngineConfig& c, bool recurrent) {
+  return c.max_seqs * (c.spec.enabled() && recurrent ? 2 : 1);
 }
 
 // How many snapshots of `state_bytes` each the config asks for (EngineConfig::state_snapshots,
@@ -95,7 +96,7 @@ int32_t Engine::fit_kv_blocks(int32_t wanted, int64_t blocks_per_seq) {
   // A hybrid model's state and snapshot slots come out of the same memory (every rank's
   // layers' part of them: taken whole on each machine, which errs on the safe side).
   const int64_t state_bytes = model_->config().recurrent_state_floats * int64_t{sizeof(float)} *
-                              (state_slots(config_) + config_.state_snapshots);
+                              (state_slots(config_, model_->has_recurrent_state()) + config_.state_snapshots);
   struct Machine {
     int64_t available = std::numeric_limits<int64_t>::max();
     int64_t block_bytes = 0;  // of every rank on it
@@ -171,7 +172,8 @@ Engine::Engine(const gguf::GgufFile& file, const EngineConfig& config)
   }
   if (config.kv_exact_recent < 0) fail("--cache-exact-recent {} is negative", config.kv_exact_recent);
   kv::KvCacheConfig kv = model_->kv_config(config_.kv_blocks, config.block_size, config.kv_key_type,
-                                           config.kv_value_type, state_slots(config),
+                                           config.kv_value_type,
+                                           state_slots(config, model_->has_recurrent_state()),
                                            config.kv_exact_recent);
   // --swa-full: every layer keeps all its keys. Sliding layers of their own shape (Gemma 4)
   // keep their group, which then frees nothing; the others join the full group.
