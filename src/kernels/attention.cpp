@@ -192,6 +192,26 @@ void attend_tile(const AttentionTile& tile, const kv::KvCache& cache, int layer,
   const int64_t first_start = first_block_seen * block_size / chunk_keys * chunk_keys;
   NextTilePrefetcher prefetcher(next, cache, layer,
                                 (n_keys + block_size - 1) / block_size - first_block_seen);
+  // Gemma 2's softcap of a row's scores [lo, hi), in place; the scale they take after it.
+  const auto softcapped = [&](float* s, int lo, int hi) {
+    if (shape.softcap <= 0) return shape.scale;
+    table.softcap(s + lo, hi - lo, shape.scale / shape.softcap, shape.softcap);
+    return 1.0f;
+  };
+  // Row r's scores [lo, hi) of a chunk of `count` keys, scaled, into its online softmax: their
+  // exps stay in s (0 elsewhere in the chunk) for the values, and the accumulator is rescaled to
+  // the new maximum.
+  const auto fold = [&](int r, float* s, int lo, int hi, int count, float scale) {
+    const float chunk_max = k.scale_max(s + lo, hi - lo, scale, state[r].max);
+    std::fill(s, s + lo, 0.0f);
+    std::fill(s + hi, s + count, 0.0f);
+    const float correction = std::exp(state[r].max - chunk_max);
+    state[r].sum = state[r].sum * correction + k.exp_sum(s + lo, hi - lo, chunk_max);
+    if (correction != 1.0f) {
+      for (int d = 0; d < value_dim; ++d) acc[r * value_dim + d] *= correction;
+    }
+    state[r].max = chunk_max;
+  };
   // Whether row r reads key block b from its exact copy (ExactBlocks): block 0 when the row
   // sees it, and the row's own block and the window_blocks - 1 before it.
   const auto reads_copy = [&](int r, int64_t b) {
@@ -224,11 +244,7 @@ void attend_tile(const AttentionTile& tile, const kv::KvCache& cache, int layer,
       const int lo = static_cast<int>(std::clamp<int64_t>(first_key[r] - start, 0, count));
       const int hi =
           std::max(lo, static_cast<int>(std::clamp<int64_t>(last_key[r] + 1 - start, 0, count)));
-      float scale = shape.scale;
-      if (shape.softcap > 0) {
-        table.softcap(s + lo, hi - lo, scale / shape.softcap, shape.softcap);
-        scale = 1.0f;
-      }
+      const float scale = softcapped(s, lo, hi);
       // Keys this row reads from their exact copies below weigh nothing here (exp(-inf) = 0).
       bool any = hi > lo;
       if (exact != nullptr && any) {
@@ -241,19 +257,11 @@ void attend_tile(const AttentionTile& tile, const kv::KvCache& cache, int layer,
         }
         any = kept > 0;
       }
-      const float chunk_max = any ? k.scale_max(s + lo, hi - lo, scale, state[r].max) : state[r].max;
-      std::fill(s, s + lo, 0.0f);
-      std::fill(s + hi, s + count, 0.0f);
       if (!any) {
-        std::fill(s + lo, s + hi, 0.0f);
+        std::fill(s, s + count, 0.0f);
         continue;
       }
-      const float correction = std::exp(state[r].max - chunk_max);
-      state[r].sum = state[r].sum * correction + k.exp_sum(s + lo, hi - lo, chunk_max);
-      if (correction != 1.0f) {
-        for (int d = 0; d < value_dim; ++d) acc[r * value_dim + d] *= correction;
-      }
-      state[r].max = chunk_max;
+      fold(r, s, lo, hi, count, scale);
     }
     accumulate_chunk(k, cache, layer,
                      block_table.subspan(static_cast<size_t>(first_block + skip),
@@ -291,20 +299,7 @@ void attend_tile(const AttentionTile& tile, const kv::KvCache& cache, int layer,
           std::fill(s, s + count, 0.0f);
           continue;
         }
-        float scale = shape.scale;
-        if (shape.softcap > 0) {
-          table.softcap(s + lo, hi - lo, scale / shape.softcap, shape.softcap);
-          scale = 1.0f;
-        }
-        const float chunk_max = k.scale_max(s + lo, hi - lo, scale, state[r].max);
-        std::fill(s, s + lo, 0.0f);
-        std::fill(s + hi, s + count, 0.0f);
-        const float correction = std::exp(state[r].max - chunk_max);
-        state[r].sum = state[r].sum * correction + k.exp_sum(s + lo, hi - lo, chunk_max);
-        if (correction != 1.0f) {
-          for (int d = 0; d < value_dim; ++d) acc[r * value_dim + d] *= correction;
-        }
-        state[r].max = chunk_max;
+        fold(r, s, lo, hi, count, softcapped(s, lo, hi));
       }
       k.accumulate(exact->copy(b, tile.kv_head, true), count, value_dim, scores, chunk_keys, rows,
                    acc);

@@ -305,11 +305,10 @@ void KvCache::allocate_exact_copies() {
   for (int l = 0; l < config_.n_layers; ++l) {
     if (group_of(l) < 0 || layer_index_[static_cast<size_t>(l)] < 0) continue;  // no K/V here
     exact_layer_offset_[static_cast<size_t>(l)] = exact_slot_bytes_;
-    exact_slot_bytes_ += entries * static_cast<size_t>(n_kv_heads(l)) *
-                         (exact_key_stride(l) + exact_value_stride(l)) * half;
+    exact_slot_bytes_ += entries * (exact_block_halves(l, false) + exact_block_halves(l, true)) * half;
   }
   const auto slots = static_cast<size_t>(config_.num_state_slots + config_.num_snapshot_slots);
-  exact_tags_.assign(slots * static_cast<size_t>(config_.n_layers) * entries, -1);
+  exact_tags_.assign(slots * exact_tags_per_slot(), -1);
   try {
     exact_storage_ = HugePageBuffer(std::max<size_t>(1, slots * exact_slot_bytes_));
     exact_storage_.prefault();  // read and written by every step of every sequence
@@ -319,24 +318,24 @@ void KvCache::allocate_exact_copies() {
   }
 }
 
-uint16_t* KvCache::exact_keys(int32_t slot, int layer, int entry) const {
+uint16_t* KvCache::exact_layer(int32_t slot, int layer) const {
   const size_t at = exact_layer_offset_[static_cast<size_t>(layer)];
   if (at == SIZE_MAX) return nullptr;
-  const auto heads = static_cast<size_t>(n_kv_heads(layer));
   return reinterpret_cast<uint16_t*>(exact_storage_.data() +
-                                     static_cast<size_t>(slot) * exact_slot_bytes_ + at) +
-         static_cast<size_t>(entry) * heads * exact_key_stride(layer);
+                                     static_cast<size_t>(slot) * exact_slot_bytes_ + at);
+}
+
+uint16_t* KvCache::exact_keys(int32_t slot, int layer, int entry) const {
+  uint16_t* keys = exact_layer(slot, layer);
+  return keys == nullptr ? nullptr : keys + static_cast<size_t>(entry) * exact_block_halves(layer, false);
 }
 
 uint16_t* KvCache::exact_values(int32_t slot, int layer, int entry) const {
-  const size_t at = exact_layer_offset_[static_cast<size_t>(layer)];
-  if (at == SIZE_MAX) return nullptr;
-  const auto heads = static_cast<size_t>(n_kv_heads(layer));
+  uint16_t* keys = exact_layer(slot, layer);
+  if (keys == nullptr) return nullptr;
   const auto entries = static_cast<size_t>(exact_entries());
-  return reinterpret_cast<uint16_t*>(exact_storage_.data() +
-                                     static_cast<size_t>(slot) * exact_slot_bytes_ + at) +
-         entries * heads * exact_key_stride(layer) +
-         static_cast<size_t>(entry) * heads * exact_value_stride(layer);
+  return keys + entries * exact_block_halves(layer, false) +
+         static_cast<size_t>(entry) * exact_block_halves(layer, true);
 }
 
 void KvCache::store_exact(int layer, const float* k, const float* v, uint16_t* keys,
@@ -365,17 +364,17 @@ void KvCache::copy_exact(int32_t from, int32_t to) {
   std::memcpy(exact_storage_.data() + static_cast<size_t>(to) * exact_slot_bytes_,
               exact_storage_.data() + static_cast<size_t>(from) * exact_slot_bytes_,
               exact_slot_bytes_);
-  const size_t tags = static_cast<size_t>(config_.n_layers) * static_cast<size_t>(exact_entries());
-  std::copy_n(exact_tags_.begin() + static_cast<ptrdiff_t>(static_cast<size_t>(from) * tags), tags,
-              exact_tags_.begin() + static_cast<ptrdiff_t>(static_cast<size_t>(to) * tags));
+  std::copy_n(exact_tags_.begin() + static_cast<ptrdiff_t>(exact_tag_index(from, 0, 0)),
+              exact_tags_per_slot(),
+              exact_tags_.begin() + static_cast<ptrdiff_t>(exact_tag_index(to, 0, 0)));
 }
 
 void KvCache::copy_state(int32_t from, int32_t to) {
   if (from == kNoSlot) {  // a fresh sequence: no copies yet
     check_state_slot(to);
     if (!has_exact_copies()) return;
-    const size_t tags = static_cast<size_t>(config_.n_layers) * static_cast<size_t>(exact_entries());
-    std::fill_n(exact_tags_.begin() + static_cast<ptrdiff_t>(static_cast<size_t>(to) * tags), tags, -1);
+    std::fill_n(exact_tags_.begin() + static_cast<ptrdiff_t>(exact_tag_index(to, 0, 0)),
+                exact_tags_per_slot(), -1);
     return;
   }
   check_state_slot(from);

@@ -249,6 +249,11 @@ class KvCache {
   size_t exact_value_stride(int layer) const {
     return static_cast<size_t>(config_.block_size) * static_cast<size_t>(value_dim(layer));
   }
+  // Halves of one entry's keys (or values) of every kv head of `layer`.
+  size_t exact_block_halves(int layer, bool values) const {
+    return static_cast<size_t>(n_kv_heads(layer)) *
+           (values ? exact_value_stride(layer) : exact_key_stride(layer));
+  }
   // The block an entry holds whole (every position from the block's start up to where its
   // sequence has written), or -1.
   int32_t& exact_tag(int32_t slot, int layer, int entry) {
@@ -352,6 +357,10 @@ class KvCache {
   // Exact copies of state slot s (0 <= s < num_state_slots) or of snapshot n (num_state_slots +
   // n): [layer with storage][entry][kv head] key blocks, then the values alike.
   void allocate_exact_copies();
+  uint16_t* exact_layer(int32_t slot, int layer) const;  // its keys' first entry; null: none
+  size_t exact_tags_per_slot() const {
+    return static_cast<size_t>(config_.n_layers) * static_cast<size_t>(exact_entries());
+  }
   size_t exact_tag_index(int32_t slot, int layer, int entry) const {
     return (static_cast<size_t>(slot) * static_cast<size_t>(config_.n_layers) +
             static_cast<size_t>(layer)) * static_cast<size_t>(exact_entries()) +

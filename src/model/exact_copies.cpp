@@ -63,9 +63,8 @@ bool ExactCopies::plan(const Batch& batch, const kv::KvCache& cache) {
   size_t key_halves = 0, value_halves = 0;
   for (int l = 0; l < cache.config().n_layers; ++l) {
     if (cache.group_of(l) < 0) continue;
-    const auto heads = static_cast<size_t>(cache.n_kv_heads(l));
-    key_halves = std::max(key_halves, heads * cache.exact_key_stride(l));
-    value_halves = std::max(value_halves, heads * cache.exact_value_stride(l));
+    key_halves = std::max(key_halves, cache.exact_block_halves(l, false));
+    value_halves = std::max(value_halves, cache.exact_block_halves(l, true));
   }
   key_block_halves_ = key_halves;
   value_block_halves_ = value_halves;
@@ -87,9 +86,8 @@ const uint16_t* ExactCopies::staged(const Entry& owner, int64_t block, bool valu
 }
 
 void ExactCopies::begin_layer(int layer, const kv::KvCache& cache) {
-  const size_t key_halves = static_cast<size_t>(cache.n_kv_heads(layer)) * cache.exact_key_stride(layer);
-  const size_t value_halves =
-      static_cast<size_t>(cache.n_kv_heads(layer)) * cache.exact_value_stride(layer);
+  const size_t key_halves = cache.exact_block_halves(layer, false);
+  const size_t value_halves = cache.exact_block_halves(layer, true);
   // A first block this step only adds to starts from the copy an earlier step left in the ring;
   // without one (a prefix from the prefix cache, a copy evicted) it has no copy at this step.
   for (size_t i = 0; i < entries_.size(); ++i) {
@@ -150,9 +148,8 @@ void ExactCopies::store(int layer, int64_t t, int32_t position, const float* k, 
 }
 
 void ExactCopies::end_layer(int layer, kv::KvCache& cache) {
-  const size_t key_halves = static_cast<size_t>(cache.n_kv_heads(layer)) * cache.exact_key_stride(layer);
-  const size_t value_halves =
-      static_cast<size_t>(cache.n_kv_heads(layer)) * cache.exact_value_stride(layer);
+  const size_t key_halves = cache.exact_block_halves(layer, false);
+  const size_t value_halves = cache.exact_block_halves(layer, true);
   for (size_t i = 0; i < entries_.size(); ++i) {
     const Entry& e = entries_[i];
     if (e.slot < 0 || e.owner != i) continue;
