@@ -42,6 +42,7 @@ struct BenchArgs {
   model::Device device = model::Device::kCpu;
   int tensor_parallel = 1;
   int pipeline_parallel = 1;
+  int data_parallel = 1;
   bool expert_parallel = false;
 };
 
@@ -209,7 +210,8 @@ void bench(const BenchArgs& args) {
   if (cuda) device = cuda::probe_device();
   model::ModelOptions options{max_batch, context, cuda ? model::Device::kCuda : model::Device::kCpu};
   const dist::ParallelWorld world = dist::apply_parallel_world(
-      options, args.tensor_parallel, args.pipeline_parallel, args.expert_parallel, "bench");
+      options, {args.tensor_parallel, args.pipeline_parallel, args.data_parallel},
+      args.expert_parallel, "bench");
   const int ranks = world.ranks();
   auto model = model::load_model(file, options);
   const int block = 16;
@@ -319,7 +321,8 @@ void register_bench(CLI::App& app) {
   add_kv_type_options(*cmd, args->kv_key_type, args->kv_value_type);
   add_exact_recent_option(*cmd, args->kv_exact_recent);
   add_device_option(*cmd, args->device);
-  add_parallel_options(*cmd, args->tensor_parallel, args->pipeline_parallel, args->expert_parallel);
+  add_parallel_options(*cmd, args->tensor_parallel, args->pipeline_parallel, args->data_parallel,
+                       args->expert_parallel);
   cmd->callback([args] { bench(*args); });
 }
 

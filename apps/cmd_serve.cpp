@@ -29,6 +29,7 @@ struct ServeArgs {
   ThreadOptions threads;
   int tensor_parallel = 1;
   int pipeline_parallel = 1;
+  int data_parallel = 1;
   int steps_in_flight = 0;  // (EngineConfig::steps_in_flight)
   bool expert_parallel = false;
   int64_t context = 0;
@@ -360,6 +361,7 @@ void serve(ServeArgs args) {
   config.pin_threads = args.threads.pin();
   config.tensor_parallel = args.tensor_parallel;
   config.pipeline_parallel = args.pipeline_parallel;
+  config.data_parallel = args.data_parallel;
   config.steps_in_flight = args.steps_in_flight;
   config.expert_parallel = args.expert_parallel;
   config.context = args.context;
@@ -584,7 +586,8 @@ void register_serve(CLI::App& app) {
   add_spec_options(*cmd, args->spec);
   add_grammar_thread_option(*cmd, args->grammar_thread);
   add_device_option(*cmd, args->device);
-  add_parallel_options(*cmd, args->tensor_parallel, args->pipeline_parallel, args->expert_parallel);
+  add_parallel_options(*cmd, args->tensor_parallel, args->pipeline_parallel, args->data_parallel,
+                       args->expert_parallel);
   cmd->add_option("--steps-in-flight", args->steps_in_flight,
                   "With --pipeline-parallel N: steps run at once, each with its own sequences, so "
                   "that rank 0 starts one while the other ranks run another (vLLM's virtual "

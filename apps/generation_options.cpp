@@ -29,7 +29,7 @@ int ThreadOptions::count() const {
   return threads > 0 ? threads : default_threads();
 }
 
-void add_parallel_options(CLI::App& cmd, int& tensor_ranks, int& pipeline_ranks,
+void add_parallel_options(CLI::App& cmd, int& tensor_ranks, int& pipeline_ranks, int& data_ranks,
                           bool& expert_parallel) {
   cmd.add_option("--tensor-parallel,--tensor-parallel-size", tensor_ranks,
                  "Split the model over this many processes (tensor parallelism: heads and "
@@ -41,9 +41,16 @@ void add_parallel_options(CLI::App& cmd, int& tensor_ranks, int& pipeline_ranks,
                  "run of layers per rank, micro-batches flowing from rank to rank), started by "
                  "`mpirun -n N inferd ...`")
       ->check(CLI::Range(1, 64));
+  cmd.add_option("--data-parallel,--data-parallel-size", data_ranks,
+                 "Run the model in this many processes, each holding all of it (with "
+                 "--expert-parallel: its share of the experts) and computing its own sequences, "
+                 "started by `mpirun -n N inferd ...`")
+      ->check(CLI::Range(1, 64));
   cmd.add_flag("--expert-parallel,--enable-expert-parallel", expert_parallel,
                "With --tensor-parallel N: a mixture of experts' experts spread whole over the N "
-               "ranks (1/N of them each), attention split by heads as without");
+               "ranks (1/N of them each), attention split by heads as without. With "
+               "--data-parallel N: the same spread of experts, each token sent to its experts' "
+               "ranks and back (all-to-all)");
 }
 
 void add_device_option(CLI::App& cmd, model::Device& device) {
@@ -190,7 +197,7 @@ void GenerationOptions::add_to(CLI::App& cmd) {
   add_spec_options(cmd, spec);
   add_grammar_thread_option(cmd, grammar_thread);
   add_device_option(cmd, device);
-  add_parallel_options(cmd, tensor_parallel, pipeline_parallel, expert_parallel);
+  add_parallel_options(cmd, tensor_parallel, pipeline_parallel, data_parallel, expert_parallel);
   auto* schema = cmd.add_option("-j,--json-schema,--json-schema-file", json_schema,
                                 "Constrain the output to a JSON schema (inline JSON or a file)");
   auto* gbnf = cmd.add_option("--grammar,--grammar-file", grammar,
@@ -236,6 +243,7 @@ inferd::EngineOptions GenerationOptions::api_options() const {
   o.device = device == model::Device::kCuda ? inferd::Device::kCuda : inferd::Device::kCpu;
   o.tensor_parallel = tensor_parallel;
   o.pipeline_parallel = pipeline_parallel;
+  o.data_parallel = data_parallel;
   o.expert_parallel = expert_parallel;
   o.grammar_thread = grammar_thread == engine::GrammarThread::kOn    ? inferd::GrammarThread::kOn
                      : grammar_thread == engine::GrammarThread::kOff ? inferd::GrammarThread::kOff

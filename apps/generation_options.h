@@ -43,6 +43,7 @@ struct GenerationOptions {
   model::Device device = model::Device::kCpu;
   int tensor_parallel = 1;
   int pipeline_parallel = 1;
+  int data_parallel = 1;
   bool expert_parallel = false;
   // Structured output (structured/grammar.h): at most one of these.
   std::string json_schema;  // a JSON schema, inline or a file's path
@@ -73,8 +74,9 @@ void add_prefix_cache_option(CLI::App& cmd, bool& no_prefix_cache);
 void add_device_option(CLI::App& cmd, model::Device& device);
 // --tensor-parallel N (vLLM's -tp / --tensor-parallel-size): the model split over the N
 // processes of `mpirun -n N` (dist/model_parallel.h).
-// --tensor-parallel and --pipeline-parallel (dist/model_parallel.h).
-void add_parallel_options(CLI::App& cmd, int& tensor_ranks, int& pipeline_ranks,
+// --tensor-parallel, --pipeline-parallel, --data-parallel and --expert-parallel
+// (dist/model_parallel.h).
+void add_parallel_options(CLI::App& cmd, int& tensor_ranks, int& pipeline_ranks, int& data_ranks,
                           bool& expert_parallel);
 
 // --grammar-thread auto|on|off (engine::GrammarThread).

@@ -31,7 +31,7 @@ std::vector<std::string> with_long_names(int argc, char** argv) {
       {"-dev", "--device"},          {"-cb", "--cont-batching"},      {"-rea", "--reasoning"},
       {"-bs", "--backend-sampling"}, {"-kvu", "--kv-unified"},        {"-ag", "--agent"},
       {"-no-ag", "--no-agent"},     {"-tp", "--tensor-parallel"}, {"-pp", "--pipeline-parallel"},
-      {"-ep", "--expert-parallel"}};
+      {"-ep", "--expert-parallel"},  {"-dp", "--data-parallel"}};
   std::vector<std::string> args(argv, argv + argc);
   const bool serve = args.size() > 1 && args[1] == "serve";
   for (std::string& a : args) {

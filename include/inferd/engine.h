@@ -62,7 +62,10 @@ struct EngineOptions {
   int tensor_parallel = 1;
   // Or by layers (pipeline parallelism), over this many ranks; not with tensor_parallel.
   int pipeline_parallel = 1;
-  // With tensor_parallel: a mixture of experts' experts spread whole over the ranks.
+  // Or each rank holding the whole model and computing its own sequences (data parallelism).
+  int data_parallel = 1;
+  // With tensor_parallel or data_parallel: a mixture of experts' experts spread whole over the
+  // ranks (data parallel: each token sent to its experts' ranks and back).
   bool expert_parallel = false;
   GrammarThread grammar_thread = GrammarThread::kAuto;
   SpeculativeOptions speculative;

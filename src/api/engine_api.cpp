@@ -100,6 +100,7 @@ engine::EngineConfig engine_config(const EngineOptions& options) {
   config.device = options.device == Device::kCuda ? model::Device::kCuda : model::Device::kCpu;
   config.tensor_parallel = options.tensor_parallel;
   config.pipeline_parallel = options.pipeline_parallel;
+  config.data_parallel = options.data_parallel;
   config.expert_parallel = options.expert_parallel;
   config.grammar_thread = options.grammar_thread == GrammarThread::kOn ? engine::GrammarThread::kOn
                           : options.grammar_thread == GrammarThread::kOff

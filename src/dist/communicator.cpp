@@ -31,6 +31,13 @@ class Alone final : public Communicator {
   void gather(const float* send, float* recv, std::span<const int64_t> counts) override {
     std::copy_n(send, counts[0], recv);
   }
+  void alltoallv(const float* send, std::span<const int64_t> send_counts, float* recv,
+                 std::span<int64_t> recv_counts, int64_t recv_capacity) override {
+    if (send_counts[0] > recv_capacity)
+      fail("all-to-all: {} floats for a buffer of {}", send_counts[0], recv_capacity);
+    std::copy_n(send, send_counts[0], recv);
+    recv_counts[0] = send_counts[0];
+  }
   void send(int to, const float*, int64_t) override { fail("no rank {} to send to: one rank alone", to); }
   void recv(int from, float*, int64_t) override { fail("no rank {} to receive from: one rank alone", from); }
   void wait_sends() override {}
@@ -137,6 +144,36 @@ class Mpi final : public Communicator {
     delay_after_collective();
     if (rank_ != 0) count_sent(counts[static_cast<size_t>(rank_)] * static_cast<int64_t>(sizeof(float)));
   }
+  // The counts first (MPI_Alltoall), then the floats (MPI_Alltoallv).
+  void alltoallv(const float* send, std::span<const int64_t> send_counts, float* recv,
+                 std::span<int64_t> recv_counts, int64_t recv_capacity) override {
+    const Timed timed(*this);
+    const auto n = static_cast<size_t>(size_);
+    check(MPI_Alltoall(send_counts.data(), 1, MPI_INT64_T, recv_counts.data(), 1, MPI_INT64_T,
+                       MPI_COMM_WORLD),
+          "MPI_Alltoall");
+    counts_.resize(n);
+    displacements_.resize(n);
+    recv_ints_.resize(n);
+    recv_displacements_.resize(n);
+    int64_t sent = 0, sent_offset = 0, received = 0;
+    for (size_t r = 0; r < n; ++r) {
+      counts_[r] = count(send_counts[r]);
+      displacements_[r] = count(sent_offset);
+      sent_offset += send_counts[r];
+      if (static_cast<int>(r) != rank_) sent += send_counts[r];
+      recv_ints_[r] = count(recv_counts[r]);
+      recv_displacements_[r] = count(received);
+      received += recv_counts[r];
+    }
+    if (received > recv_capacity)
+      fail("all-to-all: {} floats for a buffer of {}", received, recv_capacity);
+    check(MPI_Alltoallv(send, counts_.data(), displacements_.data(), MPI_FLOAT, recv,
+                        recv_ints_.data(), recv_displacements_.data(), MPI_FLOAT, MPI_COMM_WORLD),
+          "MPI_Alltoallv");
+    delay_after_collective();
+    count_sent(sent * static_cast<int64_t>(sizeof(float)));
+  }
   void send(int to, const float* data, int64_t n) override {
     MPI_Request& request = requests_.emplace_back();  // (capacity kept: no allocation per step)
     check(MPI_Isend(data, count(n), MPI_FLOAT, to, kPointToPointTag, MPI_COMM_WORLD, &request),
@@ -234,7 +271,7 @@ class Mpi final : public Communicator {
     if (rc != MPI_SUCCESS) fail("{} failed (MPI error {})", what, rc);
   }
   int rank_ = 0, size_ = 1;
-  std::vector<int> counts_, displacements_;
+  std::vector<int> counts_, displacements_, recv_ints_, recv_displacements_;
   std::vector<float> parts_;  // [size, n] every rank's part of an all-reduce
   std::vector<MPI_Request> requests_;  // the sends not yet waited for
   std::vector<int64_t> send_times_;    // their send times (emulated latency), by request
@@ -322,6 +359,27 @@ class ThreadRank final : public Communicator {
     shared_->barrier.arrive_and_wait();
     if (rank_ != 0) count_sent(counts[static_cast<size_t>(rank_)] * static_cast<int64_t>(sizeof(float)));
   }
+  // Each rank puts up its buffer and counts; each then copies its part of every rank's.
+  void alltoallv(const float* send, std::span<const int64_t> send_counts, float* recv,
+                 std::span<int64_t> recv_counts, int64_t recv_capacity) override {
+    const AllToAll mine{send, send_counts.data()};
+    post(&mine);
+    int64_t received = 0, sent = 0;
+    for (int r = 0; r < size_; ++r) {
+      const auto* from = static_cast<const AllToAll*>(shared_->posted[static_cast<size_t>(r)]);
+      int64_t offset = 0;
+      for (int q = 0; q < rank_; ++q) offset += from->counts[q];
+      const int64_t n = from->counts[rank_];
+      recv_counts[static_cast<size_t>(r)] = n;
+      if (received + n <= recv_capacity) std::copy_n(from->data + offset, n, recv + received);
+      received += n;
+      if (r != rank_) sent += send_counts[static_cast<size_t>(r)];
+    }
+    shared_->barrier.arrive_and_wait();  // everyone has read every rank's data
+    if (received > recv_capacity)
+      fail("all-to-all: {} floats for a buffer of {}", received, recv_capacity);
+    count_sent(sent * static_cast<int64_t>(sizeof(float)));
+  }
   // A send is a copy into the mailbox (done at once: wait_sends has nothing to wait for).
   void send(int to, const float* data, int64_t n) override {
     Mailbox& box = mailbox(rank_, to);
@@ -361,6 +419,10 @@ class ThreadRank final : public Communicator {
   }
 
  private:
+  struct AllToAll {
+    const float* data;
+    const int64_t* counts;  // [size]
+  };
   struct Later {
     int from;
     float* data;

@@ -30,6 +30,13 @@ class Communicator {
   // Rank r's counts[r] floats of `send`, one rank after the other, into `recv` on rank 0
   // (sum of counts floats; the others pass nullptr).
   virtual void gather(const float* send, float* recv, std::span<const int64_t> counts) = 0;
+  // All to all (expert parallelism over data-parallel ranks): send_counts[r] floats of `send`,
+  // the ranks' parts one after the other in rank order, go to rank r (this rank's own part
+  // included); rank r's part for this rank arrives in `recv`, the ranks' parts in rank order,
+  // and recv_counts[r] says how many floats came from rank r. `recv` holds recv_capacity floats:
+  // more is an error on the receiving rank. Every rank calls it, with nothing to send or not.
+  virtual void alltoallv(const float* send, std::span<const int64_t> send_counts, float* recv,
+                         std::span<int64_t> recv_counts, int64_t recv_capacity) = 0;
   // Point to point (pipeline parallelism): n floats to rank `to`, handed off without waiting
   // for the receiver (`data` must stay as it is until wait_sends returns), and n floats from rank
   // `from` into `data`, returning once they are there. Between two ranks, messages arrive in the

@@ -116,10 +116,13 @@ struct BatchStorage {
   std::vector<model::BatchSequence> sequences;
   std::vector<kv::BlockTables> tables;  // [sequence]
   std::vector<float> hidden;            // [hidden_rows, n_embd]
+  std::vector<float> margins;           // [tokens] when rank 0 asked for routing margins
   int64_t bf16_rows_begin = 0;
+  bool want_margins = false;
 
   model::Batch batch(int n_embd) {
     hidden.resize(hidden_rows.size() * static_cast<size_t>(n_embd));
+    margins.resize(want_margins ? tokens.size() : 0);
     model::Batch b{tokens,
                    positions,
                    sequences,
@@ -127,6 +130,7 @@ struct BatchStorage {
                    bf16_rows_begin,
                    hidden_rows,
                    hidden.empty() ? nullptr : hidden.data()};
+    b.routing_margins = want_margins ? margins.data() : nullptr;
     return b;
   }
 };
@@ -137,6 +141,7 @@ void decode_forward(Reader& in, BatchStorage& s) {
   in.get_vector(s.logit_rows);
   in.get_vector(s.hidden_rows);
   s.bf16_rows_begin = in.get<int64_t>();
+  s.want_margins = in.get<uint8_t>() != 0;
   const auto n = in.get<uint64_t>();
   s.sequences.resize(n);
   s.tables.resize(n);
@@ -252,6 +257,7 @@ void encode_forward(std::vector<uint8_t>& out, const model::Batch& batch) {
   w.put_span(batch.logit_rows);
   w.put_span(batch.hidden_rows);
   w.put(batch.bf16_rows_begin);
+  w.put<uint8_t>(batch.routing_margins != nullptr ? 1 : 0);  // (data parallelism gathers them)
   w.put<uint64_t>(batch.sequences.size());
   for (const model::BatchSequence& seq : batch.sequences) {
     w.put(seq.token_begin);
@@ -283,39 +289,57 @@ void encode_stop(std::vector<uint8_t>& out) {
 }
 
 int ParallelWorld::ranks() const {
-  if (tensor != nullptr) return tensor->size();
-  return pipeline != nullptr ? pipeline->size() : 1;
+  for (const Communicator* c : {tensor, pipeline, data})
+    if (c != nullptr) return c->size();
+  return 1;
 }
 
-ParallelWorld parallel_world(int tensor_ranks, int pipeline_ranks, const char* command) {
+ParallelWorld parallel_world(const ParallelSizes& sizes, const char* command) {
   Communicator& comm = world();
-  if (tensor_ranks > 1 && pipeline_ranks > 1)
-    fail(
-        "--tensor-parallel {} with --pipeline-parallel {}: the two splits together are not "
-        "implemented; pick one",
-        tensor_ranks, pipeline_ranks);
-  const int ranks = std::max(tensor_ranks, pipeline_ranks);
-  const char* flag = pipeline_ranks > 1 ? "--pipeline-parallel" : "--tensor-parallel";
+  struct Split {
+    const char* flag;
+    int ranks;
+  };
+  const Split splits[] = {{"--tensor-parallel", sizes.tensor},
+                          {"--pipeline-parallel", sizes.pipeline},
+                          {"--data-parallel", sizes.data}};
+  const Split* chosen = &splits[0];
+  for (const Split& a : splits) {
+    if (a.ranks <= 1) continue;
+    for (const Split& b : splits)
+      if (&b > &a && b.ranks > 1)
+        fail("{} {} with {} {}: the two splits together are not implemented; pick one", a.flag,
+             a.ranks, b.flag, b.ranks);
+    chosen = &a;
+  }
+  const int ranks = std::max(1, chosen->ranks);
   if (ranks != comm.size())
     fail(
         "{} {} in a job of {} process(es): start it with `mpirun -n {} inferd {} ...` and give "
         "{} the same number",
-        flag, ranks, comm.size(), std::max(ranks, comm.size()), command, flag);
+        chosen->flag, ranks, comm.size(), std::max(ranks, comm.size()), command, chosen->flag);
   ParallelWorld split;
   if (comm.size() <= 1) return split;
-  (pipeline_ranks > 1 ? split.pipeline : split.tensor) = &comm;
+  if (sizes.pipeline > 1) {
+    split.pipeline = &comm;
+  } else if (sizes.data > 1) {
+    split.data = &comm;
+  } else {
+    split.tensor = &comm;
+  }
   return split;
 }
 
-ParallelWorld apply_parallel_world(model::ModelOptions& options, int tensor_ranks,
-                                   int pipeline_ranks, bool expert_parallel, const char* command) {
-  const ParallelWorld world = parallel_world(tensor_ranks, pipeline_ranks, command);
-  if (expert_parallel && world.tensor == nullptr)
+ParallelWorld apply_parallel_world(model::ModelOptions& options, const ParallelSizes& sizes,
+                                   bool expert_parallel, const char* command) {
+  const ParallelWorld world = parallel_world(sizes, command);
+  if (expert_parallel && world.tensor == nullptr && world.data == nullptr)
     fail(
-        "--expert-parallel spreads the experts over the ranks of --tensor-parallel N (N above "
-        "1, `mpirun -n N`)");
+        "--expert-parallel spreads the experts over the ranks of --tensor-parallel N or "
+        "--data-parallel N (N above 1, `mpirun -n N`)");
   options.tp = world.tensor;
   options.pp = world.pipeline;
+  options.dp = world.data;
   options.expert_parallel = expert_parallel;
   return world;
 }
@@ -352,6 +376,10 @@ int run_worker(Communicator& comm) {
                      parallelism == Parallelism::kTensorAndExperts) {
             options.tp = &comm;
             options.expert_parallel = parallelism == Parallelism::kTensorAndExperts;
+          } else if (parallelism == Parallelism::kData ||
+                     parallelism == Parallelism::kDataAndExperts) {
+            options.dp = &comm;
+            options.expert_parallel = parallelism == Parallelism::kDataAndExperts;
           } else {
             fail("model parallel: an unknown split from rank 0");
           }
@@ -381,7 +409,11 @@ int run_worker(Communicator& comm) {
           const auto group = in.get<uint64_t>();
           const auto from = in.get<int32_t>();
           const auto to = in.get<int32_t>();
-          cache->copy_block(group, from, to);
+          if (shard) {  // (a data-parallel rank also notes where the copy's sequence runs)
+            shard->copy_kv_block(*cache, group, from, to);
+          } else {
+            cache->copy_block(group, from, to);
+          }
           break;
         }
         case Op::kCopyState:

@@ -50,6 +50,8 @@ enum class Parallelism : uint8_t {
   kTensor,
   kTensorAndExperts,  // tensor parallelism with whole experts by rank (--expert-parallel)
   kPipeline,
+  kData,            // every rank the whole model, its own sequences (--data-parallel)
+  kDataAndExperts,  // and whole experts by rank, tokens sent to them (with --expert-parallel)
 };
 
 // Rank 0's side: each fills `out` with one message; Communicator::broadcast sends it.
@@ -78,14 +80,21 @@ std::vector<model::RankMemory> gather_memory(Communicator& comm,
 struct ParallelWorld {
   Communicator* tensor = nullptr;
   Communicator* pipeline = nullptr;
+  Communicator* data = nullptr;
   int ranks() const;
 };
-ParallelWorld parallel_world(int tensor_ranks, int pipeline_ranks, const char* command);
+// --tensor-parallel, --pipeline-parallel and --data-parallel: at most one of them above 1.
+struct ParallelSizes {
+  int tensor = 1;
+  int pipeline = 1;
+  int data = 1;
+};
+ParallelWorld parallel_world(const ParallelSizes& sizes, const char* command);
 // The world of parallel_world() set on a model's options, with --expert-parallel, which spreads
-// experts over the tensor-parallel ranks and so needs --tensor-parallel above 1 (vLLM's rule):
-// what the engine and `inferd bench` load a model with.
-ParallelWorld apply_parallel_world(model::ModelOptions& options, int tensor_ranks,
-                                   int pipeline_ranks, bool expert_parallel, const char* command);
+// experts over the tensor- or data-parallel ranks and so needs one of them above 1 (vLLM's
+// rule): what the engine and `inferd bench` load a model with.
+ParallelWorld apply_parallel_world(model::ModelOptions& options, const ParallelSizes& sizes,
+                                   bool expert_parallel, const char* command);
 
 // Tells the other ranks to return from run_worker (once; later calls do nothing): rank 0 at
 // the end of its command.

@@ -143,8 +143,9 @@ Engine::Engine(const gguf::GgufFile& file, const EngineConfig& config)
            config.pipeline_ranks->size());
     world.pipeline = options.pp = config.pipeline_ranks;
   } else {
-    world = dist::apply_parallel_world(options, config.tensor_parallel, config.pipeline_parallel,
-                                       config.expert_parallel, "run|chat|serve");
+    world = dist::apply_parallel_world(
+        options, {config.tensor_parallel, config.pipeline_parallel, config.data_parallel},
+        config.expert_parallel, "run|chat|serve");
   }
   if (options.mtp && config.device != model::Device::kCpu)
     fail("--spec mtp runs on the CPU executor only");

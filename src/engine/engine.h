@@ -49,7 +49,9 @@ struct EngineConfig {
   // Tests: rank 0's communicator of a pipeline whose ranks are threads of this process
   // (dist::ThreadGroup, the others in dist::run_worker) instead of the process's MPI world.
   dist::Communicator* pipeline_ranks = nullptr;
-  bool expert_parallel = false;  // experts spread whole over the tensor_parallel ranks
+  // Or each rank the whole model and its own sequences (data parallelism; not with the others).
+  int data_parallel = 1;
+  bool expert_parallel = false;  // experts spread whole over the tensor_ or data_parallel ranks
   int64_t context = 0;      // tokens per sequence (prompt + output); 0: the model's, capped at 4096
   int64_t max_batched_tokens = 512;
   int max_seqs = 16;

@@ -19,6 +19,7 @@
 #include "kernels/attention.h"
 #include "kernels/matmul.h"
 #include "kernels/ops.h"
+#include "model/data_parallel.h"
 #include "model/exact_copies.h"
 #include "model/layer_weights.h"
 #include "model/weights.h"
@@ -125,6 +126,12 @@ struct DecoderWorkspace {
   // Rank 0 of a pipeline: the last rank's final rows of each batch in flight, [depth, max_tokens,
   // n_embd] (pipeline_back(slot)).
   std::span<float> pipeline_back;
+  // Data parallelism: this rank's final rows and its tokens' routing margins as it sends them
+  // to rank 0, [2 T, n_embd] then [T] (a token may be a logit and a hidden-state row), every
+  // rank's as rank 0 gathers them (rank 0 only), and this rank's tokens' margins, [T].
+  std::span<float> dp_send;
+  std::span<float> dp_gathered;
+  std::span<float> dp_margins;
   std::span<int64_t> slots;  // [kMaxKvGroups, T] each token's KV slot in each group
   kernels::ActivationScratch scratch;
 };
@@ -160,6 +167,11 @@ class Decoder final : public Model {
     if (options.tp != nullptr && options.tp->size() > 1 && options.pp != nullptr &&
         options.pp->size() > 1)
       fail("{}: tensor and pipeline parallelism at once are not implemented", file.name());
+    if (options.dp != nullptr && options.dp->size() > 1) {
+      if ((options.tp != nullptr && options.tp->size() > 1) || (options.pp != nullptr && options.pp->size() > 1))
+        fail("{}: data parallelism with tensor or pipeline parallelism is not implemented", file.name());
+      split_for_data_parallel(file, options);
+    }
     if (options.tp != nullptr && options.tp->size() > 1) split_for_tensor_parallel(file, options, w);
     layer_end_ = c.n_layers;
     if (options.pp != nullptr && options.pp->size() > 1) split_for_pipeline(file, options);
@@ -314,10 +326,37 @@ class Decoder final : public Model {
     for (int l = layer_begin_; l < layer_end_; ++l) config_.remote_layers[static_cast<size_t>(l)] = false;
   }
 
+  // Data parallelism (dist/model_parallel.h, model/data_parallel.h): the whole model on every
+  // rank, each running its own sequences, with --expert-parallel its share of the experts
+  // (the MoE block then sends tokens to their experts' ranks and back). Rank 0 first tells the
+  // other ranks to load theirs. What it does not cover is refused by name.
+  void split_for_data_parallel(const gguf::GgufFile& file, const ModelOptions& options) {
+    dp_ = options.dp;
+    const int ranks = dp_->size();
+    if (spec_.eagle3 || options.mtp)
+      fail("{}: data parallelism over {} ranks is not implemented for draft heads (EAGLE-3, MTP)",
+           file.name(), ranks);
+    if (options.expert_parallel) {
+      if (!moe_config_) fail("{}: --expert-parallel: the model has no experts to spread", file.name());
+      MoeConfig& m = *moe_config_;
+      if (m.n_experts < ranks)
+        fail("{}: {} experts do not spread over {} ranks", file.name(), m.n_experts, ranks);
+      m.expert_begin = m.n_experts * dp_->rank() / ranks;
+      m.expert_end = m.n_experts * (dp_->rank() + 1) / ranks;
+      dp_experts_ = true;
+    }
+    if (dp_->rank() == 0) {
+      dist::encode_load(message_, file.name(), options.max_batch_tokens, options.max_context,
+                        options.expert_parallel ? dist::Parallelism::kDataAndExperts
+                                                : dist::Parallelism::kData);
+      dp_->broadcast(message_);
+    }
+  }
+
   // The other ranks, when this process is rank 0 of a split model (it tells them what to do);
   // nullptr otherwise.
   dist::Communicator* followers() const {
-    dist::Communicator* ranks = tp_ != nullptr ? tp_ : pp_;
+    dist::Communicator* ranks = tp_ != nullptr ? tp_ : pp_ != nullptr ? pp_ : dp_;
     return ranks != nullptr && ranks->rank() == 0 ? ranks : nullptr;
   }
   // Rank 0 of a split model: the other ranks do the same recurrent-state operation.
@@ -589,6 +628,7 @@ class Decoder final : public Model {
       ranks->broadcast(message_);
     }
     cache.copy_block(group, from, to);
+    if (dp_batch_) dp_batch_->block_copied(group, from, to);
   }
   void copy_state(kv::KvCache& cache, int32_t from, int32_t to) override {
     tell_followers(dist::Op::kCopyState, from, to);
@@ -633,6 +673,7 @@ class Decoder final : public Model {
       launch_pipeline(batch, cache, pool, 0);
       return finish_pipeline(batch, logits, pool, 0);
     }
+    if (dp_ != nullptr) return forward_data_parallel(batch, cache, logits, pool);
     std::fill(feature_slot_.begin(), feature_slot_.end(), -1);
     for (size_t k = 0; k < batch.feature_layers.size(); ++k) {
       const int l = batch.feature_layers[k];
@@ -663,6 +704,79 @@ class Decoder final : public Model {
     }
     compute_logits(batch, logits, pool, output_norm_, output_);
     if (batch.mtp_catch_up) mtp_catch_up(batch, cache, pool);
+  }
+
+  // Data parallelism (model/data_parallel.h): this rank's sequences of the batch through every
+  // layer (a rank with none still serves its experts to the others), then the final rows of
+  // every rank's logit and hidden-state rows, and their tokens' routing margins, gathered on rank
+  // 0, which computes the logits and hidden states of the whole batch as one process does.
+  void forward_data_parallel(const Batch& batch, kv::KvCache& cache, float* logits, ThreadPool& pool) {
+    const ModelConfig& c = config_;
+    const Batch& local = dp_batch_->select(batch, cache, dp_->rank(), dp_->size());
+    const int64_t T = local.num_tokens();
+    float* margins = batch.routing_margins != nullptr ? ws_.dp_margins.data() : nullptr;
+    if (margins != nullptr) std::fill_n(margins, T, std::numeric_limits<float>::infinity());
+    proj_pending_ = false;
+    if (T > 0) {
+      embed_tokens(local);
+      if (spec_.per_layer_embd > 0) per_layer_inputs(local, pool);
+      place_tokens(local, cache);
+      if (delta_) delta_->begin_batch(local, cache);
+      for (int l = 0; l < c.n_layers; ++l) {
+        attention_block(l, local, cache, pool);
+        feed_forward_block(l, T, local.bf16_rows_begin, pool, margins);
+      }
+    } else if (dp_experts_) {  // the MoE layers' exchanges, as the ranks with tokens make them
+      for (int l = 0; l < c.n_layers; ++l)  // (not the MTP layers past them)
+        if (const DecoderLayer& layer = layers_[static_cast<size_t>(l)]; layer.moe)
+          moe_->forward(*layer.moe, nullptr, 0, nullptr, pool);
+    }
+    gather_final_rows(batch, margins);
+    if (dp_->rank() != 0) return;
+    if (!batch.hidden_rows.empty()) compute_hidden(batch, pool);
+    compute_logits(batch, logits, pool, output_norm_, output_);
+  }
+
+  // Data parallelism: each rank's final residual rows of the batch's logit and hidden-state
+  // rows (LocalBatch::final_rows_of), then its tokens' routing margins (`margins`, when asked
+  // for), to rank 0, which puts them at their batch rows of ws.x and batch.routing_margins.
+  void gather_final_rows(const Batch& batch, const float* margins) {
+    const int64_t n = config_.n_embd;
+    const int ranks = dp_->size();
+    const std::span<const int32_t> global = dp_batch_->global_rows();
+    dp_rows_.clear();
+    const int64_t rows = dp_batch_->final_rows_of(batch, dp_->rank(), &dp_rows_);
+    for (int64_t k = 0; k < rows; ++k) {
+      const int32_t g = dp_rows_[static_cast<size_t>(k)];
+      const auto i = std::lower_bound(global.begin(), global.end(), g) - global.begin();
+      float* out = &ws_.dp_send[static_cast<size_t>(k * n)];
+      std::copy_n(&ws_.x[static_cast<size_t>(i * n)], n, out);
+      if (proj_pending_) kernels::add_inplace(out, &ws_.proj[static_cast<size_t>(i * n)], n);
+    }
+    if (margins != nullptr) std::copy_n(margins, global.size(), &ws_.dp_send[static_cast<size_t>(rows * n)]);
+    std::array<int64_t, 64> counts{};
+    if (ranks > std::ssize(counts)) fail("data parallelism over more than {} ranks", counts.size());
+    for (int r = 0; r < ranks; ++r)
+      counts[static_cast<size_t>(r)] = dp_batch_->final_rows_of(batch, r, nullptr) * n +
+                                       (margins != nullptr ? dp_batch_->tokens_of(batch, r, nullptr) : 0);
+    const bool root = dp_->rank() == 0;
+    dp_->gather(ws_.dp_send.data(), root ? ws_.dp_gathered.data() : nullptr,
+                std::span(counts.data(), static_cast<size_t>(ranks)));
+    proj_pending_ = false;
+    if (!root) return;
+    const float* in = ws_.dp_gathered.data();
+    for (int r = 0; r < ranks; ++r) {
+      dp_rows_.clear();
+      dp_batch_->final_rows_of(batch, r, &dp_rows_);
+      for (const int32_t g : dp_rows_) {
+        std::copy_n(in, n, &ws_.x[static_cast<size_t>(g * n)]);
+        in += n;
+      }
+      if (margins == nullptr) continue;
+      dp_rows_.clear();
+      dp_batch_->tokens_of(batch, r, &dp_rows_);
+      for (const int32_t g : dp_rows_) batch.routing_margins[g] = *in++;
+    }
   }
 
   // ws.x [T, n_embd] = the batch's token embeddings (scaled where the architecture does).
@@ -1053,7 +1167,8 @@ class Decoder final : public Model {
     }
     ws_.ones = floats(static_cast<size_t>(c.max_head_dim()));
     std::fill(ws_.ones.begin(), ws_.ones.end(), 1.0f);
-    if (moe_config_) moe_ = std::make_unique<MoeBlock>(*moe_config_, c.n_embd, max_tokens_);
+    if (moe_config_)
+      moe_ = std::make_unique<MoeBlock>(*moe_config_, c.n_embd, max_tokens_, dp_experts_ ? dp_ : nullptr);
     if (spec_.mla) mla_ = std::make_unique<MlaBlock>(*spec_.mla, c.n_heads, c.n_embd, max_tokens_);
     if (delta_config_)
       delta_ = std::make_unique<DeltaNetBlock>(*delta_config_, *spec_.delta_net, c.n_embd, max_tokens_);
@@ -1076,6 +1191,13 @@ class Decoder final : public Model {
       micro_batches_.reserve(max_micro_batches_);
       pipeline_tickets_.assign(depth * max_micro_batches_, -1);
       micro_entries_.reserve(T);  // (an entry holds a token at least)
+    }
+    if (dp_ != nullptr) {
+      ws_.dp_send = floats(2 * T * c.n_embd + T);
+      if (dp_->rank() == 0) ws_.dp_gathered = floats(2 * T * c.n_embd + T);
+      ws_.dp_margins = floats(T);
+      dp_batch_ = std::make_unique<LocalBatch>(max_tokens_);
+      dp_rows_.reserve(2 * T);
     }
     ws_.slots = ws_.memory.allocate_array<int64_t>(kv::kMaxKvGroups * T);
     ws_.scratch.reserve(max_tokens_,
@@ -1702,6 +1824,13 @@ class Decoder final : public Model {
   // [layer_begin_, layer_end_) this one runs, and the running step's micro-batches (token
   // ranges) and the entries of the one in hand.
   dist::Communicator* pp_ = nullptr;
+  // Data parallelism (ModelOptions::dp; null: one process): the ranks, whether the experts are
+  // spread over them (--expert-parallel), the running step's part of this rank, and the batch
+  // rows of a rank's final rows or tokens (gather_final_rows).
+  dist::Communicator* dp_ = nullptr;
+  bool dp_experts_ = false;
+  std::unique_ptr<LocalBatch> dp_batch_;
+  std::vector<int32_t> dp_rows_;
   // Rank 0 of a pipeline, several batches in flight (launch_forward): each slot's batch's
   // receive tickets by micro-batch ([depth, max_micro_batches_], -1: no rows), and whether
   // the slot holds a batch.

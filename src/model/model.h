@@ -51,8 +51,12 @@ struct ModelOptions {
   dist::Communicator* tp = nullptr;
   // Pipeline parallelism (dist/model_parallel.h): the same, each rank loading a run of layers.
   dist::Communicator* pp = nullptr;
-  // Expert parallelism (with tp): each rank holds whole experts, 1/ranks of them, instead of a
-  // slice of every expert's columns (which is not implemented); attention splits as without.
+  // Data parallelism (dist/model_parallel.h, model/data_parallel.h): each rank holds the whole
+  // model and runs its own sequences of every batch.
+  dist::Communicator* dp = nullptr;
+  // Expert parallelism (with tp or dp): each rank holds whole experts, 1/ranks of them, instead
+  // of a slice of every expert's columns (which is not implemented); with tp, attention splits
+  // as without; with dp, the tokens go to their experts' ranks and back (all-to-all).
   bool expert_parallel = false;
   // A quantized KV cache's keys stored equalized by the layer's query and key norms (decoder's
   // set_key_equalizer); off only to measure what it does (tests).

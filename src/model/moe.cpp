@@ -203,8 +203,12 @@ MoeLayer load_moe_layer(const WeightLoader& w, const std::string& p, const MoeCo
   return m;
 }
 
-MoeBlock::MoeBlock(const MoeConfig& config, int n_embd, int64_t max_tokens)
-    : config_(config), n_embd_(n_embd), chunk_tokens_(std::min(max_tokens, kMaxChunkTokens)) {
+MoeBlock::MoeBlock(const MoeConfig& config, int n_embd, int64_t max_tokens,
+                   dist::Communicator* all_to_all)
+    : config_(config),
+      n_embd_(n_embd),
+      chunk_tokens_(std::min(max_tokens, kMaxChunkTokens)),
+      all_to_all_(all_to_all != nullptr && all_to_all->size() > 1 ? all_to_all : nullptr) {
   const auto C = static_cast<size_t>(chunk_tokens_);
   const auto N = C * static_cast<size_t>(config.n_used);
   const auto floats = [&](size_t n) { return memory_.allocate_array<float>(n); };
@@ -224,6 +228,30 @@ MoeBlock::MoeBlock(const MoeConfig& config, int n_embd, int64_t max_tokens)
     shared_down_ = floats(C * static_cast<size_t>(n_embd));
     if (config.shared_gated) shared_scale_ = floats(C);
   }
+  if (all_to_all_ != nullptr) {
+    const int ranks = all_to_all_->size();
+    if (ranks > 64) fail("expert parallelism over {} ranks: at most 64", ranks);
+    const auto T = static_cast<size_t>(max_tokens), R = static_cast<size_t>(ranks);
+    const auto K = static_cast<size_t>(config.n_used);
+    const size_t record = static_cast<size_t>(n_embd) + 2 * K;
+    for (int e = 0; e < config.n_experts; ++e) {
+      int r = 0;  // the rank whose [E r / N, E (r + 1) / N) holds e
+      while (int64_t{config.n_experts} * (r + 1) / ranks <= e) ++r;
+      rank_of_expert_.push_back(r);
+    }
+    local_selected_ = ints(T * K);
+    local_weights_ = floats(T * K);
+    sent_to_ = memory_.allocate_array<uint64_t>(T);
+    records_out_ = floats(T * R * record);
+    records_in_ = floats(T * record);
+    // Every slot of a token may lie on one rank: at most T * n_used slot outputs each way.
+    slot_out_ = floats(T * K * static_cast<size_t>(n_embd));
+    slot_in_ = floats(T * K * static_cast<size_t>(n_embd));
+    own_slots_before_ = memory_.allocate_array<int64_t>(T + 1);
+    send_counts_.assign(R, 0);
+    recv_counts_.assign(R, 0);
+    offsets_.assign(R, 0);
+  }
   memory_.prefault();
   items_.reserve(2 * static_cast<size_t>(config.n_experts) + 2);
   const int64_t widest = std::max({int64_t{n_embd}, int64_t{config.n_ff_expert},
@@ -237,6 +265,8 @@ MoeBlock::MoeBlock(const MoeConfig& config, int n_embd, int64_t max_tokens)
 void MoeBlock::forward(const MoeLayer& layer, const float* h, int64_t n_tokens, float* out,
                        ThreadPool& pool, float* margins, const float* router_input) {
   if (router_input == nullptr) router_input = h;
+  if (all_to_all_ != nullptr)
+    return forward_across_ranks(layer, h, router_input, n_tokens, out, pool, margins);
   for (int64_t t0 = 0; t0 < n_tokens; t0 += chunk_tokens_) {
     const int64_t count = std::min(chunk_tokens_, n_tokens - t0);
     run_chunk(layer, h + t0 * n_embd_, router_input + t0 * n_embd_, count, out + t0 * n_embd_,
@@ -249,7 +279,6 @@ void MoeBlock::forward(const MoeLayer& layer, const float* h, int64_t n_tokens, 
 void MoeBlock::route(const MoeLayer& layer, int64_t n_tokens, float* margins) {
   const MoeConfig& c = config_;
   const int E = c.n_experts, K = c.n_used;
-  std::fill(expert_rows_.begin(), expert_rows_.end(), 0);
   for (int64_t t = 0; t < n_tokens; ++t) {
     float* logits = &logits_[static_cast<size_t>(t * E)];
     if (layer.router_bias) kernels::add_inplace(logits, layer.router_bias, E);
@@ -303,7 +332,6 @@ void MoeBlock::route(const MoeLayer& layer, int64_t n_tokens, float* margins) {
     for (int k = 0; k < K; ++k) {
       sel[k] = order[static_cast<size_t>(k)];
       wt[k] = logits[sel[k]];
-      ++expert_rows_[static_cast<size_t>(sel[k]) + 1];
     }
     if (c.gating == ExpertGating::kSoftmaxWeight) softmax(wt, K);
     if (c.normalize_weights) {
@@ -315,6 +343,14 @@ void MoeBlock::route(const MoeLayer& layer, int64_t n_tokens, float* margins) {
     if (c.weights_scale != 1.0f)
       for (int k = 0; k < K; ++k) wt[k] *= c.weights_scale;
   }
+  place_slots(n_tokens);
+}
+
+void MoeBlock::place_slots(int64_t n_tokens) {
+  const int E = config_.n_experts, K = config_.n_used;
+  std::fill(expert_rows_.begin(), expert_rows_.end(), 0);
+  for (int64_t s = 0; s < n_tokens * K; ++s)
+    ++expert_rows_[static_cast<size_t>(selected_[static_cast<size_t>(s)]) + 1];
   for (int e = 0; e < E; ++e) expert_rows_[static_cast<size_t>(e) + 1] += expert_rows_[static_cast<size_t>(e)];
   // Each slot's row: experts in order, the tokens of an expert in batch order.
   std::array<int32_t, kMaxExperts> next;
@@ -363,17 +399,25 @@ float MoeBlock::mask_groups(const float* probs, float* score) const {
 
 void MoeBlock::run_chunk(const MoeLayer& layer, const float* h, const float* router_input,
                          int64_t n_tokens, float* out, ThreadPool& pool, float* margins) {
+  kernels::matmul(layer.router, router_input, n_tokens, logits_.data(), scratch_, pool);  // [T, E]
+  route(layer, n_tokens, margins);
+  const bool shared = config_.n_ff_shared > 0;
+  expert_products(layer, h, n_embd_, n_tokens, shared, pool);
+  if (shared) shared_expert(layer, h, n_tokens, pool);
+  sum_slots(layer, n_tokens, out, shared, pool);
+}
+
+void MoeBlock::expert_products(const MoeLayer& layer, const float* h, int64_t h_stride,
+                               int64_t n_tokens, bool shared, ThreadPool& pool) {
   const MoeConfig& c = config_;
   const int E = c.n_experts, K = c.n_used, F = c.n_ff_expert;
   const int64_t D = n_embd_;
-  kernels::matmul(layer.router, router_input, n_tokens, logits_.data(), scratch_, pool);  // [T, E]
-  route(layer, n_tokens, margins);
   // A decode step's tokens all go to each expert they chose, in order: one token reads h as
   // it is; otherwise the inputs are gathered expert by expert.
   const bool gather = n_tokens > 1;
   if (gather) {
     for (int64_t s = 0; s < n_tokens * K; ++s)
-      std::copy_n(h + (s / K) * D, D, &xs_[static_cast<size_t>(row_of_[static_cast<size_t>(s)] * D)]);
+      std::copy_n(h + (s / K) * h_stride, D, &xs_[static_cast<size_t>(row_of_[static_cast<size_t>(s)] * D)]);
   }
   items_.clear();
   for (int e = 0; e < E; ++e) {
@@ -383,8 +427,7 @@ void MoeBlock::run_chunk(const MoeLayer& layer, const float* h, const float* rou
     items_.push_back({&layer.gate[static_cast<size_t>(e)], x, n, &gate_[static_cast<size_t>(r0 * F)]});
     items_.push_back({&layer.up[static_cast<size_t>(e)], x, n, &up_[static_cast<size_t>(r0 * F)]});
   }
-  const int64_t S = c.n_ff_shared;
-  if (S > 0) {
+  if (shared) {
     items_.push_back({&layer.shared_gate, h, n_tokens, shared_gate_.data()});
     items_.push_back({&layer.shared_up, h, n_tokens, shared_up_.data()});
   }
@@ -395,6 +438,7 @@ void MoeBlock::run_chunk(const MoeLayer& layer, const float* h, const float* rou
     int e = 0;
     for (int64_t r = begin; r < end; ++r) {
       while (r >= expert_rows_[static_cast<size_t>(e) + 1]) ++e;
+      if (!c.runs_expert(e)) continue;  // (another rank's: nothing computed here)
       float* g = &gate_[static_cast<size_t>(r * F)];
       float* u = &up_[static_cast<size_t>(r * F)];
       if (layer.gate_bias) kernels::add_inplace(g, layer.gate_bias + int64_t{e} * F, F);
@@ -417,7 +461,13 @@ void MoeBlock::run_chunk(const MoeLayer& layer, const float* h, const float* rou
                         &down_[static_cast<size_t>(r0 * D)]});
   }
   kernels::matmul_grouped(items_, scratch_, pool);
-  if (S > 0) shared_expert(layer, h, n_tokens, pool);
+}
+
+void MoeBlock::sum_slots(const MoeLayer& layer, int64_t n_tokens, float* out, bool shared,
+                         ThreadPool& pool) {
+  const MoeConfig& c = config_;
+  const int K = c.n_used;
+  const int64_t D = n_embd_;
   // out[t] = sum over its slots, in slot order as llama.cpp adds them, of weight * expert output
   // (expert parallelism: over the slots of this rank's experts; 0 where it runs none of them).
   pool.parallel_for(n_tokens, 4, [&](int64_t begin, int64_t end) {
@@ -429,35 +479,156 @@ void MoeBlock::run_chunk(const MoeLayer& layer, const float* h, const float* rou
       for (int k = first; k < K; ++k) {
         const auto s = static_cast<size_t>(t * K + k);
         if (!c.runs_expert(selected_[s])) continue;
-        const int32_t r = row_of_[s];
-        const float* d = &down_[static_cast<size_t>(r * D)];
-        const float* bias =
-            layer.down_bias ? layer.down_bias + int64_t{selected_[s]} * D : nullptr;
-        const float wt = weights_[s];
-        if (layer.expert_scale != nullptr) {  // (down * scale) * weight, as llama.cpp
-          const float es = layer.expert_scale[selected_[s]];
-          for (int64_t i = 0; i < D; ++i) {
-            const float v = d[i] * es * wt;
-            o[i] = k == first ? v : o[i] + v;
-          }
-          continue;
-        }
-        for (int64_t i = 0; i < D; ++i) {
-          const float v = (bias ? d[i] + bias[i] : d[i]) * wt;
-          o[i] = k == first ? v : o[i] + v;
-        }
+        slot_values(layer, s, [&](int64_t i, float v) { o[i] = k == first ? v : o[i] + v; });
       }
-      if (S > 0) {
-        const float* sd = &shared_down_[static_cast<size_t>(t * D)];
-        if (c.shared_gated) {
-          const float scale = shared_scale_[static_cast<size_t>(t)];
-          for (int64_t i = 0; i < D; ++i) o[i] += sd[i] * scale;
-        } else {  // routed + shared, as llama.cpp adds them
-          kernels::add_inplace(o, sd, D);
-        }
+      if (shared) add_shared(t, o);
+    }
+  });
+}
+
+void MoeBlock::weighted_slots(const MoeLayer& layer, int64_t n_tokens, const int64_t* out_first,
+                              ThreadPool& pool) {
+  const MoeConfig& c = config_;
+  const int K = c.n_used;
+  const int64_t D = n_embd_;
+  pool.parallel_for(n_tokens, 4, [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) {
+      float* v = &slot_out_[static_cast<size_t>(out_first[t] * D)];
+      for (int k = 0; k < K; ++k) {
+        const auto s = static_cast<size_t>(t * K + k);
+        if (!c.runs_expert(selected_[s])) continue;
+        slot_values(layer, s, [&](int64_t i, float value) { v[i] = value; });
+        v += D;
       }
     }
   });
+}
+
+// (o: token t's output; the shared expert's of the chunk in shared_down_)
+void MoeBlock::add_shared(int64_t t, float* o) const {
+  const int64_t D = n_embd_;
+  const float* sd = &shared_down_[static_cast<size_t>(t * D)];
+  if (config_.shared_gated) {
+    const float scale = shared_scale_[static_cast<size_t>(t)];
+    for (int64_t i = 0; i < D; ++i) o[i] += sd[i] * scale;
+  } else {  // routed + shared, as llama.cpp adds them
+    kernels::add_inplace(o, sd, D);
+  }
+}
+
+void MoeBlock::forward_across_ranks(const MoeLayer& layer, const float* h,
+                                    const float* router_input, int64_t n_tokens, float* out,
+                                    ThreadPool& pool, float* margins) {
+  const MoeConfig& c = config_;
+  const int K = c.n_used, ranks = all_to_all_->size();
+  const int64_t D = n_embd_, record = D + 2 * int64_t{K};
+  const auto R = static_cast<size_t>(ranks);
+  // This rank's tokens: their choices, and the ranks each goes to.
+  for (int64_t t0 = 0; t0 < n_tokens; t0 += chunk_tokens_) {
+    const int64_t count = std::min(chunk_tokens_, n_tokens - t0);
+    kernels::matmul(layer.router, router_input + t0 * D, count, logits_.data(), scratch_, pool);
+    route(layer, count, margins ? margins + t0 : nullptr);
+    std::copy_n(selected_.begin(), count * K, local_selected_.begin() + t0 * K);
+    std::copy_n(weights_.begin(), count * K, local_weights_.begin() + t0 * K);
+  }
+  std::fill(offsets_.begin(), offsets_.end(), 0);  // records to each rank
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    uint64_t to = 0;
+    for (int k = 0; k < K; ++k)
+      to |= uint64_t{1} << rank_of_expert_[static_cast<size_t>(local_selected_[static_cast<size_t>(t * K + k)])];
+    sent_to_[static_cast<size_t>(t)] = to;
+    for (size_t r = 0; r < R; ++r) offsets_[r] += (to >> r) & 1;
+  }
+  for (size_t r = 0; r < R; ++r) send_counts_[r] = offsets_[r] * record;
+  // Each rank's records one after the other: offsets_ becomes where the next one goes.
+  int64_t at = 0;
+  for (size_t r = 0; r < R; ++r) {
+    const int64_t n = offsets_[r];
+    offsets_[r] = at;
+    at += n;
+  }
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    for (size_t r = 0; r < R; ++r) {
+      if (((sent_to_[static_cast<size_t>(t)] >> r) & 1) == 0) continue;
+      float* rec = &records_out_[static_cast<size_t>(offsets_[r]++ * record)];
+      std::copy_n(h + t * D, D, rec);
+      for (int k = 0; k < K; ++k) {
+        rec[D + k] = static_cast<float>(local_selected_[static_cast<size_t>(t * K + k)]);
+        rec[D + K + k] = local_weights_[static_cast<size_t>(t * K + k)];
+      }
+    }
+  }
+  all_to_all_->alltoallv(records_out_.data(), send_counts_, records_in_.data(), recv_counts_,
+                         std::ssize(records_in_));
+  // The records received: this rank's experts over them, each of its slots' weighted output.
+  int64_t received = 0;
+  for (size_t r = 0; r < R; ++r) {
+    offsets_[r] = received;  // the first record from rank r
+    received += recv_counts_[r] / record;
+  }
+  int64_t slots_out = 0;  // slot outputs so far, in record order and slot order within each
+  for (int64_t i0 = 0; i0 < received; i0 += chunk_tokens_) {
+    const int64_t count = std::min(chunk_tokens_, received - i0);
+    const float* first = &records_in_[static_cast<size_t>(i0 * record)];
+    for (int64_t i = 0; i < count; ++i) {
+      own_slots_before_[static_cast<size_t>(i0 + i)] = slots_out;
+      for (int k = 0; k < K; ++k) {
+        const auto s = static_cast<size_t>(i * K + k);
+        const float id = first[i * record + D + k];
+        if (!(id >= 0 && id < static_cast<float>(c.n_experts)))
+          fail("expert parallelism: a token's expert {} from another rank", id);
+        selected_[s] = static_cast<int32_t>(id);
+        weights_[s] = first[i * record + D + K + k];
+        slots_out += c.runs_expert(selected_[s]) ? 1 : 0;
+      }
+    }
+    place_slots(count);
+    expert_products(layer, first, record, count, false, pool);
+    weighted_slots(layer, count, &own_slots_before_[static_cast<size_t>(i0)], pool);
+  }
+  own_slots_before_[static_cast<size_t>(received)] = slots_out;
+  // Back to the tokens' ranks, in the order received.
+  for (size_t r = 0; r < R; ++r) {
+    const int64_t first = offsets_[r], end = first + recv_counts_[r] / record;
+    send_counts_[r] = (own_slots_before_[static_cast<size_t>(end)] -
+                       own_slots_before_[static_cast<size_t>(first)]) * D;
+  }
+  all_to_all_->alltoallv(slot_out_.data(), send_counts_, slot_in_.data(), recv_counts_,
+                         std::ssize(slot_in_));
+  // Each token's slots in slot order, each from the rank of its expert (whose part of slot_in_
+  // holds them token by token, in slot order): the same sum, in the same order, of the same
+  // values as one process adds, so the same bits.
+  at = 0;
+  for (size_t r = 0; r < R; ++r) {
+    offsets_[r] = at;  // rank r's next slot output
+    at += recv_counts_[r];
+  }
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    float* o = out + t * D;
+    for (int k = 0; k < K; ++k) {
+      const auto r = static_cast<size_t>(
+          rank_of_expert_[static_cast<size_t>(local_selected_[static_cast<size_t>(t * K + k)])]);
+      const float* v = &slot_in_[static_cast<size_t>(offsets_[r])];
+      offsets_[r] += D;
+      if (k == 0) {
+        std::copy_n(v, D, o);
+      } else {
+        for (int64_t i = 0; i < D; ++i) o[i] = o[i] + v[i];
+      }
+    }
+  }
+  if (c.n_ff_shared == 0) return;
+  for (int64_t t0 = 0; t0 < n_tokens; t0 += chunk_tokens_) {
+    const int64_t count = std::min(chunk_tokens_, n_tokens - t0);
+    items_.clear();
+    items_.push_back({&layer.shared_gate, h + t0 * D, count, shared_gate_.data()});
+    items_.push_back({&layer.shared_up, h + t0 * D, count, shared_up_.data()});
+    kernels::matmul_grouped(items_, scratch_, pool);
+    shared_expert(layer, h + t0 * D, count, pool);
+    pool.parallel_for(count, 4, [&](int64_t begin, int64_t end) {
+      for (int64_t t = begin; t < end; ++t) add_shared(t, out + (t0 + t) * D);
+    });
+  }
 }
 
 // The shared expert's output and (MoeConfig::shared_gated) its sigmoid gate of each token

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "dist/communicator.h"
 #include "gguf/gguf.h"
 #include "kernels/matmul.h"
 #include "model/weights.h"
@@ -110,9 +111,22 @@ MoeLayer load_moe_layer(const WeightLoader& w, const std::string& p, const MoeCo
                         const MoeSpec& spec, int n_embd);
 
 // Work buffers of the MoE block for up to max_tokens tokens per forward, allocated once.
+//
+// With `all_to_all` (expert parallelism over data-parallel ranks, dist/model_parallel.h): every
+// rank holds the experts [E r / N, E (r + 1) / N) of MoeConfig::expert_begin/end and runs its
+// own tokens (its sequences') through the router. Each token then goes, with its choice (the
+// experts' ids and weights), once to every rank that holds one of its chosen experts (an
+// all-to-all); each rank runs its experts on what it received and sends back the weighted
+// output of each slot it holds (a second all-to-all, in the order received), and the token's
+// rank adds them in slot order, then the shared expert, which every rank holds whole: the same
+// values added in the same order as one process, so the same bits. (Sending each rank's sum of
+// its slots instead would carry fewer bytes, but add in another order.)
+// Every rank calls forward once per MoE layer, also with no tokens of its own: the others' may
+// need its experts.
 class MoeBlock {
  public:
-  MoeBlock(const MoeConfig& config, int n_embd, int64_t max_tokens);
+  MoeBlock(const MoeConfig& config, int n_embd, int64_t max_tokens,
+           dist::Communicator* all_to_all = nullptr);
   // out[T, n_embd] = the MoE feed-forward of h[T, n_embd]. No allocation. With `margins`
   // ([T]), each token's value is lowered to this layer's routing margin when smaller: the gap
   // between the last chosen expert and the best one left out, in logits for softmax gating
@@ -127,13 +141,51 @@ class MoeBlock {
   const MoeConfig& config() const { return config_; }
 
  private:
+  // Router logits (logits_) -> each token's experts and weights (selected_, weights_), then
+  // place_slots.
   void route(const MoeLayer& layer, int64_t n_tokens, float* margins);
+  // The slots of selected_ sorted by expert: expert_rows_[e] .. expert_rows_[e + 1] are expert
+  // e's rows, row_of_ each slot's.
+  void place_slots(int64_t n_tokens);
   // MoeConfig::n_groups: the scores of experts outside a token's best groups become -inf;
   // returns the group margin (MoeBlock::forward's units).
   float mask_groups(const float* probs, float* score) const;
   void run_chunk(const MoeLayer& layer, const float* h, const float* router_input,
                  int64_t n_tokens, float* out, ThreadPool& pool, float* margins);
+  // The chosen experts this rank holds over the placed slots of n_tokens inputs, token t's at
+  // h + t * h_stride, into down_ (and, with `shared`, the shared expert's gate and up products
+  // over h too, whose rows are then n_embd apart).
+  void expert_products(const MoeLayer& layer, const float* h, int64_t h_stride, int64_t n_tokens,
+                       bool shared, ThreadPool& pool);
+  // out[t] = the weighted sum of token t's slots this rank holds (and, with `shared`, plus the
+  // shared expert's output).
+  void sum_slots(const MoeLayer& layer, int64_t n_tokens, float* out, bool shared, ThreadPool& pool);
   void shared_expert(const MoeLayer& layer, const float* h, int64_t n_tokens, ThreadPool& pool);
+  // put(i, v) for each value of slot s's weighted output (its expert's down output, its bias,
+  // its scale, its weight), in i order: what sum_slots adds and weighted_slots sends, computed
+  // alike so that both give the same bits.
+  template <typename Put>
+  void slot_values(const MoeLayer& layer, size_t s, Put&& put) const {
+    const int64_t D = n_embd_;
+    const float* d = &down_[static_cast<size_t>(row_of_[s]) * static_cast<size_t>(D)];
+    const float wt = weights_[s];
+    if (layer.expert_scale != nullptr) {  // (down * scale) * weight, as llama.cpp
+      const float es = layer.expert_scale[selected_[s]];
+      for (int64_t i = 0; i < D; ++i) put(i, d[i] * es * wt);
+      return;
+    }
+    const float* bias = layer.down_bias ? layer.down_bias + int64_t{selected_[s]} * D : nullptr;
+    for (int64_t i = 0; i < D; ++i) put(i, (bias ? d[i] + bias[i] : d[i]) * wt);
+  }
+  // The weighted output of each slot this rank holds of the placed n_tokens, as sum_slots
+  // computes it, into slot_out_ from row out_first[t] on for token t.
+  void weighted_slots(const MoeLayer& layer, int64_t n_tokens, const int64_t* out_first,
+                      ThreadPool& pool);
+  // o += the shared expert's output of the chunk's token t (shared_down_, shared_scale_).
+  void add_shared(int64_t t, float* o) const;
+  // The all-to-all form of forward (all_to_all_ set).
+  void forward_across_ranks(const MoeLayer& layer, const float* h, const float* router_input,
+                            int64_t n_tokens, float* out, ThreadPool& pool, float* margins);
 
   MoeConfig config_;
   int n_embd_;
@@ -152,6 +204,23 @@ class MoeBlock {
   std::span<float> shared_scale_;             // [C] MoeConfig::shared_gated
   std::vector<kernels::GroupedProduct> items_;  // reserved for every expert and the shared one
   kernels::ActivationScratch scratch_;
+  // The all-to-all form (T: the model's max_tokens, N ranks, a record: a token's input, then
+  // its n_used expert ids (as floats, exact) and weights).
+  dist::Communicator* all_to_all_ = nullptr;
+  std::vector<int> rank_of_expert_;  // [n_experts]
+  std::span<int32_t> local_selected_;  // [T, n_used] this rank's tokens' choices
+  std::span<float> local_weights_;     // [T, n_used]
+  std::span<uint64_t> sent_to_;        // [T] a bit per rank its record went to
+  std::span<float> records_out_;       // [T * N, record] by destination rank
+  std::span<float> records_in_;        // [T, record] by source rank, in its order
+  // The weighted output of each slot held here of the records received, record by record and
+  // in slot order within each, [<= T * n_used, n_embd]; the first of each record's
+  // ([T + 1], running over the chunks); and those of this rank's tokens as they come back,
+  // by rank, [<= T * n_used, n_embd].
+  std::span<float> slot_out_;
+  std::span<int64_t> own_slots_before_;
+  std::span<float> slot_in_;
+  std::vector<int64_t> send_counts_, recv_counts_, offsets_;  // [N] floats; records
 };
 
 }  // namespace inferd::model
