@@ -232,17 +232,17 @@ void bench(const BenchArgs& args) {
   std::vector<TestResult> results;
   if (args.n_prompt > 0)
     results.push_back(run_test(*model, cache, pool, one_sequence, args.n_prompt, 0, args.n_depth,
-                               args.n_ubatch, args.repetitions, world.tensor ? world.tensor : world.pipeline));
+                               args.n_ubatch, args.repetitions, world.split()));
   if (args.n_gen > 0)
     results.push_back(
         run_test(*model, cache, pool, tables, 0, args.n_gen, args.n_depth, args.n_ubatch,
-                 args.repetitions, world.tensor ? world.tensor : world.pipeline));
+                 args.repetitions, world.split()));
   for (const TestResult& t : results) {
     out.push_back(to_json(t, *model, path, footprint.total_bytes, footprint.parameters, threads,
                           device ? fmt::format("CUDA ({})", device->name)
                           : ranks > 1
                               ? fmt::format("CPU ({}), {} {} ranks", kernels::active_kernels().isa,
-                                            ranks, world.pipeline != nullptr ? "pipeline" : "tensor")
+                                            ranks, world.kind())
                               : fmt::format("CPU ({})", kernels::active_kernels().isa)));
   }
   if (ranks > 1) {

@@ -289,9 +289,18 @@ void encode_stop(std::vector<uint8_t>& out) {
 }
 
 int ParallelWorld::ranks() const {
-  for (const Communicator* c : {tensor, pipeline, data})
-    if (c != nullptr) return c->size();
-  return 1;
+  const Communicator* c = split();
+  return c != nullptr ? c->size() : 1;
+}
+
+Communicator* ParallelWorld::split() const {
+  for (Communicator* c : {tensor, pipeline, data})
+    if (c != nullptr) return c;
+  return nullptr;
+}
+
+const char* ParallelWorld::kind() const {
+  return tensor != nullptr ? "tensor" : pipeline != nullptr ? "pipeline" : data != nullptr ? "data" : "";
 }
 
 ParallelWorld parallel_world(const ParallelSizes& sizes, const char* command) {

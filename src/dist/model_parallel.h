@@ -82,6 +82,10 @@ struct ParallelWorld {
   Communicator* pipeline = nullptr;
   Communicator* data = nullptr;
   int ranks() const;
+  // The split's communicator (nullptr: one process), and its name ("tensor", "pipeline",
+  // "data"; "" for one process).
+  Communicator* split() const;
+  const char* kind() const;
 };
 // --tensor-parallel, --pipeline-parallel and --data-parallel: at most one of them above 1.
 struct ParallelSizes {

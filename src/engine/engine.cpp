@@ -142,6 +142,11 @@ Engine::Engine(const gguf::GgufFile& file, const EngineConfig& config)
       fail("--pipeline-parallel {} over {} ranks", config.pipeline_parallel,
            config.pipeline_ranks->size());
     world.pipeline = options.pp = config.pipeline_ranks;
+  } else if (config.data_ranks != nullptr) {  // (tests)
+    if (config.data_ranks->size() != config.data_parallel)
+      fail("--data-parallel {} over {} ranks", config.data_parallel, config.data_ranks->size());
+    world.data = options.dp = config.data_ranks;
+    options.expert_parallel = config.expert_parallel;
   } else {
     world = dist::apply_parallel_world(
         options, {config.tensor_parallel, config.pipeline_parallel, config.data_parallel},

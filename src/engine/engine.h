@@ -49,6 +49,8 @@ struct EngineConfig {
   // Tests: rank 0's communicator of a pipeline whose ranks are threads of this process
   // (dist::ThreadGroup, the others in dist::run_worker) instead of the process's MPI world.
   dist::Communicator* pipeline_ranks = nullptr;
+  // Tests: the same for data parallelism (data_parallel ranks as threads).
+  dist::Communicator* data_ranks = nullptr;
   // Or each rank the whole model and its own sequences (data parallelism; not with the others).
   int data_parallel = 1;
   bool expert_parallel = false;  // experts spread whole over the tensor_ or data_parallel ranks

@@ -1,5 +1,6 @@
 """One model split across processes by mpirun, end to end: usage `model_parallel_test.py INFERD
-tp|pp RANKS` (`-tp RANKS`: tensor parallelism; `-pp RANKS`: pipeline parallelism).
+tp|pp|dp RANKS` (`-tp RANKS`: tensor parallelism; `-pp RANKS`: pipeline parallelism; `-dp RANKS`:
+data parallelism, each rank its own sequences).
 
 SmolLM2-135M (INFERD_MODEL: 9 heads, 3 kv heads, a feed-forward of 1536, 30 layers; Q4_1, whose
 blocks of 32 the column split keeps whole) in RANKS ranks of one thread each, MPI over loopback:
@@ -13,7 +14,10 @@ blocks of 32 the column split keeps whole) in RANKS ranks of one thread each, MP
     bytes rank 0 sent;
   - SIGKILL to the last rank while requests run: the clients get errors and the whole job is
     gone within 30 seconds (MPI ends it), no hang;
-  - (tp) the wrong process count is a clear error.
+  - (tp) the wrong process count is a clear error;
+  - (dp) the same for make-golden's random-weight Qwen3-MoE (if made) with --expert-parallel: its
+    experts spread over the ranks, each token sent to its experts' ranks and back; the greedy
+    text equals one process's there too (data parallelism computes the same bits).
 Exits 77 (skip) without mpirun or a model.
 """
 import concurrent.futures
@@ -59,7 +63,7 @@ def complete(base, prompt, max_tokens=24):
 
 def main():
     inferd, split, ranks = sys.argv[1], sys.argv[2], int(sys.argv[3])
-    assert split in ("tp", "pp"), split
+    assert split in ("tp", "pp", "dp"), split
     flag = f"-{split}"
     model = os.environ.get("INFERD_MODEL", "")
     if not shutil.which("mpirun") or not os.path.isfile(model):
@@ -78,6 +82,15 @@ def main():
                                           "-t", "1", flag, str(ranks)])
         assert one == text, (prompt, one, text)
     print(f"run: {len(PROMPTS)} prompts, the same greedy text with {ranks} ranks")
+    moe = os.path.join(os.environ.get("INFERD_CACHE", os.path.expanduser("~/.cache/inferd")),
+                       "golden-models", "qwen3moe-seed7.F16.gguf")
+    if split == "dp" and os.path.isfile(moe):
+        for prompt in PROMPTS:
+            args = ["run", "-m", moe, "-p", prompt, "-n", "32", "--temp", "0", "-t", "1"]
+            one = run_text([inferd] + args)
+            text = run_text(mpirun(ranks) + [inferd] + args + [flag, str(ranks), "--expert-parallel"])
+            assert one == text, (prompt, one, text)
+        print(f"run: qwen3moe, {len(PROMPTS)} prompts, the same greedy text with its experts over {ranks} ranks")
 
     prompts = [f"Question {i}: what is {i} plus {i}? Answer:" for i in range(8)]
     os.environ.update({k: ENV[k] for k in ("OMPI_ALLOW_RUN_AS_ROOT", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM",
@@ -88,6 +101,10 @@ def main():
         with concurrent.futures.ThreadPoolExecutor(8) as pool:
             got = list(pool.map(lambda p: complete(server.base, p), prompts))
         assert got == expected, (got, expected)
+        if split == "dp":  # the same bits as one process, whichever rank ran a sequence
+            alone = [run_text([inferd, "run", "-m", model, "-p", p, "-n", "24", "--temp", "0", "-t", "1"])
+                     for p in prompts[:3]]
+            assert [a.rstrip("\n") for a in alone] == [g for g in got[:3]], (alone, got[:3])
         values, _ = server.metrics()
         sent = values.get("inferd:model_parallel_bytes_sent_total", 0)
         assert sent > 0, "no model-parallel bytes in /metrics"
@@ -131,7 +148,20 @@ def main():
             server.proc.kill()
             server.proc.wait(timeout=30)
 
-    if split == "pp":
+    if split == "dp" and os.path.isfile(moe):  # many sequences a step, on both ranks, through the experts
+        server = server_harness.Server(wrapper, moe, "-np", "8", "--expert-parallel")
+        try:
+            alone = [run_text([inferd, "run", "-m", moe, "-p", p, "-n", "24", "--temp", "0", "-t", "1"])
+                     for p in prompts]
+            with concurrent.futures.ThreadPoolExecutor(8) as pool:
+                got = list(pool.map(lambda p: complete(server.base, p), prompts))
+            assert [a.rstrip("\n") for a in alone] == got, (alone, got)
+            print("serve: qwen3moe with its experts over the ranks, 8 concurrent greedy completions the same "
+                  "as one process's")
+        finally:
+            server.proc.kill()
+            server.proc.wait(timeout=30)
+    if split != "tp":
         shutil.rmtree(tmp, ignore_errors=True)
         return 0
     done = subprocess.run(mpirun(2) + [inferd, "run", "-m", model, "-p", "hi", "-n", "2"], capture_output=True,

@@ -4,8 +4,9 @@
 # SmolLM2 split over 3 hosts by tensor parallelism (its 9 heads and 3 kv heads take 3) and over 2
 # by pipeline parallelism gives the greedy text one process gives; the pipeline once more with
 # 1 ms of (emulated) link latency; a random-weight Qwen3-MoE (make-golden's) over 2 hosts with
-# its experts spread (-tp 2 --expert-parallel) gives its one-process text too. Skips without
-# root, ip netns, mpirun or a model.
+# its experts spread (-tp 2 --expert-parallel; -dp 2 --expert-parallel, where the tokens cross
+# to their experts' host and back) gives its one-process text too. Skips without root, ip netns,
+# mpirun or a model.
 set -euo pipefail
 inferd="$1"
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -54,4 +55,8 @@ if [ -f "$moe" ]; then
     fail "-tp 2 --expert-parallel exited with $?"
   [ "$got" = "$expected" ] || fail "$(printf -- '-tp 2 --expert-parallel gave\n%s\nnot\n%s' "$got" "$expected")"
   echo "qwen3moe -tp 2 --expert-parallel on 2 hosts: the same greedy text"
+  got="$(timeout 300 mpirun "${flags[@]}" "$inferd" "${moe_args[@]}" -dp 2 --expert-parallel 2>"$log")" ||
+    fail "-dp 2 --expert-parallel exited with $?"
+  [ "$got" = "$expected" ] || fail "$(printf -- '-dp 2 --expert-parallel gave\n%s\nnot\n%s' "$got" "$expected")"
+  echo "qwen3moe -dp 2 --expert-parallel on 2 hosts (tokens sent to their experts' host): the same greedy text"
 fi

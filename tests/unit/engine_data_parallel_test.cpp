@@ -1,0 +1,147 @@
+// Data parallelism through the engine (model/data_parallel.h), on the tiny random model (dense,
+// and with 8 experts of which each token runs 2, spread over the ranks) split over 2 ranks that
+// are threads of this process (dist::ThreadGroup; rank 1 in dist::run_worker as under mpirun).
+// The scheduler's steps as they come: six sampled requests of different prompt lengths, a beam
+// search of width 3 and 3 sampled choices of one prompt (their forks' copy-on-write of a first
+// block takes its rank along), and a prompt sent again (a prefix-cache hit continues on the rank
+// that holds the cached blocks): every token and log-probability is what one process gives, and
+// both ranks ran tokens.
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "dist/communicator.h"
+#include "dist/model_parallel.h"
+#include "engine/engine.h"
+#include "tiny_engine.h"
+
+namespace inferd::engine {
+namespace {
+
+class Rank1 {
+ public:
+  Rank1() : ranks_(dist::ThreadGroup::make(2)), thread_([this] { dist::run_worker(*ranks_[1]); }) {}
+  ~Rank1() {
+    dist::release_workers(*ranks_[0]);
+    thread_.join();
+  }
+  dist::Communicator* rank0() { return ranks_[0].get(); }
+  dist::Communicator* rank1() { return ranks_[1].get(); }
+
+ private:
+  std::vector<std::unique_ptr<dist::Communicator>> ranks_;
+  std::thread thread_;
+};
+
+class EngineDataParallelTest : public ::testing::TestWithParam<int> {  // experts (0: dense)
+ protected:
+  void SetUp() override {
+    testing::TinyLlamaSpec spec;
+    spec.n_layers = 3;
+    spec.n_vocab = 24;
+    spec.with_tokenizer = true;
+    spec.seed = 13;
+    spec.n_experts = GetParam();
+    spec.n_experts_used = GetParam() > 0 ? 2 : 0;
+    path_ = std::filesystem::temp_directory_path() /
+            ("inferd-engine-dp-" + std::to_string(::getpid()) + ".gguf");
+    const std::vector<uint8_t> bytes = testing::make_tiny_llama(spec);
+    std::ofstream(path_, std::ios::binary)
+        .write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+    file_ = std::make_unique<gguf::GgufFile>(gguf::GgufFile::open(path_.string()));
+  }
+  void TearDown() override {
+    file_.reset();
+    std::filesystem::remove(path_);
+  }
+  EngineConfig config(dist::Communicator* data) const {
+    EngineConfig c;
+    c.threads = 1;
+    c.pin_threads = false;
+    c.context = 128;
+    c.max_seqs = 8;
+    c.max_batched_tokens = 64;
+    if (data != nullptr) {
+      c.data_parallel = 2;
+      c.data_ranks = data;
+      c.expert_parallel = GetParam() > 0;
+    }
+    return c;
+  }
+  static std::vector<std::shared_ptr<Collect>> submit(Engine& engine) {
+    std::vector<std::shared_ptr<Collect>> outs;
+    for (int i = 0; i < 6; ++i) {
+      std::vector<int32_t> prompt{1};
+      for (int k = 1; k < 3 + 5 * i; ++k) prompt.push_back(3 + (k * 7 + i) % 21);
+      Request r = seeded_request(std::move(prompt), 10 + i, 100 + static_cast<uint64_t>(i));
+      r.logprobs = 0;
+      outs.push_back(std::make_shared<Collect>());
+      r.output = outs.back();
+      engine.add_request(std::move(r));
+    }
+    Request beams;
+    beams.prompt = {1, 5, 9, 13, 4};
+    beams.max_tokens = 8;
+    beams.beam_width = 3;
+    beams.beam_results = 2;
+    outs.push_back(std::make_shared<Collect>());
+    beams.output = outs.back();
+    engine.add_request(std::move(beams));
+    Request choices = seeded_request({1, 7, 3, 3, 8, 12}, 9, 42);
+    add_choice_outputs(choices, 3, outs);
+    engine.add_request(std::move(choices));
+    engine.run_until_idle();
+    // The longest prompt again, once its blocks are cached: a prefix hit.
+    std::vector<int32_t> prompt{1};
+    for (int k = 1; k < 3 + 5 * 5; ++k) prompt.push_back(3 + (k * 7 + 5) % 21);
+    Request again = seeded_request(std::move(prompt), 6, 7);
+    outs.push_back(std::make_shared<Collect>());
+    again.output = outs.back();
+    engine.add_request(std::move(again));
+    engine.run_until_idle();
+    return outs;
+  }
+  std::filesystem::path path_;
+  std::unique_ptr<gguf::GgufFile> file_;
+};
+
+TEST_P(EngineDataParallelTest, GivesOneProcesssTokens) {
+  Engine one(*file_, config(nullptr));
+  const auto expected = submit(one);
+  Rank1 rank1;
+  int64_t rank1_sent = 0;
+  {
+    Engine split(*file_, config(rank1.rank0()));
+    const auto got = submit(split);
+    ASSERT_EQ(got.size(), expected.size());
+    for (size_t i = 0; i < got.size(); ++i) {
+      EXPECT_FALSE(expected[i]->result_.output_tokens.empty() && expected[i]->result_.beams.empty()) << i;
+      EXPECT_EQ(got[i]->tokens_, expected[i]->tokens_) << "output " << i;
+      EXPECT_EQ(got[i]->logprobs_, expected[i]->logprobs_) << "output " << i;
+      EXPECT_EQ(got[i]->result_.output_tokens, expected[i]->result_.output_tokens) << "output " << i;
+    }
+    ASSERT_EQ(got[6]->result_.beams.size(), 2u);
+    for (size_t b = 0; b < 2; ++b) {
+      EXPECT_EQ(got[6]->result_.beams[b].tokens, expected[6]->result_.beams[b].tokens) << "beam " << b;
+      EXPECT_DOUBLE_EQ(got[6]->result_.beams[b].cum_logprob, expected[6]->result_.beams[b].cum_logprob);
+    }
+    EXPECT_GT(got.back()->result_.stats.cached_tokens, 0) << "the prompt sent again found no cached prefix";
+    EXPECT_TRUE(split.idle());
+    EXPECT_EQ(split.kv_cache().used_bytes(), 0) << "blocks left held";
+    rank1_sent = rank1.rank1()->bytes_sent();
+  }
+  // Rank 1 sent rank 0 the final rows of sequences it ran (and, with experts, its tokens' records).
+  EXPECT_GT(rank1_sent, 0) << "rank 1 ran no sequence";
+}
+
+INSTANTIATE_TEST_SUITE_P(DenseAndExperts, EngineDataParallelTest, ::testing::Values(0, 8),
+                         [](const auto& info) { return info.param > 0 ? std::string("experts") : std::string("dense"); });
+
+}  // namespace
+}  // namespace inferd::engine
