@@ -431,12 +431,14 @@ int run_worker(Communicator& comm) {
           if (!cache) fail("a state operation before the cache");
           const auto from = in.get<int32_t>();
           const auto to = in.get<int32_t>();
+          // (Through the model: a data-parallel rank also notes where the state is.)
+          if (!shard) fail("a state operation before the model");
           if (op == Op::kCopyState) {
-            cache->copy_state(from, to);
+            shard->copy_state(*cache, from, to);
           } else if (op == Op::kSaveSnapshot) {
-            cache->save_snapshot(from, to);
+            shard->save_state_snapshot(*cache, from, to);
           } else {
-            cache->load_snapshot(from, to);
+            shard->load_state_snapshot(*cache, from, to);
           }
           break;
         }

@@ -11,6 +11,7 @@
 #include "dist/model_parallel.h"
 #include "engine/beam_search.h"
 #include "engine/stop_matcher.h"
+#include "model/data_parallel.h"
 #include "model/registry.h"
 #include "sampling/sampler.h"
 #include "structured/grammar.h"
@@ -215,6 +216,10 @@ Engine::Engine(const gguf::GgufFile& file, const EngineConfig& config)
   if (config_.prefix_caching) {
     prefix_cache_ =
         std::make_unique<kv::PrefixCache>(cache_->groups(), config.block_size, blocks_per_seq + 1);
+    if (model_->splits_sequences())  // (each rank holds its own sequences' K/V)
+      prefix_cache_->set_block_rank([model = model_.get()](size_t group, int32_t block) {
+        return model->rank_of_block(group, block);
+      });
   }
   pool_ = std::make_unique<ThreadPool>(config.threads, config.pin_threads);
   scheduler_ = std::make_unique<Scheduler>(
@@ -272,6 +277,14 @@ Engine::Engine(const gguf::GgufFile& file, const EngineConfig& config)
         model->copy_kv_block(*cache, group, from, to);
       });
   if (kv::BlockPool* snapshots = cache_->snapshot_pool()) {
+    if (model_->splits_sequences()) {
+      const size_t placing = model::placing_group(*cache_);
+      scheduler_->set_snapshot_check(
+          [model = model_.get(), placing](const kv::BlockTables& tables, int32_t snapshot) {
+            return !tables[placing].empty() &&
+                   model->rank_of_snapshot(snapshot) == model->rank_of_block(placing, tables[placing][0]);
+          });
+    }
     scheduler_->set_snapshots(
         snapshots,
         [model = model_.get(), cache = cache_.get()](int32_t state, int32_t snapshot) {

@@ -84,7 +84,7 @@ int64_t Scheduler::snapshot_prefix(Sequence& seq, int64_t cached, int32_t& snaps
   for (; blocks > 0; --blocks) {
     const std::optional<int32_t> found =
         snapshot_pool_->find(seq.prefix.hashes[static_cast<size_t>(blocks - 1)]);
-    if (found) {
+    if (found && (!snapshot_check_ || snapshot_check_(seq.block_tables, *found))) {
       snapshot_pool_->retain(*found);
       snapshot = *found;
       break;

@@ -83,6 +83,11 @@ class Scheduler {
     save_snapshot_ = std::move(save);
     load_snapshot_ = std::move(load);
   }
+  // Data parallelism (model/data_parallel.h): whether a snapshot may start a sequence with these
+  // tables (the rank of its first block holds it); a prefix whose snapshot another rank holds
+  // is taken shorter, at a snapshot that rank does hold, or not at all.
+  using SnapshotCheck = std::function<bool(const kv::BlockTables& tables, int32_t snapshot)>;
+  void set_snapshot_check(SnapshotCheck check) { snapshot_check_ = std::move(check); }
   // After a step that left `seq` with no drafts: at a block end its state goes to its own
   // snapshot slot, and at its prompt's last full block a copy is indexed at once (a second
   // question about the same document finds it while the first is still answered).
@@ -118,6 +123,7 @@ class Scheduler {
   bool state_checkpoints_ = false;
   kv::BlockPool* snapshot_pool_ = nullptr;
   SnapshotCopier save_snapshot_, load_snapshot_;
+  SnapshotCheck snapshot_check_;
   // The block end a prompt's prefill must stop at (hybrid prefix caching), or 0.
   int64_t prompt_snapshot_end(const Sequence& seq) const;
   // Tokens of `seq` to run this step: at most n, stopping at its prompt's snapshot end.

@@ -52,6 +52,19 @@ int64_t PrefixCache::match(std::span<const int32_t> tokens, PrefixState& state,
                                       std::ssize(hits_[0]));  // leave one token to compute
   if (n <= 0) return 0;
   hash_blocks(tokens, n, state);
+  // Data parallelism: the rank of the first block; only its blocks are hits.
+  int rank = -1;
+  if (rank_of_) {
+    for (size_t g = 0; g < groups_.size(); ++g) {
+      if (groups_[g].window > 0) continue;
+      const int32_t first = lookup(g, tokens, state.hashes, 0, state.root);
+      rank = first == kNoBlock ? -1 : rank_of_(g, first);
+      break;
+    }
+  }
+  const auto held_here = [&](size_t g, int32_t block) {
+    return block == kNoBlock || !rank_of_ || (rank >= 0 && rank_of_(g, block) == rank);
+  };
   // Hits per group, and for each block the run of consecutive hits ending at it.
   int64_t full_run = n;  // consecutive hits from block 0 in every full-attention group
   for (size_t g = 0; g < groups_.size(); ++g) {
@@ -61,6 +74,7 @@ int64_t PrefixCache::match(std::span<const int32_t> tokens, PrefixState& state,
     int64_t i = 0;
     for (; i < full_run; ++i) {  // groups after the full ones need no block past their run
       hits[static_cast<size_t>(i)] = lookup(g, tokens, state.hashes, i, state.root);
+      if (!held_here(g, hits[static_cast<size_t>(i)])) hits[static_cast<size_t>(i)] = kNoBlock;
       const int32_t before = i > 0 ? runs[static_cast<size_t>(i - 1)] : 0;
       runs[static_cast<size_t>(i)] = hits[static_cast<size_t>(i)] == kNoBlock ? 0 : before + 1;
       if (full && hits[static_cast<size_t>(i)] == kNoBlock) break;

@@ -14,8 +14,10 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "kv/kv_cache.h"
@@ -60,6 +62,13 @@ class PrefixCache {
   }
   const PrefixCacheStats& stats() const { return stats_; }
 
+  // Data parallelism (model/data_parallel.h): which rank holds a block of a group. A match then
+  // takes only blocks that the rank of its first block (of the first full-attention group)
+  // holds: a block with the same chained hash that another rank wrote (two sequences that
+  // computed the same first block, each on its rank) ends the prefix there.
+  using BlockRank = std::function<int(size_t group, int32_t block)>;
+  void set_block_rank(BlockRank rank_of) { rank_of_ = std::move(rank_of); }
+
  private:
   void hash_blocks(std::span<const int32_t> tokens, int64_t n_blocks, PrefixState& state) const;
   // The block of group g that holds block i of `tokens` with `hashes`, or kNoBlock.
@@ -74,6 +83,7 @@ class PrefixCache {
   std::vector<int32_t> hits_[kMaxKvGroups];    // [max_blocks_per_sequence] look-up scratch
   std::vector<int32_t> runs_[kMaxKvGroups];    // consecutive hits ending at each block
   PrefixCacheStats stats_;
+  BlockRank rank_of_;  // (data parallelism; empty: one place holds every block)
 };
 
 }  // namespace inferd::kv

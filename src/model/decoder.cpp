@@ -628,19 +628,29 @@ class Decoder final : public Model {
       ranks->broadcast(message_);
     }
     cache.copy_block(group, from, to);
-    if (dp_batch_) dp_batch_->block_copied(group, from, to);
+    if (dp_batch_) dp_batch_->block_copied(cache, group, from, to);
   }
   void copy_state(kv::KvCache& cache, int32_t from, int32_t to) override {
     tell_followers(dist::Op::kCopyState, from, to);
     cache.copy_state(from, to);
+    if (dp_batch_) dp_batch_->state_copied(cache, from, to);
   }
   void save_state_snapshot(kv::KvCache& cache, int32_t state, int32_t snapshot) override {
     tell_followers(dist::Op::kSaveSnapshot, state, snapshot);
     cache.save_snapshot(state, snapshot);
+    if (dp_batch_) dp_batch_->snapshot_saved(cache, state, snapshot);
   }
   void load_state_snapshot(kv::KvCache& cache, int32_t snapshot, int32_t state) override {
     tell_followers(dist::Op::kLoadSnapshot, snapshot, state);
     cache.load_snapshot(snapshot, state);
+    if (dp_batch_) dp_batch_->snapshot_loaded(cache, snapshot, state);
+  }
+  bool splits_sequences() const override { return dp_ != nullptr; }
+  int rank_of_block(size_t group, int32_t block) const override {
+    return dp_batch_ ? dp_batch_->rank_of_block(group, block) : -1;
+  }
+  int rank_of_snapshot(int32_t snapshot) const override {
+    return dp_batch_ ? dp_batch_->rank_of_snapshot(snapshot) : -1;
   }
   std::span<const int> feature_layers() const override {
     return spec_.eagle3 ? std::span<const int>(spec_.eagle3->target_layers) : std::span<const int>();

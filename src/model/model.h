@@ -146,6 +146,12 @@ class Model {
   virtual void load_state_snapshot(kv::KvCache& cache, int32_t snapshot, int32_t state) {
     cache.load_snapshot(snapshot, state);
   }
+  // Data parallelism (model/data_parallel.h): the rank whose memory holds a KV block's K/V, or a
+  // snapshot's state, as written so far; -1 when none does (never written, or not split by
+  // sequences). A prefix-cache hit takes only what the rank of its first block holds.
+  virtual bool splits_sequences() const { return false; }
+  virtual int rank_of_block(size_t /*group*/, int32_t /*block*/) const { return -1; }
+  virtual int rank_of_snapshot(int32_t /*snapshot*/) const { return -1; }
   // A KV cache shape that fits this model, its sliding-window layers in a group of their own
   // with as many blocks as the full-attention group (callers may give it fewer), and for a
   // hybrid model or a quantized cache a state slot for each of `max_sequences` sequences at

@@ -1,5 +1,6 @@
-// Data parallelism through the engine (model/data_parallel.h), on the tiny random model (dense,
-// and with 8 experts of which each token runs 2, spread over the ranks) split over 2 ranks that
+// Data parallelism through the engine (model/data_parallel.h), on the tiny random model (dense;
+// with 8 experts of which each token runs 2, spread over the ranks; the tiny hybrid with its
+// recurrent states and prefix snapshots) split over 2 ranks that
 // are threads of this process (dist::ThreadGroup; rank 1 in dist::run_worker as under mpirun).
 // The scheduler's steps as they come: six sampled requests of different prompt lengths, a beam
 // search of width 3 and 3 sampled choices of one prompt (their forks' copy-on-write of a first
@@ -20,6 +21,7 @@
 #include "dist/model_parallel.h"
 #include "engine/engine.h"
 #include "tiny_engine.h"
+#include "tiny_hybrid.h"
 
 namespace inferd::engine {
 namespace {
@@ -39,19 +41,28 @@ class Rank1 {
   std::thread thread_;
 };
 
-class EngineDataParallelTest : public ::testing::TestWithParam<int> {  // experts (0: dense)
+// The parameter: experts (0: dense; -1: the tiny hybrid, recurrent layers and their snapshots).
+class EngineDataParallelTest : public ::testing::TestWithParam<int> {
  protected:
   void SetUp() override {
-    testing::TinyLlamaSpec spec;
-    spec.n_layers = 3;
-    spec.n_vocab = 24;
-    spec.with_tokenizer = true;
-    spec.seed = 13;
-    spec.n_experts = GetParam();
-    spec.n_experts_used = GetParam() > 0 ? 2 : 0;
+    std::vector<uint8_t> bytes;
+    if (GetParam() < 0) {
+      testing::TinyHybridSpec spec;
+      spec.with_tokenizer = true;
+      spec.seed = 13;
+      bytes = testing::make_tiny_hybrid(spec);
+    } else {
+      testing::TinyLlamaSpec spec;
+      spec.n_layers = 3;
+      spec.n_vocab = 24;
+      spec.with_tokenizer = true;
+      spec.seed = 13;
+      spec.n_experts = GetParam();
+      spec.n_experts_used = GetParam() > 0 ? 2 : 0;
+      bytes = testing::make_tiny_llama(spec);
+    }
     path_ = std::filesystem::temp_directory_path() /
             ("inferd-engine-dp-" + std::to_string(::getpid()) + ".gguf");
-    const std::vector<uint8_t> bytes = testing::make_tiny_llama(spec);
     std::ofstream(path_, std::ios::binary)
         .write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
     file_ = std::make_unique<gguf::GgufFile>(gguf::GgufFile::open(path_.string()));
@@ -140,8 +151,50 @@ TEST_P(EngineDataParallelTest, GivesOneProcesssTokens) {
   EXPECT_GT(rank1_sent, 0) << "rank 1 ran no sequence";
 }
 
-INSTANTIATE_TEST_SUITE_P(DenseAndExperts, EngineDataParallelTest, ::testing::Values(0, 8),
-                         [](const auto& info) { return info.param > 0 ? std::string("experts") : std::string("dense"); });
+// Two ranks that each computed the same first block: a sequence whose first 16 tokens A already
+// has (block 0 indexed on A's rank) but with a prompt of exactly those 16 (too short to take a
+// cached block: one token is always computed) computes its own copy on the next rank, and then
+// its later blocks there, indexed under the same chained hashes. A third request over its whole
+// text finds block 0 on A's rank and block 1 on the other: the prefix cache takes only the first
+// (the rank of its first block must hold every block it reads), and the tokens are one process's.
+TEST_P(EngineDataParallelTest, PrefixHitsTakeOnlyTheirRanksBlocks) {
+  const auto submit = [](Engine& engine) {
+    std::vector<int32_t> first{1};
+    for (int k = 1; k < 16; ++k) first.push_back(3 + (k * 5) % 21);
+    std::vector<std::shared_ptr<Collect>> outs;
+    const auto run = [&](std::vector<int32_t> prompt, int64_t n, uint64_t seed) {
+      Request r = seeded_request(std::move(prompt), n, seed);
+      r.logprobs = 0;  // (each token to on_token)
+      outs.push_back(std::make_shared<Collect>());
+      r.output = outs.back();
+      engine.add_request(std::move(r));
+      engine.run_until_idle();
+      return outs.back();
+    };
+    std::vector<int32_t> a = first;
+    a.insert(a.end(), {4, 6, 8, 10});
+    run(a, 4, 1);                                   // rank 0: block 0 indexed
+    const auto b = run(first, 20, 2);               // 16 tokens: its own block 0, on rank 1
+    std::vector<int32_t> c = first;
+    c.insert(c.end(), b->tokens_.begin(), b->tokens_.end());
+    c.push_back(7);
+    run(c, 6, 3);                                   // block 0 (rank 0) and block 1 (rank 1) cached
+    return outs;
+  };
+  Engine one(*file_, config(nullptr));
+  const auto expected = submit(one);
+  Rank1 rank1;
+  Engine split(*file_, config(rank1.rank0()));
+  const auto got = submit(split);
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_EQ(got[i]->tokens_, expected[i]->tokens_) << "request " << i;
+  EXPECT_EQ(expected[2]->result_.stats.cached_tokens, 32) << "one process: both blocks cached";
+  EXPECT_EQ(got[2]->result_.stats.cached_tokens, 16) << "the other rank's block taken";
+}
+
+INSTANTIATE_TEST_SUITE_P(DenseExpertsHybrid, EngineDataParallelTest, ::testing::Values(0, 8, -1),
+                         [](const auto& info) {
+                           return std::string(info.param > 0 ? "experts" : info.param < 0 ? "hybrid" : "dense");
+                         });
 
 }  // namespace
 }  // namespace inferd::engine
