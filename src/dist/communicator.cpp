@@ -55,7 +55,7 @@ class Alone final : public Communicator {
 // without netem's delay): every message arrives that much later, as over a link with that
 // one-way latency. A point-to-point message carries its send time (a second, 8-byte message; a
 // broadcast's leads with it) and its receiver waits until send time + latency; an all-reduce or a
-// gather returns that much after MPI's call does (the ranks of a tensor-parallel step enter their
+// gather returns that much after MPI's call does (an all-to-all twice: its counts, its floats) (the ranks of a tensor-parallel step enter their
 // collectives together, so a collective costs one latency more, as on a real link).
 class Mpi final : public Communicator {
  public:
@@ -152,6 +152,7 @@ class Mpi final : public Communicator {
     check(MPI_Alltoall(send_counts.data(), 1, MPI_INT64_T, recv_counts.data(), 1, MPI_INT64_T,
                        MPI_COMM_WORLD),
           "MPI_Alltoall");
+    delay_after_collective();  // (the counts cross the link before the floats can)
     counts_.resize(n);
     displacements_.resize(n);
     recv_ints_.resize(n);

@@ -1930,7 +1930,8 @@ RopeTables make_rope_tables(const ModelConfig& c, const ArchSpec& spec, int64_t 
 std::unique_ptr<Model> make_decoder(const gguf::GgufFile& file, const ModelOptions& options,
                                     ArchSpec spec) {
   if (options.device == Device::kCuda) {
-    if ((options.tp != nullptr && options.tp->size() > 1) || (options.pp != nullptr && options.pp->size() > 1))
+    const auto split = [](const dist::Communicator* ranks) { return ranks != nullptr && ranks->size() > 1; };
+    if (split(options.tp) || split(options.pp) || split(options.dp))
       fail("{}: a model split over ranks runs on the CPU executor only (--device cuda)", file.name());
     return make_cuda_decoder(file, options, std::move(spec));
   }
