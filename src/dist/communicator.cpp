@@ -32,7 +32,9 @@ class Alone final : public Communicator {
     std::copy_n(send, counts[0], recv);
   }
   void alltoallv(const float* send, std::span<const int64_t> send_counts, float* recv,
-                 std::span<int64_t> recv_counts, int64_t recv_capacity) override {
+                 std::span<int64_t> recv_counts, int64_t recv_capacity, bool counts_known) override {
+    if (counts_known && recv_counts[0] != send_counts[0])
+      fail("all-to-all: {} floats expected from this rank, {} sent", recv_counts[0], send_counts[0]);
     if (send_counts[0] > recv_capacity)
       fail("all-to-all: {} floats for a buffer of {}", send_counts[0], recv_capacity);
     std::copy_n(send, send_counts[0], recv);
@@ -146,13 +148,15 @@ class Mpi final : public Communicator {
   }
   // The counts first (MPI_Alltoall), then the floats (MPI_Alltoallv).
   void alltoallv(const float* send, std::span<const int64_t> send_counts, float* recv,
-                 std::span<int64_t> recv_counts, int64_t recv_capacity) override {
+                 std::span<int64_t> recv_counts, int64_t recv_capacity, bool counts_known) override {
     const Timed timed(*this);
     const auto n = static_cast<size_t>(size_);
-    check(MPI_Alltoall(send_counts.data(), 1, MPI_INT64_T, recv_counts.data(), 1, MPI_INT64_T,
-                       MPI_COMM_WORLD),
-          "MPI_Alltoall");
-    delay_after_collective();  // (the counts cross the link before the floats can)
+    if (!counts_known) {
+      check(MPI_Alltoall(send_counts.data(), 1, MPI_INT64_T, recv_counts.data(), 1, MPI_INT64_T,
+                         MPI_COMM_WORLD),
+            "MPI_Alltoall");
+      delay_after_collective();  // (the counts cross the link before the floats can)
+    }
     counts_.resize(n);
     displacements_.resize(n);
     recv_ints_.resize(n);
@@ -362,21 +366,24 @@ class ThreadRank final : public Communicator {
   }
   // Each rank puts up its buffer and counts; each then copies its part of every rank's.
   void alltoallv(const float* send, std::span<const int64_t> send_counts, float* recv,
-                 std::span<int64_t> recv_counts, int64_t recv_capacity) override {
+                 std::span<int64_t> recv_counts, int64_t recv_capacity, bool counts_known) override {
     const AllToAll mine{send, send_counts.data()};
     post(&mine);
     int64_t received = 0, sent = 0;
+    bool as_known = true;
     for (int r = 0; r < size_; ++r) {
       const auto* from = static_cast<const AllToAll*>(shared_->posted[static_cast<size_t>(r)]);
       int64_t offset = 0;
       for (int q = 0; q < rank_; ++q) offset += from->counts[q];
       const int64_t n = from->counts[rank_];
+      as_known = as_known && (!counts_known || recv_counts[static_cast<size_t>(r)] == n);
       recv_counts[static_cast<size_t>(r)] = n;
       if (received + n <= recv_capacity) std::copy_n(from->data + offset, n, recv + received);
       received += n;
       if (r != rank_) sent += send_counts[static_cast<size_t>(r)];
     }
     shared_->barrier.arrive_and_wait();  // everyone has read every rank's data
+    if (!as_known) fail("all-to-all: other counts came than the ones known");
     if (received > recv_capacity)
       fail("all-to-all: {} floats for a buffer of {}", received, recv_capacity);
     count_sent(sent * static_cast<int64_t>(sizeof(float)));

@@ -35,8 +35,12 @@ class Communicator {
   // included); rank r's part for this rank arrives in `recv`, the ranks' parts in rank order,
   // and recv_counts[r] says how many floats came from rank r. `recv` holds recv_capacity floats:
   // more is an error on the receiving rank. Every rank calls it, with nothing to send or not.
+  // With counts_known, recv_counts already holds what each rank sends this one (both sides knew
+  // it: a reply to an all-to-all before), so the counts are not exchanged first: one round
+  // across the link instead of two.
   virtual void alltoallv(const float* send, std::span<const int64_t> send_counts, float* recv,
-                         std::span<int64_t> recv_counts, int64_t recv_capacity) = 0;
+                         std::span<int64_t> recv_counts, int64_t recv_capacity,
+                         bool counts_known = false) = 0;
   // Point to point (pipeline parallelism): n floats to rank `to`, handed off without waiting
   // for the receiver (`data` must stay as it is until wait_sends returns), and n floats from rank
   // `from` into `data`, returning once they are there. Between two ranks, messages arrive in the

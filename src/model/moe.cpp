@@ -593,8 +593,12 @@ void MoeBlock::forward_across_ranks(const MoeLayer& layer, const float* h,
     send_counts_[r] = (own_slots_before_[static_cast<size_t>(end)] -
                        own_slots_before_[static_cast<size_t>(first)]) * D;
   }
+  // What comes back is known here: each of this rank's tokens' slots from its expert's rank.
+  std::fill(recv_counts_.begin(), recv_counts_.end(), 0);
+  for (int64_t s = 0; s < n_tokens * K; ++s)
+    recv_counts_[static_cast<size_t>(rank_of_expert_[static_cast<size_t>(local_selected_[static_cast<size_t>(s)])])] += D;
   all_to_all_->alltoallv(slot_out_.data(), send_counts_, slot_in_.data(), recv_counts_,
-                         std::ssize(slot_in_));
+                         std::ssize(slot_in_), /*counts_known=*/true);
   // Each token's slots in slot order, each from the rank of its expert (whose part of slot_in_
   // holds them token by token, in slot order): the same sum, in the same order, of the same
   // values as one process adds, so the same bits.
