@@ -21,6 +21,36 @@ LocalBatch::LocalBatch(int64_t max_tokens) {
   entries_.reserve(T);  // (an entry holds a token at least)
   entry_owner_.reserve(T);
   row_owner_.reserve(T);
+  counted_.reserve(T);
+  new_firsts_.reserve(T);
+  step_tokens_.reserve(64);
+}
+
+void LocalBatch::count_continuing(const Batch& batch, int ranks) {
+  step_tokens_.assign(static_cast<size_t>(ranks), 0);
+  counted_.assign(batch.sequences.size(), 0);
+  new_firsts_.clear();
+  const auto first_block = [&](const BatchSequence& seq) {
+    const std::vector<int32_t>& table = (*seq.block_tables)[group_];
+    return table.empty() ? kv::kNoBlock : table[0];
+  };
+  const auto starts = [&](const BatchSequence& seq) {
+    return seq.token_end > seq.token_begin && batch.positions[static_cast<size_t>(seq.token_begin)] == 0;
+  };
+  for (const BatchSequence& seq : batch.sequences)
+    if (starts(seq)) new_firsts_.push_back(first_block(seq));
+  for (size_t i = 0; i < batch.sequences.size(); ++i) {
+    const BatchSequence& seq = batch.sequences[i];
+    const int32_t first = first_block(seq);
+    if (seq.token_end <= seq.token_begin || starts(seq) || first == kv::kNoBlock ||
+        static_cast<size_t>(first) >= block_owner_[group_].size() ||
+        std::find(new_firsts_.begin(), new_firsts_.end(), first) != new_firsts_.end())
+      continue;  // (a new sequence's later part is counted where it is placed)
+    const int owner = block_owner_[group_][static_cast<size_t>(first)];
+    if (owner < 0 || owner >= ranks) continue;  // (place() says what is wrong)
+    step_tokens_[static_cast<size_t>(owner)] += seq.token_end - seq.token_begin;
+    counted_[i] = 1;
+  }
 }
 
 void LocalBatch::fit(const kv::KvCache& cache) {
@@ -50,9 +80,13 @@ int LocalBatch::place(const Batch& batch, const BatchSequence& seq, const kv::Kv
   const int32_t first = batch.positions[static_cast<size_t>(seq.token_begin)];
   const int32_t last = batch.positions[static_cast<size_t>(seq.token_end - 1)];
   int owner = 0;
-  if (first == 0) {  // a new sequence (or one started over): the next rank in turn
+  if (first == 0) {  // a new sequence (or one started over): the least loaded rank
     owner = next_rank_;
-    next_rank_ = (next_rank_ + 1) % ranks;
+    for (int k = 1; k < ranks; ++k) {
+      const int r = (next_rank_ + k) % ranks;
+      if (step_tokens_[static_cast<size_t>(r)] < step_tokens_[static_cast<size_t>(owner)]) owner = r;
+    }
+    next_rank_ = (owner + 1) % ranks;
   } else {
     owner = block_owner_[group_][static_cast<size_t>(placing[0])];
     if (owner < 0 || owner >= ranks)
@@ -97,12 +131,15 @@ const Batch& LocalBatch::select(const Batch& batch, const kv::KvCache& cache, in
   entry_owner_.clear();
   row_owner_.assign(static_cast<size_t>(batch.num_tokens()), -1);  // (within its capacity)
   int64_t bf16_begin = 0;
-  for (const BatchSequence& seq : batch.sequences) {
+  count_continuing(batch, ranks);
+  for (size_t i = 0; i < batch.sequences.size(); ++i) {
+    const BatchSequence& seq = batch.sequences[i];
     if (seq.token_end <= seq.token_begin) {
       entry_owner_.push_back(-1);
       continue;
     }
     const int owner = place(batch, seq, cache, ranks);
+    if (!counted_[i]) step_tokens_[static_cast<size_t>(owner)] += seq.token_end - seq.token_begin;
     entry_owner_.push_back(owner);
     for (int64_t t = seq.token_begin; t < seq.token_end; ++t) row_owner_[static_cast<size_t>(t)] = owner;
     if (owner != rank) continue;

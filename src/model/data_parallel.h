@@ -6,7 +6,9 @@
 // states come back to it in one gather.
 //
 // A sequence belongs to the rank that computed its first step (its first token at position 0):
-// new sequences go to the ranks in turn. Every rank records which rank wrote each KV block and
+// a new sequence goes to the rank with the fewest tokens in the step so far (the sequences that
+// go on where they are counted first, then the new ones in batch order; ties in turn), so that
+// a prompt's chunk and the decoding sequences spread over the ranks. Every rank records which rank wrote each KV block and
 // each recurrent state (slot and snapshot), alike, as every rank sees the same batches and
 // copies in the same order. A sequence goes on where its first block (of the first
 // full-attention KV group) was written; a fork's copy of a block, or of a state, takes the rank
@@ -63,6 +65,9 @@ class LocalBatch {
   void fit(const kv::KvCache& cache);  // sizes the records for this cache (once)
   // The entry's rank, placing a new sequence; checks what it reads; records what it writes.
   int place(const Batch& batch, const BatchSequence& seq, const kv::KvCache& cache, int ranks);
+  // step_tokens_: the tokens of the entries that go on where they are (whose first block no
+  // new entry of the batch also starts), by rank; counted_ marks those entries.
+  void count_continuing(const Batch& batch, int ranks);
   std::vector<int32_t> tokens_, positions_, global_rows_;
   std::vector<BatchSequence> entries_;
   std::vector<int> entry_owner_;  // [batch entries] of the last select
@@ -71,7 +76,10 @@ class LocalBatch {
   std::vector<std::vector<int8_t>> block_owner_;
   std::vector<int8_t> slot_owner_, snapshot_owner_;
   size_t group_ = 0;   // the placing group
-  int next_rank_ = 0;  // the rank the next new sequence goes to
+  int next_rank_ = 0;  // where a tie between the least loaded ranks goes (in turn)
+  std::vector<int64_t> step_tokens_;  // [ranks]
+  std::vector<uint8_t> counted_;      // [batch entries]
+  std::vector<int32_t> new_firsts_;   // first blocks of the batch's new entries
   Batch local_;
 };
 

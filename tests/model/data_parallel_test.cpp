@@ -24,6 +24,7 @@
 #include "dist/communicator.h"
 #include "dist/model_parallel.h"
 #include "golden_util.h"
+#include "model/data_parallel.h"
 #include "model/registry.h"
 #include "util/error.h"
 
@@ -138,33 +139,32 @@ TEST_P(DataParallelTest, StepsMatchOneProcess) {
       }
       return a.batch.sequences.size();
     };
-    // The ranks take new sequences in turn: sequence i of the first step is rank i % ranks's.
-    int next_rank = 0;
-    const auto owner_of_new = [&] { return next_rank++ % c.ranks; };
-    std::vector<int> owner(seqs.size() + 1, -1);
-    const auto count_rank1 = [&](const std::vector<size_t>& which, const std::vector<size_t>& from,
-                                 size_t hidden_first, size_t hidden_last) {
-      int64_t tokens = 0, rows = 0;
-      for (size_t k = 0; k < which.size(); ++k) {
-        if (owner[which[k]] != 1) continue;
-        tokens += static_cast<int64_t>(seqs[which[k]].tokens.size() - from[k]);
-        ++rows;  // its logit row
-        if (k == hidden_first) ++rows;
-        if (k == hidden_last) ++rows;
-      }
-      rank1_tokens += tokens;
-      predicted += (rows * n_embd + tokens) * static_cast<int64_t>(sizeof(float));
+    // A step, then what rank 1 sent rank 0 for it: the final rows (logit rows, and the two
+    // hidden-state rows: the first entry's first token and the last entry's last) and the
+    // routing margins of the sequences it ran, each sequence's rank as the ranks recorded it.
+    const size_t placing = model::placing_group(ours_cache);
+    const auto rank_of = [&](size_t i) {
+      return shard->rank_of_block(placing, seqs[i].tables[placing][0]);
     };
-    for (size_t i = 0; i < 4; ++i) owner[i] = owner_of_new();
-    count_rank1({0, 1, 2, 3}, {0, 0, 0, 0}, 0, 3);
-    run({0, 1, 2, 3}, {0, 0, 0, 0}, true, "prompts");
+    const auto step = [&](const std::vector<size_t>& which, const std::vector<size_t>& from,
+                          bool bf16_last, const char* what) {
+      std::vector<int64_t> tokens;
+      for (size_t k = 0; k < which.size(); ++k)
+        tokens.push_back(static_cast<int64_t>(seqs[which[k]].tokens.size() - from[k]));
+      run(which, from, bf16_last, what);
+      for (size_t k = 0; k < which.size(); ++k) {
+        if (rank_of(which[k]) != 1) continue;
+        const int64_t rows = 1 + (k == 0 ? 1 : 0) + (k + 1 == which.size() ? 1 : 0);
+        rank1_tokens += tokens[k];
+        predicted += (rows * n_embd + tokens[k]) * static_cast<int64_t>(sizeof(float));
+      }
+    };
+    step({0, 1, 2, 3}, {0, 0, 0, 0}, true, "prompts");
     // Decode every sequence, beside a new prompt.
-    owner[4] = owner_of_new();
     std::vector<size_t> from;
     for (size_t i = 0; i < 4; ++i) from.push_back(seqs[i].tokens.size() - 1);
     from.push_back(0);
-    count_rank1({0, 1, 2, 3, 4}, from, 0, 4);
-    run({0, 1, 2, 3, 4}, from, false, "decode beside a prompt");
+    step({0, 1, 2, 3, 4}, from, false, "decode beside a prompt");
     // A fork of sequence 0 (8 tokens: its first block partly filled, copied for the fork's own).
     Seq fork = seqs[0];
     const kv::BlockTables fresh = ours_cache.allocate_sequence(1);
@@ -181,10 +181,9 @@ TEST_P(DataParallelTest, StepsMatchOneProcess) {
     }
     fork.tokens.back() = (fork.tokens.back() + 1) % n_vocab;  // (another choice than its parent's)
     seqs.push_back(fork);
-    owner[5] = owner[0];
+    EXPECT_EQ(rank_of(5), rank_of(0)) << c.model << ": the fork's copied first block has another rank";
     from = {seqs[0].tokens.size() - 1, seqs[5].tokens.size() - 1};
-    count_rank1({0, 5}, from, 0, 1);
-    run({0, 5}, from, false, "a fork beside its parent");
+    step({0, 5}, from, false, "a fork beside its parent");
   } catch (const std::exception& e) {
     ADD_FAILURE() << c.model << ": " << e.what();
   }
