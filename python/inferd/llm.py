@@ -180,9 +180,12 @@ class LLM:
         if kwargs.get("runner") not in (None, "auto", "generate") or \
                 kwargs.get("task") not in (None, "auto", "generate"):
             raise NotImplementedError("inferd runs generative models only (no pooling/embedding runner)")
-        if tensor_parallel_size not in (None, 1):
-            raise NotImplementedError("tensor_parallel_size > 1 needs mpirun and the `inferd` "
-                                      "command (docs/MULTI-MACHINE.md), not the Python package")
+        for name, size in (("tensor_parallel_size", tensor_parallel_size),
+                           ("pipeline_parallel_size", kwargs.get("pipeline_parallel_size")),
+                           ("data_parallel_size", kwargs.get("data_parallel_size"))):
+            if size not in (None, 1):
+                raise NotImplementedError(f"{name} > 1 needs mpirun and the `inferd` command "
+                                          "(docs/MULTI-MACHINE.md), not the Python package")
         options = _inferd.EngineOptions()
         if max_model_len is not None:
             options.context = int(max_model_len)

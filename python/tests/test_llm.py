@@ -242,6 +242,13 @@ def test_bad_model_path() -> None:
         LLM(model="/nonexistent/no-such-model.gguf")
 
 
+def test_split_sizes_need_mpirun() -> None:
+    # (Checked before the model is opened: vLLM's names, said not done here rather than ignored.)
+    for name in ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size"):
+        with pytest.raises(NotImplementedError, match=name):
+            LLM(model="/nonexistent/no-such-model.gguf", **{name: 2})
+
+
 def test_bad_parameter(llm: LLM) -> None:
     with pytest.raises(ValueError, match="n must be at least 1"):
         llm.generate("x", SamplingParams(n=0))

@@ -160,8 +160,8 @@ Engine::Engine(const gguf::GgufFile& file, const EngineConfig& config)
     fail("--spec eagle3 runs on the CPU executor only");
   if (config.spec.enabled() && config.spec.method == SpecMethod::kEagle3 && world.ranks() > 1)
     fail(
-        "--spec eagle3 with --tensor-parallel or --pipeline-parallel is not implemented (the "
-        "ranks hand out no hidden states)");
+        "--spec eagle3 with --tensor-parallel, --pipeline-parallel or --data-parallel is not "
+        "implemented (the ranks hand out no hidden states)");
   model_ = model::load_model(file, options);
   config_.state_snapshots =
       model_->has_recurrent_state() && config_.prefix_caching

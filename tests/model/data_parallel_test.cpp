@@ -215,6 +215,8 @@ INSTANTIATE_TEST_SUITE_P(
                       // Experts spread, tokens sent to them: every MoE family.
                       Case{"qwen3moe-seed7.Q8_0.gguf", 2, true},
                       Case{"qwen3moe-seed7.F16.gguf", 3, true},
+                      Case{"qwen3moe-seed7.Q8_0.gguf", 4, true},  // (a rank without sequences)
+                      Case{"llama3-seed7.Q8_0.gguf", 4},
                       Case{"qwen2moe-seed7.Q8_0.gguf", 2, true},
                       Case{"mixtral-seed7.Q4_K_M.gguf", 2, true},
                       Case{"gpt-oss-seed7.MXFP4_MOE.gguf", 2, true},
