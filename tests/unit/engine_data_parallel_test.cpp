@@ -20,26 +20,14 @@
 #include "dist/communicator.h"
 #include "dist/model_parallel.h"
 #include "engine/engine.h"
+#include "thread_ranks.h"
 #include "tiny_engine.h"
 #include "tiny_hybrid.h"
 
 namespace inferd::engine {
 namespace {
 
-class Rank1 {
- public:
-  Rank1() : ranks_(dist::ThreadGroup::make(2)), thread_([this] { dist::run_worker(*ranks_[1]); }) {}
-  ~Rank1() {
-    dist::release_workers(*ranks_[0]);
-    thread_.join();
-  }
-  dist::Communicator* rank0() { return ranks_[0].get(); }
-  dist::Communicator* rank1() { return ranks_[1].get(); }
-
- private:
-  std::vector<std::unique_ptr<dist::Communicator>> ranks_;
-  std::thread thread_;
-};
+using testing::Rank1;
 
 // The parameter: experts (0: dense; -1: the tiny hybrid, recurrent layers and their snapshots).
 class EngineDataParallelTest : public ::testing::TestWithParam<int> {

@@ -19,25 +19,13 @@
 #include "dist/communicator.h"
 #include "dist/model_parallel.h"
 #include "engine/engine.h"
+#include "thread_ranks.h"
 #include "tiny_engine.h"
 
 namespace inferd::engine {
 namespace {
 
-// Rank 1 of a 2-rank pipeline as a thread; released (and joined) when this goes.
-class Rank1 {
- public:
-  Rank1() : ranks_(dist::ThreadGroup::make(2)), thread_([this] { dist::run_worker(*ranks_[1]); }) {}
-  ~Rank1() {
-    dist::release_workers(*ranks_[0]);
-    thread_.join();
-  }
-  dist::Communicator* rank0() { return ranks_[0].get(); }
-
- private:
-  std::vector<std::unique_ptr<dist::Communicator>> ranks_;
-  std::thread thread_;
-};
+using testing::Rank1;  // (thread_ranks.h)
 
 class EnginePipelineTest : public ::testing::Test {
  protected:
