@@ -31,6 +31,9 @@ class Alone final : public Communicator {
   void gather(const float* send, float* recv, std::span<const int64_t> counts) override {
     std::copy_n(send, counts[0], recv);
   }
+  void allgatherv(const float* send, float* recv, std::span<const int64_t> counts) override {
+    std::copy_n(send, counts[0], recv);
+  }
   void alltoallv(const float* send, std::span<const int64_t> send_counts, float* recv,
                  std::span<int64_t> recv_counts, int64_t recv_capacity, bool counts_known) override {
     if (counts_known && recv_counts[0] != send_counts[0])
@@ -145,6 +148,22 @@ class Mpi final : public Communicator {
           "MPI_Gatherv");
     delay_after_collective();
     if (rank_ != 0) count_sent(counts[static_cast<size_t>(rank_)] * static_cast<int64_t>(sizeof(float)));
+  }
+  void allgatherv(const float* send, float* recv, std::span<const int64_t> counts) override {
+    const Timed timed(*this);
+    counts_.resize(counts.size());
+    displacements_.resize(counts.size());
+    int offset = 0;
+    for (size_t r = 0; r < counts.size(); ++r) {
+      counts_[r] = count(counts[r]);
+      displacements_[r] = offset;
+      offset += counts_[r];
+    }
+    check(MPI_Allgatherv(send, counts_[static_cast<size_t>(rank_)], MPI_FLOAT, recv, counts_.data(),
+                         displacements_.data(), MPI_FLOAT, MPI_COMM_WORLD),
+          "MPI_Allgatherv");
+    delay_after_collective();
+    count_sent(counts[static_cast<size_t>(rank_)] * static_cast<int64_t>(sizeof(float)) * (size_ - 1));
   }
   // The counts first (MPI_Alltoall), then the floats (MPI_Alltoallv).
   void alltoallv(const float* send, std::span<const int64_t> send_counts, float* recv,
@@ -363,6 +382,17 @@ class ThreadRank final : public Communicator {
     }
     shared_->barrier.arrive_and_wait();
     if (rank_ != 0) count_sent(counts[static_cast<size_t>(rank_)] * static_cast<int64_t>(sizeof(float)));
+  }
+  void allgatherv(const float* send, float* recv, std::span<const int64_t> counts) override {
+    post(send);
+    int64_t offset = 0;
+    for (int r = 0; r < size_; ++r) {
+      const auto* from = static_cast<const float*>(shared_->posted[static_cast<size_t>(r)]);
+      std::copy_n(from, counts[static_cast<size_t>(r)], recv + offset);
+      offset += counts[static_cast<size_t>(r)];
+    }
+    shared_->barrier.arrive_and_wait();  // everyone has read every rank's data
+    count_sent(counts[static_cast<size_t>(rank_)] * static_cast<int64_t>(sizeof(float)) * (size_ - 1));
   }
   // Each rank puts up its buffer and counts; each then copies its part of every rank's.
   void alltoallv(const float* send, std::span<const int64_t> send_counts, float* recv,

@@ -30,6 +30,9 @@ class Communicator {
   // Rank r's counts[r] floats of `send`, one rank after the other, into `recv` on rank 0
   // (sum of counts floats; the others pass nullptr).
   virtual void gather(const float* send, float* recv, std::span<const int64_t> counts) = 0;
+  // Rank r's counts[r] floats of `send`, one rank after the other, into `recv` on every rank
+  // (sum of counts floats): a gather whose result every rank gets.
+  virtual void allgatherv(const float* send, float* recv, std::span<const int64_t> counts) = 0;
   // All to all (expert parallelism over data-parallel ranks): send_counts[r] floats of `send`,
   // the ranks' parts one after the other in rank order, go to rank r (this rank's own part
   // included); rank r's part for this rank arrives in `recv`, the ranks' parts in rank order,

@@ -116,7 +116,7 @@ struct DecoderWorkspace {
   std::span<float> ones_embd;   // [n_embd] 1s: the weights of Gemma 4's router norm
   std::span<float> router_in;   // [T, n_embd] ArchSpec::moe_beside_dense_mlp: what the router scores
   std::span<float> moe_out;     // [T, n_embd] and the experts' output
-  // Tensor parallelism: this rank's slice of up to 16 rows of logits, [16, vocabulary slice],
+  // Tensor and data parallelism: this rank's slice of up to 16 rows of logits, [16, vocabulary slice],
   // and on rank 0 every rank's slices as they come together, [16, n_vocab].
   std::span<float> tp_logits;
   std::span<float> tp_gathered;
@@ -127,8 +127,8 @@ struct DecoderWorkspace {
   // n_embd] (pipeline_back(slot)).
   std::span<float> pipeline_back;
   // Data parallelism: this rank's final rows and its tokens' routing margins as it sends them
-  // to rank 0, [2 T, n_embd] then [T] (a token may be a logit and a hidden-state row), every
-  // rank's as rank 0 gathers them (rank 0 only), and this rank's tokens' margins, [T].
+  // to every rank, [2 T, n_embd] then [T] (a token may be a logit and a hidden-state row), every
+  // rank's as they come together, and this rank's tokens' margins, [T].
   std::span<float> dp_send;
   std::span<float> dp_gathered;
   std::span<float> dp_margins;
@@ -288,10 +288,7 @@ class Decoder final : public Model {
     c.n_heads /= ranks;
     c.n_kv_heads /= ranks;
     c.n_ff /= ranks;
-    const int64_t slice = (int64_t{c.n_vocab} + ranks - 1) / ranks;
-    for (int r = 0; r < ranks; ++r)
-      tp_vocab_counts_.push_back(std::clamp<int64_t>(c.n_vocab - r * slice, 0, slice));
-    tp_vocab_begin_ = tp_->rank() * slice;
+    split_vocabulary(tp_);
     w.shard(tp_->rank(), ranks);
   }
 
@@ -326,10 +323,21 @@ class Decoder final : public Model {
     for (int l = layer_begin_; l < layer_end_; ++l) config_.remote_layers[static_cast<size_t>(l)] = false;
   }
 
+  // Tensor and data parallelism: this rank's rows of the vocabulary projection, 1/N of them
+  // (the logits' slices come together on rank 0, gather_logits).
+  void split_vocabulary(dist::Communicator* ranks) {
+    vocab_ranks_ = ranks;
+    const int n = ranks->size();
+    const int64_t n_vocab = config_.n_vocab, slice = (n_vocab + n - 1) / n;
+    for (int r = 0; r < n; ++r) vocab_counts_.push_back(std::clamp<int64_t>(n_vocab - r * slice, 0, slice));
+    vocab_begin_ = ranks->rank() * slice;
+  }
+
   // Data parallelism (dist/model_parallel.h, model/data_parallel.h): the whole model on every
-  // rank, each running its own sequences, with --expert-parallel its share of the experts
-  // (the MoE block then sends tokens to their experts' ranks and back). Rank 0 first tells the
-  // other ranks to load theirs. What it does not cover is refused by name.
+  // rank but 1/N of the vocabulary projection, each running its own sequences, with
+  // --expert-parallel its share of the experts (the MoE block then sends tokens to their
+  // experts' ranks and back). Rank 0 first tells the other ranks to load theirs. What it does
+  // not cover is refused by name.
   void split_for_data_parallel(const gguf::GgufFile& file, const ModelOptions& options) {
     dp_ = options.dp;
     const int ranks = dp_->size();
@@ -351,6 +359,7 @@ class Decoder final : public Model {
                                                 : dist::Parallelism::kData);
       dp_->broadcast(message_);
     }
+    split_vocabulary(dp_);
   }
 
   // The other ranks, when this process is rank 0 of a split model (it tells them what to do);
@@ -445,16 +454,16 @@ class Decoder final : public Model {
       ple_model_proj_ = w.matrix("per_layer_model_proj.weight", n, c.n_embd);
       ple_proj_norm_ = w.vector("per_layer_proj_norm.weight", spec_.per_layer_embd);
     }
-    if (tp_ != nullptr) {  // this rank's rows of the vocabulary projection, packed
+    if (vocab_ranks_ != nullptr) {  // this rank's rows of the vocabulary projection, packed
       const std::string name = w.has("output.weight") ? "output.weight" : "token_embd.weight";
-      const int64_t rows = tp_vocab_counts_[static_cast<size_t>(tp_->rank())];
+      const int64_t rows = vocab_counts_[static_cast<size_t>(vocab_ranks_->rank())];
       w.keep_rows("token_embd.weight", name == "token_embd.weight");
-      output_ = w.matrix_rows(name, tp_vocab_begin_, rows, c.n_vocab, c.n_embd);
+      output_ = w.matrix_rows(name, vocab_begin_, rows, c.n_vocab, c.n_embd);
       w.keep_rows("token_embd.weight", false);
     }
     token_embd_ = w.matrix("token_embd.weight", c.n_vocab, c.n_embd);
     output_norm_ = w.vector("output_norm.weight", c.n_embd);
-    if (tp_ == nullptr)
+    if (vocab_ranks_ == nullptr)
       output_ = w.has("output.weight") ? w.matrix("output.weight", c.n_vocab, c.n_embd) : token_embd_;
   }
 
@@ -607,7 +616,7 @@ class Decoder final : public Model {
   const ModelConfig& config() const override { return config_; }
   const kernels::WeightMatrix* token_embedding() const override { return &token_embd_; }
   const kernels::WeightMatrix* output_projection() const override {
-    return spec_.eagle3 || tp_ != nullptr ? nullptr : &output_;  // (a shard holds a slice)
+    return spec_.eagle3 || vocab_ranks_ != nullptr ? nullptr : &output_;  // (a shard holds a slice)
   }
   std::vector<RankMemory> rank_memory(const kv::KvCacheConfig& one_block) override {
     dist::Communicator* ranks = followers();
@@ -741,16 +750,16 @@ class Decoder final : public Model {
         if (const DecoderLayer& layer = layers_[static_cast<size_t>(l)]; layer.moe)
           moe_->forward(*layer.moe, nullptr, 0, nullptr, pool);
     }
-    gather_final_rows(batch, margins);
-    if (dp_->rank() != 0) return;
-    if (!batch.hidden_rows.empty()) compute_hidden(batch, pool);
-    compute_logits(batch, logits, pool, output_norm_, output_);
+    share_final_rows(batch, margins);
+    if (dp_->rank() == 0 && !batch.hidden_rows.empty()) compute_hidden(batch, pool);
+    compute_logits(batch, logits, pool, output_norm_, output_);  // (each rank its vocabulary slice)
   }
 
   // Data parallelism: each rank's final residual rows of the batch's logit and hidden-state
   // rows (LocalBatch::final_rows_of), then its tokens' routing margins (`margins`, when asked
-  // for), to rank 0, which puts them at their batch rows of ws.x and batch.routing_margins.
-  void gather_final_rows(const Batch& batch, const float* margins) {
+  // for), to every rank (each computes its slice of the vocabulary for every row), which puts
+  // them at their batch rows of ws.x (and rank 0 the margins in batch.routing_margins).
+  void share_final_rows(const Batch& batch, const float* margins) {
     const int64_t n = config_.n_embd;
     const int ranks = dp_->size();
     const std::span<const int32_t> global = dp_batch_->global_rows();
@@ -770,10 +779,9 @@ class Decoder final : public Model {
       counts[static_cast<size_t>(r)] = dp_batch_->final_rows_of(batch, r, nullptr) * n +
                                        (margins != nullptr ? dp_batch_->tokens_of(batch, r, nullptr) : 0);
     const bool root = dp_->rank() == 0;
-    dp_->gather(ws_.dp_send.data(), root ? ws_.dp_gathered.data() : nullptr,
-                std::span(counts.data(), static_cast<size_t>(ranks)));
+    dp_->allgatherv(ws_.dp_send.data(), ws_.dp_gathered.data(),
+                    std::span(counts.data(), static_cast<size_t>(ranks)));
     proj_pending_ = false;
-    if (!root) return;
     const float* in = ws_.dp_gathered.data();
     for (int r = 0; r < ranks; ++r) {
       dp_rows_.clear();
@@ -785,7 +793,10 @@ class Decoder final : public Model {
       if (margins == nullptr) continue;
       dp_rows_.clear();
       dp_batch_->tokens_of(batch, r, &dp_rows_);
-      for (const int32_t g : dp_rows_) batch.routing_margins[g] = *in++;
+      for (const int32_t g : dp_rows_) {
+        if (root) batch.routing_margins[g] = *in;
+        ++in;
+      }
     }
   }
 
@@ -1187,10 +1198,10 @@ class Decoder final : public Model {
     if (fc_norm_ != nullptr) ws_.fc_in = floats(T * static_cast<size_t>(fc_.cols));
     if (!draft_to_target_.empty()) ws_.draft_row = floats(static_cast<size_t>(output_.rows));
     feature_slot_.assign(static_cast<size_t>(c.n_layers), -1);
-    if (tp_ != nullptr) {
+    if (vocab_ranks_ != nullptr) {
       const auto rows = static_cast<size_t>(std::min<int64_t>(max_tokens_, kTpLogitRows));
-      ws_.tp_logits = floats(rows * static_cast<size_t>(tp_vocab_counts_[0]));
-      if (tp_->rank() == 0) ws_.tp_gathered = floats(rows * static_cast<size_t>(c.n_vocab));
+      ws_.tp_logits = floats(rows * static_cast<size_t>(vocab_counts_[0]));
+      if (vocab_ranks_->rank() == 0) ws_.tp_gathered = floats(rows * static_cast<size_t>(c.n_vocab));
     }
     if (pp_ != nullptr) {
       ws_.pipeline_out = floats(T * c.n_embd);
@@ -1204,7 +1215,7 @@ class Decoder final : public Model {
     }
     if (dp_ != nullptr) {
       ws_.dp_send = floats(2 * T * c.n_embd + T);
-      if (dp_->rank() == 0) ws_.dp_gathered = floats(2 * T * c.n_embd + T);
+      ws_.dp_gathered = floats(2 * T * c.n_embd + T);
       ws_.dp_margins = floats(T);
       dp_batch_ = std::make_unique<LocalBatch>(max_tokens_);
       dp_rows_.reserve(2 * T);
@@ -1368,28 +1379,28 @@ class Decoder final : public Model {
     }
   }
 
-  // Tensor parallelism: this rank's vocabulary slice of R rows of logits, every rank's put
+  // Tensor and data parallelism: this rank's vocabulary slice of R rows of logits, every rank's put
   // together on rank 0 into `logits` [R, n_vocab] (the others pass nullptr), kTpLogitRows rows
   // at a time (so that the buffers stay small beside a large vocabulary).
   void gather_logits(int64_t R, float* logits, ThreadPool& pool) {
     const int64_t n_vocab = config_.n_vocab;
-    const auto ranks = static_cast<size_t>(tp_->size());
+    const auto ranks = static_cast<size_t>(vocab_ranks_->size());
     std::array<int64_t, 64> counts{};
     if (ranks > counts.size()) fail("tensor parallelism over more than {} ranks", counts.size());
-    const bool root = tp_->rank() == 0;
+    const bool root = vocab_ranks_->rank() == 0;
     if (root && logits == nullptr) fail("rank 0 of a tensor-parallel model got no logits buffer");
     for (int64_t first = 0; first < R; first += kTpLogitRows) {
       const int64_t rows = std::min(kTpLogitRows, R - first);
       kernels::matmul(output_, &ws_.last[static_cast<size_t>(first * config_.n_embd)], rows,
                       ws_.tp_logits.data(), ws_.scratch, pool);  // [rows, slice]
-      for (size_t r = 0; r < ranks; ++r) counts[r] = rows * tp_vocab_counts_[r];
-      tp_->gather(ws_.tp_logits.data(), root ? ws_.tp_gathered.data() : nullptr,
+      for (size_t r = 0; r < ranks; ++r) counts[r] = rows * vocab_counts_[r];
+      vocab_ranks_->gather(ws_.tp_logits.data(), root ? ws_.tp_gathered.data() : nullptr,
                   std::span(counts.data(), ranks));
       if (!root) continue;
       // Rank r's block holds the rows of its slice: each goes to its columns of the row.
       int64_t offset = 0, column = 0;
       for (size_t r = 0; r < ranks; ++r) {
-        const int64_t width = tp_vocab_counts_[r];
+        const int64_t width = vocab_counts_[r];
         for (int64_t row = 0; row < rows; ++row)
           std::copy_n(&ws_.tp_gathered[static_cast<size_t>(offset + row * width)], width,
                       logits + (first + row) * n_vocab + column);
@@ -1776,7 +1787,7 @@ class Decoder final : public Model {
     if (R == 0) return;  // a step of embedding requests only
     for (int64_t r = 0; r < R; ++r)
       final_hidden(batch.logit_rows[static_cast<size_t>(r)], &ws.last[r * c.n_embd], norm);
-    if (tp_ != nullptr) {
+    if (vocab_ranks_ != nullptr) {
       gather_logits(R, logits, pool);
       if (logits == nullptr) return;  // a rank other than 0
     } else {
@@ -1824,12 +1835,15 @@ class Decoder final : public Model {
   std::vector<int32_t> draft_to_target_;
   // Per layer, its place in Batch::feature_layers of the running forward (-1: not asked for).
   std::vector<int> feature_slot_;
-  // Tensor parallelism (ModelOptions::tp; null: the whole model here): the ranks, rank 0's
-  // message buffer, each rank's share of the vocabulary and where this rank's starts.
+  // Tensor parallelism (ModelOptions::tp; null: the whole model here): the ranks, and rank 0's
+  // message buffer.
   dist::Communicator* tp_ = nullptr;
-  std::vector<uint8_t> message_;  // rank 0's messages to the others (tensor or pipeline)
-  std::vector<int64_t> tp_vocab_counts_;
-  int64_t tp_vocab_begin_ = 0;
+  std::vector<uint8_t> message_;  // rank 0's messages to the others (any split)
+  // Tensor and data parallelism: the ranks that split the vocabulary projection (tp_ or dp_),
+  // each rank's share of the vocabulary and where this rank's starts.
+  dist::Communicator* vocab_ranks_ = nullptr;
+  std::vector<int64_t> vocab_counts_;
+  int64_t vocab_begin_ = 0;
   // Pipeline parallelism (ModelOptions::pp; null: every layer here): the ranks, the layers
   // [layer_begin_, layer_end_) this one runs, and the running step's micro-batches (token
   // ranges) and the entries of the one in hand.

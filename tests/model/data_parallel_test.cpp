@@ -10,9 +10,10 @@
 // --expert-parallel a token's slots come back from their experts' ranks and are added in slot
 // order as one process adds them: the logits, hidden states and routing margins are the same
 // bits. What rank 1 sends is checked against the design: without experts, its final rows and
-// its tokens' margins; with them, also per MoE layer each of its tokens' records (its input and
-// choice) to each other rank that holds one of its experts, and the weighted output of each slot
-// it holds of the others' tokens.
+// its tokens' margins to every other rank and its slice of every logit row to rank 0; with
+// them, also per MoE layer each of its tokens' records (its input and choice) to each other rank
+// that holds one of its experts, and the weighted output of each slot it holds of the others'
+// tokens.
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -139,10 +140,13 @@ TEST_P(DataParallelTest, StepsMatchOneProcess) {
       }
       return a.batch.sequences.size();
     };
-    // A step, then what rank 1 sent rank 0 for it: the final rows (logit rows, and the two
-    // hidden-state rows: the first entry's first token and the last entry's last) and the
-    // routing margins of the sequences it ran, each sequence's rank as the ranks recorded it.
+    // A step, then what rank 1 sent for it: to every other rank, the final rows (logit rows,
+    // and the two hidden-state rows: the first entry's first token and the last entry's last)
+    // and the routing margins of the sequences it ran, each sequence's rank as the ranks
+    // recorded it; to rank 0, its slice of the vocabulary's logits for every logit row.
     const size_t placing = model::placing_group(ours_cache);
+    const int64_t slice = (int64_t{n_vocab} + c.ranks - 1) / c.ranks;
+    const int64_t vocab_slice_1 = std::min<int64_t>(slice, n_vocab - slice);
     const auto rank_of = [&](size_t i) {
       return shard->rank_of_block(placing, seqs[i].tables[placing][0]);
     };
@@ -156,8 +160,10 @@ TEST_P(DataParallelTest, StepsMatchOneProcess) {
         if (rank_of(which[k]) != 1) continue;
         const int64_t rows = 1 + (k == 0 ? 1 : 0) + (k + 1 == which.size() ? 1 : 0);
         rank1_tokens += tokens[k];
-        predicted += (rows * n_embd + tokens[k]) * static_cast<int64_t>(sizeof(float));
+        predicted += (rows * n_embd + tokens[k]) * (c.ranks - 1) * static_cast<int64_t>(sizeof(float));
       }
+      // Its slice of the vocabulary for every logit row, to rank 0.
+      predicted += static_cast<int64_t>(which.size()) * vocab_slice_1 * static_cast<int64_t>(sizeof(float));
     };
     step({0, 1, 2, 3}, {0, 0, 0, 0}, true, "prompts");
     // Decode every sequence, beside a new prompt.
