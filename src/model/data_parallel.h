@@ -2,8 +2,9 @@
 // whole model but (with --expert-parallel) its share of the experts, and runs only its own
 // sequences of each step's batch: their embeddings, attention (or recurrent) layers and dense
 // feed-forwards, and the router of their tokens; the MoE layers send tokens to their experts'
-// ranks and back (model/moe.h). The final residual rows that rank 0 needs for logits and hidden
-// states come back to it in one gather.
+// ranks and back (model/moe.h). The final residual rows of the logit and hidden-state rows go to
+// every rank in one all-gather: each holds and computes 1/N of the vocabulary projection, whose
+// slices rank 0 gathers, as under tensor parallelism.
 //
 // A sequence belongs to the rank that computed its first step (its first token at position 0):
 // a new sequence goes to the rank with the fewest tokens in the step so far (the sequences that

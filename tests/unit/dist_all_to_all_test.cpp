@@ -2,7 +2,7 @@
 // for MPI): each rank's parts reach their ranks, in rank order, with their counts (none
 // included, and a rank's part to itself), the bytes sent count only the other ranks' parts, and
 // counts known beforehand need no exchange, and a receiver whose buffer is short gets an error
-// while the others go on.
+// while the others go on. And Communicator::allgatherv: every rank's part on every rank.
 #include <algorithm>
 #include <string>
 #include <thread>
@@ -56,6 +56,18 @@ TEST(AllToAll, PartsArriveInRankOrderWithTheirCounts) {
       for (int from = 0; from < kRanks; ++from)
         for (int64_t i = 0; i < part_size(from, r); ++i)
           if (recv[at++] != value(from, r, i)) problems[static_cast<size_t>(r)] += "known counts; ";
+      // An all-gather: every rank's part (of part_size(r, 0) + 1 floats) on every rank.
+      std::vector<int64_t> gather_counts;
+      int64_t total = 0;
+      for (int q = 0; q < kRanks; ++q) total += gather_counts.emplace_back(part_size(q, 0) + 1);
+      std::vector<float> mine(static_cast<size_t>(gather_counts[static_cast<size_t>(r)]));
+      for (size_t i = 0; i < mine.size(); ++i) mine[i] = value(r, 9, static_cast<int64_t>(i));
+      std::vector<float> all(static_cast<size_t>(total), -1.0f);
+      comm.allgatherv(mine.data(), all.data(), gather_counts);
+      at = 0;
+      for (int q = 0; q < kRanks; ++q)
+        for (int64_t i = 0; i < gather_counts[static_cast<size_t>(q)]; ++i)
+          if (all[at++] != value(q, 9, i)) problems[static_cast<size_t>(r)] += "all-gather; ";
       // A last round: rank 1's buffer holds one float less than comes to it.
       const int64_t capacity = r == 1 ? part_size(0, 1) + part_size(1, 1) + part_size(2, 1) - 1 : 32;
       try {
