@@ -42,9 +42,9 @@ void add_parallel_options(CLI::App& cmd, int& tensor_ranks, int& pipeline_ranks,
                  "`mpirun -n N inferd ...`")
       ->check(CLI::Range(1, 64));
   cmd.add_option("--data-parallel,--data-parallel-size", data_ranks,
-                 "Run the model in this many processes, each holding all of it (with "
-                 "--expert-parallel: its share of the experts) and computing its own sequences, "
-                 "started by `mpirun -n N inferd ...`")
+                 "Run the model in this many processes, each holding all of it but 1/N of the "
+                 "vocabulary projection (with --expert-parallel: 1/N of the experts too) and "
+                 "computing its own sequences, started by `mpirun -n N inferd ...`")
       ->check(CLI::Range(1, 64));
   cmd.add_flag("--expert-parallel,--enable-expert-parallel", expert_parallel,
                "With --tensor-parallel N: a mixture of experts' experts spread whole over the N "
