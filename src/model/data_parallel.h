@@ -1,5 +1,6 @@
 // Data-parallel attention (dist/model_parallel.h, `--data-parallel N`): every rank holds the
-// whole model but (with --expert-parallel) its share of the experts, and runs only its own
+// whole model but its share of the vocabulary projection (and, with --expert-parallel, of the
+// experts), and runs only its own
 // sequences of each step's batch: their embeddings, attention (or recurrent) layers and dense
 // feed-forwards, and the router of their tokens; the MoE layers send tokens to their experts'
 // ranks and back (model/moe.h). The final residual rows of the logit and hidden-state rows go to
@@ -9,9 +10,9 @@
 // A sequence belongs to the rank that computed its first step (its first token at position 0):
 // a new sequence goes to the rank with the fewest tokens in the step so far (the sequences that
 // go on where they are counted first, then the new ones in batch order; ties in turn), so that
-// a prompt's chunk and the decoding sequences spread over the ranks. Every rank records which rank wrote each KV block and
-// each recurrent state (slot and snapshot), alike, as every rank sees the same batches and
-// copies in the same order. A sequence goes on where its first block (of the first
+// a prompt's chunk and the decoding sequences spread over the ranks. Every rank records which
+// rank wrote each KV block and each recurrent state (slot and snapshot), alike, as every rank
+// sees the same batches and copies in the same order. A sequence goes on where its first block (of the first
 // full-attention KV group) was written; a fork's copy of a block, or of a state, takes the rank
 // along. A prefix-cache hit may only take blocks and a snapshot of one rank (kv::PrefixCache's
 // block rank, the scheduler's snapshot check ask rank_of_block and rank_of_snapshot): a sequence
