@@ -135,14 +135,7 @@ class Mpi final : public Communicator {
   }
   void gather(const float* send, float* recv, std::span<const int64_t> counts) override {
     const Timed timed(*this);
-    counts_.resize(counts.size());
-    displacements_.resize(counts.size());
-    int offset = 0;
-    for (size_t r = 0; r < counts.size(); ++r) {
-      counts_[r] = count(counts[r]);
-      displacements_[r] = offset;
-      offset += counts_[r];
-    }
+    lay_out(counts);
     check(MPI_Gatherv(send, counts_[static_cast<size_t>(rank_)], MPI_FLOAT, recv, counts_.data(),
                       displacements_.data(), MPI_FLOAT, 0, MPI_COMM_WORLD),
           "MPI_Gatherv");
@@ -151,14 +144,7 @@ class Mpi final : public Communicator {
   }
   void allgatherv(const float* send, float* recv, std::span<const int64_t> counts) override {
     const Timed timed(*this);
-    counts_.resize(counts.size());
-    displacements_.resize(counts.size());
-    int offset = 0;
-    for (size_t r = 0; r < counts.size(); ++r) {
-      counts_[r] = count(counts[r]);
-      displacements_[r] = offset;
-      offset += counts_[r];
-    }
+    lay_out(counts);
     check(MPI_Allgatherv(send, counts_[static_cast<size_t>(rank_)], MPI_FLOAT, recv, counts_.data(),
                          displacements_.data(), MPI_FLOAT, MPI_COMM_WORLD),
           "MPI_Allgatherv");
@@ -287,6 +273,18 @@ class Mpi final : public Communicator {
   };
   std::array<PendingRecv, kMaxPendingRecvs> pending_;  // recv_later's, by ticket
   int64_t next_ticket_ = 0;
+  // counts_ and displacements_ for the ranks' parts laid one after the other (gather,
+  // allgatherv).
+  void lay_out(std::span<const int64_t> counts) {
+    counts_.resize(counts.size());
+    displacements_.resize(counts.size());
+    int offset = 0;
+    for (size_t r = 0; r < counts.size(); ++r) {
+      counts_[r] = count(counts[r]);
+      displacements_[r] = offset;
+      offset += counts_[r];
+    }
+  }
   static int count(int64_t n) {
     if (n > INT32_MAX) fail("MPI: a message of {} elements is too large", n);
     return static_cast<int>(n);

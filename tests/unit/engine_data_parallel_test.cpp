@@ -7,10 +7,6 @@
 // block takes its rank along), and a prompt sent again (a prefix-cache hit continues on the rank
 // that holds the cached blocks): every token and log-probability is what one process gives, and
 // both ranks ran tokens.
-#include <unistd.h>
-
-#include <filesystem>
-#include <fstream>
 #include <memory>
 #include <thread>
 #include <vector>
@@ -49,15 +45,8 @@ class EngineDataParallelTest : public ::testing::TestWithParam<int> {
       spec.n_experts_used = GetParam() > 0 ? 2 : 0;
       bytes = testing::make_tiny_llama(spec);
     }
-    path_ = std::filesystem::temp_directory_path() /
-            ("inferd-engine-dp-" + std::to_string(::getpid()) + ".gguf");
-    std::ofstream(path_, std::ios::binary)
-        .write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
-    file_ = std::make_unique<gguf::GgufFile>(gguf::GgufFile::open(path_.string()));
-  }
-  void TearDown() override {
-    file_.reset();
-    std::filesystem::remove(path_);
+    model_ = std::make_unique<testing::TempModelFile>(bytes, "inferd-engine-dp");
+    file_ = model_->file.get();
   }
   EngineConfig config(dist::Communicator* data) const {
     EngineConfig c;
@@ -106,8 +95,8 @@ class EngineDataParallelTest : public ::testing::TestWithParam<int> {
     engine.run_until_idle();
     return outs;
   }
-  std::filesystem::path path_;
-  std::unique_ptr<gguf::GgufFile> file_;
+  std::unique_ptr<testing::TempModelFile> model_;
+  gguf::GgufFile* file_ = nullptr;
 };
 
 TEST_P(EngineDataParallelTest, GivesOneProcesssTokens) {

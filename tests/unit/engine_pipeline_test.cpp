@@ -4,12 +4,8 @@
 // give the tokens one process gives, while steps really overlap (a step launched before the one
 // before it finished); a request cancelled while its step is in flight ends cancelled and the
 // others are unchanged; one step at a time (steps_in_flight 1) overlaps none.
-#include <unistd.h>
-
 #include <cstdio>
 #include <algorithm>
-#include <filesystem>
-#include <fstream>
 #include <memory>
 #include <thread>
 #include <vector>
@@ -35,16 +31,9 @@ class EnginePipelineTest : public ::testing::Test {
     spec.n_vocab = 24;
     spec.with_tokenizer = true;
     spec.seed = 11;
-    path_ = std::filesystem::temp_directory_path() /
-            ("inferd-engine-pipeline-" + std::to_string(::getpid()) + ".gguf");
-    const std::vector<uint8_t> bytes = testing::make_tiny_llama(spec);
-    std::ofstream(path_, std::ios::binary)
-        .write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
-    file_ = std::make_unique<gguf::GgufFile>(gguf::GgufFile::open(path_.string()));
-  }
-  void TearDown() override {
-    file_.reset();
-    std::filesystem::remove(path_);
+    model_ = std::make_unique<testing::TempModelFile>(testing::make_tiny_llama(spec),
+                                                      "inferd-engine-pipeline");
+    file_ = model_->file.get();
   }
   static EngineConfig config(dist::Communicator* pipeline, int steps_in_flight = 0) {
     EngineConfig c;
@@ -78,8 +67,8 @@ class EnginePipelineTest : public ::testing::Test {
     engine.run_until_idle();
     return outs;
   }
-  std::filesystem::path path_;
-  std::unique_ptr<gguf::GgufFile> file_;
+  std::unique_ptr<testing::TempModelFile> model_;
+  gguf::GgufFile* file_ = nullptr;
 };
 
 TEST_F(EnginePipelineTest, StepsInFlightGiveOneProcesssTokens) {
