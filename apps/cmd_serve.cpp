@@ -167,10 +167,11 @@ void add_llama_server_flags(CLI::App& cmd, ServeArgs& args) {
                "Chat answers carry \"__verbose\" with the rendered prompt (a request's "
                "\"verbose\" sets it for itself)");
   cmd.add_option("--cache-ram", args.cache_ram_mib,
-                 "MiB of memory for a hybrid model's state snapshots, from which prefixes resume "
-                 "(at least two per --max-seqs sequence; default: the smaller of 2048 and an "
-                 "eighth of the available memory; -1: the default). Dense models cache prefixes "
-                 "in the KV pool and ignore it.")
+                 "MiB of memory for state snapshots, from which prefixes resume: a hybrid "
+                 "model's recurrent state (at least two per --max-seqs sequence; default: the "
+                 "smaller of 2048 and an eighth of the available memory; -1: the default), or a "
+                 "quantized KV cache's exact copies (default: two per sequence). Dense models "
+                 "with an F16 cache keep prefixes in the KV pool and ignore it.")
       ->check(CLI::Range(int64_t{-1}, int64_t{1} << 24));
   cmd.add_flag("--kv-unified", args.kv_unified,
                "With --parallel: one KV pool of --ctx-size tokens shared by the sequences, each "
@@ -482,6 +483,12 @@ void serve(ServeArgs args) {
                "[inferd] recurrent state {:.1f} MiB a sequence; {} snapshots of it for prefix "
                "caching ({:.0f} MiB, --cache-ram)\n",
                state_mib, loop.state_snapshots(), state_mib * loop.state_snapshots());
+  } else if (const int64_t exact = loop.exact_copy_bytes(); exact > 0 && loop.state_snapshots() > 0) {
+    const double exact_mib = static_cast<double>(exact) / (1 << 20);
+    fmt::print(stderr,
+               "[inferd] exact copies of the KV cache's first and latest blocks {:.1f} MiB a "
+               "sequence; {} snapshots of them for prefix caching ({:.0f} MiB, --cache-ram)\n",
+               exact_mib, loop.state_snapshots(), exact_mib * loop.state_snapshots());
   }
   if (loop.kv_blocks_capped()) {
     fmt::print(

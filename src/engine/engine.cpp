@@ -58,11 +58,17 @@ int32_t state_slots(const EngineConfig& c, bool recurrent) {
 // turn left, so the pool must hold about two per conversation in flight (its prompt's and its
 // answer's ends), not two per running sequence: 8 conversations on 4 sequences found 6% of
 // their prefixes with 2 x max_seqs slots.
-int32_t resolve_state_snapshots(const EngineConfig& c, int64_t state_bytes) {
+//
+// Without a recurrent state (only a quantized cache's exact copies) a prefix whose snapshot is
+// gone is still taken, reading its blocks quantized: by default the floor alone, so that the
+// copies of a few sequences' turns do not take memory no one asked for; --cache-ram sizes the
+// pool as for a hybrid model.
+int32_t resolve_state_snapshots(const EngineConfig& c, int64_t state_bytes, bool recurrent) {
   if (c.state_snapshots > 0) return c.state_snapshots;
   const int64_t floor = 2 * int64_t{c.max_seqs};
   int64_t budget = c.state_cache_bytes;
   int64_t cap = std::numeric_limits<int32_t>::max();
+  if (budget < 0 && !recurrent) return static_cast<int32_t>(floor);
   if (budget < 0) {
     constexpr int64_t kDefaultBudget = int64_t{2} << 30;
     const int64_t available = available_memory_bytes();
@@ -86,6 +92,17 @@ int32_t resolve_state_snapshots(const EngineConfig& c, int64_t state_bytes) {
 // heads, on their own machines: every machine must hold the blocks of all its ranks (-tp 2 on
 // one machine: two halves of each block; -pp 2 on two: the larger run of layers' block on
 // each), so the pool fits the machine that runs short first, each rank measuring its own.
+// The bytes of one state slot's exact copies (kv/kv_cache.h), measured on a cache of one block
+// and one slot; 0 when the cache keeps none (an F16 cache, --cache-exact-recent 0, a device).
+int64_t Engine::exact_copy_bytes_per_slot() const {
+  kv::KvCacheConfig probe = model_->kv_config(1, config_.block_size, config_.kv_key_type,
+                                              config_.kv_value_type, 1, config_.kv_exact_recent);
+  if (!probe.keeps_exact_copies()) return 0;
+  probe.state_floats = 0;
+  probe.num_sliding_blocks = probe.sliding_layers.empty() ? 0 : 1;
+  return kv::KvCache(probe).state_bytes();
+}
+
 int32_t Engine::fit_kv_blocks(int32_t wanted, int64_t blocks_per_seq) {
   constexpr int64_t kKvHeadroom = int64_t{1} << 30;
   kv::KvCacheConfig one =
@@ -94,10 +111,12 @@ int32_t Engine::fit_kv_blocks(int32_t wanted, int64_t blocks_per_seq) {
   one.num_sliding_blocks = one.sliding_layers.empty() ? 0 : 1;
   one.state_floats = 0;  // counted below
   one.num_state_slots = 0;
-  // A hybrid model's state and snapshot slots come out of the same memory (every rank's
-  // layers' part of them: taken whole on each machine, which errs on the safe side).
-  const int64_t state_bytes = model_->config().recurrent_state_floats * int64_t{sizeof(float)} *
-                              (state_slots(config_, model_->has_recurrent_state()) + config_.state_snapshots);
+  // A hybrid model's state, a quantized cache's exact copies and their snapshot slots come out
+  // of the same memory (every rank's layers' part of them: taken whole on each machine, which
+  // errs on the safe side).
+  const int64_t state_bytes =
+      (model_->config().recurrent_state_floats * int64_t{sizeof(float)} + exact_slot_bytes_) *
+      (state_slots(config_, model_->has_recurrent_state()) + config_.state_snapshots);
   struct Machine {
     int64_t available = std::numeric_limits<int64_t>::max();
     int64_t block_bytes = 0;  // of every rank on it
@@ -163,10 +182,15 @@ Engine::Engine(const gguf::GgufFile& file, const EngineConfig& config)
         "--spec eagle3 with --tensor-parallel, --pipeline-parallel or --data-parallel is not "
         "implemented (the ranks hand out no hidden states)");
   model_ = model::load_model(file, options);
+  if (config.kv_exact_recent < 0) fail("--cache-exact-recent {} is negative", config.kv_exact_recent);
+  exact_slot_bytes_ = exact_copy_bytes_per_slot();
+  const bool recurrent = model_->has_recurrent_state();
   config_.state_snapshots =
-      model_->has_recurrent_state() && config_.prefix_caching
+      config_.prefix_caching && (recurrent || exact_slot_bytes_ > 0)
           ? resolve_state_snapshots(
-                config_, model_->config().recurrent_state_floats * int64_t{sizeof(float)})
+                config_,
+                model_->config().recurrent_state_floats * int64_t{sizeof(float)} + exact_slot_bytes_,
+                recurrent)
           : 0;
   const int64_t blocks_per_seq = (config_.context + config.block_size - 1) / config.block_size;
   if (config_.kv_blocks == 0) {
@@ -177,7 +201,6 @@ Engine::Engine(const gguf::GgufFile& file, const EngineConfig& config)
     fail("KV cache of {} blocks cannot hold one sequence of {} tokens ({} blocks of {})",
          config_.kv_blocks, config_.context, blocks_per_seq, config.block_size);
   }
-  if (config.kv_exact_recent < 0) fail("--cache-exact-recent {} is negative", config.kv_exact_recent);
   kv::KvCacheConfig kv = model_->kv_config(config_.kv_blocks, config.block_size, config.kv_key_type,
                                            config.kv_value_type,
                                            state_slots(config, model_->has_recurrent_state()),
@@ -210,6 +233,10 @@ Engine::Engine(const gguf::GgufFile& file, const EngineConfig& config)
     } else {
       kv.num_snapshot_slots = config_.state_snapshots;
     }
+  } else if (config_.prefix_caching && kv.keeps_exact_copies()) {
+    // A quantized cache's exact copies are not in the blocks either: a prefix taken from the
+    // cache reads its first and latest blocks exactly only from a snapshot of them.
+    kv.num_snapshot_slots = config_.state_snapshots;
   }
   cache_ = std::make_unique<kv::KvCache>(kv);
   model_->attach_cache(kv, config.threads);  // the other ranks' caches, alike
@@ -292,7 +319,8 @@ Engine::Engine(const gguf::GgufFile& file, const EngineConfig& config)
         },
         [model = model_.get(), cache = cache_.get()](int32_t snapshot, int32_t state) {
           model->load_state_snapshot(*cache, snapshot, state);
-        });
+        },
+        model_->has_recurrent_state());
   }
   if (cache_->has_state()) {
     // Checkpoints for speculative decoding only where a rejected draft cannot be undone

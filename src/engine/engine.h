@@ -70,10 +70,11 @@ struct EngineConfig {
   // Automatic prefix caching (kv/prefix_cache.h): a request starts at its longest prefix whose
   // K/V are still in the cache.
   bool prefix_caching = true;
-  // Hybrid models with prefix caching: slots of state snapshots at block ends, one per running
-  // sequence and the rest for prefixes to resume from (a chat's next turn). 0: as many as
-  // state_cache_bytes holds, at least twice max_seqs. Engine::config() has the count the
-  // cache holds (0 without prefix caching or a recurrent state).
+  // Hybrid models and quantized caches with exact copies, with prefix caching: slots of state
+  // snapshots at block ends, one per running sequence and the rest for prefixes to resume from
+  // (a chat's next turn). 0: as many as state_cache_bytes holds, at least twice max_seqs (with
+  // exact copies only and no state_cache_bytes: twice max_seqs). Engine::config() has the count
+  // the cache holds (0 without prefix caching, or with neither).
   int32_t state_snapshots = 0;
   // The memory for those snapshots (llama-server's --cache-ram); -1: the smaller of 2 GiB and an
   // eighth of the memory available at start-up, at most 64 snapshots per sequence.
@@ -105,6 +106,8 @@ class Engine {
   // Whether the default KV pool was cut to fit the machine's available memory (config().kv_blocks
   // says how many blocks it has).
   bool kv_blocks_capped() const { return kv_blocks_capped_; }
+  // A state slot's exact copies of a quantized cache (kv/kv_cache.h); 0: the cache keeps none.
+  int64_t exact_copy_bytes() const { return exact_slot_bytes_; }
   int64_t num_preemptions() const { return scheduler_->num_preemptions(); }
   const kv::KvCache& kv_cache() const { return *cache_; }
   size_t num_running() const { return scheduler_->num_running(); }
@@ -131,6 +134,7 @@ class Engine {
 
  private:
   int32_t fit_kv_blocks(int32_t wanted, int64_t blocks_per_seq);
+  int64_t exact_copy_bytes_per_slot() const;
   struct Active;
   struct BeamState;
   using Clock = std::chrono::steady_clock;
@@ -209,6 +213,7 @@ class Engine {
 
   EngineConfig config_;
   bool kv_blocks_capped_ = false;
+  int64_t exact_slot_bytes_ = 0;  // a state slot's exact copies (0: the cache keeps none)
   std::unique_ptr<tokenizer::Tokenizer> tokenizer_;
   std::unique_ptr<model::Model> model_;
   std::unique_ptr<kv::KvCache> cache_;

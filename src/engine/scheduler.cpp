@@ -90,6 +90,7 @@ int64_t Scheduler::snapshot_prefix(Sequence& seq, int64_t cached, int32_t& snaps
       break;
     }
   }
+  if (!snapshots_required_) return cached;
   // The blocks past the last kept state are let go of (hybrid models have no sliding groups).
   for (size_t g = 0; g < groups_.size(); ++g) {
     std::vector<int32_t>& table = seq.block_tables[g];
@@ -186,7 +187,7 @@ void Scheduler::schedule(std::vector<ScheduledSequence>& out, int max_seqs) {
     Sequence& seq = *waiting_.front();
     if (running_slots() + seq.slots > config_.max_seqs) break;
     int64_t cached = 0;
-    int32_t snapshot = -1;  // a hybrid model's state at the end of the cached prefix
+    int32_t snapshot = -1;  // the state kept at the end of (a part of) the cached prefix
     const bool lookup = prefix_cache_ != nullptr && !seq.needs_every_position();
     if (lookup && seq.num_computed == 0) {
       cached = prefix_cache_->match(seq.tokens, seq.prefix, seq.block_tables);

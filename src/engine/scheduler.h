@@ -71,17 +71,22 @@ class Scheduler {
   // be computed from the start (the prefix cache gives back the full blocks): false then.
   bool fork(Sequence& parent, Sequence& child);
 
-  // Prefix caching of a hybrid model: a cached prefix is usable only up to a block end whose
-  // state was kept. `pool` is the KV cache's snapshot_pool() (it must outlive the scheduler);
-  // `save` copies a state slot into a snapshot slot, `load` the other way. With them, a
-  // sequence admitted at a cached prefix starts at the longest one with a snapshot (its state
-  // loaded from it), holds a snapshot slot of its own, and a prompt's prefill stops a step at
-  // its last full block so that the state there is seen.
+  // Prefix caching with state kept at block ends. `pool` is the KV cache's snapshot_pool() (it
+  // must outlive the scheduler); `save` copies a state slot into a snapshot slot, `load` the
+  // other way. With them, a sequence admitted at a cached prefix loads the snapshot of the
+  // longest part of it that has one, holds a snapshot slot of its own, and a prompt's prefill
+  // stops a step at its last full block so that the state there is seen. `required`: a hybrid
+  // model's recurrent state, without which a prefix cannot be resumed, so the prefix is cut
+  // there; otherwise (a quantized cache's exact copies, kv/kv_cache.h) the whole prefix is
+  // taken and the snapshot gives what it has: the prefix's first block, and its latest blocks
+  // when the snapshot ends where the prefix does.
   using SnapshotCopier = std::function<void(int32_t from, int32_t to)>;
-  void set_snapshots(kv::BlockPool* pool, SnapshotCopier save, SnapshotCopier load) {
+  void set_snapshots(kv::BlockPool* pool, SnapshotCopier save, SnapshotCopier load,
+                     bool required) {
     snapshot_pool_ = pool;
     save_snapshot_ = std::move(save);
     load_snapshot_ = std::move(load);
+    snapshots_required_ = required;
   }
   // Data parallelism (model/data_parallel.h): whether a snapshot may start a sequence with these
   // tables (the rank of its first block holds it); a prefix whose snapshot another rank holds
@@ -123,6 +128,7 @@ class Scheduler {
   bool state_checkpoints_ = false;
   kv::BlockPool* snapshot_pool_ = nullptr;
   SnapshotCopier save_snapshot_, load_snapshot_;
+  bool snapshots_required_ = true;
   SnapshotCheck snapshot_check_;
   // The block end a prompt's prefill must stop at (hybrid prefix caching), or 0.
   int64_t prompt_snapshot_end(const Sequence& seq) const;

@@ -196,15 +196,16 @@ KvCache::KvCache(const KvCacheConfig& config) : config_(config) {
   if (groups_.empty()) fail("KV cache: every layer is stateless; a hybrid model needs attention layers");
   if (config.exact_recent_tokens < 0)
     fail("KV cache: {} exact recent tokens", config.exact_recent_tokens);
-  const bool quantized = config.key_type != DType::F16 || config.value_type != DType::F16;
-  const bool exact = config.exact_recent_tokens > 0 && quantized && config.host_storage;
+  const bool exact = config.keeps_exact_copies();
   if (config.state_floats < 0 || config.num_state_slots < 0 ||
       (config.state_floats > 0 && config.num_state_slots == 0) ||
       (config.num_state_slots > 0 && config.state_floats == 0 && !exact))
     fail("KV cache: {} recurrent state slots of {} floats", config.num_state_slots,
          config.state_floats);
-  if (config.num_snapshot_slots < 0 || (config.num_snapshot_slots > 0 && config.state_floats == 0))
-    fail("KV cache: {} state snapshots without a recurrent state", config.num_snapshot_slots);
+  if (config.num_snapshot_slots < 0 ||
+      (config.num_snapshot_slots > 0 && config.state_floats == 0 && !exact))
+    fail("KV cache: {} state snapshots without a recurrent state or exact copies",
+         config.num_snapshot_slots);
   if (exact && config.num_state_slots > 0) {
     // The query's own block and enough before it that at least exact_recent_tokens keys
     // precede the query in copies.
@@ -219,7 +220,7 @@ KvCache::KvCache(const KvCacheConfig& config) : config_(config) {
       if (config.state_floats > 0)
         state_ = state_memory_.allocate_array<float>(static_cast<size_t>(config.state_floats) *
                                                      static_cast<size_t>(config.num_state_slots));
-      if (config.num_snapshot_slots > 0)
+      if (config.state_floats > 0 && config.num_snapshot_slots > 0)
         snapshots_ = state_memory_.allocate_array<float>(
             static_cast<size_t>(config.state_floats) * static_cast<size_t>(config.num_snapshot_slots));
     } catch (const Error&) {
@@ -391,13 +392,15 @@ float* KvCache::snapshot(int32_t slot) {
 
 void KvCache::save_snapshot(int32_t state_slot, int32_t snapshot_slot) {
   const float* source = state(state_slot);
-  std::copy_n(source, config_.state_floats, snapshot(snapshot_slot));  // (snapshots: recurrent)
+  float* target = snapshot(snapshot_slot);
+  if (config_.state_floats > 0) std::copy_n(source, config_.state_floats, target);
   copy_exact(state_slot, config_.num_state_slots + snapshot_slot);
 }
 
 void KvCache::load_snapshot(int32_t snapshot_slot, int32_t state_slot) {
   const float* source = snapshot(snapshot_slot);
-  std::copy_n(source, config_.state_floats, state(state_slot));
+  float* target = state(state_slot);
+  if (config_.state_floats > 0) std::copy_n(source, config_.state_floats, target);
   copy_exact(config_.num_state_slots + snapshot_slot, state_slot);
 }
 

@@ -39,10 +39,12 @@
 // (W = exact_window_blocks()), if the copy is there, and from the quantized block otherwise.
 // That rule depends only on the query's and the key's positions, so a token's output does not
 // depend on how its prompt was cut into steps. A copy is there when its tag says the entry
-// holds that block whole; a slot taken afresh has none (copy_state(kNoSlot, slot)), so a
-// prefix found in the prefix cache is read from its quantized blocks until the sequence's own
-// blocks take over. The quantized blocks are always written too: the copies only ever
-// replace what a query would read. Perplexity at -c 4096 with Q4_0 keys and values, over F16:
+// holds that block whole; a slot taken afresh has none (copy_state(kNoSlot, slot)). A prefix
+// found in the prefix cache gets its copies from a snapshot slot (num_snapshot_slots: the
+// copies saved at a block end, as a hybrid model's state is) when one ends within it, and is
+// otherwise read from its quantized blocks until the sequence's own blocks take over. The
+// quantized blocks are always written too: the copies only ever replace what a query would
+// read. Perplexity at -c 4096 with Q4_0 keys and values, over F16:
 // SmolLM2 +5.2% without copies, +0.6% with; Gemma 3 270M +4.2%, +0.1% (docs/BENCHMARKS.md).
 #pragma once
 
@@ -122,8 +124,9 @@ struct KvCacheConfig {
   // running sequence; 0: the model has none.
   int64_t state_floats = 0;
   int32_t num_state_slots = 0;
-  // Snapshots of states at block ends, for prefix caching of hybrid models: slots of the same
-  // size whose pool indexes them by the hash of the block they end (0: none).
+  // Snapshots of states at block ends, for prefix caching of hybrid models and of a cache that
+  // keeps exact copies: slots of the same size (recurrent state, exact copies) whose pool
+  // indexes them by the hash of the block they end (0: none).
   int32_t num_snapshot_slots = 0;
   // The sliding layers' kv heads and head size when they differ from the others' (Gemma 4);
   // 0: the same.
@@ -146,6 +149,10 @@ struct KvCacheConfig {
   // first block and of its latest blocks, enough that a query reads at least this many keys
   // before its own, and its own block's, exactly (see "Exact copies" above).
   int exact_recent_tokens = 0;
+  bool keeps_exact_copies() const {
+    return exact_recent_tokens > 0 && host_storage &&
+           (key_type != DType::F16 || value_type != DType::F16);
+  }
 };
 
 // What Model::kv_config asks for by default with a quantized cache (KvCacheConfig::

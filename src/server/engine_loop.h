@@ -38,6 +38,7 @@ class EngineLoop {
   // The KV pool's blocks, and whether the default pool was cut to fit the machine's memory.
   int32_t kv_blocks() const { return engine_.config().kv_blocks; }
   int32_t state_snapshots() const { return engine_.config().state_snapshots; }
+  int64_t exact_copy_bytes() const { return engine_.exact_copy_bytes(); }
   bool kv_blocks_capped() const { return engine_.kv_blocks_capped(); }
 
  private:

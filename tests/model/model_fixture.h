@@ -3,8 +3,10 @@
 #pragma once
 
 #include <cstdlib>
+#include <span>
 #include <filesystem>
 #include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -48,9 +50,14 @@ class CollectOutput final : public engine::OutputChannel {
     result_ = result;
     ++finishes_;
   }
+  // Only when the request asked for logprobs.
+  void on_token(int32_t, float logprob, std::span<const sampling::TokenLogprob>) override {
+    logprobs_.push_back(logprob);
+  }
   bool cancelled() const override { return cancel_; }
 
   std::string text_;
+  std::vector<float> logprobs_;
   int pieces_ = 0;
   int finishes_ = 0;
   bool cancel_ = false;

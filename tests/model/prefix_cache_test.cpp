@@ -20,8 +20,10 @@ class PrefixCacheTest : public ::testing::TestWithParam<NamedModel> {
   }
 
   // Steps of 96 tokens by default: prompts in several chunks.
-  engine::Engine make_engine(bool prefix_caching, int64_t max_batched_tokens = 96) const {
+  engine::Engine make_engine(bool prefix_caching, int64_t max_batched_tokens = 96,
+                             DType kv_type = DType::F16) const {
     engine::EngineConfig config;
+    config.kv_key_type = config.kv_value_type = kv_type;
     config.threads = 2;
     config.context = 2048;
     config.max_seqs = 4;
@@ -99,6 +101,43 @@ TEST_P(PrefixCacheTest, OutputsWithTheCacheEqualOutputsWithout) {
   EXPECT_EQ(on.kv_cache().used_blocks(), 0);
   EXPECT_GT(on.prefix_cache_stats().hit_tokens, 0);
   EXPECT_EQ(off.prefix_cache_stats().queried_tokens, 0);
+}
+
+// A 4-bit cache keeps exact copies of a sequence's first and latest blocks (kv/kv_cache.h). A
+// chat turn that resumes the previous turn's history from the cache loads them from the
+// snapshot that turn left at its last block end, so it reads every key as a turn computed from
+// scratch does: the same tokens with the same log-probabilities, bit for bit.
+TEST_P(PrefixCacheTest, QuantizedCacheTurnsEqualTurnsWithoutTheCache) {
+  engine::Engine on = make_engine(true, 96, DType::Q4_0), off = make_engine(false, 96, DType::Q4_0);
+  const auto encode = [&](const std::string& text, bool bos) {
+    return on.tokenizer().encode(text, bos, true);
+  };
+  const auto run_logprobs = [](engine::Engine& e, const std::vector<int32_t>& prompt) {
+    engine::Request r;
+    r.prompt = prompt;
+    r.sampling.temperature = 0;
+    r.max_tokens = 16;
+    r.ignore_eos = true;
+    r.logprobs = 0;
+    auto out = submit_request(e, std::move(r));
+    e.run_until_idle();
+    return out;
+  };
+  std::vector<int32_t> history =
+      encode("You are a careful assistant who answers in short sentences. Name three rivers of "
+             "Europe and the seas they flow into.",
+             true);
+  int64_t cached = 0;
+  for (const char* message : {" And of Asia?", " Which of them is the longest?", " Thanks."}) {
+    const auto a = run_logprobs(on, history), b = run_logprobs(off, history);
+    ASSERT_EQ(a->result_.output_tokens, b->result_.output_tokens) << history.size() << " tokens";
+    EXPECT_EQ(a->logprobs_, b->logprobs_) << history.size() << " tokens";
+    EXPECT_EQ(std::ssize(a->logprobs_), 16);
+    cached += a->result_.stats.cached_tokens;
+    history = concat(concat(history, a->result_.output_tokens), encode(message, false));
+  }
+  EXPECT_GT(cached, 0) << "no turn resumed from the cache";
+  EXPECT_EQ(on.kv_cache().used_blocks(), 0);
 }
 
 TEST_P(PrefixCacheTest, DifferentSaltsNeverShare) {

@@ -7,6 +7,7 @@
 // block takes its rank along), and a prompt sent again (a prefix-cache hit continues on the rank
 // that holds the cached blocks): every token and log-probability is what one process gives, and
 // both ranks ran tokens.
+#include <algorithm>
 #include <memory>
 #include <thread>
 #include <vector>
@@ -25,12 +26,14 @@ namespace {
 
 using testing::Rank1;
 
-// The parameter: experts (0: dense; -1: the tiny hybrid, recurrent layers and their snapshots).
+// The parameter: experts (0: dense; -1: the tiny hybrid, recurrent layers and their snapshots;
+// -2: dense with a 4-bit KV cache, whose exact copies live in state slots and snapshots).
+constexpr int kHybrid = -1, kQuantizedCache = -2;
 class EngineDataParallelTest : public ::testing::TestWithParam<int> {
  protected:
   void SetUp() override {
     std::vector<uint8_t> bytes;
-    if (GetParam() < 0) {
+    if (GetParam() == kHybrid) {
       testing::TinyHybridSpec spec;
       spec.with_tokenizer = true;
       spec.seed = 13;
@@ -41,7 +44,8 @@ class EngineDataParallelTest : public ::testing::TestWithParam<int> {
       spec.n_vocab = 24;
       spec.with_tokenizer = true;
       spec.seed = 13;
-      spec.n_experts = GetParam();
+      if (GetParam() == kQuantizedCache) spec.n_embd = 128;  // head size 32, as Q4_0 needs
+      spec.n_experts = std::max(GetParam(), 0);
       spec.n_experts_used = GetParam() > 0 ? 2 : 0;
       bytes = testing::make_tiny_llama(spec);
     }
@@ -55,6 +59,7 @@ class EngineDataParallelTest : public ::testing::TestWithParam<int> {
     c.context = 128;
     c.max_seqs = 8;
     c.max_batched_tokens = 64;
+    if (GetParam() == kQuantizedCache) c.kv_key_type = c.kv_value_type = DType::Q4_0;
     if (data != nullptr) {
       c.data_parallel = 2;
       c.data_ranks = data;
@@ -168,9 +173,12 @@ TEST_P(EngineDataParallelTest, PrefixHitsTakeOnlyTheirRanksBlocks) {
   EXPECT_EQ(got[2]->result_.stats.cached_tokens, 16) << "the other rank's block taken";
 }
 
-INSTANTIATE_TEST_SUITE_P(DenseExpertsHybrid, EngineDataParallelTest, ::testing::Values(0, 8, -1),
-                         [](const auto& info) {
-                           return std::string(info.param > 0 ? "experts" : info.param < 0 ? "hybrid" : "dense");
+INSTANTIATE_TEST_SUITE_P(DenseExpertsHybrid, EngineDataParallelTest,
+                         ::testing::Values(0, 8, kHybrid, kQuantizedCache), [](const auto& info) {
+                           return std::string(info.param > 0             ? "experts"
+                                              : info.param == kHybrid    ? "hybrid"
+                                              : info.param == kQuantizedCache ? "q4_0_cache"
+                                                                         : "dense");
                          });
 
 }  // namespace

@@ -27,29 +27,7 @@ class HybridEngineTest : public ::testing::Test {
     bytes_ = testing::make_tiny_hybrid(spec);
     file_ = std::make_unique<gguf::GgufFile>(gguf::GgufFile::parse(bytes_));
   }
-  static EngineConfig config(int max_seqs) {
-    EngineConfig c;
-    c.threads = 2;
-    c.pin_threads = false;
-    c.context = 256;
-    c.max_seqs = max_seqs;
-    return c;
-  }
-  static std::vector<int32_t> prompt(int n, int offset) {
-    std::vector<int32_t> out{1};
-    for (int i = 1; i < n; ++i) out.push_back(3 + (i * 7 + offset) % 43);
-    return out;
-  }
-  static Request greedy(std::vector<int32_t> p, std::shared_ptr<Collect> out,
-                        int64_t max_tokens = 24) {
-    Request r;
-    r.prompt = std::move(p);
-    r.max_tokens = max_tokens;
-    r.ignore_eos = true;
-    r.sampling.temperature = 0;
-    r.output = std::move(out);
-    return r;
-  }
+  static EngineConfig config(int max_seqs) { return tiny_engine_config(max_seqs); }
   // The greedy tokens of each prompt, all submitted at once to an engine with `c`.
   std::vector<std::vector<int32_t>> run(const EngineConfig& c,
                                         const std::vector<std::vector<int32_t>>& prompts,
@@ -58,7 +36,7 @@ class HybridEngineTest : public ::testing::Test {
     std::vector<std::shared_ptr<Collect>> outs;
     for (const auto& p : prompts) {
       outs.push_back(std::make_shared<Collect>());
-      engine.add_request(greedy(p, outs.back(), max_tokens));
+      engine.add_request(greedy_request(p, outs.back(), max_tokens));
     }
     engine.run_until_idle();
     EXPECT_EQ(engine.kv_cache().used_blocks(), 0);
@@ -73,7 +51,7 @@ class HybridEngineTest : public ::testing::Test {
   }
   std::vector<std::vector<int32_t>> prompts(int n) {
     std::vector<std::vector<int32_t>> out;
-    for (int i = 0; i < n; ++i) out.push_back(prompt(20 + 13 * i, i));
+    for (int i = 0; i < n; ++i) out.push_back(walk_prompt(20 + 13 * i, i));
     return out;
   }
 
@@ -111,7 +89,7 @@ TEST_F(HybridEngineTest, PreemptedSequencesAreRecomputedExactly) {
 }
 
 TEST_F(HybridEngineTest, ChoicesForkWithACopyOfTheState) {
-  const std::vector<int32_t> p = prompt(45, 3);
+  const std::vector<int32_t> p = walk_prompt(45, 3);
   const auto sampled = [&](uint64_t seed) { return seeded_request(p, 16, seed); };
   std::vector<std::vector<int32_t>> alone;
   for (uint64_t i = 0; i < 3; ++i) {
@@ -160,7 +138,7 @@ TEST_F(HybridEngineTest, NgramDraftsKeepGreedyTextExact) {
     std::vector<std::shared_ptr<Collect>> outs;
     for (const auto& p : prompts) {
       outs.push_back(std::make_shared<Collect>());
-      engine.add_request(greedy(p, outs.back(), 64));
+      engine.add_request(greedy_request(p, outs.back(), 64));
     }
     engine.run_until_idle();
     for (size_t i = 0; i < prompts.size(); ++i)
@@ -176,20 +154,20 @@ TEST_F(HybridEngineTest, NgramDraftsKeepGreedyTextExact) {
 // that repeats the first turn's prompt and answer starts at the first turn's last kept block
 // end, and the tokens are the same as with the cache off.
 TEST_F(HybridEngineTest, ASecondTurnResumesFromTheFirstTurnsState) {
-  const std::vector<int32_t> first = prompt(45, 5);
+  const std::vector<int32_t> first = walk_prompt(45, 5);
   const auto turns = [&](bool prefix_cache, int64_t* cached) {
     EngineConfig c = config(2);
     c.prefix_caching = prefix_cache;
     Engine engine(*file_, c);
     EXPECT_EQ(engine.config().prefix_caching, prefix_cache);
     auto a = std::make_shared<Collect>();
-    engine.add_request(greedy(first, a));
+    engine.add_request(greedy_request(first, a));
     engine.run_until_idle();
     std::vector<int32_t> second = first;
     second.insert(second.end(), a->result_.output_tokens.begin(), a->result_.output_tokens.end());
     for (int i = 0; i < 9; ++i) second.push_back(3 + (i * 11) % 43);  // the next user message
     auto b = std::make_shared<Collect>();
-    engine.add_request(greedy(second, b));
+    engine.add_request(greedy_request(second, b));
     engine.run_until_idle();
     *cached = b->result_.stats.cached_tokens;
     EXPECT_EQ(engine.kv_cache().state_pool()->num_used(), 0);
@@ -217,10 +195,10 @@ TEST_F(HybridEngineTest, EveryConversationResumesWhenThereAreMoreThanSequences) 
   std::vector<std::vector<int32_t>> history;
   std::vector<std::shared_ptr<Collect>> firsts;
   for (int i = 0; i < kConversations; ++i) {
-    history.push_back(prompt(37, 100 + i * 5));
+    history.push_back(walk_prompt(37, 100 + i * 5));
     history.back()[1] = 3 + i;  // conversations differ from their first block on
     firsts.push_back(std::make_shared<Collect>());
-    engine.add_request(greedy(history.back(), firsts.back(), 8));
+    engine.add_request(greedy_request(history.back(), firsts.back(), 8));
   }
   engine.run_until_idle();
   std::vector<std::shared_ptr<Collect>> seconds;
@@ -230,7 +208,7 @@ TEST_F(HybridEngineTest, EveryConversationResumesWhenThereAreMoreThanSequences) 
     h.insert(h.end(), answer.begin(), answer.end());
     for (int j = 0; j < 6; ++j) h.push_back(3 + (j * 17 + i) % 43);
     seconds.push_back(std::make_shared<Collect>());
-    engine.add_request(greedy(h, seconds.back(), 8));
+    engine.add_request(greedy_request(h, seconds.back(), 8));
   }
   engine.run_until_idle();
   for (int i = 0; i < kConversations; ++i) {
@@ -250,7 +228,7 @@ TEST_F(HybridEngineTest, EveryConversationResumesWhenThereAreMoreThanSequences) 
 // the same greedy tokens as no cache, and every slot and block is given back.
 TEST_F(HybridEngineTest, PrefixCacheOnEqualsOff) {
   std::vector<std::vector<int32_t>> prompts;
-  const std::vector<int32_t> shared = prompt(40, 7);
+  const std::vector<int32_t> shared = walk_prompt(40, 7);
   for (int i = 0; i < 6; ++i) {
     std::vector<int32_t> p = shared;
     for (int j = 0; j < 5 + 7 * i; ++j) p.push_back(3 + (j * 13 + i) % 43);
@@ -269,7 +247,7 @@ TEST_F(HybridEngineTest, PrefixCacheOnEqualsOff) {
     for (int round = 0; round < 2; ++round) {
       for (const auto& p : prompts) {
         outs.push_back(std::make_shared<Collect>());
-        engine.add_request(greedy(p, outs.back()));
+        engine.add_request(greedy_request(p, outs.back()));
       }
       engine.run_until_idle();
     }

@@ -4,6 +4,7 @@
 
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -71,6 +72,36 @@ inline void add_choice_outputs(Request& r, int n, std::vector<std::shared_ptr<Co
   }
 }
 
+// Two threads, no pinning, a context of 256 tokens.
+inline EngineConfig tiny_engine_config(int max_seqs, bool prefix_cache = true) {
+  EngineConfig c;
+  c.threads = 2;
+  c.pin_threads = false;
+  c.context = 256;
+  c.max_seqs = max_seqs;
+  c.prefix_caching = prefix_cache;
+  return c;
+}
+
+// BOS, then a walk over tokens 3..45 from `offset` (for vocabularies of at least 46).
+inline std::vector<int32_t> walk_prompt(int n, int offset) {
+  std::vector<int32_t> out{1};
+  for (int i = 1; i < n; ++i) out.push_back(3 + (i * 7 + offset) % 43);
+  return out;
+}
+
+// A greedy request that ignores EOS.
+inline Request greedy_request(std::vector<int32_t> prompt, std::shared_ptr<Collect> out,
+                              int64_t max_tokens = 24) {
+  Request r;
+  r.prompt = std::move(prompt);
+  r.max_tokens = max_tokens;
+  r.ignore_eos = true;
+  r.sampling.temperature = 0;
+  r.output = std::move(out);
+  return r;
+}
+
 class TinyEngineFixture : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -82,13 +113,7 @@ class TinyEngineFixture : public ::testing::Test {
     file_ = std::make_unique<gguf::GgufFile>(gguf::GgufFile::parse(bytes_));
   }
   static EngineConfig config(int max_seqs, bool prefix_cache = true) {
-    EngineConfig c;
-    c.threads = 2;
-    c.pin_threads = false;
-    c.context = 256;
-    c.max_seqs = max_seqs;
-    c.prefix_caching = prefix_cache;
-    return c;
+    return tiny_engine_config(max_seqs, prefix_cache);
   }
   std::unique_ptr<Engine> engine(int max_seqs, bool prefix_cache = true) {
     return std::make_unique<Engine>(*file_, config(max_seqs, prefix_cache));
