@@ -657,8 +657,9 @@ void Engine::finish_step() {
       active.proposal = {};  // (drafts a preemption dropped were never verified)
     }
   }
-  // Hybrid prefix caching: each sequence's state at a block end, now that its drafts are
-  // settled (Scheduler::snapshot_after_step).
+  // Prefix caching with snapshots (a hybrid model's state, a quantized cache's exact copies):
+  // each sequence's state at a block end, now that its drafts are settled
+  // (Scheduler::snapshot_after_step).
   if (cache_->snapshot_pool() != nullptr)
     for (const ScheduledSequence& s : scheduled_) scheduler_->snapshot_after_step(*s.seq);
   for (Active* active : beam_steps_) advance_beams(*active);

@@ -75,11 +75,12 @@ class Scheduler {
   // must outlive the scheduler); `save` copies a state slot into a snapshot slot, `load` the
   // other way. With them, a sequence admitted at a cached prefix loads the snapshot of the
   // longest part of it that has one, holds a snapshot slot of its own, and a prompt's prefill
-  // stops a step at its last full block so that the state there is seen. `required`: a hybrid
-  // model's recurrent state, without which a prefix cannot be resumed, so the prefix is cut
-  // there; otherwise (a quantized cache's exact copies, kv/kv_cache.h) the whole prefix is
-  // taken and the snapshot gives what it has: the prefix's first block, and its latest blocks
-  // when the snapshot ends where the prefix does.
+  // stops a step at its last full block so that the state there is seen (a snapshot is always
+  // of a block end: its copies hold no block in part). `required`: a hybrid model's recurrent
+  // state, without which a prefix cannot be resumed, so the prefix is cut at its snapshot.
+  // Otherwise (a quantized cache's exact copies, kv/kv_cache.h) the whole prefix is taken and
+  // the snapshot gives what it has: the prefix's first block, and its latest blocks when the
+  // snapshot ends where the prefix does.
   using SnapshotCopier = std::function<void(int32_t from, int32_t to)>;
   void set_snapshots(kv::BlockPool* pool, SnapshotCopier save, SnapshotCopier load,
                      bool required) {

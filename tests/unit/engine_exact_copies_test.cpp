@@ -89,6 +89,22 @@ TEST_F(ExactCopiesEngineTest, ASecondTurnReadsItsPrefixAsTheFirstTurnDid) {
   EXPECT_NE(conversation(plain).second.logprobs, second_off.logprobs);
 }
 
+// The same prompt twice (a "regenerate"): the second resumes at the prompt's last full block
+// from the copies the first left there, and reads its prefix as a request with no cache does.
+TEST_F(ExactCopiesEngineTest, ARepeatedPromptResumesFromItsPromptsCopies) {
+  const std::vector<int32_t> p = walk_prompt(45, 9);
+  Engine on(*file_, config(2, true)), off(*file_, config(2, false));
+  std::vector<std::shared_ptr<Collect>> outs;
+  for (Engine* e : {&on, &on, &off}) {
+    outs.push_back(std::make_shared<Collect>());
+    e->add_request(greedy(p, outs.back(), 8));
+    e->run_until_idle();
+  }
+  EXPECT_EQ(outs[1]->result_.stats.cached_tokens, 32);
+  EXPECT_EQ(outs[1]->tokens_, outs[2]->tokens_);
+  EXPECT_EQ(outs[1]->logprobs_, outs[2]->logprobs_);
+}
+
 // Two requests that share only their first blocks (a system prompt, say): no snapshot ends
 // where they part, and the second still takes the shared blocks from the cache (read quantized,
 // as before there were snapshots) rather than computing them again. The snapshot pool holds
