@@ -81,6 +81,20 @@ int32_t resolve_state_snapshots(const EngineConfig& c, int64_t state_bytes, bool
 
 }  // namespace
 
+// The bytes of one state slot's exact copies (kv/kv_cache.h), measured on a cache of one block
+// and one slot; 0 when the cache keeps none (an F16 cache, --cache-exact-recent 0, a device).
+// Rank 0's copies: every layer's (a pipeline's other layers included), but under -tp only its
+// share of the kv heads.
+int64_t Engine::exact_copy_bytes_per_slot() const {
+  kv::KvCacheConfig probe = model_->kv_config(1, config_.block_size, config_.kv_key_type,
+                                              config_.kv_value_type, 1, config_.kv_exact_recent);
+  if (!probe.keeps_exact_copies()) return 0;
+  probe.state_floats = 0;
+  probe.num_sliding_blocks = probe.sliding_layers.empty() ? 0 : 1;
+  probe.remote_layers.clear();
+  return kv::KvCache(probe).state_bytes();
+}
+
 // The default KV pool (max_seqs sequences of the whole context) of a large model can exceed the
 // machine's memory: 16 sequences of 4096 tokens of the 30B-A3B shape are 6.4 GB on top of its
 // 18 GB of weights, and the pool is faulted in at start-up, so the kernel killed the server.
@@ -92,17 +106,6 @@ int32_t resolve_state_snapshots(const EngineConfig& c, int64_t state_bytes, bool
 // heads, on their own machines: every machine must hold the blocks of all its ranks (-tp 2 on
 // one machine: two halves of each block; -pp 2 on two: the larger run of layers' block on
 // each), so the pool fits the machine that runs short first, each rank measuring its own.
-// The bytes of one state slot's exact copies (kv/kv_cache.h), measured on a cache of one block
-// and one slot; 0 when the cache keeps none (an F16 cache, --cache-exact-recent 0, a device).
-int64_t Engine::exact_copy_bytes_per_slot() const {
-  kv::KvCacheConfig probe = model_->kv_config(1, config_.block_size, config_.kv_key_type,
-                                              config_.kv_value_type, 1, config_.kv_exact_recent);
-  if (!probe.keeps_exact_copies()) return 0;
-  probe.state_floats = 0;
-  probe.num_sliding_blocks = probe.sliding_layers.empty() ? 0 : 1;
-  return kv::KvCache(probe).state_bytes();
-}
-
 int32_t Engine::fit_kv_blocks(int32_t wanted, int64_t blocks_per_seq) {
   constexpr int64_t kKvHeadroom = int64_t{1} << 30;
   kv::KvCacheConfig one =

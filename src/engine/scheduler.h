@@ -131,7 +131,7 @@ class Scheduler {
   SnapshotCopier save_snapshot_, load_snapshot_;
   bool snapshots_required_ = true;
   SnapshotCheck snapshot_check_;
-  // The block end a prompt's prefill must stop at (hybrid prefix caching), or 0.
+  // The block end a prompt's prefill must stop at (prefix caching with snapshots), or 0.
   int64_t prompt_snapshot_end(const Sequence& seq) const;
   // Tokens of `seq` to run this step: at most n, stopping at its prompt's snapshot end.
   int64_t step_tokens(const Sequence& seq, int64_t n) const;
