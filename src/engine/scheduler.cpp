@@ -73,6 +73,7 @@ int64_t Scheduler::prompt_snapshot_end(const Sequence& seq) const {
 }
 
 int64_t Scheduler::step_tokens(const Sequence& seq, int64_t n) const {
+  if (!snapshots_required_) return n;  // exact copies are kept past a block end too
   const int64_t end = prompt_snapshot_end(seq);
   if (seq.num_computed < end && seq.num_computed + n > end) return end - seq.num_computed;
   return n;
@@ -81,7 +82,12 @@ int64_t Scheduler::step_tokens(const Sequence& seq, int64_t n) const {
 int64_t Scheduler::snapshot_prefix(Sequence& seq, int64_t cached, int32_t& snapshot) {
   snapshot = -1;
   int64_t blocks = cached / config_.block_size;
-  for (; blocks > 0; --blocks) {
+  // Optional snapshots (exact copies) only where the prefix ends: a snapshot's copies of blocks
+  // at or past its own end can hold positions a rejected draft wrote, harmless to a sequence
+  // that resumes there (it writes those blocks again before reading them) but not to one that
+  // resumes further on and would read them as its prefix.
+  const int64_t shortest = snapshots_required_ ? 1 : std::max<int64_t>(blocks, 1);
+  for (; blocks >= shortest; --blocks) {
     const std::optional<int32_t> found =
         snapshot_pool_->find(seq.prefix.hashes[static_cast<size_t>(blocks - 1)]);
     if (found && (!snapshot_check_ || snapshot_check_(seq.block_tables, *found))) {
@@ -110,16 +116,24 @@ void Scheduler::publish_snapshot(int32_t slot, uint64_t hash) {
 void Scheduler::snapshot_after_step(Sequence& seq) {
   if (snapshot_pool_ == nullptr || seq.state_slot < 0 || seq.num_draft > 0) return;
   const int64_t bs = config_.block_size;
+  // A recurrent state is kept only at a block end a step stopped at. Exact copies are kept for
+  // the last block end a step reached or passed: a snapshot of block end e is loaded only into
+  // a sequence that resumes exactly at e (snapshot_prefix), which reads block 0 and the blocks
+  // before e from it and writes block e and later again before it reads them, so what this
+  // sequence wrote past e (part of a block, drafts it then rejected) does not matter. Drafts
+  // skip block ends, and a prompt needs no step that stops at its last one.
+  if (snapshots_required_ && seq.num_computed % bs != 0) return;
   const int64_t blocks = seq.num_computed / bs;
-  if (seq.num_computed % bs != 0 || blocks == 0 || blocks > std::ssize(seq.prefix.hashes)) return;
+  if (blocks == 0 || blocks > std::ssize(seq.prefix.hashes)) return;
   const uint64_t hash = seq.prefix.hashes[static_cast<size_t>(blocks - 1)];
-  if (seq.num_computed == prompt_snapshot_end(seq) && !snapshot_pool_->find(hash)) {
+  if (blocks == prompt_snapshot_end(seq) / bs && !snapshot_pool_->find(hash)) {
     if (const std::optional<int32_t> copy = snapshot_pool_->allocate()) {
       save_snapshot_(seq.state_slot, *copy);
       publish_snapshot(*copy, hash);
     }
   }
   if (seq.snapshot_slot < 0) return;
+  if (!snapshots_required_ && blocks == seq.snapshot_blocks) return;  // (saved at this end)
   save_snapshot_(seq.state_slot, seq.snapshot_slot);
   seq.snapshot_blocks = blocks;
 }

@@ -78,9 +78,9 @@ class Scheduler {
   // stops a step at its last full block so that the state there is seen (a snapshot is always
   // of a block end: its copies hold no block in part). `required`: a hybrid model's recurrent
   // state, without which a prefix cannot be resumed, so the prefix is cut at its snapshot.
-  // Otherwise (a quantized cache's exact copies, kv/kv_cache.h) the whole prefix is taken and
-  // the snapshot gives what it has: the prefix's first block, and its latest blocks when the
-  // snapshot ends where the prefix does.
+  // Otherwise (a quantized cache's exact copies, kv/kv_cache.h) the whole prefix is taken, and
+  // a snapshot only where it ends (snapshot_prefix says why): without one the prefix's blocks
+  // are read quantized.
   using SnapshotCopier = std::function<void(int32_t from, int32_t to)>;
   void set_snapshots(kv::BlockPool* pool, SnapshotCopier save, SnapshotCopier load,
                      bool required) {

@@ -32,9 +32,11 @@ struct Sequence {
   // With speculative decoding on a hybrid model: a second slot holding the state at the start
   // of the step that verifies drafts, restored when one is rejected (engine.cpp).
   int32_t checkpoint_slot = -1;
-  // Prefix caching on a hybrid model: a snapshot slot of its own (kv/kv_cache.h) holding its
-  // state at the end of block snapshot_blocks - 1, the last block end a step stopped at; it is
-  // indexed under that block's hash when the sequence finishes (Scheduler::remove).
+  // Prefix caching with snapshots (a hybrid model, a quantized cache's exact copies): a
+  // snapshot slot of its own (kv/kv_cache.h) holding its state at the end of block
+  // snapshot_blocks - 1, the last block end a step stopped at (exact copies: reached or
+  // passed); it is indexed under that block's hash when the sequence finishes
+  // (Scheduler::remove).
   int32_t snapshot_slot = -1;
   int64_t snapshot_blocks = 0;
   int num_preemptions = 0;

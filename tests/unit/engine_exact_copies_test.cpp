@@ -91,6 +91,7 @@ TEST_F(ExactCopiesEngineTest, ASecondTurnReadsItsPrefixAsTheFirstTurnDid) {
 
 // The same prompt twice (a "regenerate"): the second resumes at the prompt's last full block
 // from the copies the first left there, and reads its prefix as a request with no cache does.
+// The first's prefill does not stop at that block end to keep them (a hybrid model's does).
 TEST_F(ExactCopiesEngineTest, ARepeatedPromptResumesFromItsPromptsCopies) {
   const std::vector<int32_t> p = walk_prompt(45, 9);
   Engine on(*file_, config(2, true)), off(*file_, config(2, false));
@@ -100,9 +101,46 @@ TEST_F(ExactCopiesEngineTest, ARepeatedPromptResumesFromItsPromptsCopies) {
     e->add_request(greedy(p, outs.back(), 8));
     e->run_until_idle();
   }
+  ASSERT_FALSE(outs[0]->step_tokens_.empty());
+  EXPECT_EQ(outs[0]->step_tokens_.front(), 1u) << "the prompt took more than one step";
   EXPECT_EQ(outs[1]->result_.stats.cached_tokens, 32);
   EXPECT_EQ(outs[1]->tokens_, outs[2]->tokens_);
   EXPECT_EQ(outs[1]->logprobs_, outs[2]->logprobs_);
+}
+
+// Prompt-lookup drafts: steps that verify them skip block ends, and rejected ones leave
+// positions behind in the copies past the accepted ones. A snapshot is kept for the last block
+// end a step passed and loaded only where a prefix ends, so conversations of repetitive text,
+// two turns each, still get the greedy tokens of no drafts and no cache.
+TEST_F(ExactCopiesEngineTest, DraftsAndTheCacheKeepTheTurnsExact) {
+  const auto conversations = [&](const EngineConfig& c, SpecDecodeStats* stats) {
+    Engine engine(*file_, c);
+    std::vector<std::vector<int32_t>> answers;
+    for (int i = 0; i < 3; ++i) {
+      std::vector<int32_t> history{1};
+      for (int k = 0; k < 30; ++k) history.push_back(3 + (k % (5 + i)) * 4);
+      for (int turn = 0; turn < 2; ++turn) {
+        auto out = std::make_shared<Collect>();
+        engine.add_request(greedy(history, out, 40));
+        engine.run_until_idle();
+        answers.push_back(out->tokens_);
+        history.insert(history.end(), out->tokens_.begin(), out->tokens_.end());
+        for (int k = 0; k < 7; ++k) history.push_back(3 + (k % 3) * 4);
+      }
+    }
+    if (stats) *stats = engine.spec_decode_stats();
+    EXPECT_EQ(engine.kv_cache().used_blocks(), 0);
+    return answers;
+  };
+  const auto plain = conversations(config(2, false), nullptr);
+  EngineConfig drafts = config(2, true);
+  drafts.spec.method = SpecMethod::kNgram;
+  drafts.spec.num_tokens = 4;
+  SpecDecodeStats stats;
+  EXPECT_EQ(conversations(config(2, true), nullptr), plain) << "the cache alone";
+  EXPECT_EQ(conversations(drafts, &stats), plain) << "drafts and the cache";
+  EXPECT_GT(stats.num_draft_tokens, 0);
+  EXPECT_LT(stats.num_accepted_tokens, stats.num_draft_tokens) << "no draft was rejected";
 }
 
 // Two requests that share only their first blocks (a system prompt, say): no snapshot ends

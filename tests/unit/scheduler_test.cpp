@@ -1,11 +1,15 @@
 // Scheduler and BlockPool: token budget, sequence cap, chunked prefill, FCFS admission,
 // preemption of the newest sequence when blocks run out, and block accounting.
+#include <algorithm>
 #include <tuple>
+#include <utility>
+#include <vector>
 
 #include <gtest/gtest.h>
 
 #include "engine/scheduler.h"
 #include "kv/kv_cache.h"
+#include "kv/prefix_cache.h"
 #include "util/error.h"
 
 namespace inferd::engine {
@@ -317,6 +321,58 @@ TEST(Scheduler, StateSlotsAreClearedWhenTakenAndCopiedByForks) {
   EXPECT_EQ(copies[0], std::make_pair(kv::KvCache::kNoSlot, reused));
   sched.remove(&child);
   sched.remove(&next);
+}
+
+// Snapshots that are optional (a quantized cache's exact copies): a cached prefix is taken
+// whole, and a snapshot only where it ends. One that ends earlier is not loaded (its copies of
+// the blocks past its end may hold positions their writer rejected, or wrote in part), and the
+// prefix is not cut back to it as a hybrid model's is.
+TEST(Scheduler, OptionalSnapshotsAreLoadedOnlyWhereThePrefixEnds) {
+  kv::KvGroup groups[] = {kv::KvGroup(32, 0)};
+  kv::PrefixCache cache(groups, 4, 16);
+  kv::BlockPool slots(2), snapshots(4);
+  Scheduler sched({64, 2, 4}, groups, &cache);
+  sched.set_block_copier([](size_t, int32_t, int32_t) {});
+  sched.set_state_pool(&slots, [](int32_t, int32_t) {});
+  std::vector<std::pair<int32_t, int32_t>> loads;
+  sched.set_snapshots(
+      &snapshots, [](int32_t, int32_t) {},
+      [&](int32_t from, int32_t to) { loads.emplace_back(from, to); }, /*required=*/false);
+  // 12 tokens (3 blocks of 4) in the cache, and a snapshot at the end of the second block.
+  std::vector<int32_t> tokens;
+  for (int i = 0; i < 12; ++i) tokens.push_back(100 + i);
+  kv::PrefixState written{kv::PrefixCache::root_key(""), {}, 0};
+  kv::BlockTables tables;
+  for (int i = 0; i < 3; ++i) tables[0].push_back(*groups[0].pool.allocate());
+  cache.index_computed(tokens, 12, written, tables);
+  kv::release_blocks(groups, tables);
+  const int32_t early = *snapshots.allocate();
+  ASSERT_TRUE(snapshots.index(early, written.hashes[1]));
+  snapshots.release(early);
+  const auto admit = [&](uint64_t id) {
+    Sequence s = make_seq(id, 14);
+    std::copy(tokens.begin(), tokens.end(), s.tokens.begin());
+    s.prefix.root = written.root;
+    return s;
+  };
+  Sequence a = admit(1);
+  sched.add(&a);
+  std::vector<ScheduledSequence> step;
+  sched.schedule(step);
+  EXPECT_EQ(a.num_cached_tokens, 12) << "the prefix was cut back to the snapshot";
+  EXPECT_TRUE(loads.empty()) << "a snapshot that ends before the prefix was loaded";
+  sched.remove(&a);
+  // With a snapshot at the prefix's end as well, that one is loaded.
+  const int32_t at_end = *snapshots.allocate();
+  ASSERT_TRUE(snapshots.index(at_end, written.hashes[2]));
+  snapshots.release(at_end);
+  Sequence b = admit(2);
+  sched.add(&b);
+  sched.schedule(step);
+  EXPECT_EQ(b.num_cached_tokens, 12);
+  ASSERT_EQ(loads.size(), 1u);
+  EXPECT_EQ(loads[0], std::make_pair(at_end, b.state_slot));
+  sched.remove(&b);
 }
 
 TEST(Scheduler, AdmissionCountsABeamSearchsSlots) {
