@@ -73,14 +73,15 @@ class Scheduler {
 
   // Prefix caching with state kept at block ends. `pool` is the KV cache's snapshot_pool() (it
   // must outlive the scheduler); `save` copies a state slot into a snapshot slot, `load` the
-  // other way. With them, a sequence admitted at a cached prefix loads the snapshot of the
-  // longest part of it that has one, holds a snapshot slot of its own, and a prompt's prefill
-  // stops a step at its last full block so that the state there is seen (a snapshot is always
-  // of a block end: its copies hold no block in part). `required`: a hybrid model's recurrent
-  // state, without which a prefix cannot be resumed, so the prefix is cut at its snapshot.
-  // Otherwise (a quantized cache's exact copies, kv/kv_cache.h) the whole prefix is taken, and
-  // a snapshot only where it ends (snapshot_prefix says why): without one the prefix's blocks
-  // are read quantized.
+  // other way. With them, each sequence holds a snapshot slot of its own, kept at block ends
+  // and indexed when it finishes, and a prompt's last full block gets a snapshot indexed at
+  // once. `required`: a hybrid model's recurrent state, without which a prefix cannot be
+  // resumed: a sequence admitted at a cached prefix starts at the longest part of it with a
+  // snapshot, and a prompt's prefill stops a step at its last full block so that the state
+  // there is seen. Otherwise (a quantized cache's exact copies, kv/kv_cache.h) the whole prefix
+  // is taken and a snapshot loaded only where it ends (snapshot_prefix says why; without one
+  // the prefix's blocks are read quantized), which lets a snapshot be taken after a step that
+  // passed its block end (snapshot_after_step): no stop.
   using SnapshotCopier = std::function<void(int32_t from, int32_t to)>;
   void set_snapshots(kv::BlockPool* pool, SnapshotCopier save, SnapshotCopier load,
                      bool required) {
@@ -131,9 +132,11 @@ class Scheduler {
   SnapshotCopier save_snapshot_, load_snapshot_;
   bool snapshots_required_ = true;
   SnapshotCheck snapshot_check_;
-  // The block end a prompt's prefill must stop at (prefix caching with snapshots), or 0.
+  // The prompt's last full block end, where its snapshot is kept (and, with required
+  // snapshots, its prefill stops), or 0.
   int64_t prompt_snapshot_end(const Sequence& seq) const;
-  // Tokens of `seq` to run this step: at most n, stopping at its prompt's snapshot end.
+  // Tokens of `seq` to run this step: at most n, stopping at its prompt's snapshot end when
+  // snapshots are required.
   int64_t step_tokens(const Sequence& seq, int64_t n) const;
   // A cached prefix of `cached` tokens cut to the longest one ending at a kept state; returns
   // its length and the snapshot (retained; -1 for none) to load into the sequence's state.

@@ -38,14 +38,17 @@
 // A query in block qb reads block b from its copy when b == 0 or qb - W < b <= qb
 // (W = exact_window_blocks()), if the copy is there, and from the quantized block otherwise.
 // That rule depends only on the query's and the key's positions, so a token's output does not
-// depend on how its prompt was cut into steps. A copy is there when its tag says the entry
-// holds that block whole; a slot taken afresh has none (copy_state(kNoSlot, slot)). A prefix
+// depend on how its prompt was cut into steps. A copy is there when its tag names that block
+// (the sequence's latest block may be there in part: the positions its steps wrote, rejected
+// drafts' included, which later steps write again); a slot taken afresh has none
+// (copy_state(kNoSlot, slot)). A prefix
 // found in the prefix cache gets its copies from a snapshot slot (num_snapshot_slots: the
-// copies saved at a block end, as a hybrid model's state is) when one ends within it, and is
-// otherwise read from its quantized blocks until the sequence's own blocks take over. The
-// quantized blocks are always written too: the copies only ever replace what a query would
-// read. Perplexity at -c 4096 with Q4_0 keys and values, over F16:
-// SmolLM2 +5.2% without copies, +0.6% with; Gemma 3 270M +4.2%, +0.1% (docs/BENCHMARKS.md).
+// copies saved at a block end, as a hybrid model's state is) when one ends where the prefix
+// does (engine/scheduler.h), and is otherwise read from its quantized blocks until the
+// sequence's own blocks take over. The quantized blocks are always written too: the copies
+// only ever replace what a query would read. Perplexity at -c 4096 with Q4_0 keys and values,
+// over F16: SmolLM2 +5.2% without copies, +0.6% with; Gemma 3 270M +4.2%, +0.1%
+// (docs/BENCHMARKS.md).
 #pragma once
 
 #include <algorithm>
