@@ -370,25 +370,13 @@ class ThreadRank final : public Communicator {
   }
   void gather(const float* send, float* recv, std::span<const int64_t> counts) override {
     post(send);
-    if (rank_ == 0) {
-      int64_t offset = 0;
-      for (int r = 0; r < size_; ++r) {
-        const auto* from = static_cast<const float*>(shared_->posted[static_cast<size_t>(r)]);
-        std::copy_n(from, counts[static_cast<size_t>(r)], recv + offset);
-        offset += counts[static_cast<size_t>(r)];
-      }
-    }
+    if (rank_ == 0) copy_posted(counts, recv);
     shared_->barrier.arrive_and_wait();
     if (rank_ != 0) count_sent(counts[static_cast<size_t>(rank_)] * static_cast<int64_t>(sizeof(float)));
   }
   void allgatherv(const float* send, float* recv, std::span<const int64_t> counts) override {
     post(send);
-    int64_t offset = 0;
-    for (int r = 0; r < size_; ++r) {
-      const auto* from = static_cast<const float*>(shared_->posted[static_cast<size_t>(r)]);
-      std::copy_n(from, counts[static_cast<size_t>(r)], recv + offset);
-      offset += counts[static_cast<size_t>(r)];
-    }
+    copy_posted(counts, recv);
     shared_->barrier.arrive_and_wait();  // everyone has read every rank's data
     count_sent(counts[static_cast<size_t>(rank_)] * static_cast<int64_t>(sizeof(float)) * (size_ - 1));
   }
@@ -475,6 +463,16 @@ class ThreadRank final : public Communicator {
   void post(const void* data) {
     shared_->posted[static_cast<size_t>(rank_)] = data;
     shared_->barrier.arrive_and_wait();
+  }
+  // Every rank's posted counts[r] floats, one rank after the other, into `recv` (gather,
+  // allgatherv).
+  void copy_posted(std::span<const int64_t> counts, float* recv) const {
+    int64_t offset = 0;
+    for (int r = 0; r < size_; ++r) {
+      const auto* from = static_cast<const float*>(shared_->posted[static_cast<size_t>(r)]);
+      std::copy_n(from, counts[static_cast<size_t>(r)], recv + offset);
+      offset += counts[static_cast<size_t>(r)];
+    }
   }
   std::shared_ptr<ThreadShared> shared_;
   int rank_, size_;
