@@ -39,6 +39,9 @@ namespace {
 
 constexpr int64_t kDefaultContextCap = 4096;
 constexpr int32_t kMaxTopLogprobs = 20;
+// Rows of logits a step has for prompt logprobs: a prompt that asks for them is computed this
+// many positions a step (a row is n_vocab floats; 64 of a 128K vocabulary are 32 MiB).
+constexpr int64_t kPromptLogitRows = 64;
 
 int64_t resolve_context(const EngineConfig& config, int64_t model_context) {
   if (config.context < 0) fail("context size {} must not be negative", config.context);
@@ -252,13 +255,15 @@ Engine::Engine(const gguf::GgufFile& file, const EngineConfig& config)
       });
   }
   pool_ = std::make_unique<ThreadPool>(config.threads, config.pin_threads);
+  const int64_t prompt_rows = std::min(kPromptLogitRows, config.max_batched_tokens);
   scheduler_ = std::make_unique<Scheduler>(
-      SchedulerConfig{config.max_batched_tokens, config.max_seqs, config.block_size},
+      SchedulerConfig{config.max_batched_tokens, config.max_seqs, config.block_size, prompt_rows},
       cache_->groups(), prefix_cache_.get());
   config.spec.validate();
   runner_ = std::make_unique<ModelRunner>(*model_, *cache_, *pool_, config.max_batched_tokens,
                                           config.max_seqs,
-                                          config.spec.enabled() ? config.spec.num_tokens : 0);
+                                          config.spec.enabled() ? config.spec.num_tokens : 0,
+                                          prompt_rows);
   drafts_.resize(SpecDecodeStats::kMaxPositions);
   if (config.spec.enabled() && config.spec.method == SpecMethod::kDraftModel) {
     draft_ = std::make_unique<DraftModel>(config.spec.draft_model, tokenizer_->vocab(),
@@ -288,7 +293,8 @@ Engine::Engine(const gguf::GgufFile& file, const EngineConfig& config)
     for (Flight& f : flights_) {
       if (!f.runner)
         f.runner = std::make_unique<ModelRunner>(*model_, *cache_, *pool_,
-                                                 config.max_batched_tokens, config.max_seqs);
+                                                 config.max_batched_tokens, config.max_seqs, 0,
+                                                 prompt_rows);
       f.scheduled.reserve(static_cast<size_t>(config.max_seqs));
     }
   }
@@ -383,7 +389,7 @@ uint64_t Engine::add_request(Request request) {
     if (prompt > config_.context)
       fail("input of {} tokens is too large for the context of {}", prompt, config_.context);
     if (request.beam_width > 0 || request.grammar || request.logprobs >= 0 ||
-        !request.more_outputs.empty())
+        request.prompt_logprobs >= 0 || !request.more_outputs.empty())
       fail("an embedding request has no beams, grammar, logprobs or further choices");
     request.max_tokens = 1;  // the sizes made at admission stay within the context
   }
@@ -406,6 +412,12 @@ uint64_t Engine::add_request(Request request) {
   if (request.logprobs > kMaxTopLogprobs) {
     fail("logprobs must be at most {}, got {}", kMaxTopLogprobs, request.logprobs);
   }
+  if (request.prompt_logprobs < -1 || request.prompt_logprobs > kMaxTopLogprobs) {
+    fail("prompt_logprobs must be -1 (none) or 0 to {}, got {}", kMaxTopLogprobs,
+         request.prompt_logprobs);
+  }
+  if (request.prompt_logprobs >= 0 && request.beam_width > 0)
+    fail("prompt logprobs and beam search do not mix");
   if (!request.output) fail("request has no output channel");
   if (request.grammar && request.beam_width > 0)
     fail("structured output (a grammar or JSON schema) and beam search do not mix");
@@ -484,6 +496,18 @@ std::unique_ptr<Engine::Active> Engine::make_active(Request request) {
   if (request.grammar)
     active->grammar = std::make_unique<structured::GrammarMatcher>(request.grammar);
   active->stop = std::make_unique<StopMatcher>(request.stop, tokenizer_->max_piece_bytes() * 3 + 4);
+  if (request.prompt_logprobs >= 0) {
+    active->prompt_logprobs.resize(static_cast<size_t>(prompt));
+    for (size_t p = 0; p < static_cast<size_t>(prompt); ++p) {
+      PromptTokenLogprob& entry = active->prompt_logprobs[p];
+      entry.token = request.prompt[p];
+      if (p == 0) {
+        entry.logprob = std::numeric_limits<float>::quiet_NaN();
+      } else {
+        entry.top.resize(static_cast<size_t>(request.prompt_logprobs));
+      }
+    }
+  }
   if (request.embed) {
     const auto n_embd = static_cast<size_t>(model_->config().n_embd);
     const size_t rows = *request.embed == Pooling::kNone ? static_cast<size_t>(prompt) : 1;
@@ -640,6 +664,7 @@ void Engine::finish_step() {
       take_hidden_states(*active_.at(seq.request_id), i, first_position);
       continue;
     }
+    if (runner_->num_prompt_rows(i) > 0) take_prompt_logprobs(*active_.at(seq.request_id), i);
     if (!runner_->wants_logits(i)) continue;
     Active& active = *active_.at(seq.request_id);
     if (active.beams) {
@@ -760,6 +785,23 @@ void Engine::finish_grammar_masks() {
   });
   grammar_fills_.clear();
   grammar_fill_rows_.clear();
+}
+
+void Engine::take_prompt_logprobs(Active& active, size_t scheduled_index) {
+  Sequence& seq = active.seq;
+  const int64_t first = runner_->prompt_row_position(scheduled_index);
+  const int32_t rows = runner_->num_prompt_rows(scheduled_index);
+  // Row r is position first + r's logits: the distribution of prompt token first + r + 1.
+  pool_->for_each_dynamic(rows, [&](int64_t r) {
+    PromptTokenLogprob& entry = active.prompt_logprobs[static_cast<size_t>(first + r + 1)];
+    const sampling::TokenScore score = sampling::score_token(
+        runner_->prompt_logits_for(scheduled_index, static_cast<int32_t>(r)), entry.token,
+        entry.top);
+    entry.logprob = score.logprob;
+    entry.rank = score.rank;
+    entry.top.resize(score.top);  // (smaller only when the vocabulary is: no allocation)
+  });
+  seq.prompt_logprobs_next = first + rows;
 }
 
 void Engine::take_hidden_states(Active& active, size_t scheduled_index, int64_t first_position) {
@@ -950,6 +992,7 @@ void Engine::finish(Active& active, FinishReason reason, std::string error) {
     if (!tail.empty()) seq.request.output->on_text(tail);
   }
   if (seq.request.embed && complete) result.embedding = std::move(active.embedding);
+  if (complete) result.prompt_logprobs = std::move(active.prompt_logprobs);
   result.finish_reason = reason;
   result.error = std::move(error);
   result.stop_word = active.stop_word;

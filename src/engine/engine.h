@@ -142,6 +142,9 @@ class Engine {
   // An embedding request: folds the hidden states this step computed for it (positions from
   // `first_position` on) into its answer, and finishes it once its prompt is done.
   void take_hidden_states(Active& active, size_t scheduled_index, int64_t first_position);
+  // Prompt logprobs (Request::prompt_logprobs): scores the prompt positions this step computed
+  // rows of logits for, on the thread pool.
+  void take_prompt_logprobs(Active& active, size_t scheduled_index);
   // on_prompt_progress for a request that asked (Request::report_progress).
   void report_prompt_progress(const Active& active, const Sequence& seq, Clock::time_point now);
   // Samples the next token from `logits` and takes it (stops, limits, streaming); returns it.

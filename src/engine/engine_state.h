@@ -55,6 +55,9 @@ struct Engine::Active {
   // its positions before this one are skipped, so a mean never counts one twice).
   std::vector<float> embedding;
   int64_t embed_next = 0;
+  // Prompt logprobs: one entry per prompt token, each with room for its alternatives, sized at
+  // admission and filled as the prompt is computed (Sequence::prompt_logprobs_next says how far).
+  std::vector<PromptTokenLogprob> prompt_logprobs;
 };
 
 // A beam search's beams. Beam slot 0 is the request's own sequence; each slot's sequence is

@@ -8,7 +8,8 @@
 namespace inferd::engine {
 
 ModelRunner::ModelRunner(model::Model& model, kv::KvCache& cache, ThreadPool& pool,
-                         int64_t max_batch_tokens, int max_seqs, int max_draft)
+                         int64_t max_batch_tokens, int max_seqs, int max_draft,
+                         int64_t max_prompt_rows)
     : model_(model),
       cache_(cache),
       pool_(pool),
@@ -22,17 +23,21 @@ ModelRunner::ModelRunner(model::Model& model, kv::KvCache& cache, ThreadPool& po
   // A row per sequence, and one per draft token: never more than the step's tokens.
   const size_t max_rows =
       std::min(seqs * static_cast<size_t>(1 + std::max(0, max_draft)), std::max(seqs, tokens));
-  logit_rows_.resize(max_rows);
+  logit_rows_.resize(max_rows + static_cast<size_t>(std::max<int64_t>(0, max_prompt_rows)));
   logit_index_.resize(seqs);
   logit_count_.resize(seqs);
+  prompt_index_.resize(seqs);
+  prompt_count_.resize(seqs);
+  prompt_position_.resize(seqs);
   // Hidden states for every token a step may hold, so embedding requests never allocate.
   hidden_rows_.resize(tokens);
   hidden_index_.resize(seqs);
   hidden_count_.resize(seqs);
   hidden_.resize(tokens * static_cast<size_t>(n_embd_));
-  const size_t n_logits = max_rows * static_cast<size_t>(n_vocab_);
+  // The prompt-logprob rows are not faulted in: most servers never see such a request.
+  const size_t n_logits = logit_rows_.size() * static_cast<size_t>(n_vocab_);
   logits_memory_ = HugePageBuffer(n_logits * sizeof(float));
-  logits_memory_.prefault();
+  logits_memory_.prefault(max_rows * static_cast<size_t>(n_vocab_) * sizeof(float));
   logits_ = {reinterpret_cast<float*>(logits_memory_.data()), n_logits};
 }
 
@@ -82,9 +87,23 @@ void ModelRunner::launch(std::span<const ScheduledSequence> scheduled, int slot)
       }
       return;
     }
+    // Prompt-logprob rows: one run of positions, all in this entry (a prompt's positions are
+    // never split between the two kernel routes).
+    const int64_t prompt_rows = seq.prompt_logit_rows(begin, end);
+    const int64_t prompt_first = std::max(begin, seq.prompt_logprobs_next);
+    if (prompt_rows > 0) {
+      prompt_index_[i] = static_cast<int32_t>(rows);
+      prompt_count_[i] = static_cast<int32_t>(prompt_rows);
+      prompt_position_[i] = prompt_first;
+    }
     for (int64_t pos = begin; pos < end; ++pos, ++t) {
       tokens_[t] = seq.tokens[static_cast<size_t>(pos)];
       positions_[t] = static_cast<int32_t>(pos);
+      if (pos >= prompt_first && pos < prompt_first + prompt_rows) {
+        if (rows == logit_rows_.size()) fail("model runner: more prompt-logprob rows than it has");
+        logit_rows_[rows++] = static_cast<int32_t>(t);
+        continue;
+      }
       if (pos < first_logit) continue;
       if (rows == logit_rows_.size()) fail("model runner: more logit rows than drafts allow");
       if (logit_count_[i]++ == 0) logit_index_[i] = static_cast<int32_t>(rows);
@@ -107,6 +126,7 @@ void ModelRunner::launch(std::span<const ScheduledSequence> scheduled, int slot)
     const int64_t end = begin + scheduled[i].num_new_tokens;
     logit_count_[i] = 0;
     hidden_count_[i] = 0;
+    prompt_count_[i] = 0;
     add(i, prompt_end(i, begin, end), end);
   }
   const size_t bf16_rows_begin = t;
@@ -219,6 +239,12 @@ std::span<const float> ModelRunner::hidden_for(size_t i) const {
   const auto n = static_cast<size_t>(n_embd_);
   return {hidden_.data() + static_cast<size_t>(hidden_index_[i]) * n,
           static_cast<size_t>(hidden_count_[i]) * n};
+}
+
+std::span<const float> ModelRunner::prompt_logits_for(size_t i, int32_t row) const {
+  if (row < 0 || row >= prompt_count_[i]) fail("model runner: no prompt row {} for {}", row, i);
+  const auto index = static_cast<size_t>(prompt_index_[i] + row);
+  return {logits_.data() + index * static_cast<size_t>(n_vocab_), static_cast<size_t>(n_vocab_)};
 }
 
 std::span<float> ModelRunner::logits_for(size_t i, int32_t row) {

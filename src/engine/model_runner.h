@@ -18,8 +18,10 @@ class ModelRunner {
  public:
   // max_draft: the most draft tokens a sequence brings to a step (speculative decoding), each
   // of which needs a row of logits.
+  // max_prompt_rows: the rows of logits a step has for prompt logprobs (the scheduler's
+  // max_prompt_logit_rows), past those; their memory is touched only when used.
   ModelRunner(model::Model& model, kv::KvCache& cache, ThreadPool& pool, int64_t max_batch_tokens,
-              int max_seqs, int max_draft = 0);
+              int max_seqs, int max_draft = 0, int64_t max_prompt_rows = 0);
 
   // Runs the step. Afterwards logits_for(i) holds the next-token logits of scheduled[i] when
   // that step computes its last uncomputed token (wants_logits(i)); with drafts, one row per
@@ -35,6 +37,12 @@ class ModelRunner {
   bool wants_logits(size_t i) const { return logit_count_[i] > 0; }
   int32_t num_logit_rows(size_t i) const { return logit_count_[i]; }
   std::span<float> logits_for(size_t i, int32_t row = 0);
+  // Prompt logprobs (Request::prompt_logprobs): the rows of the positions of scheduled[i] that
+  // predict a prompt token (Sequence::prompt_logit_rows), row j the one of position
+  // prompt_row_position(i) + j, which predicts the token after it.
+  int32_t num_prompt_rows(size_t i) const { return prompt_count_[i]; }
+  int64_t prompt_row_position(size_t i) const { return prompt_position_[i]; }
+  std::span<const float> prompt_logits_for(size_t i, int32_t row) const;
   // Embedding requests (Request::embed) get no logits: each position the step computes gets its
   // final hidden state instead. [positions computed this step, n_embd], in position order from
   // the sequence's num_computed before the step.
@@ -72,6 +80,9 @@ class ModelRunner {
   std::vector<int32_t> logit_rows_;              // [max_logit_rows]
   std::vector<int32_t> logit_index_;             // per scheduled sequence: its first row
   std::vector<int32_t> logit_count_;             // per scheduled sequence: its rows (0: none)
+  std::vector<int32_t> prompt_index_;            // per scheduled sequence: its first prompt row
+  std::vector<int32_t> prompt_count_;            // per scheduled sequence: its prompt rows
+  std::vector<int64_t> prompt_position_;         // per scheduled sequence: its first one's position
   int n_embd_;
   std::vector<int32_t> hidden_rows_;   // [max_batch_tokens] batch rows of embedding requests
   std::vector<int32_t> hidden_index_;  // per scheduled sequence: its first hidden row

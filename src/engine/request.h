@@ -54,6 +54,15 @@ struct BeamResult {
   FinishReason finish_reason = FinishReason::kStop;
 };
 
+// A prompt token's log-probability under the model's distribution at the position before it
+// (vLLM's prompt_logprobs; OpenAI's echo with logprobs). The first prompt token has none.
+struct PromptTokenLogprob {
+  int32_t token = -1;
+  float logprob = 0;  // NaN for the first prompt token
+  int32_t rank = 0;   // 1 + the number of tokens the model found more likely (0: the first token)
+  std::vector<sampling::TokenLogprob> top;  // the request's prompt_logprobs most likely, first first
+};
+
 struct RequestResult {
   FinishReason finish_reason = FinishReason::kStop;
   std::string error;      // set when finish_reason is kError
@@ -65,6 +74,9 @@ struct RequestResult {
   // An embedding request: [1, n_embd] pooled, or [prompt tokens, n_embd] with Pooling::kNone;
   // as the model computed them (normalizing is the caller's choice).
   std::vector<float> embedding;
+  // Request::prompt_logprobs >= 0: one entry per prompt token, in order (n > 1 choices: the
+  // first choice's result has them).
+  std::vector<PromptTokenLogprob> prompt_logprobs;
 };
 
 // Receives a request's output on the engine thread. Implementations must be quick and must
@@ -118,6 +130,11 @@ struct Request {
   std::vector<int32_t> allowed_token_ids;
   bool report_progress = false;  // on_prompt_progress while the prompt is computed
   int32_t logprobs = -1;         // -1: none; k >= 0: report each token's logprob and k alternatives
+  // -1: none; k >= 0: the result's prompt_logprobs, each prompt token's log-probability and the
+  // k most likely tokens at its place, from the model's logits (no penalties, bias or
+  // temperature). Such a prompt is computed whole (never started from cached blocks), a few
+  // dozen positions a step (the rows of logits a step holds).
+  int32_t prompt_logprobs = -1;
   // The logprobs above from the distribution the sampler drew from (after temperature, min-p,
   // top-k and top-p; llama-server's post_sampling_probs) instead of the model's.
   bool post_sampling_probs = false;

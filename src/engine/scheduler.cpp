@@ -79,6 +79,14 @@ int64_t Scheduler::step_tokens(const Sequence& seq, int64_t n) const {
   return n;
 }
 
+int64_t Scheduler::fit_prompt_rows(const Sequence& seq, int64_t n, int64_t& rows) {
+  const int64_t begin = seq.num_computed;
+  if (seq.prompt_logit_rows(begin, begin + n) > rows)
+    n = std::max(begin, seq.prompt_logprobs_next) + rows - begin;
+  rows -= seq.prompt_logit_rows(begin, begin + n);
+  return n;
+}
+
 int64_t Scheduler::snapshot_prefix(Sequence& seq, int64_t cached, int32_t& snapshot) {
   snapshot = -1;
   int64_t blocks = cached / config_.block_size;
@@ -166,12 +174,16 @@ void Scheduler::preempt(Sequence& seq) {
 void Scheduler::schedule(std::vector<ScheduledSequence>& out, int max_seqs) {
   out.clear();
   int64_t budget = config_.max_batched_tokens;
+  int64_t prompt_rows = config_.max_prompt_logit_rows;
   const auto cap = static_cast<size_t>(max_seqs < 0 ? config_.max_seqs : std::min(max_seqs, config_.max_seqs));
   // Running sequences first, oldest first; preempt from the newest end when blocks run out.
   const auto full = [&] { return out.size() >= cap; };
   for (size_t i = 0; i < running_.size() && budget > 0 && !full();) {
     Sequence& seq = *running_[i];
-    const int64_t n = seq.in_flight ? 0 : step_tokens(seq, std::min(seq.num_uncomputed(), budget));
+    int64_t rows = prompt_rows;
+    const int64_t n =
+        seq.in_flight ? 0
+                      : fit_prompt_rows(seq, step_tokens(seq, std::min(seq.num_uncomputed(), budget)), rows);
     if (n <= 0) {
       ++i;
       continue;
@@ -179,6 +191,7 @@ void Scheduler::schedule(std::vector<ScheduledSequence>& out, int max_seqs) {
     if (reserve_blocks(seq, n)) {
       out.push_back({&seq, n});
       budget -= n;
+      prompt_rows = rows;
       ++i;
       continue;
     }
@@ -190,7 +203,11 @@ void Scheduler::schedule(std::vector<ScheduledSequence>& out, int max_seqs) {
     Sequence* victim = *newest;
     running_.erase(std::next(newest).base());
     for (const ScheduledSequence& s : out) {
-      if (s.seq == victim) budget += s.num_new_tokens;
+      if (s.seq == victim) {
+        budget += s.num_new_tokens;
+        prompt_rows += victim->prompt_logit_rows(victim->num_computed,
+                                                 victim->num_computed + s.num_new_tokens);
+      }
     }
     std::erase_if(out, [&](const ScheduledSequence& s) { return s.seq == victim; });
     preempt(*victim);
@@ -214,8 +231,10 @@ void Scheduler::schedule(std::vector<ScheduledSequence>& out, int max_seqs) {
         break;
       }
     }
-    const int64_t n = step_tokens(seq, std::min(seq.num_uncomputed(), budget));
-    if (!reserve_blocks(seq, n) || !take_state_slot(seq)) {  // FCFS: no overtaking
+    int64_t rows = prompt_rows;
+    const int64_t n =
+        fit_prompt_rows(seq, step_tokens(seq, std::min(seq.num_uncomputed(), budget)), rows);
+    if (n <= 0 || !reserve_blocks(seq, n) || !take_state_slot(seq)) {  // FCFS: no overtaking
       if (snapshot >= 0) snapshot_pool_->release(snapshot);
       free_blocks(seq);             // the cached blocks it took wait in the free list again
       seq.num_computed = 0;
@@ -234,6 +253,7 @@ void Scheduler::schedule(std::vector<ScheduledSequence>& out, int max_seqs) {
     running_.push_back(&seq);
     out.push_back({&seq, n});
     budget -= n;
+    prompt_rows = rows;
   }
 }
 

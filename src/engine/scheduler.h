@@ -21,6 +21,9 @@ struct SchedulerConfig {
   int64_t max_batched_tokens = 512;  // tokens per forward step (also the prefill chunk size)
   int max_seqs = 16;                 // sequences running at once
   int block_size = 16;
+  // Rows of logits a step has for prompt logprobs (Request::prompt_logprobs), shared by the
+  // step's sequences: such a prompt runs at most this many of its positions that need one a step.
+  int64_t max_prompt_logit_rows = 0;
 };
 
 struct ScheduledSequence {
@@ -138,6 +141,9 @@ class Scheduler {
   // Tokens of `seq` to run this step: at most n, stopping at its prompt's snapshot end when
   // snapshots are required.
   int64_t step_tokens(const Sequence& seq, int64_t n) const;
+  // n cut so that the positions that need prompt-logprob rows fit in `rows` (what the step has
+  // left of them), which it then takes.
+  static int64_t fit_prompt_rows(const Sequence& seq, int64_t n, int64_t& rows);
   // A cached prefix of `cached` tokens cut to the longest one ending at a kept state; returns
   // its length and the snapshot (retained; -1 for none) to load into the sequence's state.
   int64_t snapshot_prefix(Sequence& seq, int64_t cached, int32_t& snapshot);

@@ -60,8 +60,21 @@ struct Sequence {
   int64_t num_uncomputed() const { return num_tokens() - num_computed; }
   // An embedding pooled over more than its last token needs the hidden state of every prompt
   // position, so its prompt is computed whole, never started from cached blocks.
+  // So does a request for prompt logprobs: every prompt position's logits.
   bool needs_every_position() const {
-    return request.embed.has_value() && *request.embed != Pooling::kLast;
+    return (request.embed.has_value() && *request.embed != Pooling::kLast) ||
+           request.prompt_logprobs >= 0;
+  }
+  // Prompt logprobs: positions before this one have had theirs taken (a preempted prompt is
+  // computed again from position 0; those are not asked for twice).
+  int64_t prompt_logprobs_next = 0;
+  // Of positions [begin, end), how many need a row of logits for prompt logprobs: those from
+  // prompt_logprobs_next up to the prompt's second last (position p predicts token p + 1; the
+  // last one's logits are the first output token's, as for any request).
+  int64_t prompt_logit_rows(int64_t begin, int64_t end) const {
+    if (request.prompt_logprobs < 0) return 0;
+    return std::max<int64_t>(
+        0, std::min(end, num_prompt_tokens - 1) - std::max(begin, prompt_logprobs_next));
   }
   // Forgets unverified drafts (and any K/V computed for them: they are past num_computed).
   void drop_drafts() {

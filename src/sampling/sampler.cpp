@@ -25,6 +25,11 @@ bool more_likely(const C& a, const C& b) {
   return a.logit != b.logit ? a.logit > b.logit : a.token < b.token;
 }
 
+struct Candidate {
+  float logit;
+  int32_t token;
+};
+
 uint64_t resolve_seed(uint64_t seed) {
   if (seed != SamplingParams::kRandomSeed) return seed;
   std::random_device device;
@@ -32,6 +37,33 @@ uint64_t resolve_seed(uint64_t seed) {
 }
 
 }  // namespace
+
+TokenScore score_token(std::span<const float> logits, int32_t token,
+                       std::span<TokenLogprob> out) {
+  if (token < 0 || static_cast<size_t>(token) >= logits.size())
+    fail("score_token: token {} outside {} logits", token, logits.size());
+  const float mine = logits[static_cast<size_t>(token)];
+  float max_logit = kNegInf;
+  int32_t above = 0;
+  // The k most likely so far, sorted (insertion: k is at most a few dozen).
+  const size_t k = std::min(out.size(), logits.size());
+  size_t kept = 0;
+  for (size_t i = 0; i < logits.size(); ++i) {
+    const float v = logits[i];
+    max_logit = std::max(max_logit, v);
+    above += v > mine ? 1 : 0;
+    const Candidate c{v, static_cast<int32_t>(i)};
+    if (k == 0 || (kept == k && !more_likely(c, Candidate{out[k - 1].logprob, out[k - 1].token})))
+      continue;
+    size_t at = kept < k ? kept++ : k - 1;
+    for (; at > 0 && more_likely(c, Candidate{out[at - 1].logprob, out[at - 1].token}); --at)
+      out[at] = out[at - 1];
+    out[at] = {c.token, c.logit};
+  }
+  const float lse = log_sum_exp(logits, max_logit);
+  for (size_t i = 0; i < kept; ++i) out[i].logprob -= lse;
+  return {mine - lse, above + 1, kept};
+}
 
 void SamplingParams::validate(int32_t n_vocab) const {
   if (!(temperature >= 0.0f) || temperature > 100.0f) {

@@ -17,6 +17,17 @@ struct TokenLogprob {
   float logprob = 0;
 };
 
+// A token's log-probability under softmax(logits) (in double, as Sampler reports logprobs),
+// its rank (1 + the tokens with a larger logit) and the out.size() most likely tokens, most
+// likely first (equal logits by id), of which `top` says how many were written. Allocates
+// nothing (prompt logprobs score every prompt position this way, several threads at once).
+struct TokenScore {
+  float logprob = 0;
+  int32_t rank = 0;
+  size_t top = 0;
+};
+TokenScore score_token(std::span<const float> logits, int32_t token, std::span<TokenLogprob> out);
+
 class Sampler {
  public:
   // Throws inferd::Error for invalid parameters. Without `logprobs` the sampler skips the

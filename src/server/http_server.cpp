@@ -217,6 +217,7 @@ struct HttpServer::Impl {
       c.completion_tokens = r.stats.completion_tokens;
       c.stats = r.stats;
       c.stop_word = r.stop_word;
+      c.prompt_logprobs = r.prompt_logprobs;
       if (r.finish_reason == engine::FinishReason::kError) g.error = r.error;
     }
     return fresh;
@@ -470,6 +471,12 @@ struct HttpServer::Impl {
           if (!started && g->request.chat) {
             for (int i = 0; i < g->request.n; ++i) {
               if (!send(writer->role_chunk(i))) return g->cancel(), false;
+            }
+          }
+          if (!started && g->request.echo) {  // the prompt first (its logprobs are not streamed)
+            for (int i = 0; i < g->request.n; ++i) {
+              if (!send(writer->chunk(i, g->request.prompt_text, {}, {})))
+                return g->cancel(), false;
             }
           }
           started = true;

@@ -2,6 +2,7 @@
 
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <utility>
 
 #include "util/error.h"
@@ -44,10 +45,14 @@ HugePageBuffer& HugePageBuffer::operator=(HugePageBuffer&& other) noexcept {
 }
 
 void HugePageBuffer::prefault() {
+  prefault(size_);
+}
+
+void HugePageBuffer::prefault(size_t bytes) {
   // A write per 4 KiB page faults it in (a 2 MiB huge page on the first write to its range);
   // the pages are zero already, so writing zero changes nothing.
   constexpr size_t kPage = 4096;
-  for (size_t offset = 0; offset < size_; offset += kPage)
+  for (size_t offset = 0; offset < std::min(bytes, size_); offset += kPage)
     reinterpret_cast<volatile uint8_t*>(data_)[offset] = 0;
 }
 

@@ -38,6 +38,8 @@ class HugePageBuffer {
   // than inside the first request (they made its TTFT several times longer). For buffers that
   // every forward pass uses; not for the KV cache, which is filled as sequences grow.
   void prefault();
+  // The same for the first `bytes` only.
+  void prefault(size_t bytes);
 
  private:
   void release();

@@ -100,6 +100,55 @@ class Completions(unittest.TestCase):
             # Greedy: the chosen token is the most likely one.
             self.assertAlmostEqual(max(top.values()), value, places=4)
 
+    def test_echo_scores_the_prompt_as_generation_would(self):
+        """Legacy scoring (lm-eval's local-completions): echo with logprobs gives each prompt
+        token's logprob under the distribution before it, which a request that stops just
+        before that token reports for its first output token."""
+        c = client()
+        prompt = "The capital of France is Paris. The capital of Germany is"
+        req = urllib.request.Request(server.base + "/tokenize",
+                                     data=json.dumps({"content": prompt}).encode(),
+                                     headers={"Authorization": "Bearer " + API_KEY})
+        with urllib.request.urlopen(req) as answer:
+            ids = json.load(answer)["tokens"]
+        scored = c.completions.create(model="", prompt=[ids], max_tokens=1, echo=True,
+                                      logprobs=2, temperature=0)
+        choice = scored.choices[0]
+        lp = choice.logprobs
+        self.assertTrue(choice.text.startswith(prompt))
+        self.assertEqual(len(lp.tokens), len(ids) + 1)
+        self.assertIsNone(lp.token_logprobs[0])
+        self.assertIsNone(lp.top_logprobs[0])
+        self.assertEqual("".join(lp.tokens), choice.text)
+        for k in (3, len(ids) - 1):  # prompt token k, after the first k tokens
+            after = c.completions.create(model="", prompt=ids[:k], max_tokens=1, temperature=0,
+                                         logprobs=20).choices[0].logprobs.top_logprobs[0]
+            token = lp.tokens[k]
+            self.assertIn(token, after)
+            self.assertAlmostEqual(lp.token_logprobs[k], after[token], places=3)
+            self.assertEqual(len(lp.top_logprobs[k]), 2)
+        # max_tokens 0: the prompt alone, no completion tokens.
+        only = c.completions.create(model="", prompt=prompt, max_tokens=0, echo=True, logprobs=0,
+                                    temperature=0)
+        self.assertEqual(only.choices[0].text, prompt)
+        self.assertEqual(only.usage.completion_tokens, 0)
+        self.assertEqual(only.choices[0].logprobs.token_logprobs[1:], lp.token_logprobs[1:-1])
+        # vLLM's prompt_logprobs: the token itself with its rank, then the alternatives.
+        v = c.completions.create(model="", prompt=prompt, max_tokens=2, temperature=0,
+                                 extra_body={"prompt_logprobs": 1}).model_dump()
+        entries = v["choices"][0]["prompt_logprobs"]
+        self.assertIsNone(entries[0])
+        self.assertEqual(len(entries), len(ids))
+        for k in range(1, len(ids)):
+            mine = entries[k][str(ids[k])]
+            self.assertAlmostEqual(mine["logprob"], lp.token_logprobs[k], places=4)
+            self.assertGreaterEqual(mine["rank"], 1)
+            self.assertLessEqual(len(entries[k]), 2)
+        # The prompt's logprobs are not streamed: a 400 rather than a stream without them.
+        with self.assertRaises(openai.BadRequestError):
+            c.completions.create(model="", prompt=prompt, max_tokens=1, echo=True, logprobs=1,
+                                 stream=True)
+
 
 class Chat(unittest.TestCase):
     messages = [{"role": "user", "content": "What is the capital of France?"}]

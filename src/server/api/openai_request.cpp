@@ -163,7 +163,9 @@ std::vector<int32_t> parse_prompt(const json& body, const ParseContext& ctx, std
   const json* v = field(body, "prompt");
   if (v == nullptr) bad("prompt", "'prompt' is required");
   const json* p = v;
-  if (v->is_array() && v->size() == 1 && (*v)[0].is_string()) p = &(*v)[0];
+  // A batch of one prompt (["text"], [[ids]]: what batching clients such as lm-eval send).
+  if (v->is_array() && v->size() == 1 && ((*v)[0].is_string() || (*v)[0].is_array()))
+    p = &(*v)[0];
   if (p->is_string()) {
     text = p->get<std::string>();
     return ctx.tokenizer->encode(text, true, true);
@@ -479,7 +481,13 @@ CompletionRequest parse_completion(const json& body, bool chat, const ParseConte
                                   ? std::min(ctx.default_max_tokens, ctx.context - prompt_tokens)
                               : chat ? ctx.context - prompt_tokens
                                      : 16;
-  out.request.max_tokens = integer(body, max_name, default_max, 1, INT32_MAX);
+  // Echo with max_tokens 0 scores the prompt alone (OpenAI's legacy completions allowed it).
+  out.echo = !chat && boolean(body, "echo", false);
+  out.request.max_tokens = integer(body, max_name, default_max, out.echo ? 0 : 1, INT32_MAX);
+  if (out.request.max_tokens == 0) {
+    out.score_only = true;
+    out.request.max_tokens = 1;
+  }
   if (prompt_tokens + out.request.max_tokens > ctx.context) {
     bad(max_name, fmt::format("the prompt ({} tokens) plus {} = {} is {} tokens, more than this "
                               "model's context of {}",
@@ -517,10 +525,22 @@ CompletionRequest parse_completion(const json& body, bool chat, const ParseConte
   }
   out.logprobs = parse_logprobs(body, chat);
   out.request.logprobs = out.logprobs;
+  out.prompt_logprobs =
+      static_cast<int32_t>(integer(body, "prompt_logprobs", -1, 0, kMaxTopLogprobs));
+  out.request.prompt_logprobs =
+      std::max(out.prompt_logprobs, out.echo && out.logprobs >= 0 ? out.logprobs : -1);
   out.request.post_sampling_probs = boolean(body, "post_sampling_probs", false);
   out.n = static_cast<int>(integer(body, "n", 1, 1, kMaxN));
   parse_beam_search(body, out);
   out.stream = boolean(body, "stream", false);
+  if (out.stream && out.request.prompt_logprobs >= 0) {
+    bad(out.prompt_logprobs >= 0 ? "prompt_logprobs" : "echo",
+        "the prompt's logprobs (prompt_logprobs, or echo with logprobs) are not streamed: "
+        "ask without stream");
+  }
+  if (out.stream && out.score_only) bad(max_name, "echo with max_tokens 0 is not streamed");
+  if (out.request.prompt_logprobs >= 0 && out.request.beam_width > 0)
+    bad("prompt_logprobs", "the prompt's logprobs are not supported with beam search");
   if (const json* options = field(body, "stream_options")) {
     if (!options->is_object()) bad("stream_options", "'stream_options' must be an object");
     out.include_usage = boolean(*options, "include_usage", false);

@@ -70,6 +70,13 @@ struct CompletionRequest {
   bool timings_per_token = false;
   int n = 1;
   int32_t logprobs = -1;  // alternatives per token; -1: no logprobs
+  // Completions' echo: the prompt comes back before the answer, with the logprobs of its
+  // tokens when logprobs are asked for (OpenAI's legacy scoring: token_logprobs[0] is null).
+  // score_only: echo with max_tokens 0 (one token is generated and left out).
+  bool echo = false;
+  bool score_only = false;
+  // vLLM's prompt_logprobs (request.prompt_logprobs also serves echo's): -1 none.
+  int32_t prompt_logprobs = -1;
   std::string model;
   std::string prompt_text;  // the prompt as text (chat: the rendered template)
   // Chat answers of thinking models: <think>...</think> (gpt-oss: the analysis channel) goes to

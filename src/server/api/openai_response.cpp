@@ -1,6 +1,7 @@
 #include "server/api/openai_response.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include <fmt/format.h>
 
@@ -51,7 +52,30 @@ json ResponseWriter::envelope(const char* object) const {
           {"system_fingerprint", kSystemFingerprint}};
 }
 
-json ResponseWriter::logprobs(const std::vector<TokenInfo>& tokens, size_t text_offset) const {
+json ResponseWriter::prompt_logprobs(
+    const std::vector<engine::PromptTokenLogprob>& prompt) const {
+  json out = json::array();
+  for (const engine::PromptTokenLogprob& p : prompt) {
+    if (std::isnan(p.logprob)) {
+      out.push_back(nullptr);
+      continue;
+    }
+    json entry = json::object();
+    const auto add = [&](int32_t token, float logprob, int32_t rank) {
+      entry[std::to_string(token)] = {{"logprob", logprob},
+                                      {"rank", rank},
+                                      {"decoded_token", printable(tokenizer_.token_piece(token))}};
+    };
+    add(p.token, p.logprob, p.rank);
+    for (size_t i = 0; i < p.top.size(); ++i)
+      if (p.top[i].token != p.token) add(p.top[i].token, p.top[i].logprob, static_cast<int32_t>(i + 1));
+    out.push_back(std::move(entry));
+  }
+  return out;
+}
+
+json ResponseWriter::logprobs(const std::vector<TokenInfo>& tokens, size_t text_offset,
+                              const std::vector<engine::PromptTokenLogprob>* prompt) const {
   if (request_.logprobs < 0) return nullptr;
   if (request_.chat) {
     json content = json::array();
@@ -72,6 +96,24 @@ json ResponseWriter::logprobs(const std::vector<TokenInfo>& tokens, size_t text_
   json tokens_json = json::array(), token_logprobs = json::array(), top = json::array(),
        offsets = json::array();
   size_t offset = text_offset;
+  if (prompt != nullptr) {
+    for (const engine::PromptTokenLogprob& p : *prompt) {
+      const std::string piece = printable(tokenizer_.token_piece(p.token));
+      tokens_json.push_back(piece);
+      offsets.push_back(offset);
+      offset += piece.size();
+      if (std::isnan(p.logprob)) {  // the first token: nothing before it to predict it
+        token_logprobs.push_back(nullptr);
+        top.push_back(nullptr);
+        continue;
+      }
+      token_logprobs.push_back(p.logprob);
+      json alternatives = json::object();
+      for (const sampling::TokenLogprob& alt : p.top)
+        alternatives[printable(tokenizer_.token_piece(alt.token))] = alt.logprob;
+      top.push_back(alternatives);
+    }
+  }
   for (const TokenInfo& t : tokens) {
     const std::string piece = printable(tokenizer_.token_piece(t.token));
     tokens_json.push_back(piece);
@@ -92,7 +134,7 @@ json ResponseWriter::logprobs(const std::vector<TokenInfo>& tokens, size_t text_
 json ResponseWriter::usage(const std::vector<ChoiceOutput>& choices) const {
   int64_t prompt = choices.empty() ? 0 : choices[0].prompt_tokens, completion = 0, cached = 0;
   for (const ChoiceOutput& c : choices) {
-    completion += c.completion_tokens;
+    if (!request_.score_only) completion += c.completion_tokens;
     cached = std::max(cached, c.cached_tokens);  // the choices share one prompt
   }
   return {{"prompt_tokens", prompt},
@@ -106,8 +148,13 @@ json ResponseWriter::full(const std::vector<ChoiceOutput>& choices) const {
   json list = json::array();
   for (size_t i = 0; i < choices.size(); ++i) {
     const ChoiceOutput& c = choices[i];
-    json choice = {
-        {"index", i}, {"logprobs", logprobs(c.tokens, 0)}, {"finish_reason", c.finish_reason}};
+    // The choices share one prompt: the first one's result has its logprobs.
+    const std::vector<engine::PromptTokenLogprob>& prompt = choices[0].prompt_logprobs;
+    static const std::vector<TokenInfo> kNone;
+    const std::vector<TokenInfo>& answer = request_.score_only ? kNone : c.tokens;
+    json choice = {{"index", i},
+                   {"logprobs", logprobs(answer, 0, request_.echo ? &prompt : nullptr)},
+                   {"finish_reason", c.finish_reason}};
     if (request_.chat) {
       choice["message"] = {{"role", "assistant"}, {"content", c.text}};
       if (request_.tools.active()) {
@@ -120,11 +167,16 @@ json ResponseWriter::full(const std::vector<ChoiceOutput>& choices) const {
       }
       if (!c.reasoning.empty()) choice["message"]["reasoning_content"] = c.reasoning;
     } else {
-      choice["text"] = c.text;
+      choice["text"] = request_.echo ? request_.prompt_text + (request_.score_only ? "" : c.text)
+                                     : c.text;
+      if (request_.prompt_logprobs >= 0) choice["prompt_logprobs"] = prompt_logprobs(prompt);
     }
     list.push_back(choice);
   }
   out["choices"] = list;
+  // vLLM's chat answer carries them once, beside the choices.
+  if (request_.chat && request_.prompt_logprobs >= 0 && !choices.empty())
+    out["prompt_logprobs"] = prompt_logprobs(choices[0].prompt_logprobs);
   out["usage"] = usage(choices);
   if (!choices.empty()) out["timings"] = timings(choices[0]);
   return out;

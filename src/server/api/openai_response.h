@@ -23,6 +23,8 @@ struct ChoiceOutput {
   int64_t cached_tokens = 0;   // of the prompt tokens, those found in the prefix cache
   engine::RequestStats stats;  // set when the choice finishes
   std::string stop_word;       // the stop string that ended it, if one did
+  // The prompt's tokens' logprobs (request.prompt_logprobs), set when the choice finishes.
+  std::vector<engine::PromptTokenLogprob> prompt_logprobs;
 };
 
 // A token's bytes as a list of numbers (OpenAI's logprobs "bytes"; llama-server's pieces that
@@ -58,7 +60,14 @@ class ResponseWriter {
   static nlohmann::ordered_json timings(const ChoiceOutput& choice);
 
  private:
-  nlohmann::ordered_json logprobs(const std::vector<TokenInfo>& tokens, size_t text_offset) const;
+  // `prompt`: echo's prompt tokens, listed first (the first with null logprobs).
+  nlohmann::ordered_json logprobs(const std::vector<TokenInfo>& tokens, size_t text_offset,
+                                  const std::vector<engine::PromptTokenLogprob>* prompt =
+                                      nullptr) const;
+  // vLLM's prompt_logprobs: null for the first token, then {"id": {logprob, rank,
+  // decoded_token}} with the token itself and its alternatives.
+  nlohmann::ordered_json prompt_logprobs(
+      const std::vector<engine::PromptTokenLogprob>& prompt) const;
   nlohmann::ordered_json usage(const std::vector<ChoiceOutput>& choices) const;
   nlohmann::ordered_json envelope(const char* object) const;
   // An answer's tool calls in the API's shape and the content left; "tool_calls" as the finish
