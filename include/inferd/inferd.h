@@ -105,6 +105,10 @@ typedef struct inferd_sampling_params {
   const int32_t* logit_bias_tokens;
   const float* logit_bias_values;
   size_t n_logit_bias;
+  /* Since 0.1.2. -1 (default): none; k >= 0: each prompt token's log-probability under the
+   * model's distribution before it (inferd_result_prompt_logprobs; k alternatives in the C++
+   * API). Such a prompt is computed whole, never from the prefix cache. */
+  int32_t prompt_logprobs;
 } inferd_sampling_params;
 
 typedef struct inferd_chat_message {
@@ -165,6 +169,10 @@ const int32_t* inferd_result_tokens(const inferd_result* result, size_t prompt_i
 /* With logprobs >= 0: one log-probability per generated token (count as for the tokens). */
 const float* inferd_result_logprobs(const inferd_result* result, size_t prompt_index, size_t choice,
                                     size_t* count);
+/* With prompt_logprobs >= 0: one log-probability per prompt token, the first NaN (nothing
+ * predicts it); count as for the tokens. NULL when not asked for. */
+const float* inferd_result_prompt_logprobs(const inferd_result* result, size_t prompt_index,
+                                           size_t* count);
 inferd_finish_reason inferd_result_finish_reason(const inferd_result* result, size_t prompt_index,
                                                  size_t choice);
 size_t inferd_result_prompt_tokens(const inferd_result* result, size_t prompt_index);

@@ -35,6 +35,15 @@ struct TokenLogprobs {
   std::vector<TokenLogprob> top;  // SamplingParams::logprobs of them, most likely first
 };
 
+// A prompt token's log-probability under the model's distribution at the position before it
+// (SamplingParams::prompt_logprobs).
+struct PromptTokenLogprobs {
+  int32_t token = -1;
+  float logprob = 0;              // NaN for the first prompt token: nothing predicts it
+  int32_t rank = 0;               // 1 + the tokens more likely there (0 for the first token)
+  std::vector<TokenLogprob> top;  // SamplingParams::prompt_logprobs of them, most likely first
+};
+
 struct CompletionOutput {
   int32_t index = 0;               // the choice, 0 .. n - 1
   std::string text;                // never contains a stop string
@@ -69,6 +78,8 @@ struct RequestOutput {
   std::vector<CompletionOutput>
       outputs;  // n choices (beam search: the best hypotheses, best first)
   RequestMetrics metrics;
+  // SamplingParams::prompt_logprobs >= 0: one entry per prompt token.
+  std::vector<PromptTokenLogprobs> prompt_logprobs;
 };
 
 // A piece of streamed output: final text (whole UTF-8 characters, never part of a stop string)

@@ -49,6 +49,10 @@ struct SamplingParams {
   // -1: none; k >= 0: each generated token's log-probability and its k most likely alternatives
   // (CompletionOutput::logprobs).
   int32_t logprobs = -1;
+  // -1: none; k >= 0: each prompt token's log-probability, rank and the k most likely tokens at
+  // its place, from the model's logits (RequestOutput::prompt_logprobs). Such a prompt is
+  // computed whole, never started from the prefix cache (not with beam search).
+  int32_t prompt_logprobs = -1;
   // Structured output, at most one of the three: the whole output matches a JSON schema (the
   // schema's text), a GBNF grammar (start rule `root`) or a regular expression.
   std::string json_schema;

@@ -377,11 +377,22 @@ class LLM:
                     cumulative_logprob=c.cumulative_logprob if want_logprobs or c.score else None,
                     logprobs=logprobs, finish_reason=_FINISH[c.finish_reason.name],
                     stop_reason=c.stop_reason or (c.stop_token_id if c.stop_token_id >= 0 else None)))
+            # vLLM's prompt_logprobs: None for the first token, then {id: Logprob} of the token
+            # itself (its rank) and its alternatives.
+            prompt_logprobs = None
+            if out.prompt_logprobs:
+                prompt_logprobs = [None]
+                for entry in out.prompt_logprobs[1:]:
+                    d = {alt.token: Logprob(alt.logprob, rank, piece(alt.token))
+                         for rank, alt in enumerate(entry.top, start=1)}
+                    d[entry.token] = Logprob(entry.logprob, entry.rank, piece(entry.token))
+                    prompt_logprobs.append(d)
             m = out.metrics
             results.append(RequestOutput(
                 request_id=str(self._next_request_id),
                 prompt=text if text is not None else (out.prompt or None),
                 prompt_token_ids=list(out.prompt_token_ids), outputs=choices, finished=True,
+                prompt_logprobs=prompt_logprobs,
                 metrics=RequestMetrics(m.prompt_tokens, m.completion_tokens, m.cached_tokens,
                                        m.queue_s, m.ttft_s, m.prefill_s, m.decode_s, m.e2e_s),
                 num_cached_tokens=m.cached_tokens))

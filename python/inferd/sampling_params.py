@@ -110,7 +110,6 @@ class SamplingParams:
     def _unsupported(self) -> None:
         checks = {
             "best_of": self.best_of is None or self.best_of == self.n,
-            "prompt_logprobs": self.prompt_logprobs is None,
             "bad_words": not self.bad_words,
             "detokenize": self.detokenize,
         }
@@ -151,6 +150,7 @@ class SamplingParams:
         if self.logit_bias:
             p.logit_bias = [(int(t), float(b)) for t, b in self.logit_bias.items()]
         p.logprobs = -1 if self.logprobs is None else int(self.logprobs)
+        p.prompt_logprobs = -1 if self.prompt_logprobs is None else int(self.prompt_logprobs)
         p.beam_width = int(self.beam_width)
         p.length_penalty = float(self.length_penalty)
         constraint = self.structured_outputs or self.guided_decoding

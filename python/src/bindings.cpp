@@ -240,6 +240,7 @@ PYBIND11_MODULE(_inferd, m) {
                      &inferd::SamplingParams::include_stop_str_in_output)
       .def_readwrite("allowed_token_ids", &inferd::SamplingParams::allowed_token_ids)
       .def_readwrite("logprobs", &inferd::SamplingParams::logprobs)
+      .def_readwrite("prompt_logprobs", &inferd::SamplingParams::prompt_logprobs)
       .def_readwrite("json_schema", &inferd::SamplingParams::json_schema)
       .def_readwrite("grammar", &inferd::SamplingParams::grammar)
       .def_readwrite("regex", &inferd::SamplingParams::regex)
@@ -278,6 +279,12 @@ PYBIND11_MODULE(_inferd, m) {
       .def_readonly("logprob", &inferd::TokenLogprobs::logprob)
       .def_readonly("top", &inferd::TokenLogprobs::top);
 
+  py::class_<inferd::PromptTokenLogprobs>(m, "PromptTokenLogprobs")
+      .def_readonly("token", &inferd::PromptTokenLogprobs::token)
+      .def_readonly("logprob", &inferd::PromptTokenLogprobs::logprob)
+      .def_readonly("rank", &inferd::PromptTokenLogprobs::rank)
+      .def_readonly("top", &inferd::PromptTokenLogprobs::top);
+
   py::class_<inferd::CompletionOutput>(m, "CompletionOutput")
       .def_readonly("index", &inferd::CompletionOutput::index)
       .def_property_readonly("text", [](const inferd::CompletionOutput& o) { return utf8(o.text); })
@@ -305,7 +312,8 @@ PYBIND11_MODULE(_inferd, m) {
       .def_property_readonly("prompt", [](const inferd::RequestOutput& o) { return utf8(o.prompt); })
       .def_readonly("prompt_token_ids", &inferd::RequestOutput::prompt_token_ids)
       .def_readonly("outputs", &inferd::RequestOutput::outputs)
-      .def_readonly("metrics", &inferd::RequestOutput::metrics);
+      .def_readonly("metrics", &inferd::RequestOutput::metrics)
+      .def_readonly("prompt_logprobs", &inferd::RequestOutput::prompt_logprobs);
 
   py::class_<Delta>(m, "StreamDelta")
       .def_readonly("prompt_index", &Delta::prompt_index)

@@ -223,6 +223,29 @@ def test_logprobs(llm: LLM) -> None:
     assert out.cumulative_logprob == pytest.approx(sum(e[t].logprob for t, e in zip(out.token_ids, out.logprobs)), abs=1e-3)
 
 
+def test_prompt_logprobs(llm: LLM) -> None:
+    # vLLM's shape: None for the first prompt token, then {id: Logprob} with the token itself
+    # (its rank) and the k most likely there; each under the distribution before it, which a
+    # generation that stops just before that token reports for its first output token.
+    ids = llm.get_tokenizer().encode(PROMPTS[0])
+    out = llm.generate(PROMPTS[0], SamplingParams(temperature=0, max_tokens=2, prompt_logprobs=2))[0]
+    assert out.prompt_token_ids == ids
+    assert len(out.prompt_logprobs) == len(ids) and out.prompt_logprobs[0] is None
+    for k in range(1, len(ids)):
+        entry = out.prompt_logprobs[k]
+        assert ids[k] in entry and 2 <= len(entry) <= 3
+        assert entry[ids[k]].rank >= 1
+        ranked = sorted((lp.rank, lp.logprob) for lp in entry.values())
+        assert [lp for _, lp in ranked] == sorted((lp for _, lp in ranked), reverse=True)
+    k = len(ids) - 1
+    before = llm.generate({"prompt_token_ids": ids[:k]}, SamplingParams(temperature=0, max_tokens=1, logprobs=20))[0]
+    top = before.outputs[0].logprobs[0]
+    assert ids[k] in top
+    assert out.prompt_logprobs[k][ids[k]].logprob == pytest.approx(top[ids[k]].logprob, abs=1e-4)
+    # None asked: none given.
+    assert llm.generate(PROMPTS[0], SamplingParams(max_tokens=1))[0].prompt_logprobs is None
+
+
 def test_64_prompts_batched(llm: LLM) -> None:
     prompts = [f"Item {i}: the number {i} written in words is" for i in range(64)]
     out = llm.generate(prompts, SamplingParams(temperature=0, max_tokens=16, ignore_eos=True))

@@ -24,6 +24,7 @@ struct inferd_engine {
 struct inferd_result {
   std::vector<inferd::RequestOutput> outputs;
   std::vector<std::vector<std::vector<float>>> logprobs;  // [prompt][choice][token]
+  std::vector<std::vector<float>> prompt_logprobs;         // [prompt][prompt token]
 };
 
 namespace {
@@ -59,7 +60,7 @@ inferd_status guarded(char** error, bool load, Body&& body) {
 
 // A struct given by a caller built against an older header is shorter: read only the fields
 // it has. `minimum`: the size of the struct's first release (inferd_sampling_params grew in
-// 0.1.1; inferd_engine_options has not).
+// 0.1.1 and 0.1.2; inferd_engine_options has not).
 template <typename T>
 bool valid_size(const T* s, size_t minimum = sizeof(T)) {
   return s->size >= minimum;
@@ -94,7 +95,7 @@ inferd::SamplingParams to_params(const inferd_sampling_params* p) {
   if (p->grammar != nullptr) params.grammar = p->grammar;
   if (p->regex != nullptr) params.regex = p->regex;
   // The fields added in 0.1.1, where the caller's struct has them.
-  if (p->size >= sizeof(inferd_sampling_params)) {
+  if (p->size >= offsetof(inferd_sampling_params, prompt_logprobs)) {
     const auto check = [](const void* array, size_t n, const char* name) {
       if (n > 0 && array == nullptr)
         throw inferd::Error(std::string(name) + " is NULL but its count is not 0");
@@ -113,6 +114,9 @@ inferd::SamplingParams to_params(const inferd_sampling_params* p) {
     for (size_t i = 0; i < p->n_logit_bias; ++i)
       params.logit_bias.emplace_back(p->logit_bias_tokens[i], p->logit_bias_values[i]);
   }
+  // 0.1.2's.
+  if (p->size >= offsetof(inferd_sampling_params, prompt_logprobs) + sizeof(p->prompt_logprobs))
+    params.prompt_logprobs = p->prompt_logprobs;
   return params;
 }
 
@@ -178,6 +182,9 @@ inferd_status run_call(inferd_engine* engine, inferd_stream_fn stream, void* use
       for (const inferd::TokenLogprobs& t : choice.logprobs) values.push_back(t.logprob);
       result->logprobs[p].push_back(std::move(values));
     }
+    std::vector<float>& prompt = result->prompt_logprobs.emplace_back();
+    for (const inferd::PromptTokenLogprobs& t : result->outputs[p].prompt_logprobs)
+      prompt.push_back(t.logprob);
   }
   *out = result.release();
   return token.cancelled() ? INFERD_ERROR_CANCELLED : INFERD_OK;
@@ -254,6 +261,7 @@ void inferd_sampling_params_init(inferd_sampling_params* params) {
   params->min_tokens = defaults.min_tokens;
   params->beam_width = defaults.beam_width;
   params->length_penalty = defaults.length_penalty;
+  params->prompt_logprobs = defaults.prompt_logprobs;
 }
 
 inferd_status inferd_engine_open(const char* model_path, const inferd_engine_options* options,
@@ -377,6 +385,15 @@ const float* inferd_result_logprobs(const inferd_result* result, size_t prompt_i
   if (count != nullptr) *count = 0;
   if (c == nullptr) return nullptr;
   const std::vector<float>& values = result->logprobs[prompt_index][choice];
+  if (count != nullptr) *count = values.size();
+  return values.empty() ? nullptr : values.data();
+}
+
+const float* inferd_result_prompt_logprobs(const inferd_result* result, size_t prompt_index,
+                                           size_t* count) {
+  if (count != nullptr) *count = 0;
+  if (result == nullptr || prompt_index >= result->prompt_logprobs.size()) return nullptr;
+  const std::vector<float>& values = result->prompt_logprobs[prompt_index];
   if (count != nullptr) *count = values.size();
   return values.empty() ? nullptr : values.data();
 }

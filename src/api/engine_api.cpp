@@ -313,6 +313,7 @@ std::vector<RequestOutput> Engine::Impl::run(std::vector<std::vector<int32_t>> p
       request.include_stop_str = params.include_stop_str_in_output;
       request.allowed_token_ids = params.allowed_token_ids;
       request.logprobs = params.logprobs;
+      request.prompt_logprobs = params.prompt_logprobs;
       request.grammar = grammar;
       request.beam_width = params.beam_width;
       request.beam_results = beams ? params.n : 1;
@@ -344,6 +345,13 @@ std::vector<RequestOutput> Engine::Impl::run(std::vector<std::vector<int32_t>> p
     const engine::RequestStats& s = first.stats;
     out.metrics = {s.prompt_tokens, s.completion_tokens, s.cached_tokens, s.queue_s,
                    s.ttft_s,        s.prefill_s,         s.decode_s,      s.e2e_s};
+    for (const engine::PromptTokenLogprob& e : first.prompt_logprobs) {
+      PromptTokenLogprobs& entry = out.prompt_logprobs.emplace_back();
+      entry.token = e.token;
+      entry.logprob = e.logprob;
+      entry.rank = e.rank;
+      for (const sampling::TokenLogprob& t : e.top) entry.top.push_back({t.token, t.logprob});
+    }
     if (beams) {
       for (size_t b = 0; b < first.beams.size(); ++b) {
         const engine::BeamResult& beam = first.beams[b];

@@ -280,20 +280,62 @@ struct HttpServer::Impl {
   void handle_completion(const HttpRequest& req, HttpResponse& res, bool chat) {
     if (!authorized(req, res)) return;
     auto g = std::make_shared<Generation>();
+    std::vector<std::shared_ptr<Generation>> more;  // the other prompts of a list of prompts
     bool verbose = options.verbose;
     if (!parsed(res, [&] {
-          const json body = parse_body(req);
+          json body = parse_body(req);
+          if (!chat && body.is_object() && body.contains("prompt")) {
+            std::vector<json> prompts = completion_prompts(body["prompt"]);
+            if (prompts.size() > 1 && body.value("stream", false) == true)
+              throw ApiError(400, "a list of prompts is answered whole: set 'stream' false",
+                             "stream");
+            for (size_t i = 1; i < prompts.size(); ++i) {
+              body["prompt"] = std::move(prompts[i]);
+              more.emplace_back(std::make_shared<Generation>())->request =
+                  parse_completion(body, false, context);
+            }
+            body["prompt"] = std::move(prompts[0]);
+          }
           g->request = parse_completion(body, chat, context);
           if (body.contains("verbose")) verbose = body["verbose"].get<bool>();
         }))
       return;
-    if (!start(*g)) {
+    bool started = start(*g);
+    for (auto& other : more) started = started && start(*other);
+    if (!started) {
+      g->cancel();
+      for (auto& other : more) other->cancel();
       fail_with(res, queue_full());
       return;
     }
     const std::string id = fmt::format("{}-{}", chat ? "chatcmpl" : "cmpl", next_id++);
-    auto writer = std::make_shared<ResponseWriter>(g->request, *context.tokenizer, id,
-                                                   static_cast<int64_t>(std::time(nullptr)));
+    const auto created = static_cast<int64_t>(std::time(nullptr));
+    auto writer = std::make_shared<ResponseWriter>(g->request, *context.tokenizer, id, created);
+    if (!more.empty()) {  // a list of prompts: each one's choices after the previous one's
+      more.insert(more.begin(), g);
+      std::vector<std::shared_ptr<ResponseWriter>> writers;
+      for (const auto& gen : more)
+        writers.push_back(
+            std::make_shared<ResponseWriter>(gen->request, *context.tokenizer, id, created));
+      respond_whole(res, more, [more, writers] {
+        json body = writers[0]->full(more[0]->choices);
+        for (size_t i = 1; i < more.size(); ++i) {
+          json part = writers[i]->full(more[i]->choices);
+          for (json& choice : part["choices"]) {
+            choice["index"] = body["choices"].size();
+            body["choices"].push_back(std::move(choice));
+          }
+          for (const char* count : {"prompt_tokens", "completion_tokens", "total_tokens"})
+            body["usage"][count] = body["usage"][count].get<int64_t>() +
+                                   part["usage"][count].get<int64_t>();
+          json& cached = body["usage"]["prompt_tokens_details"]["cached_tokens"];
+          cached = cached.get<int64_t>() +
+                   part["usage"]["prompt_tokens_details"]["cached_tokens"].get<int64_t>();
+        }
+        return body;
+      });
+      return;
+    }
     if (g->request.stream) {
       stream(res, g, writer);
     } else {

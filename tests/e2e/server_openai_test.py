@@ -148,6 +148,36 @@ class Completions(unittest.TestCase):
         with self.assertRaises(openai.BadRequestError):
             c.completions.create(model="", prompt=prompt, max_tokens=1, echo=True, logprobs=1,
                                  stream=True)
+        # On chat, vLLM's prompt_logprobs come once, beside the choices.
+        chat = c.chat.completions.create(model="", messages=[{"role": "user", "content": "Hi"}],
+                                         max_tokens=2, extra_body={"prompt_logprobs": 0})
+        entries = chat.model_dump()["prompt_logprobs"]
+        self.assertIsNone(entries[0])
+        self.assertEqual(len(entries), chat.usage.prompt_tokens)
+        self.assertTrue(all(len(e) == 1 and list(e.values())[0]["logprob"] <= 0
+                            for e in entries[1:]))
+
+    def test_a_list_of_prompts_gives_each_its_choices_in_order(self):
+        c = client()
+        prompts = ["The capital of France is", "Hello, my name is", "One, two, three,"]
+        batch = c.completions.create(model="", prompt=prompts, max_tokens=4, n=2, temperature=0)
+        self.assertEqual([ch.index for ch in batch.choices], list(range(6)))
+        total_prompt = 0
+        for i, p in enumerate(prompts):
+            alone = c.completions.create(model="", prompt=p, max_tokens=4, temperature=0)
+            self.assertEqual(batch.choices[2 * i].text, alone.choices[0].text)
+            self.assertEqual(batch.choices[2 * i + 1].text, alone.choices[0].text)
+            total_prompt += alone.usage.prompt_tokens
+        self.assertEqual(batch.usage.prompt_tokens, total_prompt)
+        self.assertEqual(batch.usage.completion_tokens, 6 * 4)
+        # Token-id lists too; a list of prompts is not streamed.
+        ids = c.completions.create(model="", prompt=[[1, 2, 3], [4, 5]], max_tokens=1,
+                                   temperature=0)
+        self.assertEqual(len(ids.choices), 2)
+        for bad in (dict(prompt=prompts, stream=True), dict(prompt=[]),
+                    dict(prompt=["a", 5])):
+            with self.assertRaises(openai.BadRequestError):
+                c.completions.create(model="", max_tokens=2, **bad)
 
 
 class Chat(unittest.TestCase):

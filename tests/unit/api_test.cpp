@@ -6,6 +6,7 @@
 
 #include <unistd.h>
 #include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <cstdio>
 #include <filesystem>
@@ -535,6 +536,38 @@ TEST_F(ApiTest, CGenerateMatchesTheCppApi) {
   EXPECT_EQ(inferd_generate(engine, prompts, 1, &params, nullptr, nullptr, &result, &error),
             INFERD_ERROR_INVALID_ARGUMENT);
   inferd_string_free(error);
+  // 0.1.2's prompt_logprobs: one per prompt token, the first NaN, as the C++ API's; a caller
+  // built against 0.1.1's header (the struct without it) gets none.
+  inferd_sampling_params_init(&params);
+  EXPECT_EQ(params.prompt_logprobs, -1);
+  params.temperature = 0;
+  params.max_tokens = 2;
+  params.prompt_logprobs = 1;
+  ASSERT_EQ(inferd_generate(engine, prompts, 1, &params, nullptr, nullptr, &result, &error),
+            INFERD_OK)
+      << error;
+  inferd::SamplingParams scored = greedy(2);
+  scored.prompt_logprobs = 1;
+  const auto expected_prompt = api.complete("abcab", scored);
+  ASSERT_EQ(expected_prompt.prompt_logprobs.size(), expected_prompt.prompt_token_ids.size());
+  const float* prompt_lp = inferd_result_prompt_logprobs(result, 0, &count);
+  ASSERT_NE(prompt_lp, nullptr);
+  ASSERT_EQ(count, expected_prompt.prompt_token_ids.size());
+  EXPECT_TRUE(std::isnan(prompt_lp[0]));
+  for (size_t i = 1; i < count; ++i) {
+    EXPECT_EQ(prompt_lp[i], expected_prompt.prompt_logprobs[i].logprob) << i;
+    EXPECT_LE(prompt_lp[i], 0.0f);
+    EXPECT_EQ(expected_prompt.prompt_logprobs[i].top.size(), 1u);
+  }
+  EXPECT_EQ(inferd_result_prompt_logprobs(result, 1, &count), nullptr);
+  EXPECT_EQ(count, 0u);
+  inferd_result_free(result);
+  params.size = offsetof(inferd_sampling_params, prompt_logprobs);  // 0.1.1's struct
+  ASSERT_EQ(inferd_generate(engine, prompts, 1, &params, nullptr, nullptr, &result, &error),
+            INFERD_OK)
+      << error;
+  EXPECT_EQ(inferd_result_prompt_logprobs(result, 0, &count), nullptr);
+  inferd_result_free(result);
   inferd_sampling_params_init(&params);
   // No chat template in the tiny model: a clear error.
   inferd_chat_message message{"user", "ab"};

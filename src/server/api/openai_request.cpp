@@ -440,6 +440,26 @@ ReasoningSplitter reasoning_splitter(const CompletionRequest& request) {
   return ReasoningSplitter::harmony(request.prompt_text, request.tools.active());
 }
 
+std::vector<json> completion_prompts(const json& prompt) {
+  // Up to this many prompts in one request (each runs as a request of its own).
+  constexpr size_t kMaxPrompts = 256;
+  if (!prompt.is_array() ||
+      std::all_of(prompt.begin(), prompt.end(), [](const json& e) { return e.is_number(); })) {
+    if (prompt.is_array() && prompt.empty()) bad("prompt", "'prompt' is an empty list");
+    return {prompt};
+  }
+  if (prompt.size() > kMaxPrompts)
+    bad("prompt", fmt::format("at most {} prompts in one request, got {}", kMaxPrompts,
+                              prompt.size()));
+  std::vector<json> prompts;
+  for (const json& p : prompt) {
+    if (!p.is_string() && !p.is_array())
+      bad("prompt", "a list of prompts holds texts or lists of token ids");
+    prompts.push_back(p);
+  }
+  return prompts;
+}
+
 CompletionRequest parse_completion(const json& body, bool chat, const ParseContext& ctx) {
   if (!body.is_object()) bad("", "the request body must be a JSON object");
   check_model(body, ctx);

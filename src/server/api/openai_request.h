@@ -97,6 +97,10 @@ ReasoningSplitter reasoning_splitter(const CompletionRequest& request);
 // The prompt text a chat body's "messages" render to (the BOS the tokenizer adds left out);
 // ApiError for bad messages, a template that fails, or a model without a template.
 std::string render_chat_prompt(const nlohmann::ordered_json& body, const ParseContext& ctx);
+// The prompts of a /v1/completions body's "prompt": a text or token ids (one prompt), or a
+// list of texts or of token-id lists (a batch: each is answered as its own request, its
+// choices after the previous prompt's). ApiError for an empty or malformed list.
+std::vector<nlohmann::ordered_json> completion_prompts(const nlohmann::ordered_json& prompt);
 CompletionRequest parse_completion(const nlohmann::ordered_json& body, bool chat,
                                    const ParseContext& ctx);
 
