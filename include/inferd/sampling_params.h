@@ -46,6 +46,9 @@ struct SamplingParams {
   bool include_stop_str_in_output = false;
   // When not empty, only these tokens are sampled (end-of-generation tokens only if listed).
   std::vector<int32_t> allowed_token_ids;
+  // vLLM's bad_words: the output never spells one of these words in the tokens the tokenizer
+  // gives it (alone, and after a space); at most 128 (not with beam search).
+  std::vector<std::string> bad_words;
   // -1: none; k >= 0: each generated token's log-probability and its k most likely alternatives
   // (CompletionOutput::logprobs).
   int32_t logprobs = -1;

@@ -110,7 +110,6 @@ class SamplingParams:
     def _unsupported(self) -> None:
         checks = {
             "best_of": self.best_of is None or self.best_of == self.n,
-            "bad_words": not self.bad_words,
             "detokenize": self.detokenize,
         }
         bad = [name for name, ok in checks.items() if not ok]
@@ -147,6 +146,8 @@ class SamplingParams:
         p.include_stop_str_in_output = bool(self.include_stop_str_in_output)
         if self.allowed_token_ids:
             p.allowed_token_ids = [int(t) for t in self.allowed_token_ids]
+        if self.bad_words:
+            p.bad_words = [str(w) for w in self.bad_words]
         if self.logit_bias:
             p.logit_bias = [(int(t), float(b)) for t, b in self.logit_bias.items()]
         p.logprobs = -1 if self.logprobs is None else int(self.logprobs)

@@ -239,6 +239,7 @@ PYBIND11_MODULE(_inferd, m) {
       .def_readwrite("include_stop_str_in_output",
                      &inferd::SamplingParams::include_stop_str_in_output)
       .def_readwrite("allowed_token_ids", &inferd::SamplingParams::allowed_token_ids)
+      .def_readwrite("bad_words", &inferd::SamplingParams::bad_words)
       .def_readwrite("logprobs", &inferd::SamplingParams::logprobs)
       .def_readwrite("prompt_logprobs", &inferd::SamplingParams::prompt_logprobs)
       .def_readwrite("json_schema", &inferd::SamplingParams::json_schema)

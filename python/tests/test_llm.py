@@ -246,6 +246,16 @@ def test_prompt_logprobs(llm: LLM) -> None:
     assert llm.generate(PROMPTS[0], SamplingParams(max_tokens=1))[0].prompt_logprobs is None
 
 
+def test_bad_words(llm: LLM) -> None:
+    prompt = "The capital of France is Paris. The capital of France is"
+    plain = llm.generate(prompt, SamplingParams(temperature=0, max_tokens=8))[0].outputs[0].text
+    assert "Paris" in plain
+    banned = llm.generate(prompt, SamplingParams(temperature=0, max_tokens=8, bad_words=["Paris"]))[0].outputs[0].text
+    assert "Paris" not in banned
+    with pytest.raises(ValueError, match="bad_words"):
+        llm.generate(prompt, SamplingParams(max_tokens=2, bad_words=[" "]))
+
+
 def test_64_prompts_batched(llm: LLM) -> None:
     prompts = [f"Item {i}: the number {i} written in words is" for i in range(64)]
     out = llm.generate(prompts, SamplingParams(temperature=0, max_tokens=16, ignore_eos=True))
@@ -275,8 +285,6 @@ def test_split_sizes_need_mpirun() -> None:
 def test_bad_parameter(llm: LLM) -> None:
     with pytest.raises(ValueError, match="n must be at least 1"):
         llm.generate("x", SamplingParams(n=0))
-    with pytest.raises(NotImplementedError, match="bad_words"):
-        llm.generate("x", SamplingParams(bad_words=["x"]))
     with pytest.raises(ValueError, match="min_tokens"):
         llm.generate("x", SamplingParams(max_tokens=4, min_tokens=5))
 

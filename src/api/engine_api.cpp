@@ -13,6 +13,7 @@
 
 #include <fmt/ranges.h>
 
+#include "engine/bad_words.h"
 #include "engine/engine.h"
 #include "engine/request.h"
 #include "gguf/gguf.h"
@@ -312,6 +313,7 @@ std::vector<RequestOutput> Engine::Impl::run(std::vector<std::vector<int32_t>> p
       request.min_tokens = params.min_tokens;
       request.include_stop_str = params.include_stop_str_in_output;
       request.allowed_token_ids = params.allowed_token_ids;
+      request.bad_words = engine::bad_word_sequences(engine->tokenizer(), params.bad_words);
       request.logprobs = params.logprobs;
       request.prompt_logprobs = params.prompt_logprobs;
       request.grammar = grammar;

@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "dist/model_parallel.h"
+#include "engine/bad_words.h"
 #include "engine/beam_search.h"
 #include "engine/stop_matcher.h"
 #include "model/data_parallel.h"
@@ -431,9 +432,14 @@ uint64_t Engine::add_request(Request request) {
   request.allowed_token_ids.erase(
       std::unique(request.allowed_token_ids.begin(), request.allowed_token_ids.end()),
       request.allowed_token_ids.end());
+  for (const std::vector<int32_t>& word : request.bad_words) {
+    if (word.empty()) fail("a bad word has no tokens");
+    check_ids(word, "bad word");
+  }
   if (request.beam_width > 0 && (request.min_tokens > 0 || !request.stop_token_ids.empty() ||
-                                 !request.allowed_token_ids.empty()))
-    fail("min_tokens, stop_token_ids and allowed_token_ids are not supported with beam search");
+                                 !request.allowed_token_ids.empty() || !request.bad_words.empty()))
+    fail("min_tokens, stop_token_ids, allowed_token_ids and bad_words are not supported with "
+         "beam search");
   if (request.spec_tokens < -1 || request.spec_tokens > config_.spec.num_tokens) {
     fail("speculative tokens per step must be -1 (the server's), 0 (off) or up to {}, got {}",
          config_.spec.num_tokens, request.spec_tokens);
@@ -862,6 +868,7 @@ int32_t Engine::process_output(Active& active, std::span<float> logits) {
     for (const int32_t id : tokenizer_->vocab().eog_ids()) never(id);
     for (const int32_t id : seq.request.stop_token_ids) never(id);
   }
+  ban_bad_words(seq.request.bad_words, output, logits);
   // Where the masks and biases leave no token, the request ends with an error rather than with
   // a token they forbade.
   const auto nothing_to_sample = [&](const char* why) {

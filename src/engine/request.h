@@ -128,6 +128,9 @@ struct Request {
   // vLLM's allowed_token_ids: when not empty, only these tokens are sampled (end tokens count
   // only if listed). Sorted and deduplicated by add_request.
   std::vector<int32_t> allowed_token_ids;
+  // vLLM's bad_words as token sequences (engine/bad_words.h makes them from words): a
+  // sequence's last token is not sampled where the output so far ends with its other tokens.
+  std::vector<std::vector<int32_t>> bad_words;
   bool report_progress = false;  // on_prompt_progress while the prompt is computed
   int32_t logprobs = -1;         // -1: none; k >= 0: report each token's logprob and k alternatives
   // -1: none; k >= 0: the result's prompt_logprobs, each prompt token's log-probability and the

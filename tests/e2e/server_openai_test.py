@@ -157,6 +157,19 @@ class Completions(unittest.TestCase):
         self.assertTrue(all(len(e) == 1 and list(e.values())[0]["logprob"] <= 0
                             for e in entries[1:]))
 
+    def test_bad_words_never_appear(self):
+        c = client()
+        prompt = "The capital of France is Paris. The capital of France is"
+        plain = c.completions.create(model="", prompt=prompt, max_tokens=8, temperature=0)
+        self.assertIn("Paris", plain.choices[0].text)
+        banned = c.completions.create(model="", prompt=prompt, max_tokens=8, temperature=0,
+                                      extra_body={"bad_words": ["Paris"]})
+        self.assertNotIn("Paris", banned.choices[0].text)
+        for bad in ("Paris", ["Paris", 3], [""]):
+            with self.assertRaises(openai.BadRequestError):
+                c.completions.create(model="", prompt=prompt, max_tokens=2,
+                                     extra_body={"bad_words": bad})
+
     def test_a_list_of_prompts_gives_each_its_choices_in_order(self):
         c = client()
         prompts = ["The capital of France is", "Hello, my name is", "One, two, three,"]

@@ -4,6 +4,7 @@
 
 #include <cmath>
 
+#include "engine/bad_words.h"
 #include "server/json/fields.h"
 #include "util/error.h"
 
@@ -525,6 +526,17 @@ CompletionRequest parse_completion(const json& body, bool chat, const ParseConte
   out.request.allowed_token_ids = parse_token_ids(body, "allowed_token_ids", n_vocab, n_vocab);
   if (field(body, "allowed_token_ids") != nullptr && out.request.allowed_token_ids.empty())
     bad("allowed_token_ids", "'allowed_token_ids' must not be empty");
+  if (const json* words = field(body, "bad_words")) {  // vLLM's
+    if (!words->is_array() ||
+        !std::all_of(words->begin(), words->end(), [](const json& w) { return w.is_string(); }))
+      bad("bad_words", "'bad_words' must be a list of strings");
+    try {
+      out.request.bad_words =
+          engine::bad_word_sequences(*ctx.tokenizer, words->get<std::vector<std::string>>());
+    } catch (const Error& e) {
+      bad("bad_words", e.what());
+    }
+  }
   out.request.report_progress = boolean(body, "return_progress", false);
   out.timings_per_token = boolean(body, "timings_per_token", false);
   if (const json* salt = field(body, "cache_salt")) {
