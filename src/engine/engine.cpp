@@ -463,6 +463,9 @@ uint64_t Engine::add_request(Request request) {
   for (size_t i = 0; i < more.size(); ++i) {
     Request choice = request;
     choice.output = std::move(more[i]);
+    // The prompt's logprobs are the first choice's: the others neither compute them again nor
+    // carry entries that would stay empty (a forked choice takes the prompt as it is).
+    choice.prompt_logprobs = -1;
     if (choice.sampling.seed != sampling::SamplingParams::kRandomSeed)
       choice.sampling.seed += i + 1;
     std::unique_ptr<Active> other = make_active(std::move(choice));

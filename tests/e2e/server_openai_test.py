@@ -169,6 +169,9 @@ class Completions(unittest.TestCase):
             with self.assertRaises(openai.BadRequestError):
                 c.completions.create(model="", prompt=prompt, max_tokens=2,
                                      extra_body={"bad_words": bad})
+        with self.assertRaises(openai.BadRequestError):  # ranked by the model's logprobs
+            c.completions.create(model="", prompt=prompt, max_tokens=2, extra_body={
+                "bad_words": ["Paris"], "use_beam_search": True, "best_of": 2})
 
     def test_a_list_of_prompts_gives_each_its_choices_in_order(self):
         c = client()

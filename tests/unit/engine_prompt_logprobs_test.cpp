@@ -187,6 +187,7 @@ TEST_F(PromptLogprobsTest, FirstChoiceHoldsThemWithSeveralChoices) {
   for (size_t i = 1; i < outs.size(); ++i) {
     EXPECT_EQ(outs[i]->result_.finish_reason, FinishReason::kLength);
     EXPECT_EQ(outs[i]->result_.output_tokens.size(), 5u);
+    EXPECT_TRUE(outs[i]->result_.prompt_logprobs.empty());  // (not entries left unfilled)
   }
 }
 

@@ -573,6 +573,8 @@ CompletionRequest parse_completion(const json& body, bool chat, const ParseConte
   if (out.stream && out.score_only) bad(max_name, "echo with max_tokens 0 is not streamed");
   if (out.request.prompt_logprobs >= 0 && out.request.beam_width > 0)
     bad("prompt_logprobs", "the prompt's logprobs are not supported with beam search");
+  if (!out.request.bad_words.empty() && out.request.beam_width > 0)
+    bad("bad_words", "'bad_words' is not supported with beam search");
   if (const json* options = field(body, "stream_options")) {
     if (!options->is_object()) bad("stream_options", "'stream_options' must be an object");
     out.include_usage = boolean(*options, "include_usage", false);
