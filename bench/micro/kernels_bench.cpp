@@ -9,6 +9,8 @@
 // second), tokens/s for Gated DeltaNet (one head's tokens through its state per second).
 #include <benchmark/benchmark.h>
 
+#include <malloc.h>
+
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -79,6 +81,25 @@ void BM_PackedGemm(benchmark::State& state, const KernelTable* table, DType type
   state.counters["weight_B/s"] = benchmark::Counter(
       static_cast<double>(packed.groups() * packed.blocks_per_row() * packed.block_bytes()),
       benchmark::Counter::kIsIterationInvariantRate);
+}
+
+// Packing a matrix at load (PackedWeights::pack, on the threads it takes: as many as the CPUs
+// allowed): GGUF bytes read per second, the part of a model's load time that is inferd's own
+// work (the rest is reading the file and the kernel's page faults). malloc is told to keep
+// freed memory, so each pack writes into pages the one before faulted in.
+void BM_Pack(benchmark::State& state, DType type) {
+  constexpr int64_t kRows = 2048, kCols = 8192;
+  mallopt(M_MMAP_THRESHOLD, 1 << 30);
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);
+  size_t row_bytes = 0;
+  const auto raw = random_rows(type, kRows, kCols, row_bytes);
+  benchmark::DoNotOptimize(PackedWeights::pack(type, raw.data(), kRows, kCols, row_bytes));
+  for (auto _ : state) {
+    auto packed = PackedWeights::pack(type, raw.data(), kRows, kCols, row_bytes);
+    benchmark::DoNotOptimize(packed->group(0));
+  }
+  state.counters["gguf_B/s"] = benchmark::Counter(static_cast<double>(raw.size()),
+                                                  benchmark::Counter::kIsIterationInvariantRate);
 }
 
 // Attention of `n_tokens` query tokens (the last ones of a context of `context` tokens) of one
@@ -169,6 +190,13 @@ void BM_DeltaNet(benchmark::State& state, const KernelTable* table, bool chunked
 }
 
 void register_all() {
+  for (auto [type, name] : {std::pair{DType::Q4_K, "q4_k"}, std::pair{DType::Q5_K, "q5_k"},
+                            std::pair{DType::Q6_K, "q6_k"}, std::pair{DType::Q8_0, "q8_0"},
+                            std::pair{DType::IQ4_XS, "iq4_xs"}}) {
+    benchmark::RegisterBenchmark((std::string("Pack/") + name + "/2048x8192").c_str(), BM_Pack,
+                                 type)
+        ->UseRealTime();
+  }
   for (const KernelTable* table : available_kernels()) {
     const std::string isa(table->isa);
     // SmolLM2-135M's shapes: gate/up (1536 x 576) and down (576 x 1536).
