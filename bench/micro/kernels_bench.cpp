@@ -193,7 +193,9 @@ void register_all() {
   for (auto [type, name] : {std::pair{DType::Q4_K, "q4_k"}, std::pair{DType::Q5_K, "q5_k"},
                             std::pair{DType::Q6_K, "q6_k"}, std::pair{DType::Q8_0, "q8_0"},
                             std::pair{DType::IQ4_XS, "iq4_xs"}, std::pair{DType::Q3_K, "q3_k"},
-                            std::pair{DType::Q2_K, "q2_k"}, std::pair{DType::Q4_0, "q4_0"}}) {
+                            std::pair{DType::Q2_K, "q2_k"}, std::pair{DType::Q4_0, "q4_0"},
+                            std::pair{DType::Q5_0, "q5_0"}, std::pair{DType::F16, "f16"},
+                            std::pair{DType::MXFP4, "mxfp4"}}) {
     benchmark::RegisterBenchmark((std::string("Pack/") + name + "/2048x8192").c_str(), BM_Pack,
                                  type)
         ->UseRealTime();
