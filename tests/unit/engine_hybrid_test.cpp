@@ -262,5 +262,33 @@ TEST_F(HybridEngineTest, PrefixCacheOnEqualsOff) {
   }
 }
 
+// Prompt logprobs on a hybrid model: the prompt runs in steps of the rows a step has for them
+// (64) and stops at its last full block for the state snapshot; each position's most likely
+// token and its logprob are what a greedy request stopping there samples first.
+TEST_F(HybridEngineTest, PromptLogprobsMatchTheGreedyTokenBeforeEachPosition) {
+  const std::vector<int32_t> p = walk_prompt(75, 3);
+  Engine engine(*file_, config(2));
+  auto out = std::make_shared<Collect>();
+  Request r = greedy_request(p, out, 2);
+  r.prompt_logprobs = 1;
+  engine.add_request(std::move(r));
+  engine.run_until_idle();
+  const std::vector<PromptTokenLogprob>& scored = out->result_.prompt_logprobs;
+  ASSERT_EQ(scored.size(), p.size());
+  Engine reference(*file_, tiny_engine_config(2, /*prefix_cache=*/false));
+  for (const size_t k : {size_t{1}, size_t{17}, size_t{63}, size_t{64}, size_t{65}, size_t{74}}) {
+    auto first = std::make_shared<Collect>();
+    Request before = greedy_request(std::vector<int32_t>(p.begin(), p.begin() + static_cast<long>(k)),
+                                    first, 1);
+    before.logprobs = 0;
+    reference.add_request(std::move(before));
+    reference.run_until_idle();
+    ASSERT_EQ(first->tokens_.size(), 1u);
+    ASSERT_EQ(scored[k].top.size(), 1u) << k;
+    EXPECT_EQ(scored[k].top[0].token, first->tokens_[0]) << k;
+    EXPECT_NEAR(scored[k].top[0].logprob, first->logprobs_[0], 1e-4f) << k;
+  }
+}
+
 }  // namespace
 }  // namespace inferd::engine
