@@ -241,7 +241,7 @@ std::span<const float> ModelRunner::hidden_for(size_t i) const {
           static_cast<size_t>(hidden_count_[i]) * n};
 }
 
-std::span<const float> ModelRunner::prompt_logits_for(size_t i, int32_t row) const {
+std::span<float> ModelRunner::prompt_logits_for(size_t i, int32_t row) {
   if (row < 0 || row >= prompt_count_[i]) fail("model runner: no prompt row {} for {}", row, i);
   const auto index = static_cast<size_t>(prompt_index_[i] + row);
   return {logits_.data() + index * static_cast<size_t>(n_vocab_), static_cast<size_t>(n_vocab_)};

@@ -42,7 +42,7 @@ class ModelRunner {
   // prompt_row_position(i) + j, which predicts the token after it.
   int32_t num_prompt_rows(size_t i) const { return prompt_count_[i]; }
   int64_t prompt_row_position(size_t i) const { return prompt_position_[i]; }
-  std::span<const float> prompt_logits_for(size_t i, int32_t row) const;
+  std::span<float> prompt_logits_for(size_t i, int32_t row);
   // Embedding requests (Request::embed) get no logits: each position the step computes gets its
   // final hidden state instead. [positions computed this step, n_embd], in position order from
   // the sequence's num_computed before the step.

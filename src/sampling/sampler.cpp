@@ -38,8 +38,7 @@ uint64_t resolve_seed(uint64_t seed) {
 
 }  // namespace
 
-TokenScore score_token(std::span<const float> logits, int32_t token,
-                       std::span<TokenLogprob> out) {
+TokenScore score_token(std::span<float> logits, int32_t token, std::span<TokenLogprob> out) {
   if (token < 0 || static_cast<size_t>(token) >= logits.size())
     fail("score_token: token {} outside {} logits", token, logits.size());
   const float mine = logits[static_cast<size_t>(token)];
@@ -60,7 +59,9 @@ TokenScore score_token(std::span<const float> logits, int32_t token,
       out[at] = out[at - 1];
     out[at] = {c.token, c.logit};
   }
-  const float lse = log_sum_exp(logits, max_logit);
+  const float sum = kernels::active_kernels().attention.exp_sum(logits.data(),
+                                                      static_cast<int>(logits.size()), max_logit);
+  const float lse = max_logit + std::log(sum);
   for (size_t i = 0; i < kept; ++i) out[i].logprob -= lse;
   return {mine - lse, above + 1, kept};
 }
