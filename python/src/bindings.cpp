@@ -310,7 +310,8 @@ PYBIND11_MODULE(_inferd, m) {
 
   py::class_<inferd::RequestOutput>(m, "RequestOutput")
       .def_readonly("index", &inferd::RequestOutput::index)
-      .def_property_readonly("prompt", [](const inferd::RequestOutput& o) { return utf8(o.prompt); })
+      .def_property_readonly("prompt",
+                             [](const inferd::RequestOutput& o) { return utf8(o.prompt); })
       .def_readonly("prompt_token_ids", &inferd::RequestOutput::prompt_token_ids)
       .def_readonly("outputs", &inferd::RequestOutput::outputs)
       .def_readonly("metrics", &inferd::RequestOutput::metrics)

@@ -24,7 +24,7 @@ struct inferd_engine {
 struct inferd_result {
   std::vector<inferd::RequestOutput> outputs;
   std::vector<std::vector<std::vector<float>>> logprobs;  // [prompt][choice][token]
-  std::vector<std::vector<float>> prompt_logprobs;         // [prompt][prompt token]
+  std::vector<std::vector<float>> prompt_logprobs;        // [prompt][prompt token]
 };
 
 namespace {

@@ -14,7 +14,9 @@ std::vector<std::vector<int32_t>> bad_word_sequences(const tokenizer::Tokenizer&
     fail("bad_words: at most {} words, got {}", kMaxBadWords, words.size());
   std::vector<std::vector<int32_t>> out;
   for (const std::string& word : words) {
-    const std::string bare = word.substr(std::min(word.find_first_not_of(' '), word.size()));
+    // (Python's lstrip(), as vLLM strips the word: any leading whitespace.)
+    const size_t start = word.find_first_not_of(" \t\n\r\f\v");
+    const std::string bare = start == std::string::npos ? std::string() : word.substr(start);
     if (bare.empty()) fail("bad_words: a word is empty");
     std::vector<int32_t> alone = tokenizer.encode(bare, false, false);
     std::vector<int32_t> inside = tokenizer.encode(" " + bare, false, false);
@@ -26,8 +28,8 @@ std::vector<std::vector<int32_t>> bad_word_sequences(const tokenizer::Tokenizer&
   return out;
 }
 
-void ban_bad_words(std::span<const std::vector<int32_t>> sequences,
-                   std::span<const int32_t> output, std::span<float> logits) {
+void ban_bad_words(std::span<const std::vector<int32_t>> sequences, std::span<const int32_t> output,
+                   std::span<float> logits) {
   for (const std::vector<int32_t>& seq : sequences) {
     if (seq.empty()) continue;
     const size_t before = seq.size() - 1;

@@ -17,7 +17,7 @@ namespace inferd::engine {
 // The most words a request may ban.
 constexpr size_t kMaxBadWords = 128;
 
-// As vLLM tokenizes them: the word without its leading spaces, and again after one space when
+// As vLLM tokenizes them: the word without its leading whitespace, and again after one space when
 // that gives another first token in as many tokens (the word inside a text, where a tokenizer
 // that folds the space into the word spells it otherwise). No special tokens are added. Throws
 // inferd::Error for an empty word or more than kMaxBadWords.
@@ -26,7 +26,7 @@ std::vector<std::vector<int32_t>> bad_word_sequences(const tokenizer::Tokenizer&
 
 // Sets to -inf the logit of each sequence's last token where `output` ends with the sequence's
 // other tokens (ids past the logits are ignored).
-void ban_bad_words(std::span<const std::vector<int32_t>> sequences,
-                   std::span<const int32_t> output, std::span<float> logits);
+void ban_bad_words(std::span<const std::vector<int32_t>> sequences, std::span<const int32_t> output,
+                   std::span<float> logits);
 
 }  // namespace inferd::engine

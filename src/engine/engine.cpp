@@ -261,10 +261,9 @@ Engine::Engine(const gguf::GgufFile& file, const EngineConfig& config)
       SchedulerConfig{config.max_batched_tokens, config.max_seqs, config.block_size, prompt_rows},
       cache_->groups(), prefix_cache_.get());
   config.spec.validate();
-  runner_ = std::make_unique<ModelRunner>(*model_, *cache_, *pool_, config.max_batched_tokens,
-                                          config.max_seqs,
-                                          config.spec.enabled() ? config.spec.num_tokens : 0,
-                                          prompt_rows);
+  runner_ = std::make_unique<ModelRunner>(
+      *model_, *cache_, *pool_, config.max_batched_tokens, config.max_seqs,
+      config.spec.enabled() ? config.spec.num_tokens : 0, prompt_rows);
   drafts_.resize(SpecDecodeStats::kMaxPositions);
   if (config.spec.enabled() && config.spec.method == SpecMethod::kDraftModel) {
     draft_ = std::make_unique<DraftModel>(config.spec.draft_model, tokenizer_->vocab(),
@@ -293,9 +292,8 @@ Engine::Engine(const gguf::GgufFile& file, const EngineConfig& config)
     flights_[0].runner = std::move(runner_);  // (runner_ holds a flight's only while it is swapped in)
     for (Flight& f : flights_) {
       if (!f.runner)
-        f.runner = std::make_unique<ModelRunner>(*model_, *cache_, *pool_,
-                                                 config.max_batched_tokens, config.max_seqs, 0,
-                                                 prompt_rows);
+        f.runner = std::make_unique<ModelRunner>(
+            *model_, *cache_, *pool_, config.max_batched_tokens, config.max_seqs, 0, prompt_rows);
       f.scheduled.reserve(static_cast<size_t>(config.max_seqs));
     }
   }
@@ -438,8 +436,7 @@ uint64_t Engine::add_request(Request request) {
   }
   if (request.beam_width > 0 && (request.min_tokens > 0 || !request.stop_token_ids.empty() ||
                                  !request.allowed_token_ids.empty() || !request.bad_words.empty()))
-    fail("min_tokens, stop_token_ids, allowed_token_ids and bad_words are not supported with "
-         "beam search");
+    fail("min_tokens, stop_token_ids, allowed_token_ids and bad_words do not mix with beams");
   if (request.spec_tokens < -1 || request.spec_tokens > config_.spec.num_tokens) {
     fail("speculative tokens per step must be -1 (the server's), 0 (off) or up to {}, got {}",
          config_.spec.num_tokens, request.spec_tokens);
@@ -803,9 +800,9 @@ void Engine::take_prompt_logprobs(Active& active, size_t scheduled_index) {
   // Row r is position first + r's logits: the distribution of prompt token first + r + 1.
   pool_->for_each_dynamic(rows, [&](int64_t r) {
     PromptTokenLogprob& entry = active.prompt_logprobs[static_cast<size_t>(first + r + 1)];
-    const sampling::TokenScore score = sampling::score_token(
-        runner_->prompt_logits_for(scheduled_index, static_cast<int32_t>(r)), entry.token,
-        entry.top);
+    const sampling::TokenScore score =
+        sampling::score_token(runner_->prompt_logits_for(scheduled_index, static_cast<int32_t>(r)),
+                              entry.token, entry.top);
     entry.logprob = score.logprob;
     entry.rank = score.rank;
     entry.top.resize(score.top);  // (smaller only when the vocabulary is: no allocation)

@@ -60,7 +60,8 @@ struct PromptTokenLogprob {
   int32_t token = -1;
   float logprob = 0;  // NaN for the first prompt token
   int32_t rank = 0;   // 1 + the number of tokens the model found more likely (0: the first token)
-  std::vector<sampling::TokenLogprob> top;  // the request's prompt_logprobs most likely, first first
+  std::vector<sampling::TokenLogprob>
+      top;  // the request's prompt_logprobs most likely, first first
 };
 
 struct RequestResult {

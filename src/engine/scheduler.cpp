@@ -182,8 +182,9 @@ void Scheduler::schedule(std::vector<ScheduledSequence>& out, int max_seqs) {
     Sequence& seq = *running_[i];
     int64_t rows = prompt_rows;
     const int64_t n =
-        seq.in_flight ? 0
-                      : fit_prompt_rows(seq, step_tokens(seq, std::min(seq.num_uncomputed(), budget)), rows);
+        seq.in_flight
+            ? 0
+            : fit_prompt_rows(seq, step_tokens(seq, std::min(seq.num_uncomputed(), budget)), rows);
     if (n <= 0) {
       ++i;
       continue;

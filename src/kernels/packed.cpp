@@ -30,8 +30,12 @@ inline uint32_t load_u32(const uint8_t* p) {
   std::memcpy(&v, p, sizeof(v));
   return v;
 }
-inline uint32_t low_nibbles(uint32_t v) { return v & 0x0F0F0F0Fu; }
-inline uint32_t high_nibbles(uint32_t v) { return v >> 4 & 0x0F0F0F0Fu; }
+inline uint32_t low_nibbles(uint32_t v) {
+  return v & 0x0F0F0F0Fu;
+}
+inline uint32_t high_nibbles(uint32_t v) {
+  return v >> 4 & 0x0F0F0F0Fu;
+}
 inline void store_row_word(uint8_t (&qs)[4][64], int c, int r, uint32_t v) {
   std::memcpy(&qs[c][r * 4], &v, sizeof(v));
 }
@@ -289,7 +293,8 @@ void pack_q6k_block(const uint8_t* const rows[kPackRows], int64_t b, PackedQ6KBl
     for (int j = 0; j < kSubBlocks; ++j) {
       uint32_t top = 0;
       for (int c = 0; c < 4; ++c) {
-        const uint32_t first = load_u32(q + 32 * j + 8 * c), second = load_u32(q + 32 * j + 8 * c + 4);
+        const uint32_t first = load_u32(q + 32 * j + 8 * c),
+                       second = load_u32(q + 32 * j + 8 * c + 4);
         store_row_word(out.sub[j].ql, c, r, low_nibbles(first) | low_nibbles(second) << 4);
         top |= ((first >> 4 & 0x03030303u) | (second >> 4 & 0x03030303u) << 2) << (4 * (c % 2));
         if (c % 2 == 1) {
@@ -320,7 +325,8 @@ void k2_low_bits(const uint8_t* qs, uint8_t q[kPackSuperCols]) {
 void interleave_two_bits(uint8_t (&ql)[2][64], int r, const uint8_t* values) {
   for (int p = 0; p < 2; ++p) {
     uint32_t word = 0;
-    for (int i = 0; i < 4; ++i) word |= (load_u32(values + 16 * p + 4 * i) & 0x03030303u) << (2 * i);
+    for (int i = 0; i < 4; ++i)
+      word |= (load_u32(values + 16 * p + 4 * i) & 0x03030303u) << (2 * i);
     std::memcpy(&ql[p][r * 4], &word, sizeof(word));
   }
 }

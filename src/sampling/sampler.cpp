@@ -59,8 +59,8 @@ TokenScore score_token(std::span<float> logits, int32_t token, std::span<TokenLo
       out[at] = out[at - 1];
     out[at] = {c.token, c.logit};
   }
-  const float sum = kernels::active_kernels().attention.exp_sum(logits.data(),
-                                                      static_cast<int>(logits.size()), max_logit);
+  const float sum = kernels::active_kernels().attention.exp_sum(
+      logits.data(), static_cast<int>(logits.size()), max_logit);
   const float lse = max_logit + std::log(sum);
   for (size_t i = 0; i < kept; ++i) out[i].logprob -= lse;
   return {mine - lse, above + 1, kept};

@@ -326,8 +326,8 @@ struct HttpServer::Impl {
             body["choices"].push_back(std::move(choice));
           }
           for (const char* count : {"prompt_tokens", "completion_tokens", "total_tokens"})
-            body["usage"][count] = body["usage"][count].get<int64_t>() +
-                                   part["usage"][count].get<int64_t>();
+            body["usage"][count] =
+                body["usage"][count].get<int64_t>() + part["usage"][count].get<int64_t>();
           json& cached = body["usage"]["prompt_tokens_details"]["cached_tokens"];
           cached = cached.get<int64_t>() +
                    part["usage"]["prompt_tokens_details"]["cached_tokens"].get<int64_t>();

@@ -28,7 +28,7 @@ TEST(BadWords, BansTheLastTokenWhereTheOutputEndsWithTheRest) {
     EXPECT_EQ(std::isinf(logits[i]), i == 5 || i == 9) << i;
   std::vector<float> fresh(12, 0.5f);
   ban_bad_words(words, std::vector<int32_t>{3}, fresh);  // (a prefix longer than the output:
-  EXPECT_TRUE(std::isinf(fresh[4]));                    //  skipped; {3, 4} matches here)
+  EXPECT_TRUE(std::isinf(fresh[4]));                     //  skipped; {3, 4} matches here)
   EXPECT_FALSE(std::isinf(fresh[9]));
   std::vector<float> small(3, 0.5f);
   ban_bad_words(words, {}, small);  // ids past the logits are left alone

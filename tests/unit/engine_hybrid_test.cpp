@@ -278,8 +278,8 @@ TEST_F(HybridEngineTest, PromptLogprobsMatchTheGreedyTokenBeforeEachPosition) {
   Engine reference(*file_, tiny_engine_config(2, /*prefix_cache=*/false));
   for (const size_t k : {size_t{1}, size_t{17}, size_t{63}, size_t{64}, size_t{65}, size_t{74}}) {
     auto first = std::make_shared<Collect>();
-    Request before = greedy_request(std::vector<int32_t>(p.begin(), p.begin() + static_cast<long>(k)),
-                                    first, 1);
+    Request before =
+        greedy_request(std::vector<int32_t>(p.begin(), p.begin() + static_cast<long>(k)), first, 1);
     before.logprobs = 0;
     reference.add_request(std::move(before));
     reference.run_until_idle();

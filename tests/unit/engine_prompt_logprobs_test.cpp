@@ -144,8 +144,7 @@ TEST_F(PromptLogprobsTest, LongPromptsTakeSeveralStepsAndNeverTheCache) {
 // Several requests with prompt logprobs at once share the step's rows; each gets its own.
 TEST_F(PromptLogprobsTest, ConcurrentRequestsShareTheRows) {
   auto e = engine(4);
-  std::vector<std::vector<int32_t>> prompts = {walk(70, 1), walk(41, 2),
-                                               walk(100, 4)};
+  std::vector<std::vector<int32_t>> prompts = {walk(70, 1), walk(41, 2), walk(100, 4)};
   std::vector<std::shared_ptr<Collect>> outs;
   for (const auto& p : prompts) {
     outs.push_back(std::make_shared<Collect>());

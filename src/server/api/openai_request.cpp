@@ -165,8 +165,7 @@ std::vector<int32_t> parse_prompt(const json& body, const ParseContext& ctx, std
   if (v == nullptr) bad("prompt", "'prompt' is required");
   const json* p = v;
   // A batch of one prompt (["text"], [[ids]]: what batching clients such as lm-eval send).
-  if (v->is_array() && v->size() == 1 && ((*v)[0].is_string() || (*v)[0].is_array()))
-    p = &(*v)[0];
+  if (v->is_array() && v->size() == 1 && ((*v)[0].is_string() || (*v)[0].is_array())) p = &(*v)[0];
   if (p->is_string()) {
     text = p->get<std::string>();
     return ctx.tokenizer->encode(text, true, true);
@@ -450,8 +449,8 @@ std::vector<json> completion_prompts(const json& prompt) {
     return {prompt};
   }
   if (prompt.size() > kMaxPrompts)
-    bad("prompt", fmt::format("at most {} prompts in one request, got {}", kMaxPrompts,
-                              prompt.size()));
+    bad("prompt",
+        fmt::format("at most {} prompts in one request, got {}", kMaxPrompts, prompt.size()));
   std::vector<json> prompts;
   for (const json& p : prompt) {
     if (!p.is_string() && !p.is_array())

@@ -52,8 +52,7 @@ json ResponseWriter::envelope(const char* object) const {
           {"system_fingerprint", kSystemFingerprint}};
 }
 
-json ResponseWriter::prompt_logprobs(
-    const std::vector<engine::PromptTokenLogprob>& prompt) const {
+json ResponseWriter::prompt_logprobs(const std::vector<engine::PromptTokenLogprob>& prompt) const {
   json out = json::array();
   for (const engine::PromptTokenLogprob& p : prompt) {
     if (std::isnan(p.logprob)) {
@@ -68,7 +67,8 @@ json ResponseWriter::prompt_logprobs(
     };
     add(p.token, p.logprob, p.rank);
     for (size_t i = 0; i < p.top.size(); ++i)
-      if (p.top[i].token != p.token) add(p.top[i].token, p.top[i].logprob, static_cast<int32_t>(i + 1));
+      if (p.top[i].token != p.token)
+        add(p.top[i].token, p.top[i].logprob, static_cast<int32_t>(i + 1));
     out.push_back(std::move(entry));
   }
   return out;
@@ -167,8 +167,8 @@ json ResponseWriter::full(const std::vector<ChoiceOutput>& choices) const {
       }
       if (!c.reasoning.empty()) choice["message"]["reasoning_content"] = c.reasoning;
     } else {
-      choice["text"] = request_.echo ? request_.prompt_text + (request_.score_only ? "" : c.text)
-                                     : c.text;
+      choice["text"] =
+          request_.echo ? request_.prompt_text + (request_.score_only ? "" : c.text) : c.text;
       if (request_.prompt_logprobs >= 0) choice["prompt_logprobs"] = prompt_logprobs(prompt);
     }
     list.push_back(choice);

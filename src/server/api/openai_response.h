@@ -61,9 +61,9 @@ class ResponseWriter {
 
  private:
   // `prompt`: echo's prompt tokens, listed first (the first with null logprobs).
-  nlohmann::ordered_json logprobs(const std::vector<TokenInfo>& tokens, size_t text_offset,
-                                  const std::vector<engine::PromptTokenLogprob>* prompt =
-                                      nullptr) const;
+  nlohmann::ordered_json logprobs(
+      const std::vector<TokenInfo>& tokens, size_t text_offset,
+      const std::vector<engine::PromptTokenLogprob>* prompt = nullptr) const;
   // vLLM's prompt_logprobs: null for the first token, then {"id": {logprob, rank,
   // decoded_token}} with the token itself and its alternatives.
   nlohmann::ordered_json prompt_logprobs(
