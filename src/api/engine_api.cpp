@@ -294,6 +294,8 @@ std::vector<RequestOutput> Engine::Impl::run(std::vector<std::vector<int32_t>> p
   if (beams && params.n > params.beam_width)
     fail("n ({}) must not exceed beam_width ({}) with beam search", params.n, params.beam_width);
   std::shared_ptr<const structured::CompiledGrammar> grammar = compile(params);
+  const std::vector<std::vector<int32_t>> bad_words =
+      engine::bad_word_sequences(engine->tokenizer(), params.bad_words);
 
   CallState call;
   call.on_delta = &on_delta;
@@ -313,7 +315,7 @@ std::vector<RequestOutput> Engine::Impl::run(std::vector<std::vector<int32_t>> p
       request.min_tokens = params.min_tokens;
       request.include_stop_str = params.include_stop_str_in_output;
       request.allowed_token_ids = params.allowed_token_ids;
-      request.bad_words = engine::bad_word_sequences(engine->tokenizer(), params.bad_words);
+      request.bad_words = bad_words;
       request.logprobs = params.logprobs;
       request.prompt_logprobs = params.prompt_logprobs;
       request.grammar = grammar;

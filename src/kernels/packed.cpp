@@ -51,6 +51,18 @@ void interleave_nibble_run(uint8_t (&qs)[4][64], int r, const uint8_t* bytes, in
   }
 }
 
+// Row r's word of fifth bits (PackedQ5KBlock's and PackedQ5_1Block's qh): byte k holds the
+// fifth bits of columns 8c + k at bit 2c and 8c + 4 + k at bit 2c + 1, found as bit `bit` of
+// byte i of `bytes` for column i (32 bytes).
+uint32_t fifth_bit_word(const uint8_t* bytes, int bit) {
+  uint32_t word = 0;
+  for (int c = 0; c < 4; ++c) {
+    word |= (load_u32(bytes + 8 * c) >> bit & 0x01010101u) << (2 * c);
+    word |= (load_u32(bytes + 8 * c + 4) >> bit & 0x01010101u) << (2 * c + 1);
+  }
+  return word;
+}
+
 // Row r's 32 values from a GGUF Q4 block's 16 bytes (q4_value's order: columns 0..15 in the
 // low nibbles, 16..31 in the high ones).
 void interleave_q4_block(uint8_t (&qs)[4][64], int r, const uint8_t* gguf_qs) {
@@ -196,14 +208,9 @@ void pack_q5k_block(const uint8_t* const rows[kPackRows], int64_t b, PackedQ5KBl
     if (rows[r] == nullptr) continue;
     const auto& blk = reinterpret_cast<const BlockQ5_K*>(rows[r])[b];
     pack_k4_parts(blk, r, out);
-    // Bit j of qh[i] is the fifth bit of value i of sub-block j; the 4 bytes of row r (bytes
-    // 4r + k) a word at a time, as the nibbles.
+    // Bit j of qh[i] is the fifth bit of value i of sub-block j.
     for (int j = 0; j < kSubBlocks; ++j) {
-      uint32_t word = 0;
-      for (int c = 0; c < 4; ++c) {
-        word |= (load_u32(blk.qh + 8 * c) >> j & 0x01010101u) << (2 * c);
-        word |= (load_u32(blk.qh + 8 * c + 4) >> j & 0x01010101u) << (2 * c + 1);
-      }
+      const uint32_t word = fifth_bit_word(blk.qh, j);
       std::memcpy(&out.sub[j].qh[r * 4], &word, sizeof(word));
     }
   }
@@ -220,13 +227,10 @@ void pack_q5_1_block(const uint8_t* const rows[kPackRows], int64_t b, PackedQ5_1
     interleave_q4_block(out.qs, r, blk.qs);
     uint32_t qh;
     std::memcpy(&qh, blk.qh, sizeof(qh));
-    const auto fifth = [&](int i) { return static_cast<int>((qh >> i) & 1u); };
-    for (int c = 0; c < 4; ++c) {
-      for (int k = 0; k < 4; ++k) {
-        out.qh[r * 4 + k] |= static_cast<uint8_t>((fifth(8 * c + k) << (2 * c)) |
-                                                  (fifth(8 * c + 4 + k) << (2 * c + 1)));
-      }
-    }
+    uint8_t fifth[kPackCols];  // column i's fifth bit, bit i of qh, as a byte
+    for (int i = 0; i < kPackCols; ++i) fifth[i] = static_cast<uint8_t>(qh >> i & 1u);
+    const uint32_t word = fifth_bit_word(fifth, 0);
+    std::memcpy(&out.qh[r * 4], &word, sizeof(word));
   }
 }
 
@@ -291,16 +295,16 @@ void pack_q6k_block(const uint8_t* const rows[kPackRows], int64_t b, PackedQ6KBl
     // Byte 4r + k of ql[c]: the low nibbles of values 8c + k and 8c + 4 + k of the sub-block;
     // of qh[c / 2]: their top 2 bits at bits 4 (c % 2), 4 (c % 2) + 2. A word at a time.
     for (int j = 0; j < kSubBlocks; ++j) {
-      uint32_t top = 0;
-      for (int c = 0; c < 4; ++c) {
-        const uint32_t first = load_u32(q + 32 * j + 8 * c),
-                       second = load_u32(q + 32 * j + 8 * c + 4);
-        store_row_word(out.sub[j].ql, c, r, low_nibbles(first) | low_nibbles(second) << 4);
-        top |= ((first >> 4 & 0x03030303u) | (second >> 4 & 0x03030303u) << 2) << (4 * (c % 2));
-        if (c % 2 == 1) {
-          std::memcpy(&out.sub[j].qh[c / 2][r * 4], &top, sizeof(top));
-          top = 0;
+      for (int h = 0; h < 2; ++h) {  // qh[h] holds the top bits of ql[2h] and ql[2h + 1]
+        uint32_t top = 0;
+        for (int e = 0; e < 2; ++e) {
+          const int c = 2 * h + e;
+          const uint32_t first = load_u32(q + 32 * j + 8 * c),
+                         second = load_u32(q + 32 * j + 8 * c + 4);
+          store_row_word(out.sub[j].ql, c, r, low_nibbles(first) | low_nibbles(second) << 4);
+          top |= ((first >> 4 & 0x03030303u) | (second >> 4 & 0x03030303u) << 2) << (4 * e);
         }
+        std::memcpy(&out.sub[j].qh[h][r * 4], &top, sizeof(top));
       }
     }
   }
