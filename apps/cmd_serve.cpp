@@ -233,6 +233,20 @@ sampling::SamplingParams native_sampling_from(const CLI::App& cmd,
   if (set("--presence-penalty")) out.presence_penalty = given.presence_penalty;
   if (set("--frequency-penalty")) out.frequency_penalty = given.frequency_penalty;
   if (set("--seed")) out.seed = given.seed;
+  if (set("--typical")) out.typical_p = given.typical_p;
+  if (set("--top-nsigma")) out.top_n_sigma = given.top_n_sigma;
+  if (set("--xtc-probability")) out.xtc_probability = given.xtc_probability;
+  if (set("--xtc-threshold")) out.xtc_threshold = given.xtc_threshold;
+  if (set("--dynatemp-range")) out.dynatemp_range = given.dynatemp_range;
+  if (set("--dynatemp-exp")) out.dynatemp_exponent = given.dynatemp_exponent;
+  if (set("--mirostat")) out.mirostat = given.mirostat;
+  if (set("--mirostat-lr")) out.mirostat_eta = given.mirostat_eta;
+  if (set("--mirostat-ent")) out.mirostat_tau = given.mirostat_tau;
+  if (set("--dry-multiplier")) out.dry_multiplier = given.dry_multiplier;
+  if (set("--dry-base")) out.dry_base = given.dry_base;
+  if (set("--dry-allowed-length")) out.dry_allowed_length = given.dry_allowed_length;
+  if (set("--dry-penalty-last-n")) out.dry_penalty_last_n = given.dry_penalty_last_n;
+  if (set("--dry-sequence-breaker")) out.dry_sequence_breakers = given.dry_sequence_breakers;
   return out;
 }
 

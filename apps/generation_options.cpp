@@ -173,6 +173,42 @@ void add_sampling_options(CLI::App& cmd, sampling::SamplingParams& sampling) {
   cmd.add_option("--frequency-penalty", sampling.frequency_penalty, "Frequency penalty (0: off)");
   cmd.add_option("-s,--seed", sampling.seed,
                  "Random seed (same seed and settings: same text; default: a new one each time)");
+  // llama.cpp's own samplers, with its flag names (any of the first four: its chain's order).
+  cmd.add_option("--typical,--typical-p", sampling.typical_p, "Locally typical sampling (1: off)");
+  cmd.add_option("--top-nsigma,--top-n-sigma", sampling.top_n_sigma,
+                 "Keep logits within n standard deviations of the top one (<= 0: off)");
+  cmd.add_option("--xtc-probability", sampling.xtc_probability,
+                 "Chance that XTC removes the top choices at a step (0: off)");
+  cmd.add_option("--xtc-threshold", sampling.xtc_threshold,
+                 "Probability from which XTC removes a top choice (> 0.5: off)");
+  cmd.add_option("--dynatemp-range", sampling.dynatemp_range,
+                 "Dynamic temperature: temperature +- this, by the entropy (0: off)");
+  cmd.add_option("--dynatemp-exp", sampling.dynatemp_exponent, "Dynamic temperature exponent");
+  cmd.add_option("--mirostat", sampling.mirostat, "Mirostat 1 or 2 (0: off)")
+      ->check(CLI::Range(0, 2));
+  cmd.add_option("--mirostat-lr", sampling.mirostat_eta, "Mirostat learning rate (eta)");
+  cmd.add_option("--mirostat-ent", sampling.mirostat_tau, "Mirostat target surprise (tau)");
+  cmd.add_option("--dry-multiplier", sampling.dry_multiplier, "DRY penalty multiplier (0: off)");
+  cmd.add_option("--dry-base", sampling.dry_base, "DRY penalty base");
+  cmd.add_option("--dry-allowed-length", sampling.dry_allowed_length,
+                 "DRY: repeats up to this long are free");
+  cmd.add_option("--dry-penalty-last-n", sampling.dry_penalty_last_n,
+                 "DRY: tokens looked back over (-1: the whole context, 0: off)");
+  cmd.add_option_function<std::vector<std::string>>(
+         "--dry-sequence-breaker",
+         [&sampling](const std::vector<std::string>& given) {
+           // The first one replaces the defaults; "none" clears what came before it.
+           sampling.dry_sequence_breakers.clear();
+           for (const std::string& b : given) {
+             if (b == "none") {
+               sampling.dry_sequence_breakers.clear();
+             } else {
+               sampling.dry_sequence_breakers.push_back(b);
+             }
+           }
+         },
+         "DRY sequence breaker (repeatable; replaces the defaults \\n : \" *; none: no breakers)")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
 }
 
 void GenerationOptions::add_to(CLI::App& cmd) {
@@ -268,6 +304,20 @@ inferd::SamplingParams GenerationOptions::api_sampling() const {
   p.repeat_last_n = sampling.repeat_last_n;
   p.presence_penalty = sampling.presence_penalty;
   p.frequency_penalty = sampling.frequency_penalty;
+  p.typical_p = sampling.typical_p;
+  p.top_n_sigma = sampling.top_n_sigma;
+  p.xtc_probability = sampling.xtc_probability;
+  p.xtc_threshold = sampling.xtc_threshold;
+  p.dynatemp_range = sampling.dynatemp_range;
+  p.dynatemp_exponent = sampling.dynatemp_exponent;
+  p.mirostat = sampling.mirostat;
+  p.mirostat_tau = sampling.mirostat_tau;
+  p.mirostat_eta = sampling.mirostat_eta;
+  p.dry_multiplier = sampling.dry_multiplier;
+  p.dry_base = sampling.dry_base;
+  p.dry_allowed_length = sampling.dry_allowed_length;
+  p.dry_penalty_last_n = sampling.dry_penalty_last_n;
+  p.dry_sequence_breakers = sampling.dry_sequence_breakers;
   if (sampling.seed != sampling::SamplingParams::kRandomSeed) p.seed = sampling.seed;
   p.max_tokens = max_tokens;
   p.stop = stop;

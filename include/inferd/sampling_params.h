@@ -68,6 +68,28 @@ struct SamplingParams {
   int32_t beam_width = 0;
   float length_penalty = 1.0f;
 
+  // llama.cpp's own samplers, with its defaults (all off). Any of typical_p, top_n_sigma, XTC
+  // and dynamic temperature samples by llama.cpp's chain: penalties, DRY, top-n-sigma, top-k,
+  // typical, top-p, min-p, XTC, then the temperature. Not with beam search.
+  float typical_p = 1.0f;        // locally typical sampling's mass; 1: off
+  float top_n_sigma = -1.0f;     // keep logits within n standard deviations of the top; <= 0: off
+  float xtc_probability = 0.0f;  // XTC: the chance a step removes the top choices; 0: off
+  float xtc_threshold = 0.1f;    // ... those at or above this probability but the least likely
+  float dynatemp_range = 0.0f;   // dynamic temperature: temperature +- this, by the entropy
+  float dynatemp_exponent = 1.0f;
+  // Mirostat 1 or 2 (0: off): truncation that steers the surprise of the text to tau bits.
+  int32_t mirostat = 0;
+  float mirostat_tau = 5.0f;
+  float mirostat_eta = 0.1f;
+  // DRY: a token that would extend a repeat of the last dry_penalty_last_n tokens (-1: all)
+  // longer than dry_allowed_length loses dry_multiplier * dry_base ^ (length - allowed) of its
+  // logit; repeats do not reach back over a sequence breaker. 0 multiplier: off.
+  float dry_multiplier = 0.0f;
+  float dry_base = 1.75f;
+  int32_t dry_allowed_length = 2;
+  int32_t dry_penalty_last_n = 64;
+  std::vector<std::string> dry_sequence_breakers = {"\n", ":", "\"", "*"};
+
   // Greedy decoding: temperature 0 (what `inferd run --temp 0` does).
   static SamplingParams greedy() {
     SamplingParams params;

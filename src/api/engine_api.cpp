@@ -129,6 +129,20 @@ sampling::SamplingParams engine_sampling(const SamplingParams& params) {
   s.frequency_penalty = params.frequency_penalty;
   s.logit_bias = params.logit_bias;
   s.seed = params.seed ? *params.seed : sampling::SamplingParams::kRandomSeed;
+  s.typical_p = params.typical_p;
+  s.top_n_sigma = params.top_n_sigma;
+  s.xtc_probability = params.xtc_probability;
+  s.xtc_threshold = params.xtc_threshold;
+  s.dynatemp_range = params.dynatemp_range;
+  s.dynatemp_exponent = params.dynatemp_exponent;
+  s.mirostat = params.mirostat;
+  s.mirostat_tau = params.mirostat_tau;
+  s.mirostat_eta = params.mirostat_eta;
+  s.dry_multiplier = params.dry_multiplier;
+  s.dry_base = params.dry_base;
+  s.dry_allowed_length = params.dry_allowed_length;
+  s.dry_penalty_last_n = params.dry_penalty_last_n;
+  s.dry_sequence_breakers = params.dry_sequence_breakers;
   return s;
 }
 

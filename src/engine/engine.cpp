@@ -356,6 +356,12 @@ void Engine::check_beam_request(const Request& request) const {
   }
   if (request.logprobs >= 0) fail("logprobs are not supported with beam search");
   if (!std::isfinite(request.length_penalty)) fail("length_penalty must be a finite number");
+  // Beams are ranked by the model's log-probabilities; these samplers would have to reshape them.
+  const sampling::SamplingParams& s = request.sampling;
+  if (s.dry() || s.mirostat != 0 || s.uses_llama_cpp_samplers())
+    fail(
+        "DRY, Mirostat, XTC, typical-p, top-n-sigma and dynamic temperature do not apply to "
+        "beam search");
   // The beams share the prompt's blocks; each holds its own generated ones (+1 partly filled).
   const int64_t bs = config_.block_size;
   const auto prompt = static_cast<int64_t>(request.prompt.size());
@@ -366,6 +372,18 @@ void Engine::check_beam_request(const Request& request) const {
         "{}",
         width, prompt, request.max_tokens, need, config_.kv_blocks);
   }
+}
+
+std::shared_ptr<const sampling::DryBreakers> Engine::dry_breakers(
+    const std::vector<std::string>& strings) {
+  // Building searches every token's text, milliseconds for a large vocabulary; most requests
+  // use the same few lists (llama.cpp's default above all).
+  constexpr size_t kMaxCachedLists = 16;
+  if (const auto it = dry_breakers_.find(strings); it != dry_breakers_.end()) return it->second;
+  if (dry_breakers_.size() >= kMaxCachedLists) dry_breakers_.clear();
+  auto built = sampling::DryBreakers::build(*tokenizer_, strings);
+  dry_breakers_.emplace(strings, built);
+  return built;
 }
 
 Engine::~Engine() {
@@ -495,8 +513,9 @@ std::unique_ptr<Engine::Active> Engine::make_active(Request request) {
   for (std::vector<int32_t>& table : seq.block_tables) table.reserve(max_blocks);
   seq.prefix.hashes.reserve(max_blocks);
   seq.prefix.root = kv::PrefixCache::root_key(request.cache_salt);
-  active->sampler =
-      std::make_unique<sampling::Sampler>(request.sampling, n_vocab, request.logprobs >= 0);
+  active->sampler = std::make_unique<sampling::Sampler>(
+      request.sampling, n_vocab, request.logprobs >= 0,
+      request.sampling.dry() ? dry_breakers(request.sampling.dry_sequence_breakers) : nullptr);
   active->detokenizer = std::make_unique<tokenizer::IncrementalDetokenizer>(*tokenizer_);
   active->top.resize(static_cast<size_t>(std::max(0, request.logprobs)));
   if (request.grammar)

@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "engine/draft_model.h"
@@ -25,6 +26,7 @@
 #include "kv/kv_cache.h"
 #include "kv/prefix_cache.h"
 #include "model/model.h"
+#include "sampling/dry.h"
 #include "tokenizer/tokenizer.h"
 #include "util/thread_pool.h"
 
@@ -194,6 +196,8 @@ class Engine {
   void advance_beams(Active& active);
   void drop_beam(BeamState& beams, int32_t slot);
   void check_beam_request(const Request& request) const;
+  std::shared_ptr<const sampling::DryBreakers> dry_breakers(
+      const std::vector<std::string>& strings);
   // n > 1: the choices waiting on `parent` fork from it and sample from its first logits.
   void fork_choices(Active& parent, std::span<const float> logits);
   std::unique_ptr<Active> make_active(Request request);
@@ -218,6 +222,8 @@ class Engine {
   bool kv_blocks_capped_ = false;
   int64_t exact_slot_bytes_ = 0;  // a state slot's exact copies (0: the cache keeps none)
   std::unique_ptr<tokenizer::Tokenizer> tokenizer_;
+  // DRY's sequence breakers as tokens, by list of strings (dry_breakers()).
+  std::map<std::vector<std::string>, std::shared_ptr<const sampling::DryBreakers>> dry_breakers_;
   std::unique_ptr<model::Model> model_;
   std::unique_ptr<kv::KvCache> cache_;
   std::unique_ptr<kv::PrefixCache> prefix_cache_;

@@ -83,6 +83,33 @@ void SamplingParams::validate(int32_t n_vocab) const {
   if (!(frequency_penalty >= -2.0f && frequency_penalty <= 2.0f)) {
     fail("frequency_penalty must be in [-2, 2], got {}", frequency_penalty);
   }
+  const auto finite = [](float v) { return std::isfinite(v); };
+  if (!(typical_p > 0.0f && typical_p <= 1.0f))
+    fail("typical_p must be in (0, 1], got {}", typical_p);
+  if (!finite(top_n_sigma)) fail("top_n_sigma must be a number, got {}", top_n_sigma);
+  if (!(xtc_probability >= 0.0f && xtc_probability <= 1.0f))
+    fail("xtc_probability must be in [0, 1], got {}", xtc_probability);
+  if (!(xtc_threshold >= 0.0f && xtc_threshold <= 1.0f))
+    fail("xtc_threshold must be in [0, 1], got {}", xtc_threshold);
+  if (!(dynatemp_range >= 0.0f) || !finite(dynatemp_range))
+    fail("dynatemp_range must be at least 0, got {}", dynatemp_range);
+  if (!(dynatemp_exponent >= 0.0f) || !finite(dynatemp_exponent))
+    fail("dynatemp_exponent must be at least 0, got {}", dynatemp_exponent);
+  if (mirostat < 0 || mirostat > 2) fail("mirostat must be 0 (off), 1 or 2, got {}", mirostat);
+  if (!(mirostat_tau >= 0.0f) || !finite(mirostat_tau))
+    fail("mirostat_tau must be at least 0, got {}", mirostat_tau);
+  if (!(mirostat_eta >= 0.0f) || !finite(mirostat_eta))
+    fail("mirostat_eta must be at least 0, got {}", mirostat_eta);
+  if (!(dry_multiplier >= 0.0f) || !finite(dry_multiplier))
+    fail("dry_multiplier must be at least 0, got {}", dry_multiplier);
+  if (!(dry_base >= 1.0f) || !finite(dry_base))
+    fail("dry_base must be at least 1, got {}", dry_base);
+  if (dry_allowed_length < 0)
+    fail("dry_allowed_length must be at least 0, got {}", dry_allowed_length);
+  if (dry_penalty_last_n < -1)
+    fail("dry_penalty_last_n must be -1 (all) or at least 0, got {}", dry_penalty_last_n);
+  if (dry_sequence_breakers.size() > kMaxDryBreakers)
+    fail("at most {} DRY sequence breakers, got {}", kMaxDryBreakers, dry_sequence_breakers.size());
   for (const auto& [token, bias] : logit_bias) {
     if (token < 0 || (n_vocab > 0 && token >= n_vocab)) {
       fail("logit_bias names token {}, outside the vocabulary of {}", token, n_vocab);
@@ -91,12 +118,15 @@ void SamplingParams::validate(int32_t n_vocab) const {
   }
 }
 
-Sampler::Sampler(const SamplingParams& params, int32_t n_vocab, bool logprobs)
+Sampler::Sampler(const SamplingParams& params, int32_t n_vocab, bool logprobs,
+                 std::shared_ptr<const DryBreakers> dry_breakers)
     : params_(params), n_vocab_(n_vocab), rng_(resolve_seed(params.seed)), logprobs_(logprobs) {
   params_.validate(n_vocab);
   candidates_.resize(static_cast<size_t>(n_vocab));
   counts_.assign(static_cast<size_t>(n_vocab), 0);
   touched_.reserve(static_cast<size_t>(n_vocab));
+  if (params_.dry()) dry_ = std::make_unique<DryPenalty>(params_, std::move(dry_breakers), n_vocab);
+  mu_ = last_mu_ = 2.0f * params_.mirostat_tau;  // (llama.cpp's start)
 }
 
 void Sampler::apply_bias_and_penalties(std::span<float> logits, std::span<const int32_t> prompt,
@@ -131,6 +161,7 @@ void Sampler::apply_bias_and_penalties(std::span<float> logits, std::span<const 
     }
     reset();
   }
+  if (dry_) dry_->apply(prompt, output, logits);
 }
 
 int32_t Sampler::sample(std::span<float> logits, std::span<const int32_t> prompt,
@@ -152,7 +183,9 @@ int32_t Sampler::sample(std::span<float> logits, std::span<const int32_t> prompt
 }
 
 size_t Sampler::select_candidates(std::span<const float> logits, float& max_logit) {
-  if (params_.llama_cpp_order) return select_llama_cpp_order(logits, max_logit);
+  if (params_.mirostat != 0) return select_mirostat(logits, max_logit);
+  if (params_.llama_cpp_order || params_.uses_llama_cpp_samplers())
+    return select_llama_cpp_order(logits, max_logit);
   const float inv_temp = 1.0f / params_.temperature;
   max_logit = kNegInf;
   for (float v : logits) max_logit = std::max(max_logit, v);
@@ -165,42 +198,193 @@ size_t Sampler::select_candidates(std::span<const float> logits, float& max_logi
     if (z >= floor && z > kNegInf) candidates_[count++] = {z, i};
   }
   if (count == 0) fail("sampler: every token is banned");
-  count = keep_top_k(count);
+  count = keep_top_k(count, params_.top_k);
   if (params_.top_p < 1.0f) count = keep_top_p(count, max_logit);
   return count;
 }
 
-size_t Sampler::keep_top_k(size_t count) {
-  if (params_.top_k <= 0 || static_cast<size_t>(params_.top_k) >= count) return count;
-  std::nth_element(candidates_.begin(), candidates_.begin() + params_.top_k,
-                   candidates_.begin() + count, more_likely<Candidate>);
-  count = static_cast<size_t>(params_.top_k);
+size_t Sampler::keep_top_k(size_t count, int32_t k) {
+  if (k <= 0 || static_cast<size_t>(k) >= count) return count;
+  std::nth_element(candidates_.begin(), candidates_.begin() + k, candidates_.begin() + count,
+                   more_likely<Candidate>);
+  count = static_cast<size_t>(k);
   std::sort(candidates_.begin(), candidates_.begin() + count, more_likely<Candidate>);
   return count;
 }
 
 size_t Sampler::select_llama_cpp_order(std::span<const float> logits, float& max_logit) {
   max_logit = kNegInf;
+  for (float v : logits) max_logit = std::max(max_logit, v);
+  // top-n-sigma: the logits within n standard deviations (of the finite logits) of the top.
+  float floor = kNegInf;
+  if (params_.top_n_sigma > 0.0f) {
+    double sum = 0, squares = 0;
+    size_t finite = 0;
+    for (float v : logits) {
+      if (v > kNegInf) sum += v, ++finite;
+    }
+    const double mean = finite > 0 ? sum / double(finite) : 0;
+    for (float v : logits) {
+      if (v > kNegInf) squares += (v - mean) * (v - mean);
+    }
+    const double sigma = finite > 0 ? std::sqrt(squares / double(finite)) : 0;
+    floor = static_cast<float>(max_logit - params_.top_n_sigma * sigma);
+  }
   size_t count = 0;
   for (int32_t i = 0; i < n_vocab_; ++i) {
     const float z = logits[static_cast<size_t>(i)];
+    if (z > kNegInf && z >= floor) candidates_[count++] = {z, i};
+  }
+  if (count == 0) fail("sampler: every token is banned");
+  count = keep_top_k(count, params_.top_k);
+  if (params_.typical_p < 1.0f) count = keep_typical(count);
+  // The filters after typical sampling see the most likely token it kept.
+  if (params_.top_p < 1.0f) count = keep_top_p(count, max_of(count));
+  if (params_.min_p > 0) {
+    const float min_floor = max_of(count) + std::log(params_.min_p);
+    const auto kept =
+        std::remove_if(candidates_.begin(), candidates_.begin() + count,
+                       [min_floor](const Candidate& c) { return c.logit < min_floor; });
+    count = static_cast<size_t>(kept - candidates_.begin());
+  }
+  count = keep_xtc(count);
+  if (params_.dynatemp_range > 0.0f) {
+    count = apply_dynamic_temperature(count);
+  } else {
+    const float inv_temp = 1.0f / params_.temperature;
+    for (size_t i = 0; i < count; ++i) candidates_[i].logit *= inv_temp;
+  }
+  max_logit = max_of(count);
+  return count;
+}
+
+// Locally typical sampling: the tokens whose surprise (-log p) is nearest the entropy, nearest
+// first, until their mass passes typical_p.
+size_t Sampler::keep_typical(size_t count) {
+  const float top = max_of(count);
+  const double total = mass(count, top);
+  const double log_total = std::log(total);
+  double entropy = 0;
+  for (size_t i = 0; i < count; ++i) {
+    const double log_p = double(candidates_[i].logit) - top - log_total;
+    entropy -= std::exp(log_p) * log_p;
+  }
+  // -log p - entropy = (top + log_total - entropy) - logit
+  const double centre = top + log_total - entropy;
+  const auto distance = [centre](const Candidate& c) { return std::abs(centre - c.logit); };
+  std::sort(candidates_.begin(), candidates_.begin() + count,
+            [&](const Candidate& a, const Candidate& b) {
+              const double da = distance(a), db = distance(b);
+              return da != db ? da < db : more_likely(a, b);
+            });
+  double kept_mass = 0;
+  for (size_t i = 0; i < count; ++i) {
+    kept_mass += std::exp(double(candidates_[i].logit) - top - log_total);
+    if (kept_mass > params_.typical_p) return i + 1;
+  }
+  return count;
+}
+
+// XTC ("exclude top choices"): with probability xtc_probability, the tokens at or above the
+// threshold go, but the least likely of them, when there are two or more.
+size_t Sampler::keep_xtc(size_t count) {
+  if (!(params_.xtc_probability > 0.0f) || params_.xtc_threshold > 0.5f || count < 2) return count;
+  if (!replaying_) last_xtc_fired_ = rng_.uniform() <= params_.xtc_probability;
+  if (!last_xtc_fired_) return count;
+  const float top = max_of(count);
+  const double total = mass(count, top);
+  const auto above = [&](const Candidate& c) {
+    return std::exp(double(c.logit) - top) / total >= params_.xtc_threshold;
+  };
+  size_t n_above = 0;
+  const Candidate* last = nullptr;  // the least likely at or above the threshold
+  for (size_t i = 0; i < count; ++i) {
+    if (!above(candidates_[i])) continue;
+    ++n_above;
+    if (last == nullptr || more_likely(*last, candidates_[i])) last = &candidates_[i];
+  }
+  if (n_above < 2) return count;
+  const Candidate keep = *last;
+  const auto kept =
+      std::remove_if(candidates_.begin(), candidates_.begin() + count,
+                     [&](const Candidate& c) { return above(c) && (c.token != keep.token); });
+  return static_cast<size_t>(kept - candidates_.begin());
+}
+
+// Dynamic temperature: between temperature - range (at least 0) and temperature + range, by
+// the candidates' entropy over the largest it could be (all equally likely) to the exponent.
+// One candidate needs no temperature; a temperature of 0 keeps the most likely.
+size_t Sampler::apply_dynamic_temperature(size_t count) {
+  if (count <= 1) return count;
+  const float low = std::max(0.0f, params_.temperature - params_.dynatemp_range);
+  const float high = params_.temperature + params_.dynatemp_range;
+  const float top = max_of(count);
+  const double total = mass(count, top);
+  double entropy = 0;
+  for (size_t i = 0; i < count; ++i) {
+    const double p = std::exp(double(candidates_[i].logit) - top) / total;
+    if (p > 0) entropy -= p * std::log(p);
+  }
+  const double normalized = entropy / std::log(double(count));
+  const auto temperature = static_cast<float>(
+      low + (high - low) * std::pow(normalized, double(params_.dynatemp_exponent)));
+  if (!(temperature > 0.0f)) {
+    const auto best =
+        std::min_element(candidates_.begin(), candidates_.begin() + count, more_likely<Candidate>);
+    candidates_[0] = *best;
+    return 1;
+  }
+  const float inv_temp = 1.0f / temperature;
+  for (size_t i = 0; i < count; ++i) candidates_[i].logit *= inv_temp;
+  return count;
+}
+
+// Mirostat: after the temperature, the tokens whose surprise fits the target mu. Version 2
+// keeps those with -log2 p <= mu (at least the most likely); version 1 estimates the Zipf
+// exponent of the 100 most likely and keeps the top k that gives a surprise of mu.
+size_t Sampler::select_mirostat(std::span<const float> logits, float& max_logit) {
+  const float inv_temp = 1.0f / params_.temperature;
+  max_logit = kNegInf;
+  size_t count = 0;
+  for (int32_t i = 0; i < n_vocab_; ++i) {
+    const float z = logits[static_cast<size_t>(i)] * inv_temp;
     if (z > kNegInf) candidates_[count++] = {z, i};
     max_logit = std::max(max_logit, z);
   }
   if (count == 0) fail("sampler: every token is banned");
-  count = keep_top_k(count);
-  if (params_.top_p < 1.0f) count = keep_top_p(count, max_logit);
-  // min-p against the most likely token, which every filter before keeps.
-  if (params_.min_p > 0) {
-    const float floor = max_logit + std::log(params_.min_p);
+  const double mu = replaying_ ? last_mu_ : mu_;
+  if (params_.mirostat == 2) {
+    const double floor = max_logit + std::log(mass(count, max_logit)) - mu * std::log(2.0);
     const auto kept = std::remove_if(candidates_.begin(), candidates_.begin() + count,
                                      [floor](const Candidate& c) { return c.logit < floor; });
-    count = static_cast<size_t>(kept - candidates_.begin());
+    if (kept == candidates_.begin()) return keep_top_k(count, 1);
+    return static_cast<size_t>(kept - candidates_.begin());
   }
-  const float inv_temp = 1.0f / params_.temperature;
-  for (size_t i = 0; i < count; ++i) candidates_[i].logit *= inv_temp;
-  max_logit *= inv_temp;
-  return count;
+  constexpr size_t kZipfTokens = 100;
+  const size_t m = std::min(count, kZipfTokens);
+  std::partial_sort(candidates_.begin(), candidates_.begin() + m, candidates_.begin() + count,
+                    more_likely<Candidate>);
+  if (m < 2) return 1;
+  double sum_tb = 0, sum_tt = 0;
+  for (size_t i = 0; i + 1 < m; ++i) {
+    const double t = std::log(double(i + 2) / double(i + 1));
+    const double b = double(candidates_[i].logit) - candidates_[i + 1].logit;  // log(p_i / p_i+1)
+    sum_tb += t * b;
+    sum_tt += t * t;
+  }
+  const double s_hat = sum_tb / sum_tt;
+  const double epsilon = s_hat - 1;
+  const double k =
+      std::pow(epsilon * std::pow(2.0, mu) / (1 - std::pow(double(n_vocab_), -epsilon)), 1 / s_hat);
+  // (NaN or out of range: all equally likely, or one far ahead.)
+  const double clamped = std::isnan(k) ? 1.0 : std::clamp(k, 1.0, double(count));
+  return keep_top_k(count, static_cast<int32_t>(clamped));
+}
+
+float Sampler::max_of(size_t count) const {
+  float top = kNegInf;
+  for (size_t i = 0; i < count; ++i) top = std::max(top, candidates_[i].logit);
+  return top;
 }
 
 double Sampler::mass(size_t count, float max_logit) const {
@@ -211,14 +395,25 @@ double Sampler::mass(size_t count, float max_logit) const {
 
 int32_t Sampler::draw(std::span<const float> logits) {
   float max_logit = 0;
+  if (!replaying_) last_xtc_fired_ = false;
   const size_t count = select_candidates(logits, max_logit);
   const double total = mass(count, max_logit);
   double target = double(rng_.uniform()) * total;
+  size_t chosen = count - 1;  // where rounding leaves a sliver at the end
   for (size_t i = 0; i < count; ++i) {
     target -= std::exp(double(candidates_[i].logit) - max_logit);
-    if (target < 0) return candidates_[i].token;
+    if (target < 0) {
+      chosen = i;
+      break;
+    }
   }
-  return candidates_[count - 1].token;  // rounding left a sliver at the end
+  if (params_.mirostat != 0) {  // the target moves by the surprise of what was drawn
+    const double log2_p =
+        (double(candidates_[chosen].logit) - max_logit - std::log(total)) / std::log(2.0);
+    last_mu_ = mu_;
+    mu_ = static_cast<float>(mu_ - params_.mirostat_eta * (-log2_p - params_.mirostat_tau));
+  }
+  return candidates_[chosen].token;
 }
 
 void Sampler::distribution(std::span<float> logits, std::span<const int32_t> prompt,
@@ -284,7 +479,15 @@ size_t Sampler::post_sampling_top(std::span<const float> logits, int32_t token,
     return 1;
   }
   float max_logit = 0;
-  const size_t count = select_candidates(logits, max_logit);
+  replaying_ = true;  // the last draw's XTC coin and Mirostat target
+  size_t count = 0;
+  try {
+    count = select_candidates(logits, max_logit);
+  } catch (...) {
+    replaying_ = false;
+    throw;
+  }
+  replaying_ = false;
   const double total = mass(count, max_logit);
   const double offset = max_logit + std::log(total);  // logprob = scaled logit - offset
   token_logprob = kNegInf;

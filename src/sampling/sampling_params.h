@@ -2,7 +2,9 @@
 // command-line defaults; the server maps OpenAI fields onto the same struct.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -10,6 +12,7 @@ namespace inferd::sampling {
 
 struct SamplingParams {
   static constexpr uint64_t kRandomSeed = ~uint64_t{0};  // draw a seed from the OS
+  static constexpr size_t kMaxDryBreakers = 64;
 
   float temperature = 0.8f;  // below 1e-5: greedy (argmax, lowest id on ties)
   int32_t top_k = 40;        // keep the k most likely tokens; <= 0: off
@@ -31,7 +34,45 @@ struct SamplingParams {
   // the temperature and top-p's mass is that of the top-k tokens, not of min-p's survivors.
   bool llama_cpp_order = false;
 
-  bool greedy() const { return temperature < 1e-5f; }
+  // llama.cpp's own samplers (vLLM has none of them). Any of typical_p, top_n_sigma, XTC and
+  // dynamic temperature samples the request by llama.cpp's chain, whatever llama_cpp_order
+  // says: penalties, DRY, top-n-sigma, top-k, typical, top-p, min-p, XTC, then temperature.
+  float typical_p = 1.0f;     // locally typical sampling's mass; 1: off
+  float top_n_sigma = -1.0f;  // keep logits within n standard deviations of the top; <= 0: off
+  // XTC: with this probability a step removes every token at or above the threshold but the
+  // least likely of them (off unless two or more are there).
+  float xtc_probability = 0.0f;
+  float xtc_threshold = 0.1f;  // above 0.5: off
+  // Dynamic temperature: temperature +- range, by the normalised entropy of the candidates
+  // raised to the exponent.
+  float dynatemp_range = 0.0f;
+  float dynatemp_exponent = 1.0f;
+  // Mirostat 1 or 2 (0: off) replaces top-k/top-p/min-p and the rest: after the penalties and
+  // temperature it keeps the tokens whose surprise fits the running target (llama.cpp applies
+  // no penalties under Mirostat; inferd applies the ones a request asks for).
+  int32_t mirostat = 0;
+  float mirostat_tau = 5.0f;  // target surprise in bits
+  float mirostat_eta = 0.1f;  // learning rate
+  // DRY ("don't repeat yourself"): a token that would extend a repeat of the last
+  // dry_penalty_last_n tokens (prompt and output) longer than dry_allowed_length loses
+  // dry_multiplier * dry_base ^ (length - allowed) of its logit. A repeat does not reach back
+  // over a sequence breaker. 0 multiplier: off; -1 last_n: the whole context.
+  float dry_multiplier = 0.0f;
+  float dry_base = 1.75f;
+  int32_t dry_allowed_length = 2;
+  int32_t dry_penalty_last_n = 64;
+  std::vector<std::string> dry_sequence_breakers = {"\n", ":", "\"", "*"};
+
+  bool dry() const { return dry_multiplier != 0.0f && dry_penalty_last_n != 0; }
+  // Whether a sampler only llama.cpp's chain has is on (llama_cpp_order is then implied).
+  bool uses_llama_cpp_samplers() const {
+    return typical_p < 1.0f || top_n_sigma > 0.0f ||
+           (xtc_probability > 0.0f && xtc_threshold <= 0.5f) || dynatemp_range > 0.0f;
+  }
+
+  // Greedy: argmax (dynamic temperature, without Mirostat, moves a zero temperature up by the
+  // entropy).
+  bool greedy() const { return temperature < 1e-5f && !(dynatemp_range > 0.0f && mirostat == 0); }
   // Throws inferd::Error naming the first parameter outside its range. `n_vocab` > 0 also
   // checks the logit_bias token ids.
   void validate(int32_t n_vocab = 0) const;

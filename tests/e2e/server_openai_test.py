@@ -173,6 +173,33 @@ class Completions(unittest.TestCase):
             c.completions.create(model="", prompt=prompt, max_tokens=2, extra_body={
                 "bad_words": ["Paris"], "use_beam_search": True, "best_of": 2})
 
+    def test_dry_breaks_a_greedy_loop(self):
+        # Greedy SmolLM2 lists the days again and again; llama.cpp's DRY penalty (on the OpenAI
+        # endpoints too, as llama-server takes it) makes every token run of more than
+        # allowed_length + 1 tokens new within its window.
+        c = client()
+        prompt = "List the days of the week: Monday, Tuesday"
+        args = dict(model="", prompt=prompt, max_tokens=40, temperature=0, logprobs=0)
+        plain = c.completions.create(**args)
+        dry = c.completions.create(**args, extra_body={
+            "dry_multiplier": 5.0, "dry_allowed_length": 2, "dry_penalty_last_n": -1})
+
+        def repeated_runs(tokens, length):
+            runs = [tuple(tokens[i:i + length]) for i in range(len(tokens) - length + 1)]
+            return len(runs) - len(set(runs))
+
+        plain_tokens = plain.choices[0].logprobs.tokens
+        dry_tokens = dry.choices[0].logprobs.tokens
+        self.assertGreater(repeated_runs(plain_tokens, 3), 5)
+        self.assertEqual(repeated_runs(dry_tokens, 3), 0, dry.choices[0].text)
+        self.assertNotEqual(plain.choices[0].text, dry.choices[0].text)
+        with self.assertRaises(openai.BadRequestError):  # ranked by the model's logprobs
+            c.completions.create(model="", prompt=prompt, max_tokens=2, extra_body={
+                "dry_multiplier": 1.0, "use_beam_search": True, "best_of": 2})
+        with self.assertRaises(openai.BadRequestError):
+            c.chat.completions.create(model="", messages=[{"role": "user", "content": "Hi"}],
+                                      max_tokens=2, extra_body={"typical_p": 0})
+
     def test_a_list_of_prompts_gives_each_its_choices_in_order(self):
         c = client()
         prompts = ["The capital of France is", "Hello, my name is", "One, two, three,"]
@@ -485,11 +512,26 @@ class Endpoints(unittest.TestCase):
         status, r = server.post("/completion", {"prompt": ids, "n_predict": 0}, auth)
         self.assertEqual((status, r["content"], r["tokens_predicted"], r["tokens_evaluated"]),
                          (200, "", 0, len(ids)))
-        # A llama.cpp sampler inferd lacks is refused, not ignored.
-        status, r = server.post("/completion", {"prompt": "Hi", "mirostat": 2}, auth)
-        self.assertEqual((status, r["error"]["param"]), (400, "mirostat"))
-        status, r = server.post("/completion", {"prompt": "Hi", "mirostat": 0, "n_predict": 2}, auth)
+        # A llama.cpp sampler inferd lacks is refused, not ignored (tfs_z: removed from
+        # llama.cpp too); its own samplers are taken, out-of-range values refused.
+        status, r = server.post("/completion", {"prompt": "Hi", "tfs_z": 0.9}, auth)
+        self.assertEqual((status, r["error"]["param"]), (400, "tfs_z"))
+        status, r = server.post("/completion", {"prompt": "Hi", "tfs_z": 1, "n_predict": 2}, auth)
         self.assertEqual(status, 200)
+        status, r = server.post("/completion", {"prompt": "Hi", "mirostat": 3}, auth)
+        self.assertEqual((status, r["error"]["param"]), (400, "mirostat"))
+        status, r = server.post("/completion", {"prompt": "Hi", "dry_sequence_breakers": []}, auth)
+        self.assertEqual((status, r["error"]["param"]), (400, "dry_sequence_breakers"))
+        settings = {"mirostat": 2, "mirostat_tau": 4.0, "typical_p": 0.9, "dry_multiplier": 0.5,
+                    "dry_sequence_breakers": ["\n"], "xtc_probability": 0.5}
+        status, r = server.post("/completion", {"prompt": "Hi", "n_predict": 4, "seed": 1,
+                                                **settings}, auth)
+        self.assertEqual(status, 200)
+        for key, value in settings.items():
+            if isinstance(value, float):
+                self.assertAlmostEqual(r["generation_settings"][key], value, 6, key)
+            else:
+                self.assertEqual(r["generation_settings"][key], value, key)
         status, r = server.post("/completion", {"prompt": "Hi", "n_probs": 21}, auth)
         self.assertEqual((status, r["error"]["param"]), (400, "n_probs"))
         # post_sampling_probs: the sampler's probabilities ("prob", "top_probs") after top_k 5:

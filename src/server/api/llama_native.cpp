@@ -35,7 +35,21 @@ constexpr const char* kSameFields[] = {"prompt",
                                        "return_progress",
                                        "timings_per_token",
                                        "post_sampling_probs",
-                                       "model"};
+                                       "model",
+                                       "typical_p",
+                                       "top_n_sigma",
+                                       "xtc_probability",
+                                       "xtc_threshold",
+                                       "dynatemp_range",
+                                       "dynatemp_exponent",
+                                       "mirostat",
+                                       "mirostat_tau",
+                                       "mirostat_eta",
+                                       "dry_multiplier",
+                                       "dry_base",
+                                       "dry_allowed_length",
+                                       "dry_penalty_last_n",
+                                       "dry_sequence_breakers"};
 
 // llama.cpp samplers inferd does not have, with the value that turns each off: a request that
 // sets one otherwise would be sampled differently than it asked, so it is refused.
@@ -43,9 +57,7 @@ struct NeutralValue {
   const char* name;
   double off;
 };
-constexpr NeutralValue kUnsupportedSamplers[] = {
-    {"mirostat", 0},       {"typical_p", 1},    {"dynatemp_range", 0}, {"xtc_probability", 0},
-    {"dry_multiplier", 0}, {"top_n_sigma", -1}, {"n_keep", 0},         {"tfs_z", 1}};
+constexpr NeutralValue kUnsupportedSamplers[] = {{"n_keep", 0}, {"tfs_z", 1}};
 
 // llama.cpp's logit_bias: [[token id or text, bias or false], ...] (false bans the token; a
 // text biases each of its tokens), or an object of id or text -> bias. Returned in OpenAI's form.
@@ -227,7 +239,21 @@ json native_sampling_settings(const sampling::SamplingParams& s, int64_t n_predi
       {"repeat_penalty", s.repetition_penalty},
       {"repeat_last_n", s.repeat_last_n},
       {"presence_penalty", s.presence_penalty},
-      {"frequency_penalty", s.frequency_penalty}};
+      {"frequency_penalty", s.frequency_penalty},
+      {"typical_p", s.typical_p},
+      {"top_n_sigma", s.top_n_sigma},
+      {"xtc_probability", s.xtc_probability},
+      {"xtc_threshold", s.xtc_threshold},
+      {"dynatemp_range", s.dynatemp_range},
+      {"dynatemp_exponent", s.dynatemp_exponent},
+      {"mirostat", s.mirostat},
+      {"mirostat_tau", s.mirostat_tau},
+      {"mirostat_eta", s.mirostat_eta},
+      {"dry_multiplier", s.dry_multiplier},
+      {"dry_base", s.dry_base},
+      {"dry_allowed_length", s.dry_allowed_length},
+      {"dry_penalty_last_n", s.dry_penalty_last_n},
+      {"dry_sequence_breakers", s.dry_sequence_breakers}};
 }
 
 json native_chunk(const std::string& content, const std::vector<TokenInfo>& tokens,

@@ -2,7 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 
 #include "engine/bad_words.h"
 #include "server/json/fields.h"
@@ -183,6 +185,45 @@ std::vector<int32_t> parse_prompt(const json& body, const ParseContext& ctx, std
   return ids;
 }
 
+// llama.cpp's own samplers, as llama-server reads them on every endpoint (vLLM has none of them;
+// a request that sets one is sampled by llama.cpp's chain, sampling_params.h).
+void parse_llama_cpp_samplers(const json& body, sampling::SamplingParams& p) {
+  constexpr double kBig = 1e9;
+  p.typical_p = static_cast<float>(number(body, "typical_p", p.typical_p, 0.0, 1.0, true));
+  p.top_n_sigma = static_cast<float>(number(body, "top_n_sigma", p.top_n_sigma, -kBig, kBig));
+  p.xtc_probability =
+      static_cast<float>(number(body, "xtc_probability", p.xtc_probability, 0.0, 1.0));
+  p.xtc_threshold = static_cast<float>(number(body, "xtc_threshold", p.xtc_threshold, 0.0, 1.0));
+  p.dynatemp_range =
+      static_cast<float>(number(body, "dynatemp_range", p.dynatemp_range, 0.0, kBig));
+  p.dynatemp_exponent =
+      static_cast<float>(number(body, "dynatemp_exponent", p.dynatemp_exponent, 0.0, kBig));
+  p.mirostat = static_cast<int32_t>(integer(body, "mirostat", p.mirostat, 0, 2));
+  p.mirostat_tau = static_cast<float>(number(body, "mirostat_tau", p.mirostat_tau, 0.0, kBig));
+  p.mirostat_eta = static_cast<float>(number(body, "mirostat_eta", p.mirostat_eta, 0.0, kBig));
+  p.dry_multiplier =
+      static_cast<float>(number(body, "dry_multiplier", p.dry_multiplier, 0.0, kBig));
+  // Below 1 the default, as llama-server has it.
+  const double base = number(body, "dry_base", p.dry_base, 0.0, kBig);
+  p.dry_base = base < 1.0 ? sampling::SamplingParams{}.dry_base : static_cast<float>(base);
+  p.dry_allowed_length =
+      static_cast<int32_t>(integer(body, "dry_allowed_length", p.dry_allowed_length, 0, INT32_MAX));
+  p.dry_penalty_last_n = static_cast<int32_t>(
+      integer(body, "dry_penalty_last_n", p.dry_penalty_last_n, -1, INT32_MAX));
+  if (const json* breakers = field(body, "dry_sequence_breakers")) {
+    const bool strings = breakers->is_array() && !breakers->empty() &&
+                         std::all_of(breakers->begin(), breakers->end(),
+                                     [](const json& b) { return b.is_string(); });
+    if (!strings)
+      bad("dry_sequence_breakers", "'dry_sequence_breakers' must be a non-empty list of strings");
+    if (breakers->size() > sampling::SamplingParams::kMaxDryBreakers)
+      bad("dry_sequence_breakers",
+          fmt::format("'dry_sequence_breakers' may hold at most {} strings",
+                      sampling::SamplingParams::kMaxDryBreakers));
+    p.dry_sequence_breakers = breakers->get<std::vector<std::string>>();
+  }
+}
+
 sampling::SamplingParams parse_sampling(const json& body, int32_t n_vocab,
                                         const sampling::SamplingParams& defaults) {
   sampling::SamplingParams p = defaults;
@@ -197,6 +238,7 @@ sampling::SamplingParams parse_sampling(const json& body, int32_t n_vocab,
   p.repetition_penalty =
       static_cast<float>(number(body, "repetition_penalty", p.repetition_penalty, 0.0, 2.0, true));
   p.logit_bias = parse_logit_bias(body, n_vocab);
+  parse_llama_cpp_samplers(body, p);
   if (const json* seed = field(body, "seed")) {
     if (!seed->is_number_integer()) bad("seed", "'seed' must be an integer");
     p.seed = static_cast<uint64_t>(seed->get<int64_t>());
@@ -233,6 +275,10 @@ void parse_beam_search(const json& body, CompletionRequest& out) {
   if (p.presence_penalty != 0 || p.frequency_penalty != 0 || p.repetition_penalty != 1)
     bad("", "penalties are not supported with beam search");
   if (!p.logit_bias.empty()) bad("logit_bias", "'logit_bias' is not supported with beam search");
+  if (p.dry() || p.mirostat != 0 || p.uses_llama_cpp_samplers())
+    bad("",
+        "DRY, Mirostat, XTC, typical_p, top_n_sigma and dynatemp are not supported with beam "
+        "search");
   out.request.beam_width = static_cast<int32_t>(best_of);
   out.request.beam_results = out.n;
   out.request.length_penalty = static_cast<float>(length_penalty);
