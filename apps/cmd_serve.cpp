@@ -52,6 +52,7 @@ struct ServeArgs {
   std::string chat_template;
   DType kv_key_type = DType::F16;
   model::Device device = model::Device::kCpu;
+  std::vector<model::LoraSpec> lora;
   DType kv_value_type = DType::F16;
   int kv_exact_recent = kv::kDefaultExactRecentTokens;
   bool swa_full = false;
@@ -393,6 +394,7 @@ void serve(ServeArgs args) {
   if (args.cache_ram_mib >= 0) config.state_cache_bytes = args.cache_ram_mib << 20;
   config.spec = args.spec;
   config.device = args.device;
+  config.lora = args.lora;
   config.grammar_thread = args.grammar_thread;
   // Names the API answers to: --served-model-name / --alias, comma-separated (the first is
   // the one reported), else the file's name.
@@ -607,6 +609,7 @@ void register_serve(CLI::App& app) {
   add_spec_options(*cmd, args->spec);
   add_grammar_thread_option(*cmd, args->grammar_thread);
   add_device_option(*cmd, args->device);
+  add_lora_options(*cmd, args->lora);
   add_parallel_options(*cmd, args->tensor_parallel, args->pipeline_parallel, args->data_parallel,
                        args->expert_parallel);
   cmd->add_option("--steps-in-flight", args->steps_in_flight,

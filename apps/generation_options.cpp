@@ -53,6 +53,51 @@ void add_parallel_options(CLI::App& cmd, int& tensor_ranks, int& pipeline_ranks,
                "ranks and back (all-to-all)");
 }
 
+void add_lora_options(CLI::App& cmd, std::vector<model::LoraSpec>& adapters) {
+  // llama.cpp's forms: --lora FNAME[,FNAME...] and --lora-scaled FNAME:SCALE[,FNAME:SCALE...],
+  // each repeatable.
+  const auto items = [](const std::string& value) {
+    std::vector<std::string> out;
+    for (size_t begin = 0;;) {
+      const size_t comma = value.find(',', begin);
+      out.push_back(value.substr(begin, comma - begin));
+      if (comma == std::string::npos) return out;
+      begin = comma + 1;
+    }
+  };
+  cmd.add_option_function<std::vector<std::string>>(
+         "--lora",
+         [&adapters, items](const std::vector<std::string>& values) {
+           for (const std::string& value : values)
+             for (const std::string& file : items(value)) adapters.push_back({file, 1.0f});
+         },
+         "LoRA adapter (GGUF) applied to every request: FNAME[,FNAME...] (repeatable)")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  cmd.add_option_function<std::vector<std::string>>(
+         "--lora-scaled",
+         [&adapters, items](const std::vector<std::string>& values) {
+           for (const std::string& value : values) {
+             for (const std::string& item : items(value)) {
+               const size_t colon = item.rfind(':');
+               float scale = 0;
+               size_t used = 0;
+               try {
+                 if (colon == std::string::npos) throw std::invalid_argument("no scale");
+                 scale = std::stof(item.substr(colon + 1), &used);
+               } catch (const std::exception&) {
+                 used = std::string::npos;
+               }
+               if (colon == 0 || used != item.size() - colon - 1)
+                 throw CLI::ValidationError(
+                     "--lora-scaled", "'" + item + "' is not FNAME:SCALE (a file and a number)");
+               adapters.push_back({item.substr(0, colon), scale});
+             }
+           }
+         },
+         "LoRA adapter with its scale: FNAME:SCALE[,FNAME:SCALE...] (repeatable)")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+}
+
 void add_device_option(CLI::App& cmd, model::Device& device) {
   // llama.cpp's names too: "none" (no GPU) and "CUDA0" (its first CUDA device).
   cmd.add_option_function<std::string>(
@@ -233,6 +278,7 @@ void GenerationOptions::add_to(CLI::App& cmd) {
   add_spec_options(cmd, spec);
   add_grammar_thread_option(cmd, grammar_thread);
   add_device_option(cmd, device);
+  add_lora_options(cmd, lora);
   add_parallel_options(cmd, tensor_parallel, pipeline_parallel, data_parallel, expert_parallel);
   auto* schema = cmd.add_option("-j,--json-schema,--json-schema-file", json_schema,
                                 "Constrain the output to a JSON schema (inline JSON or a file)");
@@ -277,6 +323,7 @@ inferd::EngineOptions GenerationOptions::api_options() const {
   o.swa_full = swa_full;
   o.prefix_caching = !no_prefix_cache;
   o.device = device == model::Device::kCuda ? inferd::Device::kCuda : inferd::Device::kCpu;
+  for (const model::LoraSpec& a : lora) o.lora_adapters.push_back({a.path, a.scale});
   o.tensor_parallel = tensor_parallel;
   o.pipeline_parallel = pipeline_parallel;
   o.data_parallel = data_parallel;

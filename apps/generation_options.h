@@ -41,6 +41,7 @@ struct GenerationOptions {
   engine::SpeculativeConfig spec;
   engine::GrammarThread grammar_thread = engine::GrammarThread::kAuto;
   model::Device device = model::Device::kCpu;
+  std::vector<model::LoraSpec> lora;
   int tensor_parallel = 1;
   int pipeline_parallel = 1;
   int data_parallel = 1;
@@ -72,6 +73,8 @@ void add_prefix_cache_option(CLI::App& cmd, bool& no_prefix_cache);
 
 // --device cpu|cuda: where the model runs (model::Device; cuda: one GPU, src/cuda/).
 void add_device_option(CLI::App& cmd, model::Device& device);
+// --lora FILE and --lora-scaled FILE SCALE (llama.cpp's flags; repeatable): LoRA adapters.
+void add_lora_options(CLI::App& cmd, std::vector<model::LoraSpec>& adapters);
 // --tensor-parallel N (vLLM's -tp / --tensor-parallel-size): the model split over the N
 // processes of `mpirun -n N` (dist/model_parallel.h).
 // --tensor-parallel, --pipeline-parallel, --data-parallel and --expert-parallel

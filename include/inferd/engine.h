@@ -72,6 +72,14 @@ struct EngineOptions {
   // chat(): a built-in template name ("chatml", "llama3", ...) or a template file; empty: the
   // model's own.
   std::string chat_template;
+  // LoRA adapters (llama.cpp's GGUF adapters) applied to every request: the model computes
+  // W x + scale * alpha / rank * B (A x) for each weight they adapt (llama.cpp's
+  // --lora-scaled). CPU, one rank.
+  struct LoraAdapter {
+    std::string path;
+    float scale = 1.0f;
+  };
+  std::vector<LoraAdapter> lora_adapters;
 };
 
 struct ChatMessage {

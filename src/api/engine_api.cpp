@@ -99,6 +99,8 @@ engine::EngineConfig engine_config(const EngineOptions& options) {
   config.swa_full = options.swa_full;
   config.prefix_caching = options.prefix_caching;
   config.device = options.device == Device::kCuda ? model::Device::kCuda : model::Device::kCpu;
+  for (const EngineOptions::LoraAdapter& a : options.lora_adapters)
+    config.lora.push_back({a.path, a.scale});
   config.tensor_parallel = options.tensor_parallel;
   config.pipeline_parallel = options.pipeline_parallel;
   config.data_parallel = options.data_parallel;

@@ -162,6 +162,7 @@ Engine::Engine(const gguf::GgufFile& file, const EngineConfig& config)
   config_.context = resolve_context(config, model::ModelConfig::from_gguf(file).context_length);
   options.max_context = config_.context;
   options.device = config.device;
+  options.lora = config.lora;
   options.mtp = config.spec.enabled() && config.spec.method == SpecMethod::kMtp;
   dist::ParallelWorld world;
   if (config.pipeline_ranks != nullptr) {  // (tests)

@@ -85,6 +85,7 @@ struct EngineConfig {
   SpeculativeConfig spec;
   GrammarThread grammar_thread = GrammarThread::kAuto;
   model::Device device = model::Device::kCpu;  // where the target model runs
+  std::vector<model::LoraSpec> lora;           // LoRA adapters on the target model, every request
 };
 
 class Engine {

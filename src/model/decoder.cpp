@@ -22,6 +22,7 @@
 #include "model/data_parallel.h"
 #include "model/exact_copies.h"
 #include "model/layer_weights.h"
+#include "model/lora.h"
 #include "model/weights.h"
 #include "util/error.h"
 #include "util/huge_pages.h"
@@ -195,6 +196,7 @@ class Decoder final : public Model {
     }
     w.check_all_used();
     weights_memory_ = w.memory();
+    if (!options.lora.empty()) load_lora(file, options);
     rope_ = make_rope_tables(c, spec_, max_context,
                              freq_factors ? std::span<const float>(freq_factors, size_t(c.rope_dims / 2))
                                           : std::span<const float>());
@@ -235,6 +237,32 @@ class Decoder final : public Model {
     }
     const double mean = std::exp(log_sum / d);  // (a geometric mean of 1: sizes as they were)
     for (float& e : layer.key_equalizer) e = static_cast<float>(e / mean);
+  }
+
+  // LoRA adapters (model/lora.h) on the attention and dense feed-forward projections of every
+  // layer; the base weights stay as they are. Not with the model split over ranks.
+  void load_lora(const gguf::GgufFile& file, const ModelOptions& options) {
+    const auto split = [](const dist::Communicator* ranks) {
+      return ranks != nullptr && ranks->size() > 1;
+    };
+    if (split(options.tp) || split(options.pp) || split(options.dp))
+      fail("{}: LoRA adapters with the model split over ranks are not implemented", file.name());
+    if (spec_.eagle3) fail("{}: LoRA adapters on an EAGLE-3 head are not implemented", file.name());
+    lora_ = LoraAdapters(options.lora, file.get_string("general.architecture").value_or(""));
+    for (int l = 0; l < static_cast<int>(layers_.size()); ++l) {
+      if (!runs_layer(l)) continue;
+      DecoderLayer& layer = layers_[static_cast<size_t>(l)];
+      const std::string p = layer_prefix(l);
+      const std::pair<const char*, const kernels::WeightMatrix*> weights[] = {
+          {"attn_q.weight", &layer.wq},       {"attn_k.weight", &layer.wk},
+          {"attn_v.weight", &layer.wv},       {"attn_output.weight", &layer.wo},
+          {"ffn_gate.weight", &layer.w_gate}, {"ffn_up.weight", &layer.w_up},
+          {"ffn_down.weight", &layer.w_down}};
+      for (const auto& [name, weight] : weights)
+        if (weight->data != nullptr || weight->packed) lora_.bind(p + name, weight);
+    }
+    lora_.check_all_bound();
+    lora_.reserve();
   }
 
   // Tensor parallelism (dist/model_parallel.h): this rank's share of the heads, kv heads and
@@ -1283,6 +1311,7 @@ class Decoder final : public Model {
     }
     kernels::matmul(layer.wo, ws.attn.data(), T, ws.proj.data(), ws.scratch, pool,  // [T, n_embd]
                     kernels::active_kernels(), batch.bf16_rows_begin);
+    lora_.apply(&layer.wo, ws.attn.data(), T, ws.proj.data(), pool);
     if (tp_ != nullptr) tp_->allreduce_sum(ws.proj.data(), T * c.n_embd);  // every rank's heads
     if (layer.bo || layer.post_attn_norm) {
       per_token(pool, T, [&](int64_t t) {
@@ -1310,9 +1339,10 @@ class Decoder final : public Model {
         {&layer.wk, ws.k.data()},                                              // k: [T, kv_dim]
         {&layer.wv, ws.v.data()}};                                             // v: [T, kv_dim]
     const size_t n_targets = !own_kv ? 1 : (layer.value_from_key ? 2 : 3);
-    kernels::matmul_many(std::span(qkv, n_targets),
-                         layer.reads_fused_input ? ws.mtp_in.data() : ws.h.data(), T, ws.scratch,
-                         pool, kernels::active_kernels(), batch.bf16_rows_begin);
+    const float* qkv_in = layer.reads_fused_input ? ws.mtp_in.data() : ws.h.data();
+    kernels::matmul_many(std::span(qkv, n_targets), qkv_in, T, ws.scratch, pool,
+                         kernels::active_kernels(), batch.bf16_rows_begin);
+    lora_.apply_many(std::span(qkv, n_targets), qkv_in, T, pool);
     const int64_t* slots = &ws.slots[static_cast<size_t>(cache.group_of(layer.kv_layer) * max_tokens_)];
     const int32_t* positions = batch.positions.data();
     // Keys stored equalized (set_key_equalizer) in a quantized cache; queries meet them alike,
@@ -1742,6 +1772,7 @@ class Decoder final : public Model {
                                              {&layer.w_up, ws.up.data()}};     // [T, n_ff]
     kernels::matmul_many(gate_up, ws.h.data(), T, ws.scratch, pool, kernels::active_kernels(),
                          bf16_from);
+    lora_.apply_many(gate_up, ws.h.data(), T, pool);
     const int64_t n_ff = layer.n_ff;  // the layer's (Gemma 4's differ)
     per_token(pool, T, [&](int64_t t) {
       if (spec_.activation == FfnActivation::kGeluTanh) {
@@ -1752,6 +1783,7 @@ class Decoder final : public Model {
     });
     kernels::matmul(layer.w_down, ws.gate.data(), T, ws.proj.data(), ws.scratch,  // [T, n_embd]
                     pool, kernels::active_kernels(), bf16_from);
+    lora_.apply(&layer.w_down, ws.gate.data(), T, ws.proj.data(), pool);
     if (tp_ != nullptr) tp_->allreduce_sum(ws.proj.data(), T * config_.n_embd);  // every rank's columns
   }
 
@@ -1811,6 +1843,7 @@ class Decoder final : public Model {
   WeightMatrix output_;       // [n_vocab, n_embd], token_embd_ when tied
   std::vector<DecoderLayer> layers_;
   std::shared_ptr<HugePageArena> weights_memory_;  // what the pointers above point into
+  LoraAdapters lora_;  // bound to layers_' weights by address: layers_ never moves once loaded
   std::optional<MoeConfig> moe_config_;  // ArchSpec::moe's, as the file sets it
   std::unique_ptr<MoeBlock> moe_;        // the MoE layers' work buffers
   std::unique_ptr<MlaBlock> mla_;        // the latent attention's work buffers (ArchSpec::mla)
@@ -1947,6 +1980,8 @@ std::unique_ptr<Model> make_decoder(const gguf::GgufFile& file, const ModelOptio
     const auto split = [](const dist::Communicator* ranks) { return ranks != nullptr && ranks->size() > 1; };
     if (split(options.tp) || split(options.pp) || split(options.dp))
       fail("{}: a model split over ranks runs on the CPU executor only (--device cuda)", file.name());
+    if (!options.lora.empty())
+      fail("{}: LoRA adapters run on the CPU executor only (--device cuda)", file.name());
     return make_cuda_decoder(file, options, std::move(spec));
   }
   return std::make_unique<Decoder>(file, options, std::move(spec));

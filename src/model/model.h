@@ -12,6 +12,7 @@
 #include "kv/kv_cache.h"
 #include "model/batch.h"
 #include "model/config.h"
+#include "model/lora.h"
 #include "util/error.h"
 #include "util/machine_memory.h"
 #include "util/thread_pool.h"
@@ -61,6 +62,8 @@ struct ModelOptions {
   // A quantized KV cache's keys stored equalized by the layer's query and key norms (decoder's
   // set_key_equalizer); off only to measure what it does (tests).
   bool equalize_quantized_keys = true;
+  // LoRA adapters (model/lora.h) applied to every token; CPU executor, one rank.
+  std::vector<LoraSpec> lora = {};
 };
 
 class Model {

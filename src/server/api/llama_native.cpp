@@ -49,7 +49,8 @@ constexpr const char* kSameFields[] = {"prompt",
                                        "dry_base",
                                        "dry_allowed_length",
                                        "dry_penalty_last_n",
-                                       "dry_sequence_breakers"};
+                                       "dry_sequence_breakers",
+                                       "lora"};
 
 // llama.cpp samplers inferd does not have, with the value that turns each off: a request that
 // sets one otherwise would be sampled differently than it asked, so it is refused.

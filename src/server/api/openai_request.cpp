@@ -239,6 +239,10 @@ sampling::SamplingParams parse_sampling(const json& body, int32_t n_vocab,
       static_cast<float>(number(body, "repetition_penalty", p.repetition_penalty, 0.0, 2.0, true));
   p.logit_bias = parse_logit_bias(body, n_vocab);
   parse_llama_cpp_samplers(body, p);
+  if (field(body, "lora") != nullptr)  // llama-server's per-request adapter scales
+    bad("lora",
+        "per-request LoRA scales are not implemented: the adapters given at start "
+        "(--lora, --lora-scaled) apply to every request");
   if (const json* seed = field(body, "seed")) {
     if (!seed->is_number_integer()) bad("seed", "'seed' must be an integer");
     p.seed = static_cast<uint64_t>(seed->get<int64_t>());

@@ -1,0 +1,162 @@
+#include "model/lora.h"
+
+#include <algorithm>
+
+#include "gguf/gguf.h"
+#include "tensor/dtype.h"
+#include "util/error.h"
+
+namespace inferd::model {
+namespace {
+
+bool ends_with(const std::string& s, std::string_view suffix) {
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// A 2-D tensor of the adapter as floats, row by row through the kernels' dequantization (any
+// type the kernels read: F32, F16, BF16, Q8_0, ...).
+std::vector<float> read_matrix(const gguf::TensorInfo& t, const std::string& file, int64_t& rows,
+                               int64_t& cols) {
+  if (t.shape.size() != 2)
+    fail("{}: LoRA tensor {} is not a matrix ({})", file, t.name, t.shape_string());
+  cols = static_cast<int64_t>(t.shape[0]);
+  rows = static_cast<int64_t>(t.shape[1]);
+  const std::optional<uint64_t> bytes = row_bytes(t.type, t.shape[0]);
+  if (!bytes || *bytes * t.shape[1] != t.num_bytes)
+    fail("{}: LoRA tensor {} of type {} and shape {} has no whole rows", file, t.name,
+         dtype_name(t.type), t.shape_string());
+  kernels::WeightMatrix view;
+  view.type = t.type;
+  view.rows = rows;
+  view.cols = cols;
+  view.row_bytes = *bytes;
+  view.data = t.data;
+  std::vector<float> out(static_cast<size_t>(rows * cols));
+  for (int64_t r = 0; r < rows; ++r)
+    kernels::dequantize_row(view, r, &out[static_cast<size_t>(r * cols)]);
+  return out;
+}
+
+}  // namespace
+
+LoraAdapters::LoraAdapters(const std::vector<LoraSpec>& specs, const std::string& architecture) {
+  for (const LoraSpec& spec : specs) {
+    const gguf::GgufFile file = gguf::GgufFile::open(spec.path);
+    const std::string& name = spec.path;
+    const std::string type = file.get_string("general.type").value_or("");
+    if (type != "adapter")
+      fail("{}: not a LoRA adapter (general.type is '{}', not 'adapter')", name, type);
+    const std::string arch = file.get_string("general.architecture").value_or("");
+    if (arch != architecture)
+      fail("{}: a LoRA adapter for '{}', the model is '{}'", name, arch, architecture);
+    const std::string adapter = file.get_string("adapter.type").value_or("");
+    if (adapter != "lora")
+      fail("{}: adapter.type '{}' is not implemented (only 'lora')", name, adapter);
+    if (file.has("adapter.alora.invocation_tokens"))
+      fail("{}: activated LoRA (adapter.alora.invocation_tokens) is not implemented", name);
+    const float alpha = static_cast<float>(file.get_float("adapter.lora.alpha").value_or(0.0));
+    std::map<std::string, std::pair<const gguf::TensorInfo*, const gguf::TensorInfo*>> pairs;
+    for (const gguf::TensorInfo& t : file.tensors()) {
+      if (ends_with(t.name, ".lora_a")) {
+        pairs[t.name.substr(0, t.name.size() - 7)].first = &t;
+      } else if (ends_with(t.name, ".lora_b")) {
+        pairs[t.name.substr(0, t.name.size() - 7)].second = &t;
+      } else {
+        // (llama.cpp skips an adapter's norm vectors; they would change the output.)
+        fail("{}: tensor {} is not a lora_a / lora_b matrix: not implemented", name, t.name);
+      }
+    }
+    for (const auto& [weight, ab] : pairs) {
+      if (ab.first == nullptr || ab.second == nullptr)
+        fail("{}: {} has {} but not {}", name, weight, ab.first ? "lora_a" : "lora_b",
+             ab.first ? "lora_b" : "lora_a");
+      Pair p;
+      p.file = name;
+      int64_t a_rows = 0, b_cols = 0;
+      p.a = read_matrix(*ab.first, name, a_rows, p.in);
+      const std::vector<float> b = read_matrix(*ab.second, name, p.out, b_cols);
+      if (a_rows != b_cols || a_rows <= 0)
+        fail("{}: {}: lora_a has rank {} and lora_b {} (lora_a must be [in, rank] in ggml's order)",
+             name, weight, a_rows, b_cols);
+      p.rank = a_rows;
+      if (p.rank > kMaxRank)
+        fail("{}: {} has rank {}, above the {} inferd supports", name, weight, p.rank, kMaxRank);
+      // s folds into B, stored by column: an adapter's scale is fixed for its life.
+      const float s = alpha != 0.0f ? spec.scale * alpha / static_cast<float>(p.rank) : spec.scale;
+      p.b_by_col.resize(b.size());
+      for (int64_t o = 0; o < p.out; ++o)
+        for (int64_t j = 0; j < p.rank; ++j)
+          p.b_by_col[static_cast<size_t>(j * p.out + o)] =
+              s * b[static_cast<size_t>(o * p.rank + j)];
+      pending_[weight].push_back(std::move(p));
+    }
+  }
+}
+
+void LoraAdapters::bind(const std::string& name, const kernels::WeightMatrix* w) {
+  const auto it = pending_.find(name);
+  if (it == pending_.end() || w == nullptr) return;
+  for (const Pair& p : it->second) {
+    if (p.in != w->cols || p.out != w->rows)
+      fail("{}: LoRA pair of {} is [{} x {}] over [{} x {}], the weight is [{} x {}]", p.file, name,
+           p.out, p.rank, p.rank, p.in, w->rows, w->cols);
+  }
+  std::vector<Pair>& target = bound_[w];
+  for (Pair& p : it->second) target.push_back(std::move(p));
+  pending_.erase(it);
+}
+
+void LoraAdapters::check_all_bound() const {
+  if (pending_.empty()) return;
+  const auto& [name, pairs] = *pending_.begin();
+  fail(
+      "{}: LoRA pair for {}: the model has no such weight that inferd adapts (attention and "
+      "dense feed-forward projections of the CPU decoder)",
+      pairs.front().file, name);
+}
+
+void LoraAdapters::reserve() {
+  size_t most_pairs = 0;
+  for (const auto& [weight, pairs] : bound_) most_pairs = std::max(most_pairs, pairs.size());
+  jobs_.reserve(3 * most_pairs);  // (q, k and v share an input; no more targets do)
+}
+
+void LoraAdapters::apply(const kernels::WeightMatrix* w, const float* x, int64_t T, float* y,
+                         ThreadPool& pool) {
+  const kernels::MatmulTarget target{w, y};
+  apply_many(std::span(&target, 1), x, T, pool);
+}
+
+void LoraAdapters::apply_many(std::span<const kernels::MatmulTarget> targets, const float* x,
+                              int64_t T, ThreadPool& pool) {
+  if (bound_.empty()) return;
+  jobs_.clear();
+  for (const kernels::MatmulTarget& t : targets) {
+    const auto it = bound_.find(t.w);
+    if (it == bound_.end()) continue;
+    for (const Pair& p : it->second) jobs_.push_back({&p, t.y});
+  }
+  if (jobs_.empty()) return;
+  const kernels::DotFn dot = kernels::active_kernels().f32.dot;
+  constexpr int64_t kTokensPerThread = 16;
+  pool.parallel_for(T, kTokensPerThread, [&](int64_t begin, int64_t end) {
+    float low[kMaxRank];
+    for (int64_t t = begin; t < end; ++t) {
+      for (const Job& job : jobs_) {
+        const Pair& p = *job.pair;
+        const float* xt = x + t * p.in;
+        for (int64_t j = 0; j < p.rank; ++j)
+          low[j] = dot(p.in, &p.a[static_cast<size_t>(j * p.in)], xt);
+        float* yt = job.y + t * p.out;
+        for (int64_t j = 0; j < p.rank; ++j) {  // y += (s B) low, a column of B at a time
+          const float l = low[j];
+          const float* col = &p.b_by_col[static_cast<size_t>(j * p.out)];
+          for (int64_t o = 0; o < p.out; ++o) yt[o] += l * col[o];
+        }
+      }
+    }
+  });
+}
+
+}  // namespace inferd::model

@@ -1,0 +1,205 @@
+// LoRA adapters (model/lora.h) on SmolLM2: a random adapter written here, byte for byte the same
+// every run, against llama.cpp's top log-probabilities with the same adapter
+// (tests/golden/generation/smollm2-lora*.json, recorded with llama-server --lora on the file this
+// test writes; make-golden says how). The adapter moves the distribution far more than float
+// noise, so the test can tell a right adapter from a wrong one or none; and the loader refuses
+// what it does not implement, by name.
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "gguf/gguf.h"
+#include "gguf/gguf_writer.h"
+#include "golden_util.h"
+#include "model/model.h"
+#include "model/registry.h"
+#include "model_fixture.h"
+#include "sampling/rng.h"
+#include "util/error.h"
+
+namespace inferd::testing {
+namespace {
+
+constexpr int kRank = 8;
+constexpr float kAlpha = 16.0f;
+
+struct AdapterSpec {
+  std::string architecture = "llama";
+  std::vector<std::string> targets = {"attn_q",   "attn_k", "attn_v",  "attn_output",
+                                      "ffn_gate", "ffn_up", "ffn_down"};
+  bool drop_one_b = false;   // a lora_a without its lora_b
+  std::string extra_tensor;  // a tensor that is not a lora pair
+  bool alora = false;        // adapter.alora.invocation_tokens
+  int rank_of_b = kRank;     // lora_b's rank (a mismatch when not kRank)
+};
+
+// Uniform values in [-0.06, 0.06] from a seeded generator, with alpha / rank = 2: strong enough
+// that the adapter moves the top log-probabilities 5x further from llama.cpp's than float noise
+// does (0.02 moved them barely past it: such a test cannot tell an adapter from none).
+std::vector<float> random_values(sampling::Rng& rng, size_t n) {
+  std::vector<float> out(n);
+  for (float& v : out) v = (rng.uniform() * 2.0f - 1.0f) * 0.06f;
+  return out;
+}
+
+std::string write_adapter(const gguf::GgufFile& model, const std::string& path,
+                          const AdapterSpec& spec = {}) {
+  gguf::GgufWriter w;
+  w.set_string("general.architecture", spec.architecture);
+  w.set_string("general.type", "adapter");
+  w.set_string("adapter.type", "lora");
+  w.set_f32("adapter.lora.alpha", kAlpha);
+  if (spec.alora) w.set_i32s("adapter.alora.invocation_tokens", {1, 2});
+  sampling::Rng rng(2026);
+  bool dropped = false;
+  for (const gguf::TensorInfo& t : model.tensors()) {
+    if (t.name.rfind("blk.", 0) != 0) continue;
+    bool target = false;
+    for (const std::string& s : spec.targets)
+      target = target || t.name.find("." + s + ".weight") != std::string::npos;
+    if (!target) continue;
+    const uint64_t in = t.shape[0], out = t.shape[1];
+    const std::vector<float> a = random_values(rng, in * kRank);
+    const std::vector<float> b = random_values(rng, uint64_t(spec.rank_of_b) * out);
+    w.add_tensor(t.name + ".lora_a", DType::F32, {in, uint64_t{kRank}},
+                 std::span(reinterpret_cast<const uint8_t*>(a.data()), a.size() * sizeof(float)));
+    if (spec.drop_one_b && !dropped) {
+      dropped = true;
+      continue;
+    }
+    w.add_tensor(t.name + ".lora_b", DType::F32, {uint64_t(spec.rank_of_b), out},
+                 std::span(reinterpret_cast<const uint8_t*>(b.data()), b.size() * sizeof(float)));
+  }
+  if (!spec.extra_tensor.empty()) {
+    const std::vector<float> v(576, 1.0f);
+    w.add_tensor(spec.extra_tensor, DType::F32, {576},
+                 std::span(reinterpret_cast<const uint8_t*>(v.data()), v.size() * sizeof(float)));
+  }
+  w.write(path);
+  return path;
+}
+
+class LoraTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!std::filesystem::exists(model_path()))
+      GTEST_SKIP() << "model not found at " << model_path() << " (run scripts/fetch-model)";
+    file_ = std::make_unique<gguf::GgufFile>(gguf::GgufFile::open(model_path()));
+  }
+  std::string temp(const std::string& name) const { return ::testing::TempDir() + name; }
+  std::unique_ptr<model::Model> load(const std::vector<model::LoraSpec>& lora) const {
+    model::ModelOptions options{2048, 2048};
+    options.lora = lora;
+    return model::load_model(*file_, options);
+  }
+  std::string refusal(const AdapterSpec& spec) const {
+    const std::string path = write_adapter(*file_, temp("inferd-lora-refused.gguf"), spec);
+    try {
+      load({{path, 1.0f}});
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "";
+  }
+  std::unique_ptr<gguf::GgufFile> file_;
+};
+
+// The mean and largest |ours - llama.cpp's| over the golden top-10 log-probabilities (those
+// above -8), along llama.cpp's greedy tokens.
+std::pair<double, float> distance_to(const nlohmann::json& golden, model::Model& model) {
+  std::vector<float> diffs;
+  for (const auto& c : golden["cases"]) {
+    const auto& top = c["top_logprobs"];
+    if (top.empty()) continue;
+    const auto lps = logprobs_along(model, c["prompt_ids"].get<std::vector<int32_t>>(),
+                                    c["generated_ids"].get<std::vector<int32_t>>(), top.size());
+    for (size_t p = 0; p < top.size(); ++p)
+      for (const auto& entry : top[p])
+        if (entry[1].get<float>() >= -8.0f)
+          diffs.push_back(std::fabs(lps[p][static_cast<size_t>(entry[0].get<int32_t>())] -
+                                    entry[1].get<float>()));
+  }
+  if (diffs.empty()) return {0.0, 0.0f};
+  return {std::accumulate(diffs.begin(), diffs.end(), 0.0) / double(diffs.size()),
+          *std::max_element(diffs.begin(), diffs.end())};
+}
+
+TEST_F(LoraTest, TopLogprobsMatchLlamaCppWithTheSameAdapter) {
+  // (Written first: make-golden records llama.cpp with this file.)
+  const std::string path = write_adapter(*file_, temp("smollm2-random-lora.gguf"));
+  const nlohmann::json golden = load_json("tests/golden/generation/smollm2-lora.json");
+  const nlohmann::json golden_fa = load_json("tests/golden/generation/smollm2-lora-fa-on.json");
+  ASSERT_FALSE(golden.is_null() || golden_fa.is_null()) << "missing LoRA golden data";
+  const auto adapted = load({{path, 1.0f}});
+  const auto [mean, largest] = distance_to(golden, *adapted);
+  const std::vector<float> self = llama_self_noise(golden, golden_fa);
+  const double self_mean = std::accumulate(self.begin(), self.end(), 0.0) / double(self.size());
+  const float self_max = *std::max_element(self.begin(), self.end());
+  // Without the adapter, or with it at half its scale, the same numbers are far off.
+  const auto plain = load({});
+  const auto [plain_mean, plain_max] = distance_to(golden, *plain);
+  const auto halved = load({{path, 0.5f}});
+  const auto [half_mean, half_max] = distance_to(golden, *halved);
+  std::printf(
+      "[ golden   ] with the adapter: mean |diff| %.4f, max %.4f; without: %.4f, %.4f; at half "
+      "scale: %.4f, %.4f; llama.cpp with itself: %.4f, %.4f (%s)\n",
+      mean, largest, plain_mean, plain_max, half_mean, half_max, self_mean, self_max, path.c_str());
+  EXPECT_LT(mean, 1.25 * self_mean);
+  EXPECT_LT(largest, 1.5f * self_max);
+  EXPECT_GT(plain_mean, 4 * self_mean);
+  EXPECT_GT(half_mean, 2 * self_mean);
+}
+
+TEST_F(LoraTest, RefusesWhatItDoesNotImplementByName) {
+  AdapterSpec spec;
+  spec.architecture = "qwen2";
+  EXPECT_NE(refusal(spec).find("qwen2"), std::string::npos);
+  spec = {};
+  spec.drop_one_b = true;
+  EXPECT_NE(refusal(spec).find("lora_b"), std::string::npos);
+  spec = {};
+  spec.extra_tensor = "blk.0.attn_norm.weight";  // llama.cpp skips adapter norms; they matter
+  EXPECT_NE(refusal(spec).find("blk.0.attn_norm.weight"), std::string::npos);
+  spec = {};
+  spec.alora = true;
+  EXPECT_NE(refusal(spec).find("alora"), std::string::npos);
+  spec = {};
+  spec.rank_of_b = 4;
+  EXPECT_NE(refusal(spec).find("rank"), std::string::npos);
+  // A pair for a weight the decoder does not adapt (the token embeddings).
+  {
+    gguf::GgufWriter w;
+    w.set_string("general.architecture", "llama");
+    w.set_string("general.type", "adapter");
+    w.set_string("adapter.type", "lora");
+    const std::vector<float> a(576 * 2, 0.01f), b(2 * 49152, 0.01f);
+    w.add_tensor("token_embd.weight.lora_a", DType::F32, {576, 2},
+                 std::span(reinterpret_cast<const uint8_t*>(a.data()), a.size() * sizeof(float)));
+    w.add_tensor("token_embd.weight.lora_b", DType::F32, {2, 49152},
+                 std::span(reinterpret_cast<const uint8_t*>(b.data()), b.size() * sizeof(float)));
+    const std::string path = temp("inferd-lora-embd.gguf");
+    w.write(path);
+    try {
+      load({{path, 1.0f}});
+      ADD_FAILURE() << "an adapter of the token embeddings was taken";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("token_embd.weight"), std::string::npos) << e.what();
+    }
+  }
+  // The model itself is not an adapter.
+  try {
+    load({{model_path(), 1.0f}});
+    ADD_FAILURE() << "a model was taken as an adapter";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("general.type"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace inferd::testing
