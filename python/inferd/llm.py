@@ -226,7 +226,9 @@ class LLM:
         engine's scheduler together (continuous batching); a list of SamplingParams, one per
         prompt, runs one batch per distinct value. Outputs come in the prompts' order."""
         if lora_request is not None:
-            raise NotImplementedError("LoRA adapters are not supported by inferd")
+            raise NotImplementedError("per-request LoRA adapters (lora_request) are not supported by "
+                                      "inferd; the `inferd` command applies adapters to every "
+                                      "request with --lora")
         items = self._prompt_list(prompts)
         if sampling_params is None or isinstance(sampling_params, SamplingParams):
             return self._run_prompts(items, sampling_params or SamplingParams())
