@@ -62,6 +62,12 @@ typedef struct inferd_engine_options {
   inferd_kv_type kv_type_v;
   int32_t prefix_caching;    /* nonzero (default): reuse cached prompt prefixes */
   const char* chat_template; /* NULL: the model's; else a built-in name or a file */
+  /* Since 0.1.3 (an older, shorter struct gets none). n_lora_adapters LoRA adapters in
+   * llama.cpp's GGUF form, applied to every request: lora_scales[i] (NULL: 1 each) scales
+   * lora_paths[i] as llama.cpp's --lora-scaled does. CPU, one process. */
+  const char* const* lora_paths;
+  const float* lora_scales;
+  size_t n_lora_adapters;
 } inferd_engine_options;
 
 typedef struct inferd_sampling_params {
@@ -109,6 +115,27 @@ typedef struct inferd_sampling_params {
    * model's distribution before it (inferd_result_prompt_logprobs; k alternatives in the C++
    * API). Such a prompt is computed whole, never from the prefix cache. */
   int32_t prompt_logprobs;
+  /* Since 0.1.3: vLLM's bad words (n_bad_words texts the output never spells), and llama.cpp's
+   * samplers with its defaults (inferd_sampling_params_init: all off; SamplingParams in
+   * sampling_params.h says what each does). dry_sequence_breakers NULL: llama.cpp's default
+   * breakers; else n_dry_sequence_breakers of them (0: none). */
+  const char* const* bad_words;
+  size_t n_bad_words;
+  float typical_p;
+  float top_n_sigma;
+  float xtc_probability;
+  float xtc_threshold;
+  float dynatemp_range;
+  float dynatemp_exponent;
+  int32_t mirostat;
+  float mirostat_tau;
+  float mirostat_eta;
+  float dry_multiplier;
+  float dry_base;
+  int32_t dry_allowed_length;
+  int32_t dry_penalty_last_n;
+  const char* const* dry_sequence_breakers;
+  size_t n_dry_sequence_breakers;
 } inferd_sampling_params;
 
 typedef struct inferd_chat_message {

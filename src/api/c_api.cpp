@@ -60,7 +60,7 @@ inferd_status guarded(char** error, bool load, Body&& body) {
 
 // A struct given by a caller built against an older header is shorter: read only the fields
 // it has. `minimum`: the size of the struct's first release (inferd_sampling_params grew in
-// 0.1.1 and 0.1.2; inferd_engine_options has not).
+// 0.1.1, 0.1.2 and 0.1.3; inferd_engine_options in 0.1.3).
 template <typename T>
 bool valid_size(const T* s, size_t minimum = sizeof(T)) {
   return s->size >= minimum;
@@ -117,6 +117,37 @@ inferd::SamplingParams to_params(const inferd_sampling_params* p) {
   // 0.1.2's.
   if (p->size >= offsetof(inferd_sampling_params, prompt_logprobs) + sizeof(p->prompt_logprobs))
     params.prompt_logprobs = p->prompt_logprobs;
+  // 0.1.3's.
+  if (p->size >= sizeof(inferd_sampling_params)) {
+    const auto strings = [](const char* const* array, size_t n, const char* name) {
+      if (n > 0 && array == nullptr)
+        throw inferd::Error(std::string(name) + " is NULL but its count is not 0");
+      std::vector<std::string> out;
+      for (size_t i = 0; i < n; ++i) {
+        if (array[i] == nullptr)
+          throw inferd::Error(std::string(name) + "[" + std::to_string(i) + "] is NULL");
+        out.emplace_back(array[i]);
+      }
+      return out;
+    };
+    params.bad_words = strings(p->bad_words, p->n_bad_words, "bad_words");
+    params.typical_p = p->typical_p;
+    params.top_n_sigma = p->top_n_sigma;
+    params.xtc_probability = p->xtc_probability;
+    params.xtc_threshold = p->xtc_threshold;
+    params.dynatemp_range = p->dynatemp_range;
+    params.dynatemp_exponent = p->dynatemp_exponent;
+    params.mirostat = p->mirostat;
+    params.mirostat_tau = p->mirostat_tau;
+    params.mirostat_eta = p->mirostat_eta;
+    params.dry_multiplier = p->dry_multiplier;
+    params.dry_base = p->dry_base;
+    params.dry_allowed_length = p->dry_allowed_length;
+    params.dry_penalty_last_n = p->dry_penalty_last_n;
+    if (p->dry_sequence_breakers != nullptr || p->n_dry_sequence_breakers > 0)
+      params.dry_sequence_breakers = strings(p->dry_sequence_breakers, p->n_dry_sequence_breakers,
+                                             "dry_sequence_breakers");
+  }
   return params;
 }
 
@@ -262,6 +293,20 @@ void inferd_sampling_params_init(inferd_sampling_params* params) {
   params->beam_width = defaults.beam_width;
   params->length_penalty = defaults.length_penalty;
   params->prompt_logprobs = defaults.prompt_logprobs;
+  params->typical_p = defaults.typical_p;
+  params->top_n_sigma = defaults.top_n_sigma;
+  params->xtc_probability = defaults.xtc_probability;
+  params->xtc_threshold = defaults.xtc_threshold;
+  params->dynatemp_range = defaults.dynatemp_range;
+  params->dynatemp_exponent = defaults.dynatemp_exponent;
+  params->mirostat = defaults.mirostat;
+  params->mirostat_tau = defaults.mirostat_tau;
+  params->mirostat_eta = defaults.mirostat_eta;
+  params->dry_multiplier = defaults.dry_multiplier;
+  params->dry_base = defaults.dry_base;
+  params->dry_allowed_length = defaults.dry_allowed_length;
+  params->dry_penalty_last_n = defaults.dry_penalty_last_n;
+  params->dry_sequence_breakers = nullptr;  // llama.cpp's defaults
 }
 
 inferd_status inferd_engine_open(const char* model_path, const inferd_engine_options* options,
@@ -273,7 +318,7 @@ inferd_status inferd_engine_open(const char* model_path, const inferd_engine_opt
     return fail(error, INFERD_ERROR_INVALID_ARGUMENT, "inferd_engine_open: model_path is NULL");
   inferd::EngineOptions opts;
   if (options != nullptr) {
-    if (!valid_size(options))
+    if (!valid_size(options, offsetof(inferd_engine_options, lora_paths)))
       return fail(error, INFERD_ERROR_INVALID_ARGUMENT,
                   "inferd_engine_options: size is not set; call inferd_engine_options_init");
     const inferd_status status = guarded(error, false, [&] {
@@ -285,6 +330,16 @@ inferd_status inferd_engine_open(const char* model_path, const inferd_engine_opt
       opts.kv_cache_type_v = kv_type(options->kv_type_v);
       opts.prefix_caching = options->prefix_caching != 0;
       if (options->chat_template != nullptr) opts.chat_template = options->chat_template;
+      if (options->size >= sizeof(inferd_engine_options)) {  // 0.1.3's LoRA adapters
+        if (options->n_lora_adapters > 0 && options->lora_paths == nullptr)
+          throw inferd::Error("lora_paths is NULL but n_lora_adapters is not 0");
+        for (size_t i = 0; i < options->n_lora_adapters; ++i) {
+          if (options->lora_paths[i] == nullptr)
+            throw inferd::Error("lora_paths[" + std::to_string(i) + "] is NULL");
+          opts.lora_adapters.push_back(
+              {options->lora_paths[i], options->lora_scales ? options->lora_scales[i] : 1.0f});
+        }
+      }
       // Checked here too (the engine checks them again) so that a bad option is
       // INFERD_ERROR_INVALID_ARGUMENT, not taken for a problem with the model.
       if (opts.threads < 0) throw inferd::Error("threads must be 0 (default) or more");

@@ -373,6 +373,20 @@ TEST_F(ApiTest, COpenErrorsAreCodesWithMessages) {
   EXPECT_NE(std::string(error).find("max_seqs"), std::string::npos) << error;
   inferd_string_free(error);
 
+  // 0.1.3's LoRA adapters are read (an adapter that cannot be opened is a model error naming
+  // it); a caller built against 0.1.2's header (the struct without them) opens the model plain.
+  inferd_engine_options_init(&options);
+  const char* adapter = "/nonexistent/adapter.gguf";
+  options.lora_paths = &adapter;
+  options.n_lora_adapters = 1;
+  EXPECT_EQ(inferd_engine_open(path_->c_str(), &options, &engine, &error), INFERD_ERROR_MODEL);
+  ASSERT_NE(error, nullptr);
+  EXPECT_NE(std::string(error).find(adapter), std::string::npos) << error;
+  inferd_string_free(error);
+  options.size = offsetof(inferd_engine_options, lora_paths);
+  ASSERT_EQ(inferd_engine_open(path_->c_str(), &options, &engine, &error), INFERD_OK) << error;
+  inferd_engine_close(engine);
+
   EXPECT_STREQ(inferd_status_name(INFERD_ERROR_MODEL), "model error");
   EXPECT_STREQ(inferd_version(), inferd::version());
   inferd_engine_close(nullptr);
@@ -567,6 +581,52 @@ TEST_F(ApiTest, CGenerateMatchesTheCppApi) {
             INFERD_OK)
       << error;
   EXPECT_EQ(inferd_result_prompt_logprobs(result, 0, &count), nullptr);
+  inferd_result_free(result);
+  // 0.1.3's bad words and llama.cpp's samplers (off by default) give what the C++ API gives;
+  // a 0.1.2-sized struct gets neither.
+  inferd_sampling_params_init(&params);
+  EXPECT_EQ(params.typical_p, 1.0f);
+  EXPECT_EQ(params.mirostat, 0);
+  EXPECT_EQ(params.dry_multiplier, 0.0f);
+  EXPECT_EQ(params.dry_sequence_breakers, nullptr);
+  params.temperature = 0.7f;
+  params.seed = 5;
+  params.max_tokens = 12;
+  params.ignore_eos = 1;
+  params.mirostat = 2;
+  params.dry_multiplier = 0.8f;
+  params.dry_penalty_last_n = -1;
+  const char* breaker = "unused";
+  params.dry_sequence_breakers = &breaker;  // with a count of 0: no breakers
+  const char* bad_word = "c";
+  params.bad_words = &bad_word;
+  params.n_bad_words = 1;
+  ASSERT_EQ(inferd_generate(engine, prompts, 1, &params, nullptr, nullptr, &result, &error),
+            INFERD_OK)
+      << error;
+  inferd::SamplingParams llama_samplers = greedy(12);
+  llama_samplers.temperature = 0.7f;
+  llama_samplers.seed = 5;
+  llama_samplers.mirostat = 2;
+  llama_samplers.dry_multiplier = 0.8f;
+  llama_samplers.dry_penalty_last_n = -1;
+  llama_samplers.dry_sequence_breakers.clear();
+  llama_samplers.bad_words = {"c"};
+  const auto expected_llama = api.complete("abcab", llama_samplers);
+  const int32_t* sampled = inferd_result_tokens(result, 0, 0, &count);
+  EXPECT_EQ(std::vector<int32_t>(sampled, sampled + count), expected_llama.outputs[0].token_ids);
+  inferd_result_free(result);
+  params.size = offsetof(inferd_sampling_params, bad_words);  // 0.1.2's struct
+  ASSERT_EQ(inferd_generate(engine, prompts, 1, &params, nullptr, nullptr, &result, &error),
+            INFERD_OK)
+      << error;
+  inferd::SamplingParams plain = greedy(12);
+  plain.temperature = 0.7f;
+  plain.seed = 5;
+  const auto expected_plain = api.complete("abcab", plain);
+  EXPECT_NE(expected_plain.outputs[0].token_ids, expected_llama.outputs[0].token_ids);
+  sampled = inferd_result_tokens(result, 0, 0, &count);
+  EXPECT_EQ(std::vector<int32_t>(sampled, sampled + count), expected_plain.outputs[0].token_ids);
   inferd_result_free(result);
   inferd_sampling_params_init(&params);
   // No chat template in the tiny model: a clear error.
