@@ -63,12 +63,34 @@ set +e
 err="$("$inferd" run -m "$model" -p "Hi" -n 2 --device gpu 2>&1 >/dev/null)"
 code=$?
 set -e
-[[ $code == 2 ]] && grep -q "'gpu' is not a device" <<<"$err"
+# (A usage error: CLI11's validation exit code, not 0. A bare `[[ ... ]] && grep` here used to
+# let a wrong code pass: set -e ignores a failure before the last command of an && list.)
+[[ $code != 0 ]] || exit 1
+grep -q "'gpu' is not a device" <<<"$err"
 set +e
 err="$("$inferd" run -m "$model" -p "Hi" -n 2 --device cuda --no-stats 2>&1 >/dev/null)"
 code=$?
 set -e
 if ((code != 0)); then
-  [[ $code == 1 ]] && grep -Eq "no CUDA device is available|built without CUDA" <<<"$err"
+  [[ $code == 1 ]] || exit 1
+  grep -Eq "no CUDA device is available|built without CUDA" <<<"$err"
+fi
+# LoRA flags reach the loader: a model given as an adapter is refused by name; a scale without
+# a file is a usage error.
+set +e
+err="$("$inferd" run -m "$model" -p "Hi" -n 2 --lora "$model" 2>&1 >/dev/null)"
+code=$?
+set -e
+if [[ $code == 0 ]] || ! grep -q "not a LoRA adapter" <<<"$err"; then
+  echo "--lora with a model file: exit $code, $err" >&2
+  exit 1
+fi
+set +e
+err="$("$inferd" run -m "$model" -p "Hi" -n 2 --lora-scaled "$model" 2>&1 >/dev/null)"
+code=$?
+set -e
+if [[ $code == 0 ]] || ! grep -q "is not FNAME:SCALE" <<<"$err"; then
+  echo "--lora-scaled without a scale: exit $code, $err" >&2
+  exit 1
 fi
 echo "run e2e ok"

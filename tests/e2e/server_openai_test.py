@@ -522,6 +522,11 @@ class Endpoints(unittest.TestCase):
         self.assertEqual((status, r["error"]["param"]), (400, "mirostat"))
         status, r = server.post("/completion", {"prompt": "Hi", "dry_sequence_breakers": []}, auth)
         self.assertEqual((status, r["error"]["param"]), (400, "dry_sequence_breakers"))
+        # Per-request LoRA scales (llama-server's `lora`) are refused, not ignored: adapters given
+        # at start apply to every request.
+        status, r = server.post("/completion", {"prompt": "Hi", "lora": [{"id": 0, "scale": 0.5}]},
+                                auth)
+        self.assertEqual((status, r["error"]["param"]), (400, "lora"))
         settings = {"mirostat": 2, "mirostat_tau": 4.0, "typical_p": 0.9, "dry_multiplier": 0.5,
                     "dry_sequence_breakers": ["\n"], "xtc_probability": 0.5}
         status, r = server.post("/completion", {"prompt": "Hi", "n_predict": 4, "seed": 1,
