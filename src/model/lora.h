@@ -1,7 +1,7 @@
 // LoRA adapters (llama.cpp's GGUF form: general.type "adapter", adapter.type "lora",
 // adapter.lora.alpha; for each adapted weight W [out, in] a pair `W.lora_a` [rank, in] and
 // `W.lora_b` [out, rank]). A layer then computes W x + s B (A x) with s = scale * alpha / rank
-// (alpha 0: scale), as llama.cpp's `--lora-scaled FILE SCALE` does. The pairs are kept beside
+// (alpha 0: scale), as llama.cpp's `--lora-scaled FILE:SCALE` does. The pairs are kept beside
 // the base weights, which stay as they are (quantized weights cannot take the product exactly).
 #pragma once
 
