@@ -66,6 +66,21 @@ bool valid_size(const T* s, size_t minimum = sizeof(T)) {
   return s->size >= minimum;
 }
 
+// A caller's array of n strings (`count` names n) as std::strings: a NULL array with n > 0, or a
+// NULL string in it, is an error naming it.
+std::vector<std::string> c_strings(const char* const* array, size_t n, const char* name,
+                                   const char* count) {
+  if (n > 0 && array == nullptr)
+    throw inferd::Error(std::string(name) + " is NULL but " + count + " is not 0");
+  std::vector<std::string> out;
+  for (size_t i = 0; i < n; ++i) {
+    if (array[i] == nullptr)
+      throw inferd::Error(std::string(name) + "[" + std::to_string(i) + "] is NULL");
+    out.emplace_back(array[i]);
+  }
+  return out;
+}
+
 inferd::SamplingParams to_params(const inferd_sampling_params* p) {
   inferd::SamplingParams params;
   if (p == nullptr) return params;
@@ -84,11 +99,7 @@ inferd::SamplingParams to_params(const inferd_sampling_params* p) {
   if (p->seed < -1) throw inferd::Error("seed must be -1 (random) or a non-negative number");
   if (p->seed >= 0) params.seed = static_cast<uint64_t>(p->seed);
   params.max_tokens = p->max_tokens;
-  if (p->n_stop > 0 && p->stop == nullptr) throw inferd::Error("stop is NULL but n_stop is not 0");
-  for (size_t i = 0; i < p->n_stop; ++i) {
-    if (p->stop[i] == nullptr) throw inferd::Error("stop[" + std::to_string(i) + "] is NULL");
-    params.stop.emplace_back(p->stop[i]);
-  }
+  params.stop = c_strings(p->stop, p->n_stop, "stop", "n_stop");
   params.ignore_eos = p->ignore_eos != 0;
   params.logprobs = p->logprobs;
   if (p->json_schema != nullptr) params.json_schema = p->json_schema;
@@ -119,18 +130,7 @@ inferd::SamplingParams to_params(const inferd_sampling_params* p) {
     params.prompt_logprobs = p->prompt_logprobs;
   // 0.1.3's.
   if (p->size >= sizeof(inferd_sampling_params)) {
-    const auto strings = [](const char* const* array, size_t n, const char* name) {
-      if (n > 0 && array == nullptr)
-        throw inferd::Error(std::string(name) + " is NULL but its count is not 0");
-      std::vector<std::string> out;
-      for (size_t i = 0; i < n; ++i) {
-        if (array[i] == nullptr)
-          throw inferd::Error(std::string(name) + "[" + std::to_string(i) + "] is NULL");
-        out.emplace_back(array[i]);
-      }
-      return out;
-    };
-    params.bad_words = strings(p->bad_words, p->n_bad_words, "bad_words");
+    params.bad_words = c_strings(p->bad_words, p->n_bad_words, "bad_words", "n_bad_words");
     params.typical_p = p->typical_p;
     params.top_n_sigma = p->top_n_sigma;
     params.xtc_probability = p->xtc_probability;
@@ -145,8 +145,8 @@ inferd::SamplingParams to_params(const inferd_sampling_params* p) {
     params.dry_allowed_length = p->dry_allowed_length;
     params.dry_penalty_last_n = p->dry_penalty_last_n;
     if (p->dry_sequence_breakers != nullptr || p->n_dry_sequence_breakers > 0)
-      params.dry_sequence_breakers = strings(p->dry_sequence_breakers, p->n_dry_sequence_breakers,
-                                             "dry_sequence_breakers");
+      params.dry_sequence_breakers = c_strings(p->dry_sequence_breakers, p->n_dry_sequence_breakers,
+                                               "dry_sequence_breakers", "n_dry_sequence_breakers");
   }
   return params;
 }
@@ -331,14 +331,11 @@ inferd_status inferd_engine_open(const char* model_path, const inferd_engine_opt
       opts.prefix_caching = options->prefix_caching != 0;
       if (options->chat_template != nullptr) opts.chat_template = options->chat_template;
       if (options->size >= sizeof(inferd_engine_options)) {  // 0.1.3's LoRA adapters
-        if (options->n_lora_adapters > 0 && options->lora_paths == nullptr)
-          throw inferd::Error("lora_paths is NULL but n_lora_adapters is not 0");
-        for (size_t i = 0; i < options->n_lora_adapters; ++i) {
-          if (options->lora_paths[i] == nullptr)
-            throw inferd::Error("lora_paths[" + std::to_string(i) + "] is NULL");
+        const std::vector<std::string> paths = c_strings(
+            options->lora_paths, options->n_lora_adapters, "lora_paths", "n_lora_adapters");
+        for (size_t i = 0; i < paths.size(); ++i)
           opts.lora_adapters.push_back(
-              {options->lora_paths[i], options->lora_scales ? options->lora_scales[i] : 1.0f});
-        }
+              {paths[i], options->lora_scales ? options->lora_scales[i] : 1.0f});
       }
       // Checked here too (the engine checks them again) so that a bad option is
       // INFERD_ERROR_INVALID_ARGUMENT, not taken for a problem with the model.

@@ -31,8 +31,6 @@ class LoraAdapters {
   // / lora_b pair, ranks that disagree).
   LoraAdapters(const std::vector<LoraSpec>& specs, const std::string& architecture);
 
-  bool empty() const { return pending_.empty() && bound_.empty(); }
-
   // The pairs for the weight named `name` (e.g. "blk.3.attn_q.weight") now apply to `w`, whose
   // shape they must match.
   void bind(const std::string& name, const kernels::WeightMatrix* w);

@@ -264,13 +264,8 @@ size_t Sampler::keep_typical(size_t count) {
   const float top = max_of(count);
   const double total = mass(count, top);
   const double log_total = std::log(total);
-  double entropy = 0;
-  for (size_t i = 0; i < count; ++i) {
-    const double log_p = double(candidates_[i].logit) - top - log_total;
-    entropy -= std::exp(log_p) * log_p;
-  }
   // -log p - entropy = (top + log_total - entropy) - logit
-  const double centre = top + log_total - entropy;
+  const double centre = top + log_total - entropy(count, top, total);
   const auto distance = [centre](const Candidate& c) { return std::abs(centre - c.logit); };
   std::sort(candidates_.begin(), candidates_.begin() + count,
             [&](const Candidate& a, const Candidate& b) {
@@ -319,13 +314,7 @@ size_t Sampler::apply_dynamic_temperature(size_t count) {
   const float low = std::max(0.0f, params_.temperature - params_.dynatemp_range);
   const float high = params_.temperature + params_.dynatemp_range;
   const float top = max_of(count);
-  const double total = mass(count, top);
-  double entropy = 0;
-  for (size_t i = 0; i < count; ++i) {
-    const double p = std::exp(double(candidates_[i].logit) - top) / total;
-    if (p > 0) entropy -= p * std::log(p);
-  }
-  const double normalized = entropy / std::log(double(count));
+  const double normalized = entropy(count, top, mass(count, top)) / std::log(double(count));
   const auto temperature = static_cast<float>(
       low + (high - low) * std::pow(normalized, double(params_.dynatemp_exponent)));
   if (!(temperature > 0.0f)) {
@@ -379,6 +368,16 @@ size_t Sampler::select_mirostat(std::span<const float> logits, float& max_logit)
   // (NaN or out of range: all equally likely, or one far ahead.)
   const double clamped = std::isnan(k) ? 1.0 : std::clamp(k, 1.0, double(count));
   return keep_top_k(count, static_cast<int32_t>(clamped));
+}
+
+double Sampler::entropy(size_t count, float top, double total) const {
+  const double log_total = std::log(total);
+  double h = 0;
+  for (size_t i = 0; i < count; ++i) {
+    const double log_p = double(candidates_[i].logit) - top - log_total;
+    h -= std::exp(log_p) * log_p;
+  }
+  return h;
 }
 
 float Sampler::max_of(size_t count) const {

@@ -102,6 +102,8 @@ class Sampler {
   size_t apply_dynamic_temperature(size_t count);
   // The largest logit of the first `count` candidates.
   float max_of(size_t count) const;
+  // The softmax entropy (nats) of the first `count` candidates; `total` is mass(count, top).
+  double entropy(size_t count, float top, double total) const;
   // The softmax denominator of the first `count` candidates, relative to max_logit.
   double mass(size_t count, float max_logit) const;
 

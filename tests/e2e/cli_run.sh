@@ -10,6 +10,22 @@ tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 cd "$tmp"
 
+# fails_with CODE PATTERN COMMAND...: COMMAND must exit with CODE ("nonzero": any but 0) and
+# say PATTERN on stderr. (A bare `[[ $code == N ]] && grep` line checks nothing: set -e ignores
+# a failure before the last command of an && list.)
+fails_with() {
+  local want=$1 pattern=$2 err code
+  shift 2
+  set +e
+  err="$("$@" 2>&1 >/dev/null)"
+  code=$?
+  set -e
+  if [[ $code == 0 || ($want != nonzero && $code != "$want") ]] || ! grep -Eq -- "$pattern" <<<"$err"; then
+    echo "expected exit $want and /$pattern/ from: $* -- got exit $code: $err" >&2
+    exit 1
+  fi
+}
+
 out="$("$inferd" run -m "$model" -p "The capital of France is" -n 16 --temp 0 2>err.txt)"
 grep -q "Paris" <<<"$out"
 grep -Eq "prompt 5 tokens, TTFT [0-9.]+ ms, prefill [0-9.]+ tok/s \| generated 16 tokens, decode [0-9.]+ tok/s, mean ITL" err.txt
@@ -19,12 +35,7 @@ stopped="$("$inferd" run -m "$model" -p "The capital of France is" -n 16 --temp 
 ! grep -q "aris" <<<"$stopped"
 
 long="$(printf 'word %.0s' $(seq 1 300))"
-set +e
-err="$("$inferd" run -m "$model" -c 128 -p "$long" -n 8 2>&1 >/dev/null)"
-code=$?
-set -e
-[[ $code == 1 ]]
-grep -q "more than the context of 128" <<<"$err"
+fails_with 1 "more than the context of 128" "$inferd" run -m "$model" -c 128 -p "$long" -n 8
 
 # History: the second turn's prompt holds the first turn; after /reset the prompt is short again.
 printf 'My name is Ada.\nWhat is my name?\n/reset\nMy name is Ada.\n' |
@@ -49,24 +60,14 @@ done
 printf 'root ::= "yes" | "no"\n' >yesno.gbnf
 answer="$("$inferd" run -m "$model" -p "Is Paris in France?" --grammar yesno.gbnf -n 8 --no-stats 2>grammar_err.txt)"
 [[ "$answer" == "yes" || "$answer" == "no" ]] || { echo "grammar not honoured: '$answer'"; exit 1; }
-set +e
-err="$("$inferd" run -m "$model" -p "x" --json-schema '{"type":"array","contains":{}}' 2>&1 >/dev/null)"
-code=$?
-set -e
-[[ $code == 1 ]]
-grep -q "unsupported JSON Schema keyword 'contains'" <<<"$err"
+fails_with 1 "unsupported JSON Schema keyword 'contains'" \
+  "$inferd" run -m "$model" -p "x" --json-schema '{"type":"array","contains":{}}'
 # --device: llama.cpp's names are taken; an unknown device is refused by name. On a machine
 # without a CUDA device (or a build without CUDA) `--device cuda` is a one-line error, never a
 # crash; with one, the model runs there.
 "$inferd" run -m "$model" -p "Hi" -n 2 --device none --no-stats >/dev/null
-set +e
-err="$("$inferd" run -m "$model" -p "Hi" -n 2 --device gpu 2>&1 >/dev/null)"
-code=$?
-set -e
-# (A usage error: CLI11's validation exit code, not 0. A bare `[[ ... ]] && grep` here used to
-# let a wrong code pass: set -e ignores a failure before the last command of an && list.)
-[[ $code != 0 ]] || exit 1
-grep -q "'gpu' is not a device" <<<"$err"
+# (A usage error: CLI11's validation exit code.)
+fails_with nonzero "'gpu' is not a device" "$inferd" run -m "$model" -p "Hi" -n 2 --device gpu
 set +e
 err="$("$inferd" run -m "$model" -p "Hi" -n 2 --device cuda --no-stats 2>&1 >/dev/null)"
 code=$?
@@ -77,20 +78,6 @@ if ((code != 0)); then
 fi
 # LoRA flags reach the loader: a model given as an adapter is refused by name; a scale without
 # a file is a usage error.
-set +e
-err="$("$inferd" run -m "$model" -p "Hi" -n 2 --lora "$model" 2>&1 >/dev/null)"
-code=$?
-set -e
-if [[ $code == 0 ]] || ! grep -q "not a LoRA adapter" <<<"$err"; then
-  echo "--lora with a model file: exit $code, $err" >&2
-  exit 1
-fi
-set +e
-err="$("$inferd" run -m "$model" -p "Hi" -n 2 --lora-scaled "$model" 2>&1 >/dev/null)"
-code=$?
-set -e
-if [[ $code == 0 ]] || ! grep -q "is not FNAME:SCALE" <<<"$err"; then
-  echo "--lora-scaled without a scale: exit $code, $err" >&2
-  exit 1
-fi
+fails_with nonzero "not a LoRA adapter" "$inferd" run -m "$model" -p "Hi" -n 2 --lora "$model"
+fails_with nonzero "is not FNAME:SCALE" "$inferd" run -m "$model" -p "Hi" -n 2 --lora-scaled "$model"
 echo "run e2e ok"

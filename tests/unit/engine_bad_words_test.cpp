@@ -38,14 +38,10 @@ TEST(BadWords, BansTheLastTokenWhereTheOutputEndsWithTheRest) {
 class BadWordsEngineTest : public TinyEngineFixture {
  protected:
   std::vector<int32_t> greedy(Engine& e, std::vector<std::vector<int32_t>> bad, int spec = -1) {
-    auto out = std::make_shared<Collect>();
-    Request r = greedy_request(prompt(9), out, 24);
+    Request r = greedy_request(prompt(9), nullptr, 24);
     r.bad_words = std::move(bad);
     r.spec_tokens = spec;
-    e.add_request(std::move(r));
-    e.run_until_idle();
-    EXPECT_EQ(out->result_.finish_reason, FinishReason::kLength) << out->result_.error;
-    return out->result_.output_tokens;
+    return generate_to_length(e, std::move(r));
   }
 };
 

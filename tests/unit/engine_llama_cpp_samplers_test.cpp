@@ -27,14 +27,10 @@ int repeated_runs(const std::vector<int32_t>& text, size_t length) {
 class LlamaCppSamplersEngineTest : public TinyEngineFixture {
  protected:
   std::vector<int32_t> generate(Engine& e, const sampling::SamplingParams& s, int spec) {
-    auto out = std::make_shared<Collect>();
-    Request r = greedy_request(prompt(9), out, 40);
+    Request r = greedy_request(prompt(9), nullptr, 40);
     r.sampling = s;
     r.spec_tokens = spec;
-    e.add_request(std::move(r));
-    e.run_until_idle();
-    EXPECT_EQ(out->result_.finish_reason, FinishReason::kLength) << out->result_.error;
-    return out->result_.output_tokens;
+    return generate_to_length(e, std::move(r));
   }
 };
 

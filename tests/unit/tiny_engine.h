@@ -102,6 +102,16 @@ inline Request greedy_request(std::vector<int32_t> prompt, std::shared_ptr<Colle
   return r;
 }
 
+// Runs `r` to its end with a collector as its output; it must stop at max_tokens. Its tokens.
+inline std::vector<int32_t> generate_to_length(Engine& e, Request r) {
+  auto out = std::make_shared<Collect>();
+  r.output = out;
+  e.add_request(std::move(r));
+  e.run_until_idle();
+  EXPECT_EQ(out->result_.finish_reason, FinishReason::kLength) << out->result_.error;
+  return out->result_.output_tokens;
+}
+
 class TinyEngineFixture : public ::testing::Test {
  protected:
   void SetUp() override {
