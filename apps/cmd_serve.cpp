@@ -1,4 +1,5 @@
 // `inferd serve`: the OpenAI-compatible HTTP server over one engine (src/server).
+#include <algorithm>
 #include <cctype>
 #include <csignal>
 #include <ctime>
@@ -53,6 +54,9 @@ struct ServeArgs {
   DType kv_key_type = DType::F16;
   model::Device device = model::Device::kCpu;
   std::vector<model::LoraSpec> lora;
+  std::vector<std::string> lora_modules;  // vLLM's NAME=PATH (or its JSON form)
+  bool lora_init_without_apply = false;
+  bool enable_lora = false;  // vLLM's flag; no effect
   DType kv_value_type = DType::F16;
   int kv_exact_recent = kv::kDefaultExactRecentTokens;
   bool swa_full = false;
@@ -394,7 +398,14 @@ void serve(ServeArgs args) {
   if (args.cache_ram_mib >= 0) config.state_cache_bytes = args.cache_ram_mib << 20;
   config.spec = args.spec;
   config.device = args.device;
-  config.lora = args.lora;
+  // The adapters in the engine's order: --lora / --lora-scaled ones (at scale 0 with
+  // --lora-init-without-apply), then the named modules (applied when a request names them).
+  std::vector<server::LoraAdapterInfo> adapters;
+  for (const model::LoraSpec& spec : args.lora)
+    adapters.push_back({spec.path, "", args.lora_init_without_apply ? 0.0f : spec.scale, "", ""});
+  for (const std::string& module : args.lora_modules)
+    adapters.push_back(server::parse_lora_module(module));
+  for (const server::LoraAdapterInfo& a : adapters) config.lora.push_back({a.path, a.scale});
   config.grammar_thread = args.grammar_thread;
   // Names the API answers to: --served-model-name / --alias, comma-separated (the first is
   // the one reported), else the file's name.
@@ -425,7 +436,15 @@ void serve(ServeArgs args) {
                "it on)\n",
                e.what());
   }
+  for (server::LoraAdapterInfo& a : adapters) server::read_lora_metadata(a);
+  server::LoraRegistry lora(std::move(adapters));
+  for (size_t i = 0; i < lora.size(); ++i) {
+    const server::LoraAdapterInfo& a = lora.adapters()[i];
+    if (!a.name.empty() && std::ranges::find(model_ids, a.name) != model_ids.end())
+      fail("--lora-modules name '{}' is also the served model's", a.name);
+  }
   server::ParseContext context;
+  context.lora = &lora;
   context.tokenizer = &loop.tokenizer();
   context.context = loop.context();
   context.model_ids = model_ids;
@@ -485,6 +504,7 @@ void serve(ServeArgs args) {
   if (args.agent.enabled()) tools = std::make_unique<agent::ToolSet>(args.agent);
   options.tools = tools.get();
   options.cors_proxy = args.cors_proxy;
+  options.lora = &lora;
   server::HttpServer http(loop, metrics, std::move(context), options);
   g_server = &http;
   g_tools = tools.get();
@@ -610,6 +630,16 @@ void register_serve(CLI::App& app) {
   add_grammar_thread_option(*cmd, args->grammar_thread);
   add_device_option(*cmd, args->device);
   add_lora_options(*cmd, args->lora);
+  cmd->add_flag("--lora-init-without-apply", args->lora_init_without_apply,
+                "Load the --lora adapters at scale 0: requests apply them with their 'lora' field, "
+                "or POST /lora-adapters sets the scales (llama-server)");
+  cmd->add_option("--lora-modules", args->lora_modules,
+                  "LoRA adapters chosen by name (vLLM): NAME=PATH or {\"name\": ..., \"path\": "
+                  "...}, one or more; a request whose 'model' is NAME runs with that adapter")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  cmd->add_flag("--enable-lora", args->enable_lora,
+                "Accepted for vLLM's command lines: adapters are on whenever --lora or "
+                "--lora-modules gives some");
   add_parallel_options(*cmd, args->tensor_parallel, args->pipeline_parallel, args->data_parallel,
                        args->expert_parallel);
   cmd->add_option("--steps-in-flight", args->steps_in_flight,

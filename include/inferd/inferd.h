@@ -136,6 +136,12 @@ typedef struct inferd_sampling_params {
   int32_t dry_penalty_last_n;
   const char* const* dry_sequence_breakers;
   size_t n_dry_sequence_breakers;
+  /* Since 0.1.4. n_lora_scales > 0: this call's scale of each of the engine's LoRA adapters
+   * (inferd_engine_options.lora_paths, one each, in that order; 0 leaves one out); 0 (default):
+   * the adapters' own scales. Calls with different scales share the engine's cached prompt
+   * blocks only with calls of the same scales. */
+  const float* lora_scales;
+  size_t n_lora_scales;
 } inferd_sampling_params;
 
 typedef struct inferd_chat_message {

@@ -90,6 +90,12 @@ struct SamplingParams {
   int32_t dry_penalty_last_n = 64;
   std::vector<std::string> dry_sequence_breakers = {"\n", ":", "\"", "*"};
 
+  // This request's scale of each of EngineOptions::lora_adapters, in their order (one each;
+  // 0 leaves an adapter out), as llama-server's per-request `lora` gives them; empty: each
+  // adapter's own scale. Requests with different scales run in the same steps and share cached
+  // prompt blocks only with requests of the same scales.
+  std::vector<float> lora_scales;
+
   // Greedy decoding: temperature 0 (what `inferd run --temp 0` does).
   static SamplingParams greedy() {
     SamplingParams params;

@@ -60,7 +60,7 @@ inferd_status guarded(char** error, bool load, Body&& body) {
 
 // A struct given by a caller built against an older header is shorter: read only the fields
 // it has. `minimum`: the size of the struct's first release (inferd_sampling_params grew in
-// 0.1.1, 0.1.2 and 0.1.3; inferd_engine_options in 0.1.3).
+// 0.1.1, 0.1.2, 0.1.3 and 0.1.4; inferd_engine_options in 0.1.3).
 template <typename T>
 bool valid_size(const T* s, size_t minimum = sizeof(T)) {
   return s->size >= minimum;
@@ -129,7 +129,7 @@ inferd::SamplingParams to_params(const inferd_sampling_params* p) {
   if (p->size >= offsetof(inferd_sampling_params, prompt_logprobs) + sizeof(p->prompt_logprobs))
     params.prompt_logprobs = p->prompt_logprobs;
   // 0.1.3's.
-  if (p->size >= sizeof(inferd_sampling_params)) {
+  if (p->size >= offsetof(inferd_sampling_params, lora_scales)) {
     params.bad_words = c_strings(p->bad_words, p->n_bad_words, "bad_words", "n_bad_words");
     params.typical_p = p->typical_p;
     params.top_n_sigma = p->top_n_sigma;
@@ -147,6 +147,12 @@ inferd::SamplingParams to_params(const inferd_sampling_params* p) {
     if (p->dry_sequence_breakers != nullptr || p->n_dry_sequence_breakers > 0)
       params.dry_sequence_breakers = c_strings(p->dry_sequence_breakers, p->n_dry_sequence_breakers,
                                                "dry_sequence_breakers", "n_dry_sequence_breakers");
+  }
+  // 0.1.4's.
+  if (p->size >= sizeof(inferd_sampling_params)) {
+    if (p->n_lora_scales > 0 && p->lora_scales == nullptr)
+      throw inferd::Error("lora_scales is NULL but n_lora_scales is not 0");
+    params.lora_scales.assign(p->lora_scales, p->lora_scales + p->n_lora_scales);
   }
   return params;
 }

@@ -338,6 +338,7 @@ std::vector<RequestOutput> Engine::Impl::run(std::vector<std::vector<int32_t>> p
       request.beam_width = params.beam_width;
       request.beam_results = beams ? params.n : 1;
       request.length_penalty = params.length_penalty;
+      request.lora_scales = params.lora_scales;
       const int32_t channel_count = beams ? 1 : params.n;
       for (int32_t c = 0; c < channel_count; ++c)
         channels[p].push_back(std::make_shared<ChoiceChannel>(call, p, c));

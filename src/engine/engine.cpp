@@ -399,6 +399,21 @@ Engine::~Engine() {
   }
 }
 
+void Engine::normalize_lora_scales(std::vector<float>& scales) const {
+  if (scales.empty()) return;
+  if (scales.size() != config_.lora.size())
+    fail("the request gives {} LoRA scale(s); the engine has {} adapter(s)", scales.size(),
+         config_.lora.size());
+  bool own = true;
+  for (size_t i = 0; i < scales.size(); ++i) {
+    if (!std::isfinite(scales[i])) fail("LoRA scale {} is not a finite number", scales[i]);
+    if (scales[i] == 0.0f) scales[i] = 0.0f;  // (-0 keys the prefix cache as 0 does)
+    own = own && scales[i] == config_.lora[i].scale;
+  }
+  // The adapters' own scales: the same blocks as a request that gives none.
+  if (own) scales.clear();
+}
+
 uint64_t Engine::add_request(Request request) {
   const int64_t prompt = static_cast<int64_t>(request.prompt.size());
   if (prompt == 0) fail("the prompt is empty");
@@ -456,6 +471,7 @@ uint64_t Engine::add_request(Request request) {
   if (request.beam_width > 0 && (request.min_tokens > 0 || !request.stop_token_ids.empty() ||
                                  !request.allowed_token_ids.empty() || !request.bad_words.empty()))
     fail("min_tokens, stop_token_ids, allowed_token_ids and bad_words do not mix with beams");
+  normalize_lora_scales(request.lora_scales);
   if (request.spec_tokens < -1 || request.spec_tokens > config_.spec.num_tokens) {
     fail("speculative tokens per step must be -1 (the server's), 0 (off) or up to {}, got {}",
          config_.spec.num_tokens, request.spec_tokens);
@@ -513,7 +529,7 @@ std::unique_ptr<Engine::Active> Engine::make_active(Request request) {
       static_cast<size_t>((prompt + request.max_tokens) / config_.block_size + 1);
   for (std::vector<int32_t>& table : seq.block_tables) table.reserve(max_blocks);
   seq.prefix.hashes.reserve(max_blocks);
-  seq.prefix.root = kv::PrefixCache::root_key(request.cache_salt);
+  seq.prefix.root = kv::PrefixCache::root_key(request.cache_salt, request.lora_scales);
   active->sampler = std::make_unique<sampling::Sampler>(
       request.sampling, n_vocab, request.logprobs >= 0,
       request.sampling.dry() ? dry_breakers(request.sampling.dry_sequence_breakers) : nullptr);

@@ -197,6 +197,10 @@ class Engine {
   void advance_beams(Active& active);
   void drop_beam(BeamState& beams, int32_t slot);
   void check_beam_request(const Request& request) const;
+  // A request's LoRA scales checked against the adapters (one each, finite) and emptied when
+  // they are the adapters' own, so that such requests share cached blocks with those that give
+  // none.
+  void normalize_lora_scales(std::vector<float>& scales) const;
   std::shared_ptr<const sampling::DryBreakers> dry_breakers(
       const std::vector<std::string>& strings);
   // n > 1: the choices waiting on `parent` fork from it and sample from its first logits.

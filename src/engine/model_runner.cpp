@@ -68,8 +68,13 @@ void ModelRunner::launch(std::span<const ScheduledSequence> scheduled, int slot)
         mtp_ && begin > 0 && begin == seq.num_computed && seq.mtp_hidden_pos == begin - 1
             ? seq.mtp_hidden.data()
             : nullptr;
-    sequences_[entries++] = {static_cast<int64_t>(t), static_cast<int64_t>(t) + (end - begin),
-                             &seq.block_tables, seq.state_slot, prev_hidden};
+    const std::vector<float>& lora = seq.request.lora_scales;
+    sequences_[entries++] = {static_cast<int64_t>(t),
+                             static_cast<int64_t>(t) + (end - begin),
+                             &seq.block_tables,
+                             seq.state_slot,
+                             prev_hidden,
+                             lora.empty() ? nullptr : lora.data()};
     if (mtp_) {
       std::array<EntryRange, 2>& ranges = entry_ranges_[i];
       (ranges[0].count == 0 ? ranges[0] : ranges[1]) = {begin, static_cast<int64_t>(t), end - begin};

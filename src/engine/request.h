@@ -144,6 +144,11 @@ struct Request {
   bool post_sampling_probs = false;
   // Requests share cached KV blocks only when their salts are equal (vLLM's cache_salt).
   std::string cache_salt;
+  // An engine with LoRA adapters (EngineConfig::lora): this request's scale of each, in their
+  // order (llama-server's per-request `lora`; vLLM's adapter chosen by model name is 1 for it
+  // and 0 for the others); empty: each adapter's own scale. Requests share cached KV blocks
+  // only with requests of the same scales.
+  std::vector<float> lora_scales;
   // Beam search (vLLM's use_beam_search) when beam_width > 0: that many beams, ranked by the
   // model's log-probabilities (the sampling parameters do not apply); the result's `beams`
   // holds the beam_results best hypotheses. Text is not streamed: it is known at the end.

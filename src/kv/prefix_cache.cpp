@@ -24,6 +24,13 @@ uint64_t PrefixCache::root_key(std::string_view salt) {
   return salt.empty() ? kUnsalted : XXH3_64bits_withSeed(salt.data(), salt.size(), kUnsalted);
 }
 
+uint64_t PrefixCache::root_key(std::string_view salt, std::span<const float> lora_scales) {
+  const uint64_t key = root_key(salt);
+  return lora_scales.empty()
+             ? key
+             : XXH3_64bits_withSeed(lora_scales.data(), lora_scales.size_bytes(), key);
+}
+
 void PrefixCache::hash_blocks(std::span<const int32_t> tokens, int64_t n_blocks,
                               PrefixState& state) const {
   for (auto i = std::ssize(state.hashes); i < n_blocks; ++i) {

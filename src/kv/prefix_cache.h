@@ -44,6 +44,9 @@ class PrefixCache {
   // The chain root for a request's cache salt ("" for none): requests with different salts
   // never share a block.
   static uint64_t root_key(std::string_view salt);
+  // The same for a request that also gives its LoRA adapters' scales (engine/request.h; empty:
+  // the adapters' own, the key of the salt alone): different scales never share a block.
+  static uint64_t root_key(std::string_view salt, std::span<const float> lora_scales);
 
   // At admission, with empty tables: hashes the full blocks of `tokens`, takes the longest
   // usable cached prefix into `tables` (one reference per block) and returns its length in

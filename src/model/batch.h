@@ -31,6 +31,9 @@ struct BatchSequence {
   // nullptr: zeros (position 0, or a state not known: a prefix found in the cache), unless
   // another entry of the batch with the same block tables holds that position.
   const float* mtp_prev_hidden = nullptr;
+  // A model loaded with LoRA adapters (ModelOptions::lora): this sequence's scale of each,
+  // [adapters] in their order; nullptr: each adapter's own (LoraSpec::scale).
+  const float* lora_scales = nullptr;
 };
 
 struct Batch {

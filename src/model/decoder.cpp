@@ -262,7 +262,7 @@ class Decoder final : public Model {
         if (weight->data != nullptr || weight->packed) lora_.bind(p + name, weight);
     }
     lora_.check_all_bound();
-    lora_.reserve();
+    lora_.reserve(max_tokens_);
   }
 
   // Tensor parallelism (dist/model_parallel.h): this rank's share of the heads, kv heads and
@@ -848,6 +848,7 @@ class Decoder final : public Model {
     if (T > max_tokens_)
       fail("batch of {} tokens exceeds the {} the model was sized for", T, max_tokens_);
     check_batch(batch, c.n_vocab, rope_.full.max_positions());
+    lora_.begin_batch(batch);
     if (dist::Communicator* ranks = followers()) {  // the other ranks run the same batch
       if (!batch.feature_layers.empty() || batch.token_hidden != nullptr || batch.mtp_catch_up)
         fail("{}: a model split over ranks gives no hidden states for drafters", c.name);
@@ -1018,6 +1019,7 @@ class Decoder final : public Model {
     if (T > max_tokens_)
       fail("batch of {} tokens exceeds the {} the model was sized for", T, max_tokens_);
     check_batch(batch, c.n_vocab, rope_.full.max_positions());
+    lora_.begin_batch(batch);
     place_tokens(batch, cache);
     run_mtp_block(batch, cache, pool, [&](int64_t t) { return hidden_in + t * c.n_embd; });
     const auto R = static_cast<int64_t>(batch.logit_rows.size());

@@ -1,6 +1,7 @@
 #include "model/lora.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "gguf/gguf.h"
 #include "tensor/dtype.h"
@@ -42,6 +43,10 @@ std::vector<float> read_matrix(const gguf::TensorInfo& t, const std::string& fil
 
 LoraAdapters::LoraAdapters(const std::vector<LoraSpec>& specs, const std::string& architecture) {
   for (const LoraSpec& spec : specs) {
+    if (!std::isfinite(spec.scale))
+      fail("{}: LoRA scale {} is not a number", spec.path, spec.scale);
+    const size_t index = default_scales_.size();
+    default_scales_.push_back(spec.scale);
     const gguf::GgufFile file = gguf::GgufFile::open(spec.path);
     const std::string& name = spec.path;
     const std::string type = file.get_string("general.type").value_or("");
@@ -73,6 +78,7 @@ LoraAdapters::LoraAdapters(const std::vector<LoraSpec>& specs, const std::string
              ab.first ? "lora_b" : "lora_a");
       Pair p;
       p.file = name;
+      p.adapter = index;
       int64_t a_rows = 0, b_cols = 0;
       p.a = read_matrix(*ab.first, name, a_rows, p.in);
       const std::vector<float> b = read_matrix(*ab.second, name, p.out, b_cols);
@@ -82,8 +88,8 @@ LoraAdapters::LoraAdapters(const std::vector<LoraSpec>& specs, const std::string
       p.rank = a_rows;
       if (p.rank > kMaxRank)
         fail("{}: {} has rank {}, above the {} inferd supports", name, weight, p.rank, kMaxRank);
-      // s folds into B, stored by column: an adapter's scale is fixed for its life.
-      const float s = alpha != 0.0f ? spec.scale * alpha / static_cast<float>(p.rank) : spec.scale;
+      // alpha / rank folds into B, stored by column; the scale is the token's (begin_batch).
+      const float s = alpha != 0.0f ? alpha / static_cast<float>(p.rank) : 1.0f;
       p.b_by_col.resize(b.size());
       for (int64_t o = 0; o < p.out; ++o)
         for (int64_t j = 0; j < p.rank; ++j)
@@ -116,10 +122,27 @@ void LoraAdapters::check_all_bound() const {
       pairs.front().file, name);
 }
 
-void LoraAdapters::reserve() {
+void LoraAdapters::reserve(int64_t max_tokens) {
   size_t most_pairs = 0;
   for (const auto& [weight, pairs] : bound_) most_pairs = std::max(most_pairs, pairs.size());
   jobs_.reserve(3 * most_pairs);  // (q, k and v share an input; no more targets do)
+  token_scales_.assign(static_cast<size_t>(max_tokens), default_scales_.data());
+}
+
+void LoraAdapters::begin_batch(const Batch& batch) {
+  any_scale_ = false;
+  if (bound_.empty()) return;
+  if (batch.num_tokens() > std::ssize(token_scales_))
+    fail("LoRA: a batch of {} tokens, sized for {}", batch.num_tokens(), token_scales_.size());
+  const auto any = [&](const float* scales) {
+    return std::any_of(scales, scales + default_scales_.size(), [](float s) { return s != 0.0f; });
+  };
+  for (const BatchSequence& seq : batch.sequences) {
+    const float* scales = seq.lora_scales != nullptr ? seq.lora_scales : default_scales_.data();
+    any_scale_ = any_scale_ || any(scales);
+    std::fill(token_scales_.begin() + seq.token_begin, token_scales_.begin() + seq.token_end,
+              scales);
+  }
 }
 
 void LoraAdapters::apply(const kernels::WeightMatrix* w, const float* x, int64_t T, float* y,
@@ -130,7 +153,7 @@ void LoraAdapters::apply(const kernels::WeightMatrix* w, const float* x, int64_t
 
 void LoraAdapters::apply_many(std::span<const kernels::MatmulTarget> targets, const float* x,
                               int64_t T, ThreadPool& pool) {
-  if (bound_.empty()) return;
+  if (!any_scale_) return;
   jobs_.clear();
   for (const kernels::MatmulTarget& t : targets) {
     const auto it = bound_.find(t.w);
@@ -143,14 +166,17 @@ void LoraAdapters::apply_many(std::span<const kernels::MatmulTarget> targets, co
   pool.parallel_for(T, kTokensPerThread, [&](int64_t begin, int64_t end) {
     float low[kMaxRank];
     for (int64_t t = begin; t < end; ++t) {
+      const float* scales = token_scales_[static_cast<size_t>(t)];
       for (const Job& job : jobs_) {
         const Pair& p = *job.pair;
+        const float s = scales[p.adapter];
+        if (s == 0.0f) continue;
         const float* xt = x + t * p.in;
         for (int64_t j = 0; j < p.rank; ++j)
           low[j] = dot(p.in, &p.a[static_cast<size_t>(j * p.in)], xt);
         float* yt = job.y + t * p.out;
-        for (int64_t j = 0; j < p.rank; ++j) {  // y += (s B) low, a column of B at a time
-          const float l = low[j];
+        for (int64_t j = 0; j < p.rank; ++j) {  // y += s (alpha / rank B) low, a column at a time
+          const float l = s * low[j];
           const float* col = &p.b_by_col[static_cast<size_t>(j * p.out)];
           for (int64_t o = 0; o < p.out; ++o) yt[o] += l * col[o];
         }

@@ -3,6 +3,9 @@
 // `W.lora_b` [out, rank]). A layer then computes W x + s B (A x) with s = scale * alpha / rank
 // (alpha 0: scale), as llama.cpp's `--lora-scaled FILE:SCALE` does. The pairs are kept beside
 // the base weights, which stay as they are (quantized weights cannot take the product exactly).
+// Each sequence of a batch may give every adapter a scale of its own (BatchSequence::
+// lora_scales: llama-server's per-request `lora`, vLLM's adapter chosen by model name), so
+// requests with different adapters share a step; a sequence that gives none takes the specs'.
 #pragma once
 
 #include <cstdint>
@@ -12,6 +15,7 @@
 #include <vector>
 
 #include "kernels/matmul.h"
+#include "model/batch.h"
 #include "util/thread_pool.h"
 
 namespace inferd::model {
@@ -37,11 +41,21 @@ class LoraAdapters {
   // Throws naming a pair that no weight took (a tensor inferd does not adapt, or one absent
   // from the model).
   void check_all_bound() const;
-  // Sizes the work lists once bound.
-  void reserve();
+  // Sizes the work lists once bound, for batches of up to max_tokens tokens.
+  void reserve(int64_t max_tokens);
 
-  // y[T, w.rows] += s B (A x) for every adapter of `w` (nothing when it has none);
-  // x: [T, w.cols].
+  // How many adapters (the specs' count, in their order: the index of a scale).
+  size_t size() const { return default_scales_.size(); }
+  // Each spec's scale, what a sequence without lora_scales of its own takes.
+  std::span<const float> default_scales() const { return default_scales_; }
+
+  // The scale of every adapter for each token of `batch`, from its sequence's lora_scales
+  // (the defaults where it has none), for the applies of the forward pass that follows.
+  void begin_batch(const Batch& batch);
+
+  // y[T, w.rows] += s B (A x) for every adapter of `w` (nothing when it has none), s from the
+  // token's scale of that adapter (begin_batch; none for a scale of 0); x: [T, w.cols], T the
+  // tokens of the batch begin_batch was given, in its order.
   void apply(const kernels::WeightMatrix* w, const float* x, int64_t T, float* y, ThreadPool& pool);
   // The same for weights that share their input (q/k/v, gate/up), in one parallel region over
   // the tokens (none for a few tokens: a decode step's products are a few microseconds).
@@ -51,10 +65,14 @@ class LoraAdapters {
  private:
   struct Pair {
     std::string file;
+    size_t adapter = 0;           // index of its spec (of a token's scales)
     std::vector<float> a;         // [rank, in]
-    std::vector<float> b_by_col;  // [rank, out]: B's columns, times s
+    std::vector<float> b_by_col;  // [rank, out]: B's columns, times alpha / rank (1 for alpha 0)
     int64_t rank = 0, in = 0, out = 0;
   };
+  std::vector<float> default_scales_;       // [adapters]
+  std::vector<const float*> token_scales_;  // [max_tokens]: [adapters] each, by begin_batch
+  bool any_scale_ = false;                  // some token of the batch has a scale not 0
   std::map<std::string, std::vector<Pair>> pending_;  // by weight name, until bound
   std::map<const kernels::WeightMatrix*, std::vector<Pair>> bound_;
   // Which pairs an apply_many call runs, and where each adds its product (sized by reserve()).

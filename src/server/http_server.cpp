@@ -659,7 +659,7 @@ struct HttpServer::Impl {
   // engine computes them in the same steps, answered by `answer` (results in prompt order)
   // once every one is done. Chunked like respond_whole, so a client that leaves cancels them.
   void run_embedding_jobs(HttpResponse& res, std::vector<std::vector<int32_t>> prompts,
-                          engine::Pooling pooling,
+                          const std::vector<float>& lora_scales, engine::Pooling pooling,
                           std::function<json(std::vector<engine::RequestResult>&)> answer) {
     struct Jobs {
       std::vector<std::shared_ptr<StreamChannel>> channels;
@@ -674,6 +674,7 @@ struct HttpServer::Impl {
       engine::Request r;
       r.prompt = std::move(prompt);
       r.embed = pooling;
+      r.lora_scales = lora_scales;
       r.output = channel;
       if (!loop.submit(std::move(r))) {
         jobs->cancel();
@@ -715,7 +716,7 @@ struct HttpServer::Impl {
       return;
     const EmbeddingOptions& o = options.embeddings;
     const bool per_token = o.pooling == engine::Pooling::kNone && !o.rank;
-    run_embedding_jobs(res, request->inputs, o.pooling,
+    run_embedding_jobs(res, request->inputs, request->lora_scales, o.pooling,
                        [this, request, per_token](std::vector<engine::RequestResult>& results) {
                          std::vector<EmbeddingOutput> outputs;
                          for (engine::RequestResult& r : results)
@@ -734,7 +735,7 @@ struct HttpServer::Impl {
           *request = parse_rerank_request(parse_body(req), options.embeddings, context);
         }))
       return;
-    run_embedding_jobs(res, request->inputs, engine::Pooling::kLast,
+    run_embedding_jobs(res, request->inputs, request->lora_scales, engine::Pooling::kLast,
                        [this, request](std::vector<engine::RequestResult>& results) {
                          std::vector<double> scores;
                          std::vector<int64_t> tokens;
@@ -1057,6 +1058,19 @@ struct HttpServer::Impl {
                         {"owned_by", "inferd"},
                         {"max_model_len", context.context}});
       }
+      // vLLM lists each LoRA module as a model whose parent is the base model.
+      if (options.lora != nullptr) {
+        for (const LoraAdapterInfo& a : options.lora->adapters()) {
+          if (a.name.empty()) continue;
+          data.push_back({{"id", a.name},
+                          {"object", "model"},
+                          {"created", 0},
+                          {"owned_by", "inferd"},
+                          {"root", a.path},
+                          {"parent", context.model_ids.front()},
+                          {"max_model_len", context.context}});
+        }
+      }
       send_json(res, 200, {{"object", "list"}, {"data", data}});
     };
     const auto completions = [this](const HttpRequest& req, HttpResponse& res) {
@@ -1102,6 +1116,24 @@ struct HttpServer::Impl {
          [this](const HttpRequest& req, HttpResponse& res) { handle_detokenize(req, res); });
     post(server, "/apply-template",
          [this](const HttpRequest& req, HttpResponse& res) { handle_apply_template(req, res); });
+    // llama-server's LoRA routes: the adapters and their scales now, and new scales for the
+    // requests that give none of their own.
+    server.get("/lora-adapters", [this](const HttpRequest& req, HttpResponse& res) {
+      if (!authorized(req, res)) return;
+      send_json(res, 200, options.lora != nullptr ? options.lora->list() : json::array());
+    });
+    post(server, "/lora-adapters", [this](const HttpRequest& req, HttpResponse& res) {
+      if (!authorized(req, res)) return;
+      parsed(res, [&] {
+        const json body = parse_body(req);
+        if (options.lora != nullptr) {
+          options.lora->set_scales(body);
+        } else if (!body.is_array() || !body.empty()) {
+          throw ApiError(400, "this server has no LoRA adapters (--lora, --lora-modules)");
+        }
+        send_json(res, 200, {{"success", true}});
+      });
+    });
     // llama-server's embedding routes: its own answer without /v1, OpenAI's with it.
     for (const char* path : {"/embedding", "/embeddings"}) {
       post(server, path, [this](const HttpRequest& req, HttpResponse& res) {

@@ -42,6 +42,8 @@ struct ServerOptions {
   // GET/POST /tools (server/agent/agent_routes.h); nullptr: no tools, the routes answer 403.
   agent::ToolSet* tools = nullptr;
   bool cors_proxy = false;  // --ui-mcp-proxy: GET/POST /cors-proxy
+  // GET/POST /lora-adapters (server/api/lora_adapters.h); also ParseContext::lora. null: none.
+  LoraRegistry* lora = nullptr;
 };
 
 class HttpServer {

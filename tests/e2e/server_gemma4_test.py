@@ -15,23 +15,14 @@ import unittest
 
 import openai
 
-from server_harness import WEATHER_TOOL, Server, make_golden, stream_chat
+from server_harness import WEATHER_TOOL, Server, import_gguf, make_golden, stream_chat
 
 if len(sys.argv) < 2:
     sys.exit("usage: server_gemma4_test.py INFERD_BINARY")
 INFERD = sys.argv[1]
-SRC = os.environ.get("INFERD_LLAMA_SRC", "")
-TEMPLATE = os.path.join(SRC, "models", "templates", "google-gemma-4-31B-it.jinja")
-if not os.path.isfile(TEMPLATE) or not os.path.isdir(os.path.join(SRC, "gguf-py")):
-    print("SKIP: no llama.cpp sources (INFERD_LLAMA_SRC)")
-    sys.exit(77)
-try:
-    import numpy  # noqa: F401  (make-golden draws the weights with it)
-except ImportError:
-    print("SKIP: no numpy")
-    sys.exit(77)
-sys.path.insert(0, os.path.join(SRC, "gguf-py"))
-import gguf  # noqa: E402  (from the llama.cpp sources)
+TEMPLATE_FILE = "models/templates/google-gemma-4-31B-it.jinja"
+gguf, SRC = import_gguf(TEMPLATE_FILE)
+TEMPLATE = os.path.join(SRC, TEMPLATE_FILE)
 
 ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
 Q = '<\\|"\\|>'  # Gemma 4's string mark, as a regex

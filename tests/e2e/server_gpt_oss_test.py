@@ -14,23 +14,14 @@ import unittest
 
 import openai
 
-from server_harness import CLOCK_TOOL, WEATHER_TOOL, Server, make_golden, stream_chat
+from server_harness import CLOCK_TOOL, WEATHER_TOOL, Server, import_gguf, make_golden, stream_chat
 
 if len(sys.argv) < 2:
     sys.exit("usage: server_gpt_oss_test.py INFERD_BINARY")
 INFERD = sys.argv[1]
-SRC = os.environ.get("INFERD_LLAMA_SRC", "")
-TEMPLATE = os.path.join(SRC, "models", "templates", "openai-gpt-oss-120b.jinja")
-if not os.path.isfile(TEMPLATE) or not os.path.isdir(os.path.join(SRC, "gguf-py")):
-    print("SKIP: no llama.cpp sources (INFERD_LLAMA_SRC)")
-    sys.exit(77)
-try:
-    import numpy  # noqa: F401  (make-golden draws the weights with it)
-except ImportError:
-    print("SKIP: no numpy")
-    sys.exit(77)
-sys.path.insert(0, os.path.join(SRC, "gguf-py"))
-import gguf  # noqa: E402  (from the llama.cpp sources)
+TEMPLATE_FILE = "models/templates/openai-gpt-oss-120b.jinja"
+gguf, SRC = import_gguf(TEMPLATE_FILE)
+TEMPLATE = os.path.join(SRC, TEMPLATE_FILE)
 
 # o200k_harmony's special tokens, with their ids' order; <|return|> ends an answer, <|call|> a
 # tool call (the tokenizer makes both end the turn, and keeps the frame tokens as text).

@@ -101,6 +101,25 @@ def args():
     return sys.argv[1], model
 
 
+def import_gguf(*needed):
+    """gguf-py (llama.cpp's GGUF reader and writer) from the llama.cpp sources in
+    INFERD_LLAMA_SRC, with numpy, which it needs: (the module, the sources' path). Exits 77
+    (skip) without them or without one of the sources' files `needed` names."""
+    src = os.environ.get("INFERD_LLAMA_SRC", "")
+    if not os.path.isdir(os.path.join(src, "gguf-py")) or \
+            not all(os.path.isfile(os.path.join(src, p)) for p in needed):
+        print("SKIP: no llama.cpp sources (INFERD_LLAMA_SRC)")
+        sys.exit(77)
+    try:
+        import numpy  # noqa: F401
+    except ImportError:
+        print("SKIP: no numpy")
+        sys.exit(77)
+    sys.path.insert(0, os.path.join(src, "gguf-py"))
+    import gguf
+    return gguf, src
+
+
 def make_golden():
     """tests/golden/architectures/make-golden as a module: its random-weight models of each family."""
     path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "golden", "architectures",

@@ -522,8 +522,8 @@ class Endpoints(unittest.TestCase):
         self.assertEqual((status, r["error"]["param"]), (400, "mirostat"))
         status, r = server.post("/completion", {"prompt": "Hi", "dry_sequence_breakers": []}, auth)
         self.assertEqual((status, r["error"]["param"]), (400, "dry_sequence_breakers"))
-        # Per-request LoRA scales (llama-server's `lora`) are refused, not ignored: adapters given
-        # at start apply to every request.
+        # A request's LoRA scales (llama-server's `lora`) on a server without adapters are refused,
+        # not ignored (server_lora_test.py has a server with some).
         status, r = server.post("/completion", {"prompt": "Hi", "lora": [{"id": 0, "scale": 0.5}]},
                                 auth)
         self.assertEqual((status, r["error"]["param"]), (400, "lora"))

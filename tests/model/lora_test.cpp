@@ -14,9 +14,11 @@
 
 #include <gtest/gtest.h>
 
+#include "engine/engine.h"
 #include "gguf/gguf.h"
 #include "gguf/gguf_writer.h"
 #include "golden_util.h"
+#include "inferd/engine.h"
 #include "model/model.h"
 #include "model/registry.h"
 #include "model_fixture.h"
@@ -198,6 +200,162 @@ TEST_F(LoraTest, RefusesWhatItDoesNotImplementByName) {
     ADD_FAILURE() << "a model was taken as an adapter";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("general.type"), std::string::npos) << e.what();
+  }
+}
+
+// The last position's logits of each prompt, all run in one batch, prompt i with lora_scales[i]
+// (nullptr: the adapters' own).
+std::vector<std::vector<float>> batch_last_logits(model::Model& model,
+                                                  const std::vector<std::vector<int32_t>>& prompts,
+                                                  const std::vector<const float*>& scales) {
+  int32_t blocks = 0;
+  std::vector<int32_t> tokens, positions, rows;
+  for (const auto& p : prompts) blocks += static_cast<int32_t>((p.size() + 15) / 16);
+  kv::KvCache cache(
+      model.kv_config(blocks, 16, DType::F16, DType::F16, static_cast<int32_t>(prompts.size())));
+  std::vector<kv::BlockTables> tables;
+  std::vector<model::BatchSequence> seqs;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    tables.push_back(cache.allocate_sequence(static_cast<int64_t>(prompts[i].size())));
+    const auto begin = static_cast<int64_t>(tokens.size());
+    for (size_t j = 0; j < prompts[i].size(); ++j) {
+      tokens.push_back(prompts[i][j]);
+      positions.push_back(static_cast<int32_t>(j));
+    }
+    rows.push_back(static_cast<int32_t>(tokens.size() - 1));
+    seqs.push_back({begin, static_cast<int64_t>(tokens.size()), nullptr, -1, nullptr, scales[i]});
+  }
+  for (size_t i = 0; i < seqs.size(); ++i) seqs[i].block_tables = &tables[i];
+  const auto n_vocab = static_cast<size_t>(model.config().n_vocab);
+  std::vector<float> logits(rows.size() * n_vocab);
+  ThreadPool pool(2);
+  const model::Batch batch{tokens, positions, seqs, rows};
+  model.forward(batch, cache, logits.data(), pool);
+  std::vector<std::vector<float>> out;
+  for (size_t r = 0; r < rows.size(); ++r)
+    out.emplace_back(logits.begin() + static_cast<long>(r * n_vocab),
+                     logits.begin() + static_cast<long>((r + 1) * n_vocab));
+  return out;
+}
+
+// Requests with different adapters share a step (llama-server's per-request `lora`, vLLM's
+// adapter by model name): each sequence's rows take its own scales, bit for bit what a model
+// loaded with those scales gives it alone.
+TEST_F(LoraTest, EachSequenceOfABatchTakesItsOwnScales) {
+  const std::string path = write_adapter(*file_, temp("smollm2-random-lora.gguf"));
+  const auto adapted = load({{path, 1.0f}});
+  const auto plain = load({});
+  const auto halved = load({{path, 0.5f}});
+  const std::vector<std::vector<int32_t>> prompts = {
+      {1, 504, 3458, 282, 4649, 314}, {1, 11620, 2114, 253, 655}, {1, 504, 3458, 282, 4649, 314}};
+  const float off = 0.0f, half = 0.5f;
+  const auto mixed = batch_last_logits(*adapted, prompts, {&off, &half, nullptr});
+  EXPECT_EQ(mixed[0], batch_last_logits(*plain, {prompts[0]}, {nullptr})[0]);
+  EXPECT_EQ(mixed[1], batch_last_logits(*halved, {prompts[1]}, {nullptr})[0]);
+  EXPECT_EQ(mixed[2], batch_last_logits(*adapted, {prompts[2]}, {nullptr})[0]);
+  // (and the adapter does move them: the same prompt with and without it)
+  EXPECT_NE(mixed[0], mixed[2]);
+}
+
+class LoraEngineTest : public LoraTest {
+ protected:
+  engine::Engine make_engine(const std::vector<model::LoraSpec>& lora) const {
+    engine::EngineConfig config;
+    config.threads = 2;
+    config.context = 512;
+    config.max_seqs = 4;
+    config.lora = lora;
+    return engine::Engine(*file_, config);
+  }
+  // A greedy request with each token's logprob, at `scales` (empty: the adapters' own).
+  static std::shared_ptr<CollectOutput> submit(engine::Engine& e,
+                                               const std::vector<int32_t>& prompt,
+                                               std::vector<float> scales) {
+    engine::Request r;
+    r.prompt = prompt;
+    r.sampling.temperature = 0;
+    r.max_tokens = 12;
+    r.logprobs = 0;
+    r.lora_scales = std::move(scales);
+    return submit_request(e, std::move(r));
+  }
+};
+
+// The engine runs requests with different scales together, each as an engine loaded with its
+// scales runs it alone; the prefix cache hands a prompt's blocks only to requests of the same
+// scales (a scale-0 request after an adapted one gets the plain model's logprobs, bit for bit).
+TEST_F(LoraEngineTest, RequestsChooseTheirScalesAndCacheApart) {
+  const std::string path = write_adapter(*file_, temp("smollm2-random-lora.gguf"));
+  // 40 tokens: two whole blocks the prefix cache could hand on.
+  std::vector<int32_t> prompt = {1};
+  for (int i = 0; i < 39; ++i) prompt.push_back(504 + 37 * i);
+  struct Expected {
+    std::vector<int32_t> tokens;
+    std::vector<float> logprobs;
+  };
+  const auto alone = [&](const std::vector<model::LoraSpec>& lora) {
+    engine::Engine e = make_engine(lora);
+    auto out = submit(e, prompt, {});
+    e.run_until_idle();
+    return Expected{out->result_.output_tokens, out->logprobs_};
+  };
+  const Expected plain = alone({}), half = alone({{path, 0.5f}}), full = alone({{path, 1.0f}});
+  ASSERT_NE(plain.logprobs, full.logprobs);
+
+  engine::Engine e = make_engine({{path, 1.0f}});
+  // Together in one engine's steps.
+  auto a = submit(e, prompt, {0.0f});
+  auto b = submit(e, prompt, {0.5f});
+  auto c = submit(e, prompt, {});
+  e.run_until_idle();
+  EXPECT_EQ(a->result_.output_tokens, plain.tokens);
+  EXPECT_EQ(a->logprobs_, plain.logprobs);
+  EXPECT_EQ(b->result_.output_tokens, half.tokens);
+  EXPECT_EQ(b->logprobs_, half.logprobs);
+  EXPECT_EQ(c->result_.output_tokens, full.tokens);
+  EXPECT_EQ(c->logprobs_, full.logprobs);
+
+  // One after another: the same scales share the cached blocks (the adapter's own, given or
+  // not; -0 as 0), other scales do not.
+  auto off = submit(e, prompt, {-0.0f});
+  e.run_until_idle();
+  EXPECT_EQ(off->result_.stats.cached_tokens, 32);
+  EXPECT_EQ(off->logprobs_, plain.logprobs);
+  auto own = submit(e, prompt, {1.0f});
+  e.run_until_idle();
+  EXPECT_EQ(own->result_.stats.cached_tokens, 32);
+  EXPECT_EQ(own->logprobs_, full.logprobs);
+  auto quarter = submit(e, prompt, {0.25f});
+  e.run_until_idle();
+  EXPECT_EQ(quarter->result_.stats.cached_tokens, 0);
+  EXPECT_NE(quarter->logprobs_, full.logprobs);
+
+  // The library's SamplingParams::lora_scales: scale 0 is the plain model's text.
+  inferd::EngineOptions options;
+  options.threads = 2;
+  options.context = 512;
+  options.lora_adapters = {{path, 1.0f}};
+  inferd::Engine api(model_path(), options);
+  inferd::SamplingParams params = inferd::SamplingParams::greedy();
+  params.max_tokens = 12;
+  params.lora_scales = {0.0f};
+  EXPECT_EQ(api.generate_tokens({prompt}, params)[0].outputs[0].token_ids, plain.tokens);
+  params.lora_scales = {};
+  EXPECT_EQ(api.generate_tokens({prompt}, params)[0].outputs[0].token_ids, full.tokens);
+
+  // A scale per adapter, each a number.
+  for (const std::vector<float>& bad :
+       {std::vector<float>{1.0f, 1.0f}, std::vector<float>{std::nanf("")}}) {
+    engine::Request r;
+    r.prompt = prompt;
+    r.lora_scales = bad;
+    r.output = std::make_shared<CollectOutput>();
+    try {
+      e.add_request(std::move(r));
+      ADD_FAILURE() << "LoRA scales of size " << bad.size() << " taken";
+    } catch (const Error& err) {
+      EXPECT_NE(std::string(err.what()).find("LoRA scale"), std::string::npos) << err.what();
+    }
   }
 }
 

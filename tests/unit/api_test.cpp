@@ -628,6 +628,30 @@ TEST_F(ApiTest, CGenerateMatchesTheCppApi) {
   sampled = inferd_result_tokens(result, 0, 0, &count);
   EXPECT_EQ(std::vector<int32_t>(sampled, sampled + count), expected_plain.outputs[0].token_ids);
   inferd_result_free(result);
+  // 0.1.4's LoRA scales reach the engine (this one has no adapters: a scale is refused); a
+  // 0.1.3-sized struct has none.
+  inferd_sampling_params_init(&params);
+  EXPECT_EQ(params.n_lora_scales, 0u);
+  params.max_tokens = 4;
+  const float scale = 0.5f;
+  params.lora_scales = &scale;
+  params.n_lora_scales = 1;
+  EXPECT_EQ(inferd_generate(engine, prompts, 1, &params, nullptr, nullptr, &result, &error),
+            INFERD_ERROR_INVALID_ARGUMENT);
+  ASSERT_NE(error, nullptr);
+  EXPECT_NE(std::string(error).find("LoRA scale"), std::string::npos) << error;
+  inferd_string_free(error);
+  params.lora_scales = nullptr;
+  EXPECT_EQ(inferd_generate(engine, prompts, 1, &params, nullptr, nullptr, &result, &error),
+            INFERD_ERROR_INVALID_ARGUMENT);
+  ASSERT_NE(error, nullptr);
+  EXPECT_NE(std::string(error).find("lora_scales is NULL"), std::string::npos) << error;
+  inferd_string_free(error);
+  params.size = offsetof(inferd_sampling_params, lora_scales);  // 0.1.3's struct
+  ASSERT_EQ(inferd_generate(engine, prompts, 1, &params, nullptr, nullptr, &result, &error),
+            INFERD_OK)
+      << error;
+  inferd_result_free(result);
   inferd_sampling_params_init(&params);
   // No chat template in the tiny model: a clear error.
   inferd_chat_message message{"user", "ab"};

@@ -171,6 +171,7 @@ EmbeddingRequest parse_embedding_request(const json& body, bool oai_route,
   check_model(body, ctx);
   EmbeddingRequest out;
   out.oai = oai_route;
+  out.lora_scales = parse_lora_scales(body, ctx);
   const char* param = "input";
   const json* input = nullptr;
   if (body.contains("input")) {
@@ -296,6 +297,7 @@ RerankRequest parse_rerank_request(const json& body, const EmbeddingOptions& opt
   if (!body.is_object()) throw ApiError(400, "the request body must be a JSON object");
   check_model(body, ctx);
   RerankRequest out;
+  out.lora_scales = parse_lora_scales(body, ctx);
   if (!body.contains("query")) bad("query", "'query' is required");
   if (!body["query"].is_string()) bad("query", "'query' must be a string");
   const std::string query = body["query"].get<std::string>();

@@ -41,6 +41,7 @@ struct EmbeddingRequest {
   int normalize = 2;
   std::string model;  // the body's "model", reported back; empty: the server's name
   std::vector<std::vector<int32_t>> inputs;
+  std::vector<float> lora_scales;  // engine::Request::lora_scales
 };
 
 // POST /v1/embeddings (oai_route) or /embeddings, /embedding. "input" (or, llama-server's form,
@@ -80,6 +81,7 @@ struct RerankRequest {
   std::string model;
   std::vector<std::string> documents;
   std::vector<std::vector<int32_t>> inputs;  // per document: the query and it, as one prompt
+  std::vector<float> lora_scales;            // engine::Request::lora_scales
 };
 
 // POST /rerank (also /reranking, /v1/rerank, /v1/reranking): {"query", "documents" (Jina) or

@@ -292,6 +292,7 @@ json native_final(const ChoiceOutput& c, const CompletionRequest& request,
   settings["stop"] = stops;
   settings["n_probs"] = options.n_probs;
   settings["stream"] = request.stream;
+  settings["lora"] = LoraRegistry::describe(request.request.lora_scales);
   json out = {{"index", 0},
               {"content", with_content ? c.text : std::string()},
               {"tokens", ids},

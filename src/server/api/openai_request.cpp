@@ -239,10 +239,6 @@ sampling::SamplingParams parse_sampling(const json& body, int32_t n_vocab,
       static_cast<float>(number(body, "repetition_penalty", p.repetition_penalty, 0.0, 2.0, true));
   p.logit_bias = parse_logit_bias(body, n_vocab);
   parse_llama_cpp_samplers(body, p);
-  if (field(body, "lora") != nullptr)  // llama-server's per-request adapter scales
-    bad("lora",
-        "per-request LoRA scales are not implemented: the adapters given at start "
-        "(--lora, --lora-scaled) apply to every request");
   if (const json* seed = field(body, "seed")) {
     if (!seed->is_number_integer()) bad("seed", "'seed' must be an integer");
     p.seed = static_cast<uint64_t>(seed->get<int64_t>());
@@ -321,10 +317,36 @@ void check_model(const json& body, const ParseContext& ctx) {
   for (const std::string& id : ctx.model_ids) {
     if (id == name) return;
   }
+  if (ctx.lora != nullptr && ctx.lora->has_module(name)) return;
   throw ApiError(404,
                  fmt::format("The model '{}' does not exist; this server has '{}'", name,
                              ctx.model_ids.empty() ? "" : ctx.model_ids.front()),
                  "model", "invalid_request_error", "model_not_found");
+}
+
+namespace {
+
+std::string model_field(const json& body) {
+  const json* v = field(body, "model");
+  return v != nullptr && v->is_string() ? v->get<std::string>() : "";
+}
+
+}  // namespace
+
+std::vector<float> parse_lora_scales(const json& body, const ParseContext& ctx) {
+  const json* lora = field(body, "lora");
+  if (ctx.lora == nullptr || ctx.lora->size() == 0) {
+    if (lora != nullptr && !(lora->is_array() && lora->empty()))
+      bad("lora", "this server has no LoRA adapters (--lora, --lora-modules)");
+    return {};
+  }
+  return ctx.lora->request_scales(lora, model_field(body));
+}
+
+std::string reported_model(const json& body, const ParseContext& ctx) {
+  const std::string name = model_field(body);
+  if (ctx.lora != nullptr && !name.empty() && ctx.lora->has_module(name)) return name;
+  return ctx.model_ids.empty() ? "" : ctx.model_ids.front();
 }
 
 namespace {
@@ -515,7 +537,8 @@ CompletionRequest parse_completion(const json& body, bool chat, const ParseConte
   check_model(body, ctx);
   CompletionRequest out;
   out.chat = chat;
-  out.model = ctx.model_ids.empty() ? "" : ctx.model_ids.front();
+  out.model = reported_model(body, ctx);
+  out.request.lora_scales = parse_lora_scales(body, ctx);
   const int32_t n_vocab = ctx.tokenizer->vocab().size();
   if (chat) {
     out.prompt_text = render_chat_prompt(body, ctx);

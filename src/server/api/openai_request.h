@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/request.h"
+#include "server/api/lora_adapters.h"
 #include "server/chat/reasoning.h"
 #include "server/chat/tool_calls.h"
 #include "server/chat/tools.h"
@@ -59,6 +60,8 @@ struct ParseContext {
       render_chat;
   // How the served model writes tool calls (from its chat template).
   ToolCallFormat tool_format = ToolCallFormat::kGeneric;
+  // The LoRA adapters requests may choose (server/api/lora_adapters.h); null: none.
+  const LoraRegistry* lora = nullptr;
 };
 
 struct CompletionRequest {
@@ -111,7 +114,14 @@ CompletionRequest parse_completion(const nlohmann::ordered_json& body, bool chat
 std::optional<structured::GrammarSpec> parse_output_constraint(const nlohmann::ordered_json& body,
                                                                std::string& param);
 
-// The model named in a request body, or an ApiError 404 when it is not one we serve.
+// The model named in a request body, or an ApiError 404 when it is not one we serve (a name of
+// the server's or of one of its LoRA modules).
 void check_model(const nlohmann::ordered_json& body, const ParseContext& ctx);
+// The LoRA scales a request body asks for (engine::Request::lora_scales): its `lora`, the
+// module its `model` names, or the server's; ApiError for a bad `lora` or one on a server
+// without adapters.
+std::vector<float> parse_lora_scales(const nlohmann::ordered_json& body, const ParseContext& ctx);
+// The name a response reports: the LoRA module the body's `model` names, else the server's.
+std::string reported_model(const nlohmann::ordered_json& body, const ParseContext& ctx);
 
 }  // namespace inferd::server
