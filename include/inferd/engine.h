@@ -161,6 +161,13 @@ class Engine {
   std::vector<int32_t> tokenize(std::string_view text, bool add_special = true) const;
   std::string detokenize(const std::vector<int32_t>& ids, bool skip_special_tokens = false) const;
 
+  // One more LoRA adapter (llama.cpp's GGUF form) at scale 0, after EngineOptions::lora_adapters
+  // and those added before; returns its index in SamplingParams::lora_scales, through which a
+  // call applies it (vLLM loads a LoRARequest's adapter so, when a request first names it).
+  // Waits for a running call to end. Throws inferd::Error naming what is wrong (the file, a
+  // split model, a CUDA engine); the engine is then as it was.
+  size_t add_lora_adapter(const std::string& path);
+
   ModelInfo model_info() const;
   EngineStats stats() const;
 

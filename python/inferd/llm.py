@@ -9,6 +9,7 @@ import sys
 from typing import Any, Iterable, Iterator, Optional, Sequence, Union
 
 from . import _inferd
+from .lora.request import LoRARequest
 from .outputs import CompletionOutput, Logprob, RequestMetrics, RequestOutput, StreamDelta
 from .sampling_params import SamplingParams
 
@@ -27,6 +28,10 @@ _IGNORED_KWARGS = {
     "data_parallel_size", "max_logprobs", "enable_chunked_prefill", "async_scheduling",
     "disable_log_requests", "enable_log_requests", "model_impl", "served_model_name",
     "allowed_local_media_path", "logprobs_mode", "runner", "convert", "task",
+    # LoRA: an adapter is loaded when a request first names it, at any rank up to 1024, and
+    # LoRA is always on.
+    "enable_lora", "max_loras", "max_lora_rank", "max_cpu_loras", "lora_dtype",
+    "fully_sharded_loras", "lora_extra_vocab_size",
 }
 
 
@@ -209,6 +214,8 @@ class LLM:
         self._engine = _inferd.Engine(_model_path(model), options)
         self._seeds = random.Random(seed) if seed is not None else None
         self._next_request_id = 0
+        # LoRARequest.lora_int_id -> (the engine's index of its adapter, its path)
+        self._loras: dict[int, tuple[int, str]] = {}
 
     # --- vLLM's API -------------------------------------------------------------------------
 
@@ -224,24 +231,32 @@ class LLM:
         """Generates for a prompt or a list of them: strings, {"prompt": text} or
         {"prompt_token_ids": [...]}. All prompts with the same SamplingParams run through the
         engine's scheduler together (continuous batching); a list of SamplingParams, one per
-        prompt, runs one batch per distinct value. Outputs come in the prompts' order."""
-        if lora_request is not None:
-            raise NotImplementedError("per-request LoRA adapters (lora_request) are not supported by "
-                                      "inferd; the `inferd` command applies adapters to every "
-                                      "request with --lora")
+        prompt, runs one batch per distinct value. lora_request: a LoRARequest (a GGUF adapter)
+        for every prompt, or a list of them (None: the model alone), one per prompt; requests
+        with different adapters run in the same engine steps. Outputs come in the prompts'
+        order."""
         items = self._prompt_list(prompts)
         if sampling_params is None or isinstance(sampling_params, SamplingParams):
-            return self._run_prompts(items, sampling_params or SamplingParams())
-        per_prompt = list(sampling_params)
-        if len(per_prompt) != len(items):
-            raise ValueError(f"{len(per_prompt)} SamplingParams for {len(items)} prompts")
+            per_prompt = [sampling_params or SamplingParams()] * len(items)
+        else:
+            per_prompt = list(sampling_params)
+            if len(per_prompt) != len(items):
+                raise ValueError(f"{len(per_prompt)} SamplingParams for {len(items)} prompts")
+        if isinstance(lora_request, (list, tuple)):
+            loras = list(lora_request)
+            if len(loras) != len(items):
+                raise ValueError(f"{len(loras)} LoRA requests for {len(items)} prompts")
+        else:
+            loras = [lora_request] * len(items)
+        # One engine call per distinct (SamplingParams, adapter); calls run one after another.
         groups: dict[int, list[int]] = {}
-        for i, sp in enumerate(per_prompt):
-            key = next((k for k in groups if per_prompt[k] == sp), i)
+        for i, (sp, lora) in enumerate(zip(per_prompt, loras)):
+            key = next((k for k in groups if per_prompt[k] == sp and loras[k] == lora), i)
             groups.setdefault(key, []).append(i)
         results: list[Optional[RequestOutput]] = [None] * len(items)
         for key, indices in groups.items():
-            for i, out in zip(indices, self._run_prompts([items[i] for i in indices], per_prompt[key])):
+            outs = self._run_prompts([items[i] for i in indices], per_prompt[key], loras[key])
+            for i, out in zip(indices, outs):
                 results[i] = out
         return results  # type: ignore[return-value]
 
@@ -262,14 +277,16 @@ class LLM:
             raise NotImplementedError("chat(continue_final_message=True) is not supported")
         conversations = self._conversation_list(messages)
         params = sampling_params or SamplingParams()
-        if add_generation_prompt and isinstance(params, SamplingParams) and params.max_tokens is not None:
-            native = params._to_native(self._default_seed())
+        if add_generation_prompt and isinstance(params, SamplingParams) and \
+                params.max_tokens is not None and not isinstance(lora_request, (list, tuple)):
+            native = self._native(params, lora_request)
             call = self._engine.start_chat(conversations, native, False)
-            return self._convert(call.result(), [None] * len(conversations), params.logprobs is not None)
-        # Without a generation prompt, with per-conversation parameters or max_tokens None: the
-        # rendered text goes through generate() (encoded as chat() encodes it).
+            return self._convert(call.result(), [None] * len(conversations),
+                                 params.logprobs is not None, lora_request)
+        # Without a generation prompt, with per-conversation parameters or adapters or max_tokens
+        # None: the rendered text goes through generate() (encoded as chat() encodes it).
         texts = [self._engine.apply_chat_template(c, add_generation_prompt) for c in conversations]
-        return self.generate(texts, sampling_params)
+        return self.generate(texts, sampling_params, lora_request=lora_request)
 
     # --- inferd's own ------------------------------------------------------------------------
 
@@ -319,9 +336,32 @@ class LLM:
             return [_conversation(messages)]
         return [_conversation(c) for c in messages]
 
-    def _start(self, items: list, params: SamplingParams, stream: bool):
-        """Starts one engine call for the prompts; returns it and the prompts' texts."""
+    def _native(self, params: SamplingParams, lora: Optional[LoRARequest] = None):
+        """The C++ API's SamplingParams of a call, with its adapter's scales."""
         native = params._to_native(self._default_seed())
+        if lora is not None:
+            native.lora_scales = self._lora_scales(lora)
+        return native
+
+    def _lora_scales(self, lora: LoRARequest) -> list[float]:
+        """1 for the adapter `lora` names, 0 for the others; the engine loads it the first time
+        its lora_int_id comes (as vLLM does)."""
+        if not isinstance(lora, LoRARequest):
+            raise TypeError(f"lora_request must be a LoRARequest, got {type(lora).__name__}")
+        known = self._loras.get(lora.lora_int_id)
+        if known is None:
+            known = (self._engine.add_lora_adapter(lora.lora_path), lora.lora_path)
+            self._loras[lora.lora_int_id] = known
+        elif known[1] != lora.lora_path:
+            raise ValueError(f"LoRA id {lora.lora_int_id} is {known[1]!r}, not {lora.lora_path!r}")
+        scales = [0.0] * (max(index for index, _ in self._loras.values()) + 1)
+        scales[known[0]] = 1.0
+        return scales
+
+    def _start(self, items: list, params: SamplingParams, stream: bool,
+               lora: Optional[LoRARequest] = None):
+        """Starts one engine call for the prompts; returns it and the prompts' texts."""
+        native = self._native(params, lora)
         texts: list[Optional[str]] = []
         if params.max_tokens is not None and all(isinstance(p, str) for p in items):
             return self._engine.start_generate(list(items), native, stream), list(items)
@@ -346,11 +386,13 @@ class LLM:
             native.max_tokens = max(1, self._engine.model_info().context - longest)
         return self._engine.start_generate_tokens(ids, native, stream), texts
 
-    def _run_prompts(self, items: list, params: SamplingParams) -> list[RequestOutput]:
-        call, texts = self._start(items, params, stream=False)
-        return self._convert(call.result(), texts, params.logprobs is not None)
+    def _run_prompts(self, items: list, params: SamplingParams,
+                     lora: Optional[LoRARequest] = None) -> list[RequestOutput]:
+        call, texts = self._start(items, params, stream=False, lora=lora)
+        return self._convert(call.result(), texts, params.logprobs is not None, lora)
 
-    def _convert(self, native: list, texts: list, want_logprobs: bool) -> list[RequestOutput]:
+    def _convert(self, native: list, texts: list, want_logprobs: bool,
+                 lora: Optional[LoRARequest] = None) -> list[RequestOutput]:
         decoded: dict[int, str] = {}
 
         def piece(token: int) -> str:
@@ -378,7 +420,8 @@ class LLM:
                     index=c.index, text=c.text, token_ids=list(c.token_ids),
                     cumulative_logprob=c.cumulative_logprob if want_logprobs or c.score else None,
                     logprobs=logprobs, finish_reason=_FINISH[c.finish_reason.name],
-                    stop_reason=c.stop_reason or (c.stop_token_id if c.stop_token_id >= 0 else None)))
+                    stop_reason=c.stop_reason or (c.stop_token_id if c.stop_token_id >= 0 else None),
+                    lora_request=lora))
             # vLLM's prompt_logprobs: None for the first token, then {id: Logprob} of the token
             # itself (its rank) and its alternatives.
             prompt_logprobs = None
@@ -397,6 +440,6 @@ class LLM:
                 prompt_logprobs=prompt_logprobs,
                 metrics=RequestMetrics(m.prompt_tokens, m.completion_tokens, m.cached_tokens,
                                        m.queue_s, m.ttft_s, m.prefill_s, m.decode_s, m.e2e_s),
-                num_cached_tokens=m.cached_tokens))
+                num_cached_tokens=m.cached_tokens, lora_request=lora))
             self._next_request_id += 1
         return results

@@ -246,7 +246,8 @@ PYBIND11_MODULE(_inferd, m) {
       .def_readwrite("grammar", &inferd::SamplingParams::grammar)
       .def_readwrite("regex", &inferd::SamplingParams::regex)
       .def_readwrite("beam_width", &inferd::SamplingParams::beam_width)
-      .def_readwrite("length_penalty", &inferd::SamplingParams::length_penalty);
+      .def_readwrite("length_penalty", &inferd::SamplingParams::length_penalty)
+      .def_readwrite("lora_scales", &inferd::SamplingParams::lora_scales);
 
   py::class_<inferd::EngineOptions>(m, "EngineOptions")
       .def(py::init<>())
@@ -366,7 +367,8 @@ PYBIND11_MODULE(_inferd, m) {
       .def(
           "start_generate_tokens",
           [](const std::shared_ptr<inferd::Engine>& engine,
-             std::vector<std::vector<int32_t>> prompts, inferd::SamplingParams params, bool stream) {
+             std::vector<std::vector<int32_t>> prompts, inferd::SamplingParams params,
+             bool stream) {
             Job job = [engine, prompts = std::move(prompts), params](
                           const inferd::StreamCallback& cb, const inferd::CancelToken& cancel) {
               return engine->generate_tokens(prompts, params, cb, cancel);
@@ -391,7 +393,8 @@ PYBIND11_MODULE(_inferd, m) {
           py::arg("conversations"), py::arg("params"), py::arg("stream") = false)
       .def(
           "apply_chat_template",
-          [](const inferd::Engine& engine, const Conversation& messages, bool add_generation_prompt) {
+          [](const inferd::Engine& engine, const Conversation& messages,
+             bool add_generation_prompt) {
             std::vector<inferd::ChatMessage> msgs = to_messages(messages);
             py::gil_scoped_release release;  // waits for a running call (the engine's lock)
             return engine.apply_chat_template(msgs, add_generation_prompt);
@@ -411,6 +414,8 @@ PYBIND11_MODULE(_inferd, m) {
             return utf8(engine.detokenize(ids, skip_special_tokens));
           },
           py::arg("ids"), py::arg("skip_special_tokens") = false)
+      .def("add_lora_adapter", &inferd::Engine::add_lora_adapter, py::arg("path"),
+           py::call_guard<py::gil_scoped_release>())  // (waits for a running call)
       .def("model_info", &inferd::Engine::model_info)
       .def("stats", &inferd::Engine::stats, py::call_guard<py::gil_scoped_release>());
 }

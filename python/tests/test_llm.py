@@ -76,6 +76,48 @@ def test_chat_equals_inferd_run_chat(llm: LLM) -> None:
     assert "London" in out[0].outputs[0].text
 
 
+@pytest.fixture(scope="module")
+def lora_adapter(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A seeded random GGUF adapter for the model (tests/e2e/server_harness.py writes it with
+    gguf-py from the llama.cpp sources, INFERD_LLAMA_SRC)."""
+    src = os.environ.get("INFERD_LLAMA_SRC", "")
+    if not os.path.isdir(os.path.join(src, "gguf-py")):
+        pytest.skip("no llama.cpp sources (INFERD_LLAMA_SRC): gguf-py writes the adapter")
+    pytest.importorskip("numpy")
+    sys.path.insert(0, str(ROOT / "tests" / "e2e"))
+    from server_harness import import_gguf, write_lora_adapter
+    gguf, _ = import_gguf()
+    path = str(tmp_path_factory.mktemp("lora") / "random-lora.gguf")
+    write_lora_adapter(gguf, MODEL, path)
+    return path
+
+
+def test_lora_request_equals_inferd_run_lora(llm: LLM, lora_adapter: str) -> None:
+    from inferd.lora.request import LoRARequest
+    params = SamplingParams(temperature=0, max_tokens=16)
+    prompt = PROMPTS[0]
+    tuned = LoRARequest("tuned", 1, lora_adapter)
+    # One prompt with the adapter, one without, in one generate().
+    out = llm.generate([prompt, prompt], params, lora_request=[tuned, None])
+    adapted, plain = out[0].outputs[0].text, out[1].outputs[0].text
+    assert adapted == cli("-p", prompt, "-n", "16", "--temp", "0", "--lora", lora_adapter)
+    assert plain == cli("-p", prompt, "-n", "16", "--temp", "0")
+    assert adapted != plain
+    assert out[0].lora_request == tuned and out[1].lora_request is None
+    # The id again (loaded once), and through chat().
+    assert llm.generate(prompt, params, lora_request=tuned)[0].outputs[0].text == adapted
+    question = "What is the capital of England?"
+    chat = llm.chat([{"role": "user", "content": question}], params, lora_request=tuned)
+    assert chat[0].outputs[0].text == cli("--chat", "-p", question, "-n", "16", "--temp", "0",
+                                          "--lora", lora_adapter)
+    # The same id for another file, and a file that is no adapter, are errors; the LLM goes on.
+    with pytest.raises(ValueError, match="LoRA id 1"):
+        llm.generate(prompt, params, lora_request=LoRARequest("other", 1, MODEL))
+    with pytest.raises(inferd.InferdError, match="not a LoRA adapter"):
+        llm.generate(prompt, params, lora_request=LoRARequest("model", 2, MODEL))
+    assert llm.generate(prompt, params)[0].outputs[0].text == plain
+
+
 def test_token_prompt_same_as_text(llm: LLM) -> None:
     params = SamplingParams(temperature=0, max_tokens=16)
     ids = llm.get_tokenizer().encode(PROMPTS[0])

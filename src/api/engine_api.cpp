@@ -425,6 +425,11 @@ std::vector<RequestOutput> Engine::generate_tokens(const std::vector<std::vector
   return impl_->run(prompts, std::vector<std::string>(prompts.size()), params, on_delta, cancel);
 }
 
+size_t Engine::add_lora_adapter(const std::string& path) {
+  std::lock_guard lock(impl_->mutex);  // (a call holds it until its requests have ended)
+  return impl_->engine->add_lora_adapter(path);
+}
+
 RequestOutput Engine::complete(const std::string& prompt, const SamplingParams& params,
                                const StreamCallback& on_delta, const CancelToken& cancel) {
   return std::move(generate(std::vector<std::string>{prompt}, params, on_delta, cancel).front());

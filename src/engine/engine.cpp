@@ -414,6 +414,15 @@ void Engine::normalize_lora_scales(std::vector<float>& scales) const {
   if (own) scales.clear();
 }
 
+size_t Engine::add_lora_adapter(const std::string& path) {
+  if (!idle())
+    fail("LoRA adapter {}: adapters are added while no request is queued or running", path);
+  const model::LoraSpec spec{path, 0.0f};
+  model_->add_lora_adapter(spec);
+  config_.lora.push_back(spec);
+  return config_.lora.size() - 1;
+}
+
 uint64_t Engine::add_request(Request request) {
   const int64_t prompt = static_cast<int64_t>(request.prompt.size());
   if (prompt == 0) fail("the prompt is empty");

@@ -97,6 +97,11 @@ class Engine {
   // Validates and queues a request. A prompt that is empty, or that with max_tokens does not fit
   // the context, or bad sampling parameters: inferd::Error naming the limit; nothing is queued.
   uint64_t add_request(Request request);
+  // One more LoRA adapter on the model while no request is queued or running (vLLM loads a
+  // LoRARequest's adapter when a request first names it): at scale 0 for requests that give
+  // none, so that their cached blocks stay right; a request applies it through lora_scales (one
+  // more entry). Returns its index. An inferd::Error names what is wrong; nothing changes then.
+  size_t add_lora_adapter(const std::string& path);
   // One scheduler step; finished requests get on_finish before it returns.
   void step();
   bool idle() const { return scheduler_->idle(); }

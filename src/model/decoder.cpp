@@ -242,13 +242,35 @@ class Decoder final : public Model {
   // LoRA adapters (model/lora.h) on the attention and dense feed-forward projections of every
   // layer; the base weights stay as they are. Not with the model split over ranks.
   void load_lora(const gguf::GgufFile& file, const ModelOptions& options) {
+    refuse_lora_where_not_implemented(file.name(), options.tp, options.pp, options.dp);
+    lora_ = LoraAdapters(options.lora, config_.architecture);
+    bind_lora();
+  }
+
+  void add_lora_adapter(const LoraSpec& spec) override {
+    refuse_lora_where_not_implemented(config_.name, tp_, pp_, dp_);
+    lora_.add(spec, config_.architecture);
+    try {
+      bind_lora();
+    } catch (...) {
+      lora_.drop_last();
+      throw;
+    }
+  }
+
+  void refuse_lora_where_not_implemented(const std::string& name, const dist::Communicator* tp,
+                                         const dist::Communicator* pp,
+                                         const dist::Communicator* dp) const {
     const auto split = [](const dist::Communicator* ranks) {
       return ranks != nullptr && ranks->size() > 1;
     };
-    if (split(options.tp) || split(options.pp) || split(options.dp))
-      fail("{}: LoRA adapters with the model split over ranks are not implemented", file.name());
-    if (spec_.eagle3) fail("{}: LoRA adapters on an EAGLE-3 head are not implemented", file.name());
-    lora_ = LoraAdapters(options.lora, file.get_string("general.architecture").value_or(""));
+    if (split(tp) || split(pp) || split(dp))
+      fail("{}: LoRA adapters with the model split over ranks are not implemented", name);
+    if (spec_.eagle3) fail("{}: LoRA adapters on an EAGLE-3 head are not implemented", name);
+  }
+
+  // The adapters' pending pairs onto the weights they name, then the work lists sized.
+  void bind_lora() {
     for (int l = 0; l < static_cast<int>(layers_.size()); ++l) {
       if (!runs_layer(l)) continue;
       DecoderLayer& layer = layers_[static_cast<size_t>(l)];

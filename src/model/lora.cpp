@@ -42,11 +42,14 @@ std::vector<float> read_matrix(const gguf::TensorInfo& t, const std::string& fil
 }  // namespace
 
 LoraAdapters::LoraAdapters(const std::vector<LoraSpec>& specs, const std::string& architecture) {
-  for (const LoraSpec& spec : specs) {
-    if (!std::isfinite(spec.scale))
-      fail("{}: LoRA scale {} is not a number", spec.path, spec.scale);
-    const size_t index = default_scales_.size();
-    default_scales_.push_back(spec.scale);
+  for (const LoraSpec& spec : specs) add(spec, architecture);
+}
+
+void LoraAdapters::add(const LoraSpec& spec, const std::string& architecture) {
+  if (!std::isfinite(spec.scale)) fail("{}: LoRA scale {} is not a number", spec.path, spec.scale);
+  const size_t index = default_scales_.size();
+  default_scales_.push_back(spec.scale);
+  try {  // (nothing of a file that fails stays)
     const gguf::GgufFile file = gguf::GgufFile::open(spec.path);
     const std::string& name = spec.path;
     const std::string type = file.get_string("general.type").value_or("");
@@ -97,7 +100,24 @@ LoraAdapters::LoraAdapters(const std::vector<LoraSpec>& specs, const std::string
               s * b[static_cast<size_t>(o * p.rank + j)];
       pending_[weight].push_back(std::move(p));
     }
+  } catch (...) {
+    drop_last();
+    throw;
   }
+}
+
+void LoraAdapters::drop_last() {
+  if (default_scales_.empty()) return;
+  const size_t last = default_scales_.size() - 1;
+  const auto drop = [last](auto& by_weight) {
+    for (auto it = by_weight.begin(); it != by_weight.end();) {
+      std::erase_if(it->second, [last](const Pair& p) { return p.adapter == last; });
+      it = it->second.empty() ? by_weight.erase(it) : std::next(it);
+    }
+  };
+  drop(pending_);
+  drop(bound_);
+  default_scales_.pop_back();
 }
 
 void LoraAdapters::bind(const std::string& name, const kernels::WeightMatrix* w) {

@@ -34,6 +34,11 @@ class LoraAdapters {
   // another architecture than `architecture`, an activated LoRA, a tensor that is not a lora_a
   // / lora_b pair, ranks that disagree).
   LoraAdapters(const std::vector<LoraSpec>& specs, const std::string& architecture);
+  // One more adapter, read as the constructor reads them; its pairs wait for bind() (and
+  // check_all_bound(), then reserve()), between forward passes.
+  void add(const LoraSpec& spec, const std::string& architecture);
+  // Forgets the adapter added last, bound or not (an add whose binding failed).
+  void drop_last();
 
   // The pairs for the weight named `name` (e.g. "blk.3.attn_q.weight") now apply to `w`, whose
   // shape they must match.

@@ -103,6 +103,12 @@ class Model {
                            ThreadPool& /*pool*/) {
     fail("{}: this executor runs no multi-token-prediction block", config().name);
   }
+  // One more LoRA adapter (model/lora.h) after the load, its scale for sequences that give none
+  // spec.scale; between forward passes only. An inferd::Error names what is wrong (the file, or
+  // an executor or split model that takes none), and the model is then as it was.
+  virtual void add_lora_adapter(const LoraSpec& spec) {
+    fail("{}: this executor takes no LoRA adapters ({})", config().name, spec.path);
+  }
   // The token embeddings [n_vocab, n_embd] and the vocabulary projection [n_vocab, n_embd], for
   // a draft head that shares them (ModelOptions::target); nullptr where the executor keeps them
   // elsewhere.

@@ -120,6 +120,34 @@ def import_gguf(*needed):
     return gguf, src
 
 
+def write_lora_adapter(gguf, model, path, rank=8, alpha=16.0):
+    """A seeded random LoRA adapter (llama.cpp's GGUF form) for every attention and feed-forward
+    projection of `model`, values in [-0.06, 0.06] (alpha / rank 2): enough to move SmolLM2's
+    greedy text. gguf: import_gguf()'s module."""
+    import numpy as np
+    targets = ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down")
+    reader = gguf.GGUFReader(model)
+    arch = bytes(reader.fields["general.architecture"].parts[-1]).decode()
+    writer = gguf.GGUFWriter(path, arch)
+    writer.add_string("general.type", "adapter")
+    writer.add_string("adapter.type", "lora")
+    writer.add_float32("adapter.lora.alpha", alpha)
+    writer.add_string("adapter.lora.task_name", "e2e")
+    rng = np.random.default_rng(2026)
+    for t in reader.tensors:
+        if not t.name.startswith("blk.") or not any(f".{s}.weight" in t.name for s in targets):
+            continue
+        n_in, n_out = int(t.shape[0]), int(t.shape[1])  # ggml order: [in, out]
+        a = rng.uniform(-0.06, 0.06, (rank, n_in)).astype(np.float32)   # ggml [in, rank]
+        b = rng.uniform(-0.06, 0.06, (n_out, rank)).astype(np.float32)  # ggml [rank, out]
+        writer.add_tensor(t.name + ".lora_a", a)
+        writer.add_tensor(t.name + ".lora_b", b)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+
 def make_golden():
     """tests/golden/architectures/make-golden as a module: its random-weight models of each family."""
     path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "golden", "architectures",

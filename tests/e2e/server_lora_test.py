@@ -17,39 +17,14 @@ import urllib.request
 
 import openai
 
-from server_harness import Server, args, import_gguf
+from server_harness import Server, args, import_gguf, write_lora_adapter
 
 INFERD, MODEL = args()
 gguf, _ = import_gguf()
-import numpy as np  # noqa: E402  (import_gguf has found it)
 
 PROMPT = "The three most important inventions of the last century are"
-TARGETS = ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down")
 server = None
 adapter = None
-
-
-def write_adapter(path, rank=8, alpha=16.0):
-    """A seeded random adapter of every projection of the model (values in [-0.06, 0.06])."""
-    reader = gguf.GGUFReader(MODEL)
-    writer = gguf.GGUFWriter(path, "llama")
-    writer.add_string("general.type", "adapter")
-    writer.add_string("adapter.type", "lora")
-    writer.add_float32("adapter.lora.alpha", alpha)
-    writer.add_string("adapter.lora.task_name", "e2e")
-    rng = np.random.default_rng(2026)
-    for t in reader.tensors:
-        if not t.name.startswith("blk.") or not any(f".{s}.weight" in t.name for s in TARGETS):
-            continue
-        n_in, n_out = int(t.shape[0]), int(t.shape[1])  # ggml order: [in, out]
-        a = rng.uniform(-0.06, 0.06, (rank, n_in)).astype(np.float32)   # ggml [in, rank]
-        b = rng.uniform(-0.06, 0.06, (n_out, rank)).astype(np.float32)  # ggml [rank, out]
-        writer.add_tensor(t.name + ".lora_a", a)
-        writer.add_tensor(t.name + ".lora_b", b)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
 
 
 def get(path):
@@ -109,10 +84,37 @@ class LoraRoutes(unittest.TestCase):
         self.assertEqual(complete(lora=[])[0], adapted)  # an empty list is none, as llama-server
         self.assertEqual(complete(lora=[{"id": 0, "scale": 0}])[0], base)
         self.assertEqual(oai_text("base").choices[0].text, adapted)
-        chat = server.post("/v1/chat/completions", {
-            "messages": [{"role": "user", "content": "Name a colour."}], "max_tokens": 8,
-            "temperature": 0, "lora": [{"id": 0, "scale": 0}]})
-        self.assertEqual(chat[0], 200, chat[1])
+
+    def test_chat_routes_take_the_adapter(self):
+        ask = {"messages": [{"role": "user", "content": "Name three colours."}], "max_tokens": 16,
+               "temperature": 0}
+        on = [{"id": 0, "scale": 1}]
+
+        def chat(**extra):
+            status, body = server.post("/v1/chat/completions", {**ask, **extra})
+            self.assertEqual(status, 200, body)
+            return body["choices"][0]["message"]["content"]
+
+        def anthropic(**extra):
+            status, body = server.post("/v1/messages", {"model": "base", **ask, **extra})
+            self.assertEqual(status, 200, body)
+            return "".join(b["text"] for b in body["content"] if b["type"] == "text")
+
+        def responses(**extra):
+            status, body = server.post("/v1/responses", {
+                "model": "base", "input": ask["messages"][0]["content"], "max_output_tokens": 16,
+                "temperature": 0, **extra})
+            self.assertEqual(status, 200, body)
+            return "".join(c["text"] for item in body["output"] if item["type"] == "message"
+                           for c in item["content"] if c["type"] == "output_text")
+
+        adapted = chat(lora=on)
+        self.assertNotEqual(chat(), adapted)
+        self.assertEqual(chat(model="tuned"), adapted)
+        self.assertEqual(anthropic(lora=on), adapted)
+        self.assertEqual(anthropic(model="tuned"), adapted)
+        self.assertEqual(responses(lora=on), adapted)
+        self.assertEqual(responses(model="tuned"), adapted)
 
     def test_requests_with_different_adapters_run_together(self):
         cases = [{}, {"lora": [{"id": 0, "scale": 1}]}, {"lora": [{"id": 0, "scale": 0.5}]},
@@ -183,7 +185,7 @@ class LoraCommandLine(unittest.TestCase):
 if __name__ == "__main__":
     directory = tempfile.mkdtemp(prefix="inferd-lora-")
     adapter = os.path.join(directory, "random-lora.gguf")
-    write_adapter(adapter)
+    write_lora_adapter(gguf, MODEL, adapter)
     server = Server(INFERD, MODEL, "-c", "1024", "--max-seqs", "4", "--served-model-name", "base",
                     "--strict-model-name", "--lora", adapter, "--lora-init-without-apply",
                     "--enable-lora", "--lora-modules", f"tuned={adapter}")

@@ -87,6 +87,21 @@ std::string write_adapter(const gguf::GgufFile& model, const std::string& path,
   return path;
 }
 
+// An adapter of SmolLM2's token embeddings, which the decoder does not adapt.
+std::string write_embedding_adapter(const std::string& path) {
+  gguf::GgufWriter w;
+  w.set_string("general.architecture", "llama");
+  w.set_string("general.type", "adapter");
+  w.set_string("adapter.type", "lora");
+  const std::vector<float> a(576 * 2, 0.01f), b(2 * 49152, 0.01f);
+  w.add_tensor("token_embd.weight.lora_a", DType::F32, {576, 2},
+               std::span(reinterpret_cast<const uint8_t*>(a.data()), a.size() * sizeof(float)));
+  w.add_tensor("token_embd.weight.lora_b", DType::F32, {2, 49152},
+               std::span(reinterpret_cast<const uint8_t*>(b.data()), b.size() * sizeof(float)));
+  w.write(path);
+  return path;
+}
+
 class LoraTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -176,17 +191,7 @@ TEST_F(LoraTest, RefusesWhatItDoesNotImplementByName) {
   EXPECT_NE(refusal(spec).find("rank"), std::string::npos);
   // A pair for a weight the decoder does not adapt (the token embeddings).
   {
-    gguf::GgufWriter w;
-    w.set_string("general.architecture", "llama");
-    w.set_string("general.type", "adapter");
-    w.set_string("adapter.type", "lora");
-    const std::vector<float> a(576 * 2, 0.01f), b(2 * 49152, 0.01f);
-    w.add_tensor("token_embd.weight.lora_a", DType::F32, {576, 2},
-                 std::span(reinterpret_cast<const uint8_t*>(a.data()), a.size() * sizeof(float)));
-    w.add_tensor("token_embd.weight.lora_b", DType::F32, {2, 49152},
-                 std::span(reinterpret_cast<const uint8_t*>(b.data()), b.size() * sizeof(float)));
-    const std::string path = temp("inferd-lora-embd.gguf");
-    w.write(path);
+    const std::string path = write_embedding_adapter(temp("inferd-lora-embd.gguf"));
     try {
       load({{path, 1.0f}});
       ADD_FAILURE() << "an adapter of the token embeddings was taken";
@@ -267,6 +272,24 @@ class LoraEngineTest : public LoraTest {
     config.lora = lora;
     return engine::Engine(*file_, config);
   }
+  // 40 tokens: two whole blocks the prefix cache could hand on.
+  static std::vector<int32_t> long_prompt() {
+    std::vector<int32_t> prompt = {1};
+    for (int i = 0; i < 39; ++i) prompt.push_back(504 + 37 * i);
+    return prompt;
+  }
+  struct Expected {
+    std::vector<int32_t> tokens;
+    std::vector<float> logprobs;
+  };
+  // The prompt's greedy tokens and their logprobs on an engine of its own with these adapters.
+  Expected alone(const std::vector<model::LoraSpec>& lora,
+                 const std::vector<int32_t>& prompt) const {
+    engine::Engine e = make_engine(lora);
+    auto out = submit(e, prompt, {});
+    e.run_until_idle();
+    return Expected{out->result_.output_tokens, out->logprobs_};
+  }
   // A greedy request with each token's logprob, at `scales` (empty: the adapters' own).
   static std::shared_ptr<CollectOutput> submit(engine::Engine& e,
                                                const std::vector<int32_t>& prompt,
@@ -286,20 +309,9 @@ class LoraEngineTest : public LoraTest {
 // scales (a scale-0 request after an adapted one gets the plain model's logprobs, bit for bit).
 TEST_F(LoraEngineTest, RequestsChooseTheirScalesAndCacheApart) {
   const std::string path = write_adapter(*file_, temp("smollm2-random-lora.gguf"));
-  // 40 tokens: two whole blocks the prefix cache could hand on.
-  std::vector<int32_t> prompt = {1};
-  for (int i = 0; i < 39; ++i) prompt.push_back(504 + 37 * i);
-  struct Expected {
-    std::vector<int32_t> tokens;
-    std::vector<float> logprobs;
-  };
-  const auto alone = [&](const std::vector<model::LoraSpec>& lora) {
-    engine::Engine e = make_engine(lora);
-    auto out = submit(e, prompt, {});
-    e.run_until_idle();
-    return Expected{out->result_.output_tokens, out->logprobs_};
-  };
-  const Expected plain = alone({}), half = alone({{path, 0.5f}}), full = alone({{path, 1.0f}});
+  const std::vector<int32_t> prompt = long_prompt();
+  const Expected plain = alone({}, prompt), half = alone({{path, 0.5f}}, prompt),
+                 full = alone({{path, 1.0f}}, prompt);
   ASSERT_NE(plain.logprobs, full.logprobs);
 
   engine::Engine e = make_engine({{path, 1.0f}});
@@ -357,6 +369,33 @@ TEST_F(LoraEngineTest, RequestsChooseTheirScalesAndCacheApart) {
       EXPECT_NE(std::string(err.what()).find("LoRA scale"), std::string::npos) << err.what();
     }
   }
+}
+
+// vLLM's LoRARequest: an adapter loaded into an engine that runs, when a request first names
+// it, at scale 0 for the requests that give none; a file that fails leaves the engine as it was.
+TEST_F(LoraEngineTest, AdaptersAddedLaterApplyToTheRequestsThatNameThem) {
+  const std::string path = write_adapter(*file_, temp("smollm2-random-lora.gguf"));
+  const std::vector<int32_t> prompt = long_prompt();
+  const Expected plain = alone({}, prompt), full = alone({{path, 1.0f}}, prompt);
+  engine::Engine e = make_engine({});
+  auto queued = submit(e, prompt, {});
+  EXPECT_THROW(e.add_lora_adapter(path), Error);  // not while a request is queued
+  e.run_until_idle();
+  EXPECT_EQ(queued->logprobs_, plain.logprobs);
+  EXPECT_THROW(e.add_lora_adapter(model_path()), Error);  // not an adapter
+  EXPECT_THROW(e.add_lora_adapter(write_embedding_adapter(temp("inferd-lora-embd.gguf"))), Error);
+  ASSERT_EQ(e.add_lora_adapter(path), 0u);
+  auto with = submit(e, prompt, {1.0f});
+  auto without = submit(e, prompt, {});
+  e.run_until_idle();
+  EXPECT_EQ(with->logprobs_, full.logprobs);
+  EXPECT_EQ(without->logprobs_, plain.logprobs);
+  // A second adapter (the same file): index 1, a scale each.
+  ASSERT_EQ(e.add_lora_adapter(path), 1u);
+  EXPECT_THROW(submit(e, prompt, {1.0f}), Error);  // one scale for two adapters
+  auto second = submit(e, prompt, {0.0f, 1.0f});
+  e.run_until_idle();
+  EXPECT_EQ(second->logprobs_, full.logprobs);
 }
 
 }  // namespace

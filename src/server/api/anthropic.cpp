@@ -332,7 +332,9 @@ json anthropic_to_openai(const json& body) {
     if (!stops->is_array()) bad_at("stop_sequences", "must be a list of strings");
     out["stop"] = *stops;
   }
-  for (const char* name : {"max_tokens", "temperature", "top_p", "top_k", "stream"}) {
+  // (and llama-server's per-request LoRA scales, which llama-server drops on this route: a
+  // request that gives them means them)
+  for (const char* name : {"max_tokens", "temperature", "top_p", "top_k", "stream", "lora"}) {
     if (const json* v = field(body, name)) out[name] = *v;
   }
   // Accepted and checked, but they change nothing here: metadata is for Anthropic's abuse

@@ -415,11 +415,26 @@ json responses_to_openai(const json& body) {
   // The fields both APIs share, and llama-server's own that it takes here too (it hands the
   // chat path the whole body); the chat path checks their values. Other chat fields (n,
   // logprobs, ...) are not passed: a response could not show what they ask for.
-  for (const char* name :
-       {"temperature", "top_p", "stream", "parallel_tool_calls", "top_k", "min_p",
-        "presence_penalty", "frequency_penalty", "repetition_penalty", "seed", "logit_bias", "stop",
-        "ignore_eos", "return_progress", "timings_per_token", "cache_salt", "speculative.n_max",
-        "json_schema", "grammar"}) {
+  for (const char* name : {"temperature",
+                           "top_p",
+                           "stream",
+                           "parallel_tool_calls",
+                           "top_k",
+                           "min_p",
+                           "presence_penalty",
+                           "frequency_penalty",
+                           "repetition_penalty",
+                           "seed",
+                           "logit_bias",
+                           "stop",
+                           "ignore_eos",
+                           "return_progress",
+                           "timings_per_token",
+                           "cache_salt",
+                           "speculative.n_max",
+                           "json_schema",
+                           "grammar",
+                           "lora"}) {
     if (const json* v = field(body, name)) out[name] = *v;
   }
   return out;
