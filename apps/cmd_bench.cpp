@@ -44,6 +44,7 @@ struct BenchArgs {
   int pipeline_parallel = 1;
   int data_parallel = 1;
   bool expert_parallel = false;
+  std::vector<model::LoraSpec> lora;  // LoRA adapters on every token (what they cost)
 };
 
 using Clock = std::chrono::steady_clock;
@@ -213,6 +214,7 @@ void bench(const BenchArgs& args) {
       options, {args.tensor_parallel, args.pipeline_parallel, args.data_parallel},
       args.expert_parallel, "bench");
   const int ranks = world.ranks();
+  options.lora = args.lora;
   auto model = model::load_model(file, options);
   const int block = 16;
   const auto blocks = static_cast<int32_t>((context + block - 1) / block);
@@ -323,6 +325,7 @@ void register_bench(CLI::App& app) {
   add_device_option(*cmd, args->device);
   add_parallel_options(*cmd, args->tensor_parallel, args->pipeline_parallel, args->data_parallel,
                        args->expert_parallel);
+  add_lora_options(*cmd, args->lora);
   cmd->callback([args] { bench(*args); });
 }
 

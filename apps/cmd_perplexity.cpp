@@ -25,6 +25,7 @@ struct PerplexityArgs {
   DType kv_key_type = DType::F16;
   DType kv_value_type = DType::F16;
   int kv_exact_recent = kv::kDefaultExactRecentTokens;
+  std::vector<model::LoraSpec> lora;  // LoRA adapters (llama-perplexity's --lora)
 };
 
 void run_perplexity(const PerplexityArgs& args) {
@@ -45,6 +46,7 @@ void run_perplexity(const PerplexityArgs& args) {
   options.kv_exact_recent = args.kv_exact_recent;
   options.bos_id = tokenizer->vocab().add_bos() ? tokenizer->vocab().special().bos : -1;
   model::ModelOptions model_options{options.n_batch, args.n_ctx};
+  model_options.lora = args.lora;
   auto model = model::load_model(file, model_options);
   ThreadPool pool(args.threads.count(), args.threads.pin());
   fmt::print(stderr, "perplexity: {} tokens, {} chunks of {}\n", tokens.size(),
@@ -81,6 +83,7 @@ void register_perplexity(CLI::App& app) {
   cmd->add_flag("--json", args->json, "Print the result as JSON");
   add_kv_type_options(*cmd, args->kv_key_type, args->kv_value_type);
   add_exact_recent_option(*cmd, args->kv_exact_recent);
+  add_lora_options(*cmd, args->lora);
   cmd->callback([args] { run_perplexity(*args); });
 }
 

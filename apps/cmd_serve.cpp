@@ -417,6 +417,15 @@ void serve(ServeArgs args) {
   }
   if (model_ids.empty()) model_ids.push_back(std::filesystem::path(path).stem().string());
   const std::string model_id = model_ids.front();
+  // A module's name chooses it: it must be no other module's, nor the model's.
+  for (size_t i = 0; i < adapters.size(); ++i) {
+    const std::string& name = adapters[i].name;
+    if (name.empty()) continue;
+    if (std::ranges::find(model_ids, name) != model_ids.end())
+      fail("--lora-modules name '{}' is also the served model's", name);
+    for (size_t j = 0; j < i; ++j)
+      if (adapters[j].name == name) fail("--lora-modules name '{}' is given twice", name);
+  }
   server::ServerMetrics metrics(model_id);
   server::EngineLoop loop(file, config, args.max_queue, metrics, args.log_interval);
   // A model without a chat template still serves completions; chat requests are refused with
@@ -438,11 +447,6 @@ void serve(ServeArgs args) {
   }
   for (server::LoraAdapterInfo& a : adapters) server::read_lora_metadata(a);
   server::LoraRegistry lora(std::move(adapters));
-  for (size_t i = 0; i < lora.size(); ++i) {
-    const server::LoraAdapterInfo& a = lora.adapters()[i];
-    if (!a.name.empty() && std::ranges::find(model_ids, a.name) != model_ids.end())
-      fail("--lora-modules name '{}' is also the served model's", a.name);
-  }
   server::ParseContext context;
   context.lora = &lora;
   context.tokenizer = &loop.tokenizer();

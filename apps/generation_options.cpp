@@ -71,7 +71,8 @@ void add_lora_options(CLI::App& cmd, std::vector<model::LoraSpec>& adapters) {
            for (const std::string& value : values)
              for (const std::string& file : items(value)) adapters.push_back({file, 1.0f});
          },
-         "LoRA adapter (GGUF) applied to every request: FNAME[,FNAME...] (repeatable)")
+         "LoRA adapter (GGUF), FNAME[,FNAME...] (repeatable), at scale 1 for every request "
+         "that gives no scales of its own")
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   cmd.add_option_function<std::vector<std::string>>(
          "--lora-scaled",

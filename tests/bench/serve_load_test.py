@@ -153,6 +153,9 @@ class Stream(unittest.TestCase):
         body = sl.request_body(sl.Prompt(output_len=9, input_len=2, text="a b"), "m")
         self.assertEqual((body["prompt"], body["max_tokens"], body["ignore_eos"], body["stream"]), ("a b", 9, True, True))
         self.assertEqual(body["stream_options"], {"include_usage": True})
+        lora = {"lora": [{"id": 0, "scale": 1}]}
+        body = sl.request_body(sl.Prompt(output_len=9, input_len=2, text="a b", extra=lora), "m")
+        self.assertEqual((body["prompt"], body["lora"]), ("a b", lora["lora"]))
 
 
 class FakeServer(http.server.BaseHTTPRequestHandler):

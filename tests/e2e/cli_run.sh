@@ -80,4 +80,7 @@ fi
 # a file is a usage error.
 fails_with nonzero "not a LoRA adapter" "$inferd" run -m "$model" -p "Hi" -n 2 --lora "$model"
 fails_with nonzero "is not FNAME:SCALE" "$inferd" run -m "$model" -p "Hi" -n 2 --lora-scaled "$model"
+# (bench and perplexity take them too, to measure what an adapter costs and changes)
+fails_with nonzero "not a LoRA adapter" "$inferd" bench -m "$model" -p 8 -n 2 -r 1 --lora "$model"
+fails_with nonzero "not a LoRA adapter" "$inferd" perplexity "$model" "$0" --lora "$model"
 echo "run e2e ok"

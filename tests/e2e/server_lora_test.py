@@ -168,6 +168,11 @@ class LoraCommandLine(unittest.TestCase):
                               "no-path"], capture_output=True, text=True, timeout=120)
         self.assertNotEqual(out.returncode, 0)
         self.assertIn("--lora-modules takes NAME=PATH", out.stderr)
+        out = subprocess.run([INFERD, "serve", "-m", MODEL, "--port", "0", "--lora-modules",
+                              f"a={adapter}", f"a={adapter}"], capture_output=True, text=True,
+                             timeout=120)
+        self.assertNotEqual(out.returncode, 0)
+        self.assertIn("'a' is given twice", out.stderr)
         plain = Server(INFERD, MODEL, "-c", "256", "--max-seqs", "1")
         try:
             status, body = plain.post("/completion", {"prompt": "Hi", "n_predict": 1,
