@@ -189,6 +189,28 @@ void BM_DeltaNet(benchmark::State& state, const KernelTable* table, bool chunked
       benchmark::Counter(static_cast<double>(n), benchmark::Counter::kIsIterationInvariantRate);
 }
 
+// LoRA's up projection (KernelTable::lora_up) over Llama-3.2-1B's ffn_up (out 8192) at rank
+// `rank`, for `rows` tokens; "memory" cycles through copies of B that together pass the
+// last-level cache (as a decode step reads a whole adapter).
+void BM_LoraUp(benchmark::State& state, const KernelTable* table, int64_t rank, int copies) {
+  const int64_t rows = state.range(0), out = 8192;
+  std::vector<std::vector<float>> bts;
+  for (int c = 0; c < copies; ++c)
+    bts.push_back(random_floats(static_cast<size_t>(rank * out), 7 + static_cast<uint32_t>(c)));
+  const auto low = random_floats(static_cast<size_t>(rows * rank), 3);
+  std::vector<float> y(static_cast<size_t>(rows * out));
+  std::vector<float*> y_rows;
+  for (int64_t t = 0; t < rows; ++t) y_rows.push_back(y.data() + t * out);
+  size_t c = 0;
+  for (auto _ : state) {
+    table->lora_up(rows, rank, out, out, low.data(), bts[c].data(), y_rows.data());
+    c = (c + 1) % bts.size();
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.counters["tokens/s"] =
+      benchmark::Counter(static_cast<double>(rows), benchmark::Counter::kIsIterationInvariantRate);
+}
+
 void register_all() {
   for (auto [type, name] : {std::pair{DType::Q4_K, "q4_k"}, std::pair{DType::Q5_K, "q5_k"},
                             std::pair{DType::Q6_K, "q6_k"}, std::pair{DType::Q8_0, "q8_0"},
@@ -260,6 +282,15 @@ void register_all() {
     benchmark::RegisterBenchmark(("Attention/" + isa + "/cached/hd256").c_str(), BM_Attention,
                                  table, 1, AttentionShape{16, 4, 256, 0.0625f})
         ->Args({64, 4096});
+    for (int64_t rank : {8, 64}) {
+      for (auto [copies, where] : {std::pair{1, "cached"}, std::pair{24, "memory"}}) {
+        benchmark::RegisterBenchmark(
+            ("LoraUp/" + isa + "/rank" + std::to_string(rank) + "/" + where).c_str(), BM_LoraUp,
+            table, rank, copies)
+            ->ArgsProduct({{1, 8, 64}})
+            ->ArgNames({"tokens"});
+      }
+    }
     for (bool chunked : {false, true}) {
       benchmark::RegisterBenchmark(
           ("DeltaNet/" + isa + (chunked ? "/chunked" : "/recurrent") + "/d128").c_str(),

@@ -106,6 +106,7 @@ const KernelTable& reference_kernels() {
     t.mxfp4 = {DType::Q8_0, ref::quantize_row_q8_0, ref::dot_mxfp4_q8_0, ref::dequantize_row_mxfp4};
     t.attention = ref::attention_kernels();
     t.silu_mul = ref::silu_mul;
+    t.lora_up = ref::lora_up;
     t.gelu_mul = ref::gelu_mul;
     t.swiglu_oai = ref::swiglu_oai;
     t.softcap = ref::softcap;
@@ -136,6 +137,7 @@ static const KernelTable& avx2_kernels() {
     t.f32.dot = avx2::dot_f32_f32;
     t.attention = avx2::attention_kernels();
     t.silu_mul = avx2::silu_mul;
+    t.lora_up = avx2::lora_up;
     t.gelu_mul = avx2::gelu_mul;
     t.swiglu_oai = avx2::swiglu_oai;
     t.softcap = avx2::softcap;
@@ -159,6 +161,7 @@ static const KernelTable& avx512_kernels() {
     t.packed = avx512::packed_kernels();
     t.attention = avx512::attention_kernels();
     t.silu_mul = avx512::silu_mul;
+    t.lora_up = avx512::lora_up;
     t.gelu_mul = avx512::gelu_mul;
     t.swiglu_oai = avx512::swiglu_oai;
     t.softcap = avx512::softcap;

@@ -143,6 +143,12 @@ struct KernelTable {
   AttentionKernels attention;
   // a[i] = silu(a[i]) * b[i] (SwiGLU's gate times up).
   void (*silu_mul)(float* a, const float* b, int64_t n) = nullptr;
+  // LoRA's up projection for n rows: y[t][o] += sum_j low[t * rank + j] * bt[j * ldb + o] for o
+  // < out, low [n, rank] (the rows' A x), bt B by column (row j of `ldb` values: a slice of
+  // B's outputs when ldb > out), y[t] a row of `out` values. Each value is summed over j in
+  // order with fused multiply-adds, so it does not depend on n, the other rows or the slice.
+  void (*lora_up)(int64_t n, int64_t rank, int64_t out, int64_t ldb, const float* low,
+                  const float* bt, float* const* y) = nullptr;
   // a[i] = gelu_tanh(a[i]) * b[i] (GeGLU's gate times up: Gemma). 0.5 (1 + tanh(u)) is
   // sigmoid(2u), so every table computes a / (1 + exp(-2u)), u = sqrt(2/pi) (a + 0.044715 a^3):
   // the same function as the tanh form, without its cancellation for negative a.

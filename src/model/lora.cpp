@@ -144,8 +144,13 @@ void LoraAdapters::check_all_bound() const {
 
 void LoraAdapters::reserve(int64_t max_tokens) {
   size_t most_pairs = 0;
-  for (const auto& [weight, pairs] : bound_) most_pairs = std::max(most_pairs, pairs.size());
+  int64_t most_rank = 0;
+  for (const auto& [weight, pairs] : bound_) {
+    most_pairs = std::max(most_pairs, pairs.size());
+    for (const Pair& p : pairs) most_rank = std::max(most_rank, p.rank);
+  }
   jobs_.reserve(3 * most_pairs);  // (q, k and v share an input; no more targets do)
+  few_low_.resize(3 * most_pairs * static_cast<size_t>(kFewTokens * most_rank));
   token_scales_.assign(static_cast<size_t>(max_tokens), default_scales_.data());
 }
 
@@ -181,26 +186,92 @@ void LoraAdapters::apply_many(std::span<const kernels::MatmulTarget> targets, co
     for (const Pair& p : it->second) jobs_.push_back({&p, t.y});
   }
   if (jobs_.empty()) return;
-  const kernels::DotFn dot = kernels::active_kernels().f32.dot;
+  if (T <= kFewTokens && pool.num_threads() > 1) return apply_few(x, T, pool);
+  const kernels::KernelTable& table = kernels::active_kernels();
   constexpr int64_t kTokensPerThread = 16;
   pool.parallel_for(T, kTokensPerThread, [&](int64_t begin, int64_t end) {
-    float low[kMaxRank];
-    for (int64_t t = begin; t < end; ++t) {
-      const float* scales = token_scales_[static_cast<size_t>(t)];
-      for (const Job& job : jobs_) {
-        const Pair& p = *job.pair;
-        const float s = scales[p.adapter];
-        if (s == 0.0f) continue;
-        const float* xt = x + t * p.in;
-        for (int64_t j = 0; j < p.rank; ++j)
-          low[j] = dot(p.in, &p.a[static_cast<size_t>(j * p.in)], xt);
-        float* yt = job.y + t * p.out;
-        for (int64_t j = 0; j < p.rank; ++j) {  // y += s (alpha / rank B) low, a column at a time
-          const float l = s * low[j];
-          const float* col = &p.b_by_col[static_cast<size_t>(j * p.out)];
-          for (int64_t o = 0; o < p.out; ++o) yt[o] += l * col[o];
+    // A pair at a time over up to kBlock of the tokens that have a scale for its adapter: a row
+    // of A and a column chunk of B are read once for them all. Each token's sums are those it
+    // gets alone (its rank dots, then KernelTable::lora_up), whatever it is batched with.
+    constexpr int64_t kBlock = 8;
+    float low[kBlock * kMaxRank];  // [tokens, rank]: s A x of each
+    float* rows[kBlock];           // their rows of y
+    const float* inputs[kBlock];
+    float scales[kBlock];
+    for (const Job& job : jobs_) {
+      const Pair& p = *job.pair;
+      int64_t n = 0;
+      const auto flush = [&] {
+        for (int64_t j = 0; j < p.rank; ++j) {
+          const float* a = &p.a[static_cast<size_t>(j * p.in)];
+          for (int64_t i = 0; i < n; ++i)
+            low[i * p.rank + j] = scales[i] * table.f32.dot(p.in, a, inputs[i]);
         }
+        table.lora_up(n, p.rank, p.out, p.out, low, p.b_by_col.data(), rows);
+        n = 0;
+      };
+      for (int64_t t = begin; t < end; ++t) {
+        const float s = token_scales_[static_cast<size_t>(t)][p.adapter];
+        if (s == 0.0f) continue;
+        inputs[n] = x + t * p.in;
+        rows[n] = job.y + t * p.out;
+        scales[n++] = s;
+        if (n == kBlock) flush();
       }
+      if (n > 0) flush();
+    }
+  });
+}
+
+void LoraAdapters::apply_few(const float* x, int64_t T, ThreadPool& pool) {
+  const kernels::KernelTable& table = kernels::active_kernels();
+  int64_t rows = 0, outs = 0;
+  float* low = few_low_.data();
+  for (Job& job : jobs_) {
+    const Pair& p = *job.pair;
+    job.n = 0;
+    for (int64_t t = 0; t < T; ++t) {
+      const float s = token_scales_[static_cast<size_t>(t)][p.adapter];
+      if (s == 0.0f) continue;
+      job.tokens[job.n] = t;
+      job.scales[job.n++] = s;
+    }
+    job.low = low;
+    low += job.n * p.rank;
+    job.first_row = rows;
+    job.first_out = outs;
+    if (job.n > 0) {
+      rows += p.rank;
+      outs += p.out;
+    }
+  }
+  // s A x: row j of a pair's A for each of its tokens.
+  pool.parallel_for(rows, 1, [&](int64_t begin, int64_t end) {
+    for (const Job& job : jobs_) {
+      const Pair& p = *job.pair;
+      if (job.n == 0) continue;
+      const int64_t j_begin = std::max(begin, job.first_row) - job.first_row;
+      const int64_t j_end = std::min(end, job.first_row + p.rank) - job.first_row;
+      for (int64_t j = j_begin; j < j_end; ++j) {
+        const float* a = &p.a[static_cast<size_t>(j * p.in)];
+        for (int64_t i = 0; i < job.n; ++i)
+          job.low[i * p.rank + j] =
+              job.scales[i] * table.f32.dot(p.in, a, x + job.tokens[i] * p.in);
+      }
+    }
+  });
+  // y += (s A x) B^T, each thread a slice of the outputs.
+  pool.parallel_for(outs, 64, [&](int64_t begin, int64_t end) {
+    for (const Job& job : jobs_) {
+      const Pair& p = *job.pair;
+      if (job.n == 0) continue;
+      const int64_t o_begin = std::max(begin, job.first_out) - job.first_out;
+      const int64_t o_end = std::min(end, job.first_out + p.out) - job.first_out;
+      if (o_begin >= o_end) continue;
+      float* y_rows[kFewTokens];
+      for (int64_t i = 0; i < job.n; ++i) y_rows[i] = job.y + job.tokens[i] * p.out + o_begin;
+      table.lora_up(job.n, p.rank, o_end - o_begin, p.out, job.low, p.b_by_col.data() + o_begin,
+                    y_rows);
     }
   });
 }

@@ -80,12 +80,26 @@ class LoraAdapters {
   bool any_scale_ = false;                  // some token of the batch has a scale not 0
   std::map<std::string, std::vector<Pair>> pending_;  // by weight name, until bound
   std::map<const kernels::WeightMatrix*, std::vector<Pair>> bound_;
+  // Tokens a step at most that apply_few takes (a decode step's).
+  static constexpr int64_t kFewTokens = 16;
   // Which pairs an apply_many call runs, and where each adds its product (sized by reserve()).
   struct Job {
     const Pair* pair;
     float* y;
+    // apply_few: the tokens with a scale for the pair's adapter, their scales, their s A x
+    // ([n, rank] in few_low_), and where the pair's rank rows and outputs start in the step's
+    // flat lists of them.
+    int64_t n = 0;
+    int64_t tokens[kFewTokens] = {};
+    float scales[kFewTokens] = {};
+    float* low = nullptr;
+    int64_t first_row = 0, first_out = 0;
   };
   std::vector<Job> jobs_;
+  std::vector<float> few_low_;  // [jobs, kFewTokens, rank] at most
+  // apply_many for a few tokens on several threads: every pair's rank dots split over them,
+  // then its outputs; each value as apply_many's one-thread-a-token path computes it.
+  void apply_few(const float* x, int64_t T, ThreadPool& pool);
 };
 
 }  // namespace inferd::model

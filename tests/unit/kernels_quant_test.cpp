@@ -246,6 +246,54 @@ TEST(KernelsIsa, SiluMulMatchesReference) {
   }
 }
 
+// LoRA's up projection (KernelTable::lora_up): every table gives the reference's bits (the same
+// fused multiply-adds in the same order) for odd sizes, rows that are not contiguous, more rows
+// than a register block holds and B's rows longer than the outputs (a slice); the reference is
+// the definition within float rounding.
+TEST(KernelsIsa, LoraUpMatchesReferenceBitForBit) {
+  for (const int64_t n : {1, 3, 8, 11}) {
+    for (const int64_t rank : {1, 5, 8, 64}) {
+      for (const int64_t out : {1, 7, 16, 33, 100}) {
+        const auto seed = static_cast<uint32_t>(n * 10007 + rank * 101 + out);
+        const int64_t ldb = out + (seed % 2 == 0 ? 0 : 5);
+        const auto low = random_floats(n * rank, seed);
+        const auto bt = random_floats(rank * ldb, seed + 1);
+        const auto start = random_floats(n * (out + 3), seed + 2);  // rows 3 values apart
+        const auto rows_of = [&](std::vector<float>& y) {
+          std::vector<float*> rows;
+          for (int64_t t = 0; t < n; ++t) rows.push_back(y.data() + t * (out + 3));
+          return rows;
+        };
+        std::vector<float> want = start;
+        reference_kernels().lora_up(n, rank, out, ldb, low.data(), bt.data(), rows_of(want).data());
+        for (int64_t t = 0; t < n; ++t) {
+          for (int64_t o = 0; o < out; ++o) {
+            double exact = start[static_cast<size_t>(t * (out + 3) + o)];
+            double size = std::fabs(exact);
+            for (int64_t j = 0; j < rank; ++j) {
+              const double term = double(low[static_cast<size_t>(t * rank + j)]) *
+                                  double(bt[static_cast<size_t>(j * ldb + o)]);
+              exact += term;
+              size += std::fabs(term);
+            }
+            ASSERT_NEAR(want[static_cast<size_t>(t * (out + 3) + o)], exact, 1e-6 * size)
+                << "reference n=" << n << " rank=" << rank << " out=" << out;
+          }
+          // The gap between rows is left alone.
+          for (int64_t g = out; g < out + 3; ++g)
+            ASSERT_EQ(want[static_cast<size_t>(t * (out + 3) + g)],
+                      start[static_cast<size_t>(t * (out + 3) + g)]);
+        }
+        for (const KernelTable* table : available_kernels()) {
+          std::vector<float> got = start;
+          table->lora_up(n, rank, out, ldb, low.data(), bt.data(), rows_of(got).data());
+          ASSERT_EQ(got, want) << table->isa << " n=" << n << " rank=" << rank << " out=" << out;
+        }
+      }
+    }
+  }
+}
+
 // GELU's tanh form in double: the definition every table's sigmoid form must meet.
 double gelu_tanh_exact(double x) {
   const double u = std::sqrt(2.0 / std::numbers::pi) * (x + 0.044715 * x * x * x);

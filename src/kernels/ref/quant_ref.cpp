@@ -216,6 +216,17 @@ int64_t argmax(const float* x, int64_t n) {
   return best;
 }
 
+void lora_up(int64_t n, int64_t rank, int64_t out, int64_t ldb, const float* low, const float* bt,
+             float* const* y) {
+  for (int64_t t = 0; t < n; ++t) {
+    for (int64_t o = 0; o < out; ++o) {
+      float acc = y[t][o];
+      for (int64_t j = 0; j < rank; ++j) acc = std::fma(low[t * rank + j], bt[j * ldb + o], acc);
+      y[t][o] = acc;
+    }
+  }
+}
+
 void silu_mul(float* a, const float* b, int64_t n) {
   for (int64_t i = 0; i < n; ++i) a[i] = a[i] / (1.0f + std::exp(-a[i])) * b[i];
 }

@@ -27,6 +27,9 @@ void dequantize_row_f32(const void* row, float* out, int64_t n);
 
 // a[i] = silu(a[i]) * b[i]
 void silu_mul(float* a, const float* b, int64_t n);
+// KernelTable::lora_up: a value at a time, std::fma over j in order.
+void lora_up(int64_t n, int64_t rank, int64_t out, int64_t ldb, const float* low, const float* bt,
+             float* const* y);
 // a[i] = gelu_tanh(a[i]) * b[i], as a[i] / (1 + exp(-2u)) (KernelTable::gelu_mul)
 void gelu_mul(float* a, const float* b, int64_t n);
 // gpt-oss's clamped SwiGLU (KernelTable::swiglu_oai)

@@ -3,6 +3,7 @@
 
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -11,6 +12,52 @@
 #include "kernels/x86_avx2/reduce_avx2.h"
 
 namespace inferd::kernels::avx2 {
+
+namespace {
+
+// One tile of lora_up: `rows` (<= kRows) rows x kVectors * 8 outputs from o, in registers.
+template <int64_t kVectors>
+void lora_up_tile(int64_t rows, int64_t rank, int64_t ldb, int64_t o, const float* low,
+                  const float* bt, float* const* y) {
+  constexpr int64_t kRows = 2;
+  __m256 acc[kRows][kVectors];
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t v = 0; v < kVectors; ++v) acc[i][v] = _mm256_loadu_ps(y[i] + o + 8 * v);
+  for (int64_t j = 0; j < rank; ++j) {
+    __m256 b[kVectors];
+    for (int64_t v = 0; v < kVectors; ++v) b[v] = _mm256_loadu_ps(bt + j * ldb + o + 8 * v);
+    for (int64_t i = 0; i < rows; ++i) {
+      const __m256 l = _mm256_set1_ps(low[i * rank + j]);
+      for (int64_t v = 0; v < kVectors; ++v) acc[i][v] = _mm256_fmadd_ps(l, b[v], acc[i][v]);
+    }
+  }
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t v = 0; v < kVectors; ++v) _mm256_storeu_ps(y[i] + o + 8 * v, acc[i][v]);
+}
+
+}  // namespace
+
+void lora_up(int64_t n, int64_t rank, int64_t out, int64_t ldb, const float* low, const float* bt,
+             float* const* y) {
+  // Tiles of up to 2 rows x 32 outputs in 8 registers: per j, 128 contiguous bytes of B's
+  // column j for both rows; then 8 outputs at a time, then one at a time as the reference.
+  constexpr int64_t kRows = 2;
+  for (int64_t t0 = 0; t0 < n; t0 += kRows) {
+    const int64_t rows = std::min(kRows, n - t0);
+    const float* tile_low = low + t0 * rank;
+    float* const* tile_y = y + t0;
+    int64_t o = 0;
+    for (; o + 32 <= out; o += 32) lora_up_tile<4>(rows, rank, ldb, o, tile_low, bt, tile_y);
+    for (; o + 8 <= out; o += 8) lora_up_tile<1>(rows, rank, ldb, o, tile_low, bt, tile_y);
+    for (; o < out; ++o) {
+      for (int64_t i = 0; i < rows; ++i) {
+        float v = tile_y[i][o];
+        for (int64_t j = 0; j < rank; ++j) v = std::fma(tile_low[i * rank + j], bt[j * ldb + o], v);
+        tile_y[i][o] = v;
+      }
+    }
+  }
+}
 
 void silu_mul(float* a, const float* b, int64_t n) {
   const __m256 one = _mm256_set1_ps(1.0f);

@@ -7,6 +7,8 @@ namespace inferd::kernels::avx2 {
 
 // a[i] = silu(a[i]) * b[i]
 void silu_mul(float* a, const float* b, int64_t n);
+void lora_up(int64_t n, int64_t rank, int64_t out, int64_t ldb, const float* low, const float* bt,
+             float* const* y);
 // a[i] = gelu_tanh(a[i]) * b[i], as the reference computes it (a / (1 + exp(-2u))).
 void gelu_mul(float* a, const float* b, int64_t n);
 // gpt-oss's clamped SwiGLU, as the reference.

@@ -3,6 +3,7 @@
 
 #include <immintrin.h>
 
+#include <algorithm>
 #include <limits>
 
 #include "kernels/x86_avx512/exp_avx512.h"
@@ -14,6 +15,41 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
 namespace inferd::kernels::avx512 {
+
+void lora_up(int64_t n, int64_t rank, int64_t out, int64_t ldb, const float* low, const float* bt,
+             float* const* y) {
+  // Tiles of up to 4 rows x 64 outputs in 16 registers: per j, 256 contiguous bytes of B's
+  // column j for all 4 rows. The tail's vectors through masks.
+  constexpr int64_t kRows = 4, kVectors = 4;
+  for (int64_t t0 = 0; t0 < n; t0 += kRows) {
+    const int64_t rows = std::min(kRows, n - t0);
+    for (int64_t o0 = 0; o0 < out; o0 += 16 * kVectors) {
+      __mmask16 lanes[kVectors];
+      for (int64_t v = 0; v < kVectors; ++v) {
+        const int64_t left = out - o0 - 16 * v;
+        lanes[v] = left >= 16  ? static_cast<__mmask16>(0xFFFF)
+                   : left <= 0 ? static_cast<__mmask16>(0)
+                               : static_cast<__mmask16>((1u << left) - 1);
+      }
+      __m512 acc[kRows][kVectors];
+      for (int64_t i = 0; i < rows; ++i)
+        for (int64_t v = 0; v < kVectors; ++v)
+          acc[i][v] = _mm512_maskz_loadu_ps(lanes[v], y[t0 + i] + o0 + 16 * v);
+      for (int64_t j = 0; j < rank; ++j) {
+        __m512 b[kVectors];
+        for (int64_t v = 0; v < kVectors; ++v)
+          b[v] = _mm512_maskz_loadu_ps(lanes[v], bt + j * ldb + o0 + 16 * v);
+        for (int64_t i = 0; i < rows; ++i) {
+          const __m512 l = _mm512_set1_ps(low[(t0 + i) * rank + j]);
+          for (int64_t v = 0; v < kVectors; ++v) acc[i][v] = _mm512_fmadd_ps(l, b[v], acc[i][v]);
+        }
+      }
+      for (int64_t i = 0; i < rows; ++i)
+        for (int64_t v = 0; v < kVectors; ++v)
+          _mm512_mask_storeu_ps(y[t0 + i] + o0 + 16 * v, lanes[v], acc[i][v]);
+    }
+  }
+}
 
 void silu_mul(float* a, const float* b, int64_t n) {
   const __m512 one = _mm512_set1_ps(1.0f);
