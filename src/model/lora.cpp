@@ -239,11 +239,12 @@ void LoraAdapters::apply_few(const float* x, int64_t T, ThreadPool& pool) {
     job.low = low;
     low += job.n * p.rank;
     job.first_row = rows;
-    job.first_out = outs;
-    if (job.n > 0) {
-      rows += p.rank;
-      outs += p.out;
-    }
+    if (job.n > 0) rows += p.rank;
+    // Pairs of one weight (several adapters) add into the same outputs: one stretch of the
+    // flat list, so that one thread adds all of them to an output, in the pairs' order.
+    const bool same_target = &job != jobs_.data() && (&job - 1)->y == job.y;
+    if (!same_target) outs += p.out;
+    job.first_out = outs - p.out;
   }
   // s A x: row j of a pair's A for each of its tokens.
   pool.parallel_for(rows, 1, [&](int64_t begin, int64_t end) {

@@ -142,6 +142,16 @@ class LoraRoutes(unittest.TestCase):
         self.assertGreater(again.usage.prompt_tokens_details.cached_tokens, 32)
         self.assertEqual(again.choices[0].text, tuned.choices[0].text)
 
+        # /completion keys by cache_salt too (bench/lora-cost relies on it).
+        def computed(salt):
+            status, body = server.post("/completion", {"prompt": prompt, "n_predict": 1,
+                                                       "cache_salt": salt})
+            self.assertEqual(status, 200, body)
+            return body["timings"]["prompt_n"]
+        whole = computed("e2e-native-1")
+        self.assertLess(computed("e2e-native-1"), whole - 32)
+        self.assertEqual(computed("e2e-native-2"), whole)
+
     def test_bad_adapters_are_400s_naming_lora(self):
         for lora in ([{"id": 2, "scale": 1}], "all", [{"scale": 1}], [{"id": 0, "scale": "x"}],
                      [3]):

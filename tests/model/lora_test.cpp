@@ -260,6 +260,13 @@ TEST_F(LoraTest, EachSequenceOfABatchTakesItsOwnScales) {
   EXPECT_EQ(mixed[2], batch_last_logits(*adapted, {prompts[2]}, {nullptr})[0]);
   // (and the adapter does move them: the same prompt with and without it)
   EXPECT_NE(mixed[0], mixed[2]);
+  // The batch's 17 tokens go through the pairs a few tokens at a time on each thread; a prompt
+  // alone (at most 16) has every pair's outputs split over the threads. Both give the same
+  // bits, also where two adapters add into one weight's outputs (in the same order).
+  const auto twice = load({{path, 0.5f}, {path, 0.25f}});
+  const auto two = batch_last_logits(*twice, prompts, {nullptr, nullptr, nullptr});
+  for (size_t i = 0; i < prompts.size(); ++i)
+    EXPECT_EQ(two[i], batch_last_logits(*twice, {prompts[i]}, {nullptr})[0]) << i;
 }
 
 class LoraEngineTest : public LoraTest {
