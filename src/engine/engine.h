@@ -85,7 +85,9 @@ struct EngineConfig {
   SpeculativeConfig spec;
   GrammarThread grammar_thread = GrammarThread::kAuto;
   model::Device device = model::Device::kCpu;  // where the target model runs
-  std::vector<model::LoraSpec> lora;           // LoRA adapters on the target model, every request
+  // LoRA adapters on the target model, each at its scale for requests that give none of their
+  // own (Request::lora_scales)
+  std::vector<model::LoraSpec> lora;
 };
 
 class Engine {

@@ -62,7 +62,8 @@ struct ModelOptions {
   // A quantized KV cache's keys stored equalized by the layer's query and key norms (decoder's
   // set_key_equalizer); off only to measure what it does (tests).
   bool equalize_quantized_keys = true;
-  // LoRA adapters (model/lora.h) applied to every token; CPU executor, one rank.
+  // LoRA adapters (model/lora.h): each token at its sequence's scales (BatchSequence::
+  // lora_scales), else at the specs'; CPU executor, one rank.
   std::vector<LoraSpec> lora = {};
 };
 
