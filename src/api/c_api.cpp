@@ -66,12 +66,17 @@ bool valid_size(const T* s, size_t minimum = sizeof(T)) {
   return s->size >= minimum;
 }
 
+// A caller's array of n values (`count` names n): NULL with n > 0 is an error naming it.
+void check_array(const void* array, size_t n, const char* name, const char* count) {
+  if (n > 0 && array == nullptr)
+    throw inferd::Error(std::string(name) + " is NULL but " + count + " is not 0");
+}
+
 // A caller's array of n strings (`count` names n) as std::strings: a NULL array with n > 0, or a
 // NULL string in it, is an error naming it.
 std::vector<std::string> c_strings(const char* const* array, size_t n, const char* name,
                                    const char* count) {
-  if (n > 0 && array == nullptr)
-    throw inferd::Error(std::string(name) + " is NULL but " + count + " is not 0");
+  check_array(array, n, name, count);
   std::vector<std::string> out;
   for (size_t i = 0; i < n; ++i) {
     if (array[i] == nullptr)
@@ -107,14 +112,11 @@ inferd::SamplingParams to_params(const inferd_sampling_params* p) {
   if (p->regex != nullptr) params.regex = p->regex;
   // The fields added in 0.1.1, where the caller's struct has them.
   if (p->size >= offsetof(inferd_sampling_params, prompt_logprobs)) {
-    const auto check = [](const void* array, size_t n, const char* name) {
-      if (n > 0 && array == nullptr)
-        throw inferd::Error(std::string(name) + " is NULL but its count is not 0");
-    };
-    check(p->stop_token_ids, p->n_stop_token_ids, "stop_token_ids");
-    check(p->allowed_token_ids, p->n_allowed_token_ids, "allowed_token_ids");
-    check(p->logit_bias_tokens, p->n_logit_bias, "logit_bias_tokens");
-    check(p->logit_bias_values, p->n_logit_bias, "logit_bias_values");
+    check_array(p->stop_token_ids, p->n_stop_token_ids, "stop_token_ids", "n_stop_token_ids");
+    check_array(p->allowed_token_ids, p->n_allowed_token_ids, "allowed_token_ids",
+                "n_allowed_token_ids");
+    check_array(p->logit_bias_tokens, p->n_logit_bias, "logit_bias_tokens", "n_logit_bias");
+    check_array(p->logit_bias_values, p->n_logit_bias, "logit_bias_values", "n_logit_bias");
     params.stop_token_ids.assign(p->stop_token_ids, p->stop_token_ids + p->n_stop_token_ids);
     params.min_tokens = p->min_tokens;
     params.beam_width = p->beam_width;
@@ -150,8 +152,7 @@ inferd::SamplingParams to_params(const inferd_sampling_params* p) {
   }
   // 0.1.4's.
   if (p->size >= sizeof(inferd_sampling_params)) {
-    if (p->n_lora_scales > 0 && p->lora_scales == nullptr)
-      throw inferd::Error("lora_scales is NULL but n_lora_scales is not 0");
+    check_array(p->lora_scales, p->n_lora_scales, "lora_scales", "n_lora_scales");
     params.lora_scales.assign(p->lora_scales, p->lora_scales + p->n_lora_scales);
   }
   return params;

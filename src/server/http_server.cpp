@@ -117,6 +117,7 @@ struct HttpServer::Impl {
   ServerMetrics& metrics;
   ParseContext context;
   ServerOptions options;
+  LoraRegistry no_lora;  // what the LoRA routes serve when options.lora is null: no adapters
   CorsPolicy cors;
   HttpRoutes http_routes;
   std::unique_ptr<HttpTransport> transport;
@@ -157,6 +158,8 @@ struct HttpServer::Impl {
     return ApiError(429, "the server's queue is full; retry later", "", "rate_limit_exceeded",
                     "queue_full");
   }
+
+  LoraRegistry& lora_registry() { return options.lora != nullptr ? *options.lora : no_lora; }
 
   // Runs parse(); a bad request (ApiError, or a JSON value of the wrong type) is answered and
   // false returned.
@@ -1120,17 +1123,12 @@ struct HttpServer::Impl {
     // requests that give none of their own.
     server.get("/lora-adapters", [this](const HttpRequest& req, HttpResponse& res) {
       if (!authorized(req, res)) return;
-      send_json(res, 200, options.lora != nullptr ? options.lora->list() : json::array());
+      send_json(res, 200, lora_registry().list());
     });
     post(server, "/lora-adapters", [this](const HttpRequest& req, HttpResponse& res) {
       if (!authorized(req, res)) return;
       parsed(res, [&] {
-        const json body = parse_body(req);
-        if (options.lora != nullptr) {
-          options.lora->set_scales(body);
-        } else if (!body.is_array() || !body.empty()) {
-          throw ApiError(400, "this server has no LoRA adapters (--lora, --lora-modules)");
-        }
+        lora_registry().set_scales(parse_body(req));
         send_json(res, 200, {{"success", true}});
       });
     });

@@ -18,10 +18,10 @@ LoraRegistry::LoraRegistry(std::vector<LoraAdapterInfo> adapters) : adapters_(st
   for (const LoraAdapterInfo& a : adapters_) scales_.push_back(a.scale);
 }
 
-bool LoraRegistry::has_module(std::string_view name) const {
-  for (const LoraAdapterInfo& a : adapters_)
-    if (!a.name.empty() && a.name == name) return true;
-  return false;
+std::optional<size_t> LoraRegistry::module_index(std::string_view name) const {
+  for (size_t i = 0; i < adapters_.size(); ++i)
+    if (!adapters_[i].name.empty() && adapters_[i].name == name) return i;
+  return std::nullopt;
 }
 
 json LoraRegistry::list() const {
@@ -45,6 +45,8 @@ json LoraRegistry::list() const {
 }
 
 std::vector<float> LoraRegistry::scales_of(const json& list, const char* param) const {
+  if (adapters_.empty() && !(list.is_array() && list.empty()))
+    bad(param, "this server has no LoRA adapters (--lora, --lora-modules)");
   const std::string what = *param != '\0' ? fmt::format("'{}'", param) : "the request body";
   if (!list.is_array() ||
       !std::all_of(list.begin(), list.end(), [](const json& e) { return e.is_object(); }))
@@ -56,10 +58,8 @@ std::vector<float> LoraRegistry::scales_of(const json& list, const char* param) 
       bad(param, fmt::format("each entry of {} needs an integer 'id'", what));
     const int64_t i = id->get<int64_t>();
     if (i < 0 || i >= static_cast<int64_t>(adapters_.size()))
-      bad(param, adapters_.empty()
-                     ? fmt::format("no LoRA adapter {}: the server has none (--lora)", i)
-                     : fmt::format("no LoRA adapter {}: the server has {} (ids 0 to {})", i,
-                                   adapters_.size(), adapters_.size() - 1));
+      bad(param, fmt::format("no LoRA adapter {}: the server has {} (ids 0 to {})", i,
+                             adapters_.size(), adapters_.size() - 1));
     // As llama-server: a missing scale is 0.
     const json* scale = json_fields::field(entry, "scale");
     if (scale != nullptr && (!scale->is_number() || !std::isfinite(scale->get<double>())))
@@ -78,10 +78,9 @@ void LoraRegistry::set_scales(const json& body) {
 std::vector<float> LoraRegistry::request_scales(const json* lora, std::string_view model) const {
   // (An empty list is none, as llama-server has it: the server's scales.)
   if (lora != nullptr && !(lora->is_array() && lora->empty())) return scales_of(*lora, "lora");
-  for (size_t i = 0; i < adapters_.size(); ++i) {
-    if (adapters_[i].name.empty() || adapters_[i].name != model) continue;
+  if (const std::optional<size_t> module = module_index(model)) {
     std::vector<float> scales(adapters_.size(), 0.0f);
-    scales[i] = 1.0f;
+    scales[*module] = 1.0f;
     return scales;
   }
   const std::lock_guard lock(mutex_);

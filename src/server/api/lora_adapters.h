@@ -9,6 +9,7 @@
 #pragma once
 
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -35,13 +36,14 @@ class LoraRegistry {
   size_t size() const { return adapters_.size(); }
   const std::vector<LoraAdapterInfo>& adapters() const { return adapters_; }
   // Whether `name` is a module's name (a request's "model" may then name it).
-  bool has_module(std::string_view name) const;
+  bool has_module(std::string_view name) const { return module_index(name).has_value(); }
 
   // GET /lora-adapters: [{id, path, scale, task_name, prompt_prefix}], the scales as they are
   // now.
   nlohmann::ordered_json list() const;
   // POST /lora-adapters: [{id, scale}], every adapter not listed set to 0. ApiError (400) for a
-  // body that is not such a list, an id that is no adapter's, a scale that is not a number.
+  // body that is not such a list, an id that is no adapter's, a scale that is not a number, or
+  // a list that is not empty on a registry without adapters.
   void set_scales(const nlohmann::ordered_json& body);
 
   // The scales a request runs with: its `lora` field (nullptr or []: none) when given, else the
@@ -53,6 +55,8 @@ class LoraRegistry {
   static nlohmann::ordered_json describe(const std::vector<float>& scales);
 
  private:
+  // The adapter the module `name` is, if one is.
+  std::optional<size_t> module_index(std::string_view name) const;
   // `list`'s [{id, scale}] entries as one scale per adapter (the others 0); `param` names the
   // field in errors ("": the request body).
   std::vector<float> scales_of(const nlohmann::ordered_json& list, const char* param) const;

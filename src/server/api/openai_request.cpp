@@ -334,13 +334,9 @@ std::string model_field(const json& body) {
 }  // namespace
 
 std::vector<float> parse_lora_scales(const json& body, const ParseContext& ctx) {
-  const json* lora = field(body, "lora");
-  if (ctx.lora == nullptr || ctx.lora->size() == 0) {
-    if (lora != nullptr && !(lora->is_array() && lora->empty()))
-      bad("lora", "this server has no LoRA adapters (--lora, --lora-modules)");
-    return {};
-  }
-  return ctx.lora->request_scales(lora, model_field(body));
+  static const LoraRegistry kNoAdapters;
+  const LoraRegistry& registry = ctx.lora != nullptr ? *ctx.lora : kNoAdapters;
+  return registry.request_scales(field(body, "lora"), model_field(body));
 }
 
 std::string reported_model(const json& body, const ParseContext& ctx) {
