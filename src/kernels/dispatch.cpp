@@ -7,6 +7,7 @@
 #include "kernels/ref/attention_ref.h"
 #include "kernels/ref/delta_net_ref.h"
 #include "kernels/ref/gemm_ref.h"
+#include "kernels/ref/quant_iq_ref.h"
 #include "kernels/ref/quant_k_ref.h"
 #include "kernels/ref/quant_ref.h"
 #include "kernels/x86_amx/gemm_amx.h"
@@ -16,6 +17,7 @@
 #include "kernels/x86_avx2/gemm_avx2.h"
 #include "kernels/x86_avx2/ops_avx2.h"
 #include "kernels/x86_avx2/quant_avx2.h"
+#include "kernels/x86_avx2/quant_iq_avx2.h"
 #include "kernels/x86_avx512/attention_avx512.h"
 #include "kernels/x86_avx512/bf16_avx512.h"
 #include "kernels/x86_avx512/delta_net_avx512.h"
@@ -76,6 +78,27 @@ const WeightKernels* KernelTable::for_weight(DType type) const {
     case DType::MXFP4:
       k = &mxfp4;
       break;
+    case DType::IQ2_XXS:
+      k = &iq2_xxs;
+      break;
+    case DType::IQ2_XS:
+      k = &iq2_xs;
+      break;
+    case DType::IQ2_S:
+      k = &iq2_s;
+      break;
+    case DType::IQ3_XXS:
+      k = &iq3_xxs;
+      break;
+    case DType::IQ3_S:
+      k = &iq3_s;
+      break;
+    case DType::IQ1_S:
+      k = &iq1_s;
+      break;
+    case DType::IQ1_M:
+      k = &iq1_m;
+      break;
     default:
       return nullptr;
   }
@@ -104,6 +127,16 @@ const KernelTable& reference_kernels() {
     t.iq4_xs = {DType::Q8_K, ref::quantize_row_q8_k, ref::dot_iq4_xs_q8_k,
                 ref::dequantize_row_iq4_xs};
     t.mxfp4 = {DType::Q8_0, ref::quantize_row_q8_0, ref::dot_mxfp4_q8_0, ref::dequantize_row_mxfp4};
+    t.iq2_xxs = {DType::Q8_K, ref::quantize_row_q8_k, ref::dot_iq2_xxs_q8_k,
+                 ref::dequantize_row_iq2_xxs};
+    t.iq2_xs = {DType::Q8_K, ref::quantize_row_q8_k, ref::dot_iq2_xs_q8_k,
+                ref::dequantize_row_iq2_xs};
+    t.iq2_s = {DType::Q8_K, ref::quantize_row_q8_k, ref::dot_iq2_s_q8_k, ref::dequantize_row_iq2_s};
+    t.iq3_xxs = {DType::Q8_K, ref::quantize_row_q8_k, ref::dot_iq3_xxs_q8_k,
+                 ref::dequantize_row_iq3_xxs};
+    t.iq3_s = {DType::Q8_K, ref::quantize_row_q8_k, ref::dot_iq3_s_q8_k, ref::dequantize_row_iq3_s};
+    t.iq1_s = {DType::Q8_K, ref::quantize_row_q8_k, ref::dot_iq1_s_q8_k, ref::dequantize_row_iq1_s};
+    t.iq1_m = {DType::Q8_K, ref::quantize_row_q8_k, ref::dot_iq1_m_q8_k, ref::dequantize_row_iq1_m};
     t.attention = ref::attention_kernels();
     t.silu_mul = ref::silu_mul;
     t.lora_up = ref::lora_up;
@@ -147,6 +180,13 @@ static const KernelTable& avx2_kernels() {
     t.f16.quantize_activation = avx2::quantize_row_f16;
     t.packed = avx2::packed_kernels();
     t.delta_net = avx2::delta_net_kernels();
+    t.iq2_xxs.dot = avx2::dot_iq2_xxs_q8_k;
+    t.iq2_xs.dot = avx2::dot_iq2_xs_q8_k;
+    t.iq2_s.dot = avx2::dot_iq2_s_q8_k;
+    t.iq3_xxs.dot = avx2::dot_iq3_xxs_q8_k;
+    t.iq3_s.dot = avx2::dot_iq3_s_q8_k;
+    t.iq1_s.dot = avx2::dot_iq1_s_q8_k;
+    t.iq1_m.dot = avx2::dot_iq1_m_q8_k;
     return t;
   }();
   return table;

@@ -140,6 +140,9 @@ struct KernelTable {
   // The formats of downloaded files: Q5_0/IQ4_NL/MXFP4 take Q8_0 activations, Q5_1 Q8_1, the
   // 256-wide k-quants and IQ4_XS Q8_K.
   WeightKernels q5_0, q5_1, iq4_nl, q2_k, q3_k, q4_k, q5_k, q6_k, iq4_xs, mxfp4;
+  // The i-quants of 1-3 bits (codebook points, tensor/iq_grids.h), with Q8_K activations: row
+  // dots only (no packed layout), so their prompts run a dot per row and token.
+  WeightKernels iq2_xxs, iq2_xs, iq2_s, iq3_xxs, iq3_s, iq1_s, iq1_m;
   AttentionKernels attention;
   // a[i] = silu(a[i]) * b[i] (SwiGLU's gate times up).
   void (*silu_mul)(float* a, const float* b, int64_t n) = nullptr;

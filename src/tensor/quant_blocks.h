@@ -123,6 +123,64 @@ struct BlockIQ4_XS {
   uint8_t scales_l[kQKK / 64];
   uint8_t qs[kQKK / 2];
 };
+// The i-quants of 2, 3 and 1 bits (codebooks in tensor/iq_grids.h). Every 32 values take one
+// scale, and each group of 8 (or 4) values is a codebook point. For 32 values ib:
+// IQ2_XXS: qs[4 ib .. 4 ib + 4) as two little-endian words w0, w1: the 4 bytes of w0 index
+// kIq2XxsGrid for the 4 groups of 8; bits 7l..7l+6 of w1 are group l's signs (iq_signs_of);
+// bits 28..31 are s, and x = d * (2 s + 1) / 8 * point * sign.
+struct BlockIQ2_XXS {
+  uint16_t d;  // fp16
+  uint16_t qs[kQKK / 8];
+};
+// IQ2_XS: qs[4 ib + l] is group l's 9-bit kIq2XsGrid index and 7 sign bits (above it);
+// groups 0-1 take the low nibble s of scales[ib], 2-3 the high: x = d * (2 s + 1) / 8 * ...
+struct BlockIQ2_XS {
+  uint16_t d;  // fp16
+  uint16_t qs[kQKK / 8];
+  uint8_t scales[kQKK / 32];
+};
+// IQ2_S: group l of 32 values ib has the 10-bit kIq2SGrid index qs[4 ib + l] | (2-bit field l
+// of qh[ib]) << 8 and its 8 sign bits in signs[4 ib + l] (qs's second half); scales as IQ2_XS.
+struct BlockIQ2_S {
+  uint16_t d;  // fp16
+  uint8_t qs[kQKK / 8];
+  uint8_t signs[kQKK / 8];
+  uint8_t qh[kQKK / 32];
+  uint8_t scales[kQKK / 32];
+};
+// IQ3_XXS: qs[8 ib + 2l], qs[8 ib + 2l + 1] index kIq3XxsGrid for the two halves (4 values each)
+// of group l; the word at qs + 64 + 4 ib holds the groups' 7 sign bits and s in bits 28..31:
+// x = d * (2 s + 1) / 4 * point * sign.
+struct BlockIQ3_XXS {
+  uint16_t d;  // fp16
+  uint8_t qs[3 * kQKK / 8];
+};
+// IQ3_S: the 9-bit kIq3SGrid index of half h of group l: qs[8 ib + 2l + h] | (bit 2l + h of
+// qh[ib]) << 8; signs[4 ib + l] the group's 8 sign bits; x = d * (2 s + 1) * point * sign,
+// s the low (even ib) or high (odd ib) nibble of scales[ib / 2].
+struct BlockIQ3_S {
+  uint16_t d;  // fp16
+  uint8_t qs[kQKK / 4];
+  uint8_t qh[kQKK / 32];
+  uint8_t signs[kQKK / 8];
+  uint8_t scales[kQKK / 64];
+};
+// IQ1_S: group l's 11-bit kIq1SGrid index qs[4 ib + l] | (3-bit field l of qh[ib]) << 8; bits
+// 12..14 of qh[ib] are s, bit 15 the shift's sign: x = d * (2 s + 1) * (point +- kIq1Delta).
+struct BlockIQ1_S {
+  uint16_t d;  // fp16
+  uint8_t qs[kQKK / 8];
+  uint16_t qh[kQKK / 32];
+};
+// IQ1_M: no separate d. Group l's index is qs[4 ib + l] | (low 3 bits of nibble l % 2 of
+// qh[2 ib + l / 2]) << 8, that nibble's bit 3 the shift's sign. The scales are four 16-bit words
+// w: groups 0-1 of ib take bits 6 (ib % 2) .. +2 of w[ib / 2], groups 2-3 the next 3 bits; the
+// fp16 d is the top nibbles of w[0..3], w[0]'s lowest: x = d * (2 s + 1) * (point +- kIq1Delta).
+struct BlockIQ1_M {
+  uint8_t qs[kQKK / 8];
+  uint8_t qh[kQKK / 16];
+  uint8_t scales[kQKK / 32];
+};
 // Q8_K: the activation format of the k-quants; d is a float, bsums the sums of each 16 values
 // (they fold the weights' mins without touching every value).
 struct BlockQ8_K {
@@ -142,6 +200,13 @@ static_assert(sizeof(BlockQ5_K) == 176);
 static_assert(sizeof(BlockQ6_K) == 210);
 static_assert(sizeof(BlockIQ4_XS) == 136);
 static_assert(sizeof(BlockQ8_K) == 292);
+static_assert(sizeof(BlockIQ2_XXS) == 66);
+static_assert(sizeof(BlockIQ2_XS) == 74);
+static_assert(sizeof(BlockIQ2_S) == 82);
+static_assert(sizeof(BlockIQ3_XXS) == 98);
+static_assert(sizeof(BlockIQ3_S) == 110);
+static_assert(sizeof(BlockIQ1_S) == 50);
+static_assert(sizeof(BlockIQ1_M) == 56);
 static_assert(sizeof(BlockQ4_0) == 18);
 static_assert(sizeof(BlockQ4_1) == 20);
 static_assert(sizeof(BlockQ8_0) == 34);

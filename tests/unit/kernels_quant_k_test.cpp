@@ -1,7 +1,7 @@
-// The formats of downloaded GGUF files (Q5_0, Q5_1, IQ4_NL, Q2_K..Q6_K, IQ4_XS) and the Q8_K
-// activations: bit layouts on hand-made blocks, the reference dots against float math on the
-// dequantized operands, and every ISA table against the reference on random blocks, through the
-// row kernels and through matmul with odd row counts.
+// The formats of downloaded GGUF files (Q5_0, Q5_1, IQ4_NL, Q2_K..Q6_K, IQ4_XS, the 1-3-bit
+// i-quants) and the Q8_K activations: bit layouts on hand-made blocks, the reference dots against
+// float math on the dequantized operands, and every ISA table against the reference on random
+// blocks, through the row kernels and through matmul with odd row counts.
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -22,8 +22,10 @@ namespace {
 using testing::random_blocks;
 using testing::random_floats;
 
-const DType kTypes[] = {DType::Q5_0, DType::Q5_1, DType::IQ4_NL, DType::Q2_K,  DType::Q3_K,
-                        DType::Q4_K, DType::Q5_K, DType::Q6_K,   DType::IQ4_XS};
+const DType kTypes[] = {DType::Q5_0,    DType::Q5_1,    DType::IQ4_NL, DType::Q2_K,
+                        DType::Q3_K,    DType::Q4_K,    DType::Q5_K,   DType::Q6_K,
+                        DType::IQ4_XS,  DType::IQ2_XXS, DType::IQ2_XS, DType::IQ2_S,
+                        DType::IQ3_XXS, DType::IQ3_S,   DType::IQ1_S,  DType::IQ1_M};
 
 int64_t block_size(DType type) {
   return dtype_info(type).block_size;
@@ -68,7 +70,7 @@ TEST(KernelsQuantK, TablesHaveEveryType) {
       EXPECT_NE(k->quantize_activation, nullptr);
       EXPECT_NE(k->dequantize, nullptr);
     }
-    EXPECT_EQ(table->for_weight(DType::IQ2_XXS), nullptr);
+    EXPECT_EQ(table->for_weight(DType::TQ1_0), nullptr);  // ternary: not implemented
     EXPECT_EQ(table->for_weight(DType::Q8_K), nullptr);  // an activation format only
   }
 }

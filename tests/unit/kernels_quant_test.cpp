@@ -384,7 +384,7 @@ TEST(KernelsIsa, SoftcapMatchesReference) {
 TEST(KernelsIsa, ForcedIsaMustExist) {
   EXPECT_EQ(reference_kernels().isa, "ref");
   EXPECT_EQ(available_kernels().front()->isa, "ref");
-  EXPECT_EQ(reference_kernels().for_weight(DType::IQ2_XXS), nullptr);
+  EXPECT_EQ(reference_kernels().for_weight(DType::TQ1_0), nullptr);
 }
 
 }  // namespace

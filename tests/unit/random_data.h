@@ -64,6 +64,22 @@ inline std::vector<uint8_t> random_blocks(DType type, int64_t n, uint32_t seed,
     case DType::IQ4_XS:
       s = {offsetof(BlockIQ4_XS, d), 1.0f / 1300, -1, 0, true};
       break;
+    // The i-quants: d times (2 s + 1) times a codebook magnitude (up to 43, 62, 15 or 1).
+    case DType::IQ2_XXS:
+    case DType::IQ2_XS:
+    case DType::IQ2_S:
+      s = {0, 1.0f / 25, -1, 0, true};
+      break;
+    case DType::IQ3_XXS:
+      s = {0, 1.0f / 60, -1, 0, true};
+      break;
+    case DType::IQ3_S:
+      s = {0, 1.0f / 120, -1, 0, true};
+      break;
+    case DType::IQ1_S:
+    case DType::IQ1_M:  // its d is spread over the scale words' top nibbles (below)
+      s = {0, 1.0f / 8, -1, 0, true};
+      break;
     default:
       break;
   }
@@ -77,6 +93,14 @@ inline std::vector<uint8_t> random_blocks(DType type, int64_t n, uint32_t seed,
     float d = scale * s.d * factor(rng);
     if (s.signed_d && (rng() & 1)) d = -d;
     const uint16_t d16 = fp32_to_fp16(d);
+    if (type == DType::IQ1_M) {
+      // Nibble k of d is the top nibble of scale word k (the words follow qs and qh).
+      for (size_t k = 0; k < 4; ++k) {
+        uint8_t& high = out[at + offsetof(BlockIQ1_M, scales) + 2 * k + 1];
+        high = static_cast<uint8_t>((high & 0x0F) | (((d16 >> (4 * k)) & 0x0F) << 4));
+      }
+      continue;
+    }
     std::memcpy(&out[at + s.d_at], &d16, 2);
     if (s.min_at >= 0) {
       const uint16_t m16 = fp32_to_fp16(d * s.min * factor(rng));

@@ -1,0 +1,272 @@
+// AVX2 row dots of the i-quants (quant_iq_avx2.h). Per 32 weights: the 32 codebook magnitudes
+// (4 or 8 table words) as unsigned bytes, the activations' signs flipped where a weight is
+// negative (vpsignb), vpmaddubsw into 16 pairs, then vpmaddwd by each 16 values' scale 2 s + 1
+// into int32 lanes. Nothing is rounded until a super-block's sum, so the result is the
+// reference's bit for bit. Compiled with AVX2 flags only (src/CMakeLists.txt).
+#include "kernels/x86_avx2/quant_iq_avx2.h"
+
+#include <immintrin.h>
+
+#include <array>
+#include <cstring>
+
+#include "tensor/iq_grids.h"
+#include "tensor/quant_blocks.h"
+
+namespace inferd::kernels::avx2 {
+namespace {
+
+// F16C, not tensor/half.h's inline helper (an inline function compiled here could become every
+// caller's copy).
+inline float h2f(uint16_t h) {
+  return _cvtsh_ss(h);
+}
+
+// iq_signs_of for every 7-bit field, computed at compile time (no shared inline code runs here).
+constexpr std::array<uint8_t, 128> kSigns = [] {
+  std::array<uint8_t, 128> t{};
+  for (int i = 0; i < 128; ++i) {
+    int odd = 0;
+    for (int b = 0; b < 7; ++b) odd ^= (i >> b) & 1;
+    t[static_cast<size_t>(i)] = static_cast<uint8_t>(i | (odd << 7));
+  }
+  return t;
+}();
+
+inline uint32_t load_u32(const void* p) {
+  uint32_t v;
+  std::memcpy(&v, p, sizeof(v));
+  return v;
+}
+
+// +1 or -1 in each byte: byte 8g + j is -1 when bit j of sign byte g (of the 4 in `signs`) is set.
+inline __m256i sign_bytes(uint32_t signs) {
+  const __m256i spread = _mm256_shuffle_epi8(
+      _mm256_set1_epi32(static_cast<int>(signs)),
+      _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0));
+  const __m256i bit = _mm256_set1_epi64x(static_cast<long long>(0x8040201008040201ULL));
+  const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit);
+  return _mm256_or_si256(set, _mm256_set1_epi8(1));
+}
+
+// The 16-bit scale pairs of 32 values: 2 s + 1 of values 0-15 in the low half, 16-31 high.
+inline __m256i scale_pairs(int first, int second) {
+  return _mm256_setr_m128i(_mm_set1_epi16(static_cast<int16_t>(2 * first + 1)),
+                           _mm_set1_epi16(static_cast<int16_t>(2 * second + 1)));
+}
+
+// acc += the scaled products of 32 magnitudes (unsigned bytes), signs and activations.
+inline __m256i add_products(__m256i acc, __m256i magnitudes, uint32_t signs, const int8_t* q8,
+                            __m256i scales) {
+  const __m256i a =
+      _mm256_sign_epi8(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(q8)), sign_bytes(signs));
+  return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(magnitudes, a), scales));
+}
+
+inline int32_t hsum_epi32(__m256i v) {
+  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1));
+  return _mm_cvtsi128_si32(s);
+}
+
+inline __m256i grid8(const uint64_t* grid, int i0, int i1, int i2, int i3) {
+  return _mm256_set_epi64x(static_cast<long long>(grid[i3]), static_cast<long long>(grid[i2]),
+                           static_cast<long long>(grid[i1]), static_cast<long long>(grid[i0]));
+}
+
+inline __m256i grid4(const uint32_t* grid, const int* idx) {
+  return _mm256_set_epi32(static_cast<int>(grid[idx[7]]), static_cast<int>(grid[idx[6]]),
+                          static_cast<int>(grid[idx[5]]), static_cast<int>(grid[idx[4]]),
+                          static_cast<int>(grid[idx[3]]), static_cast<int>(grid[idx[2]]),
+                          static_cast<int>(grid[idx[1]]), static_cast<int>(grid[idx[0]]));
+}
+
+// The four sign bytes of IQ2_XXS / IQ3_XXS groups from their 7-bit fields.
+inline uint32_t signs_of_fields(uint32_t word) {
+  uint32_t s = 0;
+  for (int l = 0; l < 4; ++l)
+    s |= static_cast<uint32_t>(kSigns[(word >> (7 * l)) & 127]) << (8 * l);
+  return s;
+}
+
+// The reference's float steps: sum += d_w * d_a * isum per block, times the final factor.
+template <typename Block, typename IntSum>
+float dot_blocks(int64_t n, const void* w, const void* a, float factor, IntSum int_sum) {
+  const auto* wb = static_cast<const Block*>(w);
+  const auto* ab = static_cast<const BlockQ8_K*>(a);
+  float sum = 0;
+  for (int64_t b = 0; b < n / kQKK; ++b) {
+    const int32_t isum = int_sum(wb[b], ab[b].qs);
+    sum += h2f(wb[b].d) * ab[b].d * static_cast<float>(isum);
+  }
+  return sum * factor;
+}
+
+int32_t iq2_xxs_sum(const BlockIQ2_XXS& b, const int8_t* q8) {
+  __m256i acc = _mm256_setzero_si256();
+  for (int ib = 0; ib < 8; ++ib) {
+    const uint32_t indices = load_u32(b.qs + 4 * ib), fields = load_u32(b.qs + 4 * ib + 2);
+    const __m256i g = grid8(kIq2XxsGrid, indices & 0xFF, (indices >> 8) & 0xFF,
+                            (indices >> 16) & 0xFF, indices >> 24);
+    const int s = static_cast<int>(fields >> 28);
+    acc = add_products(acc, g, signs_of_fields(fields), q8 + 32 * ib, scale_pairs(s, s));
+  }
+  return hsum_epi32(acc);
+}
+
+int32_t iq2_xs_sum(const BlockIQ2_XS& b, const int8_t* q8) {
+  __m256i acc = _mm256_setzero_si256();
+  for (int ib = 0; ib < 8; ++ib) {
+    const uint16_t* q = b.qs + 4 * ib;
+    const __m256i g = grid8(kIq2XsGrid, q[0] & 511, q[1] & 511, q[2] & 511, q[3] & 511);
+    const uint32_t signs = kSigns[q[0] >> 9] | (kSigns[q[1] >> 9] << 8) |
+                           (kSigns[q[2] >> 9] << 16) |
+                           (static_cast<uint32_t>(kSigns[q[3] >> 9]) << 24);
+    acc = add_products(acc, g, signs, q8 + 32 * ib,
+                       scale_pairs(b.scales[ib] & 0x0F, b.scales[ib] >> 4));
+  }
+  return hsum_epi32(acc);
+}
+
+int32_t iq2_s_sum(const BlockIQ2_S& b, const int8_t* q8) {
+  __m256i acc = _mm256_setzero_si256();
+  for (int ib = 0; ib < 8; ++ib) {
+    const uint8_t* q = b.qs + 4 * ib;
+    const int h = b.qh[ib];
+    const __m256i g = grid8(kIq2SGrid, q[0] | ((h & 3) << 8), q[1] | (((h >> 2) & 3) << 8),
+                            q[2] | (((h >> 4) & 3) << 8), q[3] | (((h >> 6) & 3) << 8));
+    acc = add_products(acc, g, load_u32(b.signs + 4 * ib), q8 + 32 * ib,
+                       scale_pairs(b.scales[ib] & 0x0F, b.scales[ib] >> 4));
+  }
+  return hsum_epi32(acc);
+}
+
+int32_t iq3_xxs_sum(const BlockIQ3_XXS& b, const int8_t* q8) {
+  __m256i acc = _mm256_setzero_si256();
+  for (int ib = 0; ib < 8; ++ib) {
+    const uint8_t* q = b.qs + 8 * ib;
+    const int idx[8] = {q[0], q[1], q[2], q[3], q[4], q[5], q[6], q[7]};
+    const uint32_t fields = load_u32(b.qs + kQKK / 4 + 4 * ib);
+    const int s = static_cast<int>(fields >> 28);
+    acc = add_products(acc, grid4(kIq3XxsGrid, idx), signs_of_fields(fields), q8 + 32 * ib,
+                       scale_pairs(s, s));
+  }
+  return hsum_epi32(acc);
+}
+
+int32_t iq3_s_sum(const BlockIQ3_S& b, const int8_t* q8) {
+  __m256i acc = _mm256_setzero_si256();
+  for (int ib = 0; ib < 8; ++ib) {
+    const uint8_t* q = b.qs + 8 * ib;
+    const int h = b.qh[ib];
+    int idx[8];
+    for (int k = 0; k < 8; ++k) idx[k] = q[k] | (((h >> k) & 1) << 8);
+    const int s = (b.scales[ib / 2] >> (4 * (ib % 2))) & 0x0F;
+    acc = add_products(acc, grid4(kIq3SGrid, idx), load_u32(b.signs + 4 * ib), q8 + 32 * ib,
+                       scale_pairs(s, s));
+  }
+  return hsum_epi32(acc);
+}
+
+// IQ1: coordinates -1, 0, 1 (signed bytes) and a shift of +-1/8 per 8 values. Returns the
+// block's float as the reference forms it: isum + kIq1Delta * shift_sum.
+struct Iq1Group {
+  __m256i points;  // 32 signed coordinates
+  __m256i scales;  // scale_pairs of the 32 values
+  __m256i shifts;  // (2 s + 1) * shift as 16 int16: 4 for each group of 8 values
+};
+
+inline float iq1_block(const Iq1Group* groups, const int8_t* q8) {
+  const __m256i ones = _mm256_set1_epi8(1);
+  __m256i acc = _mm256_setzero_si256(), shift_acc = _mm256_setzero_si256();
+  for (int ib = 0; ib < 8; ++ib) {
+    const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q8 + 32 * ib));
+    const __m256i products = _mm256_maddubs_epi16(ones, _mm256_sign_epi8(a, groups[ib].points));
+    acc = _mm256_add_epi32(acc, _mm256_madd_epi16(products, groups[ib].scales));
+    const __m256i sums = _mm256_maddubs_epi16(ones, a);  // pairs of activations
+    shift_acc = _mm256_add_epi32(shift_acc, _mm256_madd_epi16(sums, groups[ib].shifts));
+  }
+  return static_cast<float>(hsum_epi32(acc)) +
+         kIq1Delta * static_cast<float>(hsum_epi32(shift_acc));
+}
+
+// (2 s + 1) * shift for each of 4 groups of 8 values, as the 16 int16 pairs they cover.
+inline __m256i shift_pairs(int g0, int g1, int g2, int g3) {
+  return _mm256_setr_epi16(
+      static_cast<int16_t>(g0), static_cast<int16_t>(g0), static_cast<int16_t>(g0),
+      static_cast<int16_t>(g0), static_cast<int16_t>(g1), static_cast<int16_t>(g1),
+      static_cast<int16_t>(g1), static_cast<int16_t>(g1), static_cast<int16_t>(g2),
+      static_cast<int16_t>(g2), static_cast<int16_t>(g2), static_cast<int16_t>(g2),
+      static_cast<int16_t>(g3), static_cast<int16_t>(g3), static_cast<int16_t>(g3),
+      static_cast<int16_t>(g3));
+}
+
+}  // namespace
+
+float dot_iq2_xxs_q8_k(int64_t n, const void* w, const void* a) {
+  return dot_blocks<BlockIQ2_XXS>(n, w, a, 0.125f, iq2_xxs_sum);
+}
+float dot_iq2_xs_q8_k(int64_t n, const void* w, const void* a) {
+  return dot_blocks<BlockIQ2_XS>(n, w, a, 0.125f, iq2_xs_sum);
+}
+float dot_iq2_s_q8_k(int64_t n, const void* w, const void* a) {
+  return dot_blocks<BlockIQ2_S>(n, w, a, 0.125f, iq2_s_sum);
+}
+float dot_iq3_xxs_q8_k(int64_t n, const void* w, const void* a) {
+  return dot_blocks<BlockIQ3_XXS>(n, w, a, 0.25f, iq3_xxs_sum);
+}
+float dot_iq3_s_q8_k(int64_t n, const void* w, const void* a) {
+  return dot_blocks<BlockIQ3_S>(n, w, a, 1.0f, iq3_s_sum);
+}
+
+float dot_iq1_s_q8_k(int64_t n, const void* w, const void* a) {
+  const auto* wb = static_cast<const BlockIQ1_S*>(w);
+  const auto* ab = static_cast<const BlockQ8_K*>(a);
+  float sum = 0;
+  Iq1Group groups[8];
+  for (int64_t b = 0; b < n / kQKK; ++b) {
+    const BlockIQ1_S& x = wb[b];
+    for (int ib = 0; ib < 8; ++ib) {
+      const int h = x.qh[ib], s = (h >> 12) & 7, ls = 2 * s + 1;
+      const uint8_t* q = x.qs + 4 * ib;
+      groups[ib].points = grid8(kIq1SGrid, q[0] | ((h & 7) << 8), q[1] | (((h >> 3) & 7) << 8),
+                                q[2] | (((h >> 6) & 7) << 8), q[3] | (((h >> 9) & 7) << 8));
+      groups[ib].scales = scale_pairs(s, s);
+      const int shift = (h & 0x8000) != 0 ? -ls : ls;
+      groups[ib].shifts = _mm256_set1_epi16(static_cast<int16_t>(shift));
+    }
+    sum += h2f(x.d) * ab[b].d * iq1_block(groups, ab[b].qs);
+  }
+  return sum;
+}
+
+float dot_iq1_m_q8_k(int64_t n, const void* w, const void* a) {
+  const auto* wb = static_cast<const BlockIQ1_M*>(w);
+  const auto* ab = static_cast<const BlockQ8_K*>(a);
+  float sum = 0;
+  Iq1Group groups[8];
+  for (int64_t b = 0; b < n / kQKK; ++b) {
+    const BlockIQ1_M& x = wb[b];
+    uint16_t sc[4];
+    std::memcpy(sc, x.scales, sizeof(sc));
+    const auto d_bits = static_cast<uint16_t>((sc[0] >> 12) | ((sc[1] >> 8) & 0x00F0) |
+                                              ((sc[2] >> 4) & 0x0F00) | (sc[3] & 0xF000));
+    for (int ib = 0; ib < 8; ++ib) {
+      const uint8_t* q = x.qs + 4 * ib;
+      const int h0 = x.qh[2 * ib], h1 = x.qh[2 * ib + 1];
+      groups[ib].points = grid8(kIq1SGrid, q[0] | ((h0 & 7) << 8), q[1] | (((h0 >> 4) & 7) << 8),
+                                q[2] | ((h1 & 7) << 8), q[3] | (((h1 >> 4) & 7) << 8));
+      const int s0 = (sc[ib / 2] >> (6 * (ib % 2))) & 7,
+                s1 = (sc[ib / 2] >> (6 * (ib % 2) + 3)) & 7;
+      groups[ib].scales = scale_pairs(s0, s1);
+      const int l0 = 2 * s0 + 1, l1 = 2 * s1 + 1;
+      groups[ib].shifts = shift_pairs((h0 & 0x08) != 0 ? -l0 : l0, (h0 & 0x80) != 0 ? -l0 : l0,
+                                      (h1 & 0x08) != 0 ? -l1 : l1, (h1 & 0x80) != 0 ? -l1 : l1);
+    }
+    sum += h2f(d_bits) * ab[b].d * iq1_block(groups, ab[b].qs);
+  }
+  return sum;
+}
+
+}  // namespace inferd::kernels::avx2
