@@ -22,6 +22,7 @@
 #include "kernels/x86_avx512/bf16_avx512.h"
 #include "kernels/x86_avx512/delta_net_avx512.h"
 #include "kernels/x86_avx512/gemm_avx512.h"
+#include "kernels/x86_avx512/iq_tile_avx512.h"
 #include "kernels/x86_avx512/ops_avx512.h"
 #include "util/error.h"
 
@@ -137,6 +138,7 @@ const KernelTable& reference_kernels() {
     t.iq3_s = {DType::Q8_K, ref::quantize_row_q8_k, ref::dot_iq3_s_q8_k, ref::dequantize_row_iq3_s};
     t.iq1_s = {DType::Q8_K, ref::quantize_row_q8_k, ref::dot_iq1_s_q8_k, ref::dequantize_row_iq1_s};
     t.iq1_m = {DType::Q8_K, ref::quantize_row_q8_k, ref::dot_iq1_m_q8_k, ref::dequantize_row_iq1_m};
+    t.iq_tile = ref::iq_tile_gemm;
     t.attention = ref::attention_kernels();
     t.silu_mul = ref::silu_mul;
     t.lora_up = ref::lora_up;
@@ -187,6 +189,7 @@ static const KernelTable& avx2_kernels() {
     t.iq3_s.dot = avx2::dot_iq3_s_q8_k;
     t.iq1_s.dot = avx2::dot_iq1_s_q8_k;
     t.iq1_m.dot = avx2::dot_iq1_m_q8_k;
+    t.iq_tile = nullptr;  // the scalar tile is slower than these row dots
     return t;
   }();
   return table;
@@ -209,6 +212,7 @@ static const KernelTable& avx512_kernels() {
     t.mask_logits = avx512::mask_logits;
     t.read_stream = avx512::read_stream;
     t.delta_net = avx512::delta_net_kernels();
+    t.iq_tile = avx512::iq_tile_gemm;
     t.bf16.quantize_activation = avx512::quantize_row_bf16;
     if (cpu_features().avx512bf16) t.bf16.dot = avx512::dot_bf16_bf16;
     return t;

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "kernels/delta_net.h"
+#include "kernels/iq_tiles.h"
 #include "kernels/packed.h"
 #include "tensor/dtype.h"
 
@@ -141,8 +142,10 @@ struct KernelTable {
   // 256-wide k-quants and IQ4_XS Q8_K.
   WeightKernels q5_0, q5_1, iq4_nl, q2_k, q3_k, q4_k, q5_k, q6_k, iq4_xs, mxfp4;
   // The i-quants of 1-3 bits (codebook points, tensor/iq_grids.h), with Q8_K activations: row
-  // dots only (no packed layout), so their prompts run a dot per row and token.
+  // dots for a token or a few, and for prompts `iq_tile` on blocks decoded once
+  // (kernels/iq_tiles.h); nullptr where the row dots are faster (AVX2 has no tile yet).
   WeightKernels iq2_xxs, iq2_xs, iq2_s, iq3_xxs, iq3_s, iq1_s, iq1_m;
+  IqTileFn iq_tile = nullptr;
   AttentionKernels attention;
   // a[i] = silu(a[i]) * b[i] (SwiGLU's gate times up).
   void (*silu_mul)(float* a, const float* b, int64_t n) = nullptr;

@@ -18,6 +18,9 @@ constexpr int64_t kSerialQuantizeTokens = 4;
 constexpr int64_t kMaxTokensPerPartialTile = 48;
 static_assert(kMaxTokensPerPartialTile % kBf16TileTokens == 0 &&
               kMaxTokensPerPartialTile % kMaxActPanelTokens == 0);
+// From this many tokens the i-quants decode each super-block once for all of them
+// (matmul_iq_tiles) instead of in every token's row dot.
+constexpr int64_t kIqTileMinTokens = 4;
 // A packed matmul hands its groups to the threads in chunks (see matmul_packed): about this many
 // a thread, and none smaller than this many weight bytes times tokens.
 constexpr int64_t kChunksPerThread = 16;
@@ -230,6 +233,34 @@ void matmul_packed(std::span<const MatmulTarget> targets, const float* x, int64_
   pool.parallel_for_chunks(total_groups, chunk, run_groups);
 }
 
+// The i-quants' prompt path (kernels/iq_tiles.h): each thread takes groups of 16 rows, decodes
+// each of their super-blocks once and multiplies it with every token. The activations' q are
+// stored as q + 128 for the tiles.
+void matmul_iq_tiles(const WeightMatrix& w, int64_t n_tokens, float* y, const uint8_t* act,
+                     size_t act_row, ThreadPool& pool, const KernelTable& table) {
+  const int64_t groups = (w.rows + kIqTileRows - 1) / kIqTileRows, blocks = w.cols / kQKK;
+  const float factor = iq_final_factor(w.type);
+  pool.parallel_for(groups, 1, [&](int64_t begin, int64_t end) {
+    IqTile tile;
+    for (int64_t g = begin; g < end; ++g) {
+      const int64_t r0 = g * kIqTileRows;
+      const int n_rows = static_cast<int>(std::min<int64_t>(kIqTileRows, w.rows - r0));
+      std::array<const uint8_t*, kIqTileRows> rows{};
+      for (int r = 0; r < n_rows; ++r) rows[static_cast<size_t>(r)] = w.row(r0 + r);
+      float* out = y + r0;
+      for (int64_t t = 0; t < n_tokens; ++t) std::fill_n(out + t * w.rows, n_rows, 0.0f);
+      for (int64_t b = 0; b < blocks; ++b) {
+        decode_iq_tile(w.type, rows.data(), n_rows, b, tile);
+        const auto* a = reinterpret_cast<const BlockQ8_K*>(act) + b;
+        table.iq_tile(tile, n_rows, a, static_cast<int64_t>(act_row), n_tokens, out, w.rows);
+      }
+      if (factor != 1.0f)
+        for (int64_t t = 0; t < n_tokens; ++t)
+          for (int r = 0; r < n_rows; ++r) out[t * w.rows + r] *= factor;
+    }
+  });
+}
+
 void matmul_rows(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y,
                  ActivationScratch& scratch, ThreadPool& pool, const KernelTable& table) {
   const WeightKernels* k = table.for_weight(w.type);
@@ -237,11 +268,20 @@ void matmul_rows(const WeightMatrix& w, const float* x, int64_t n_tokens, float*
   const size_t act_row = static_cast<size_t>(*row_bytes(k->activation_type, w.cols));
   check_scratch(scratch, act_row * static_cast<size_t>(n_tokens), n_tokens, w.cols);
   uint8_t* act = scratch.data();
+  const bool tiles =
+      table.iq_tile != nullptr && is_iq_tile_type(w.type) && n_tokens >= kIqTileMinTokens;
   pool.parallel_for(n_tokens, 1, [&](int64_t begin, int64_t end) {
     for (int64_t t = begin; t < end; ++t) {
-      k->quantize_activation(x + t * w.cols, act + static_cast<size_t>(t) * act_row, w.cols);
+      uint8_t* row = act + static_cast<size_t>(t) * act_row;
+      k->quantize_activation(x + t * w.cols, row, w.cols);
+      if (tiles) {
+        auto* blocks = reinterpret_cast<BlockQ8_K*>(row);
+        for (int64_t b = 0; b < w.cols / kQKK; ++b)
+          for (int8_t& q : blocks[b].qs) q = static_cast<int8_t>(static_cast<uint8_t>(q) ^ 0x80);
+      }
     }
   });
+  if (tiles) return matmul_iq_tiles(w, n_tokens, y, act, act_row, pool, table);
   // Each thread takes a contiguous band of weight rows and streams it once for all tokens.
   constexpr int64_t kRowGrain = 16;
   pool.parallel_for(w.rows, kRowGrain, [&](int64_t begin, int64_t end) {

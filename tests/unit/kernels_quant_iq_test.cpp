@@ -10,11 +10,13 @@
 #include <gtest/gtest.h>
 
 #include "kernels/kernels.h"
+#include "kernels/matmul.h"
 #include "kernels/ref/quant_iq_ref.h"
 #include "random_data.h"
 #include "tensor/half.h"
 #include "tensor/iq_grids.h"
 #include "tensor/quant_blocks.h"
+#include "util/thread_pool.h"
 
 namespace inferd::kernels {
 namespace {
@@ -177,6 +179,44 @@ TEST(KernelsQuantIq, EveryTableGivesTheReferenceDotBitForBit) {
         EXPECT_EQ(std::memcmp(&got, &want, sizeof(float)), 0)
             << table->isa << " " << dtype_name(type) << " n=" << n << ": " << got << " vs " << want;
         EXPECT_NE(want, 0.0f);
+      }
+    }
+  }
+}
+
+// Prompts go through the tiles (kernels/iq_tiles.h): super-blocks decoded once for all the
+// tokens. Every output equals the reference row dot of its row and token, bit for bit, on every
+// table, with row counts that leave a part-filled group of 16 and token counts that leave a
+// part-filled group of 8.
+TEST(KernelsQuantIq, PromptTilesGiveTheRowDotsBitForBit) {
+  const DType types[] = {DType::IQ2_XXS, DType::IQ2_XS, DType::IQ2_S, DType::IQ3_XXS,
+                         DType::IQ3_S,   DType::IQ1_S,  DType::IQ1_M};
+  ThreadPool pool(2);
+  ActivationScratch scratch;
+  for (DType type : types) {
+    const int64_t cols = 3 * kQKK;
+    const size_t row_bytes = static_cast<size_t>(*inferd::row_bytes(type, cols));
+    const auto& r = *reference_kernels().for_weight(type);
+    for (int64_t rows : {7, 16, 33}) {
+      const auto seed = static_cast<uint32_t>(rows * 71 + static_cast<int>(type));
+      const auto bytes = random_blocks(type, rows * cols, seed);
+      const WeightMatrix w{type, rows, cols, row_bytes, bytes.data(), nullptr};
+      for (int64_t tokens : {4, 9, 17}) {
+        const auto x = random_floats(tokens * cols, seed + static_cast<uint32_t>(tokens), 2.0f);
+        scratch.reserve(tokens, cols);
+        std::vector<float> want(static_cast<size_t>(tokens * rows));
+        std::vector<BlockQ8_K> act(cols / kQKK);
+        for (int64_t t = 0; t < tokens; ++t) {
+          r.quantize_activation(&x[static_cast<size_t>(t * cols)], act.data(), cols);
+          for (int64_t row = 0; row < rows; ++row)
+            want[static_cast<size_t>(t * rows + row)] = r.dot(cols, w.row(row), act.data());
+        }
+        for (const KernelTable* table : available_kernels()) {
+          std::vector<float> got(want.size(), -1.0f);
+          matmul(w, x.data(), tokens, got.data(), scratch, pool, *table);
+          ASSERT_EQ(std::memcmp(got.data(), want.data(), want.size() * sizeof(float)), 0)
+              << table->isa << " " << dtype_name(type) << " rows=" << rows << " tokens=" << tokens;
+        }
       }
     }
   }

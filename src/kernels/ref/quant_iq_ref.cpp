@@ -293,4 +293,22 @@ void dequantize_row_iq1_m(const void* r, float* o, int64_t n) {
   dequantize_iq<BlockIQ1_M>(r, o, n);
 }
 
+void iq_tile_gemm(const IqTile& tile, int n_rows, const BlockQ8_K* act, int64_t act_stride,
+                  int64_t n_tokens, float* y, int64_t y_stride) {
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    const auto& a =
+        *reinterpret_cast<const BlockQ8_K*>(reinterpret_cast<const uint8_t*>(act) + t * act_stride);
+    const auto* a_u8 = reinterpret_cast<const uint8_t*>(a.qs);  // q + 128
+    for (int r = 0; r < n_rows; ++r) {
+      int32_t isum = -tile.bias[r];
+      for (int k = 0; k < kIqTileRuns; ++k) {
+        int32_t run = 0;
+        for (int c = 16 * k; c < 16 * (k + 1); ++c) run += tile.q[c / 4][4 * r + c % 4] * a_u8[c];
+        isum += tile.scale[k][r] * run;
+      }
+      y[t * y_stride + r] += tile.d[r] * a.d * static_cast<float>(isum);
+    }
+  }
+}
+
 }  // namespace inferd::kernels::ref

@@ -8,6 +8,8 @@
 
 #include <cstdint>
 
+#include "kernels/iq_tiles.h"
+
 namespace inferd::kernels::ref {
 
 float dot_iq2_xxs_q8_k(int64_t n, const void* w, const void* a);
@@ -25,5 +27,9 @@ void dequantize_row_iq3_xxs(const void* row, float* out, int64_t n);
 void dequantize_row_iq3_s(const void* row, float* out, int64_t n);
 void dequantize_row_iq1_s(const void* row, float* out, int64_t n);
 void dequantize_row_iq1_m(const void* row, float* out, int64_t n);
+
+// The prompt tile of kernels/iq_tiles.h (IqTileFn), in plain integers and floats.
+void iq_tile_gemm(const IqTile& tile, int n_rows, const BlockQ8_K* act, int64_t act_stride,
+                  int64_t n_tokens, float* y, int64_t y_stride);
 
 }  // namespace inferd::kernels::ref
