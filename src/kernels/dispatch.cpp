@@ -189,7 +189,7 @@ static const KernelTable& avx2_kernels() {
     t.iq3_s.dot = avx2::dot_iq3_s_q8_k;
     t.iq1_s.dot = avx2::dot_iq1_s_q8_k;
     t.iq1_m.dot = avx2::dot_iq1_m_q8_k;
-    t.iq_tile = nullptr;  // the scalar tile is slower than these row dots
+    t.iq_tile = avx2::iq_tile_gemm;
     return t;
   }();
   return table;

@@ -28,7 +28,7 @@ uint64_t with_signs(uint64_t magnitudes, uint8_t signs) {
   return (magnitudes ^ m) + (m & 0x0101010101010101ULL);
 }
 
-// IQ1's points as 8 x coordinate + 1 (kIq1Words[0]) or - 1 ([1]).
+// IQ1's points as 8 x coordinate + 1 (plus) or - 1 (minus).
 struct Iq1Words {
   std::array<uint64_t, 2048> plus, minus;
 };
@@ -49,6 +49,14 @@ const Iq1Words& iq1_words() {
   }();
   return words;
 }
+
+}  // namespace
+
+const uint64_t* iq1_shifted_points(bool minus) {
+  return minus ? iq1_words().minus.data() : iq1_words().plus.data();
+}
+
+namespace {
 
 uint32_t load_u32(const void* p) {
   uint32_t v;

@@ -143,7 +143,7 @@ struct KernelTable {
   WeightKernels q5_0, q5_1, iq4_nl, q2_k, q3_k, q4_k, q5_k, q6_k, iq4_xs, mxfp4;
   // The i-quants of 1-3 bits (codebook points, tensor/iq_grids.h), with Q8_K activations: row
   // dots for a token or a few, and for prompts `iq_tile` on blocks decoded once
-  // (kernels/iq_tiles.h); nullptr where the row dots are faster (AVX2 has no tile yet).
+  // (kernels/iq_tiles.h).
   WeightKernels iq2_xxs, iq2_xs, iq2_s, iq3_xxs, iq3_s, iq1_s, iq1_m;
   IqTileFn iq_tile = nullptr;
   AttentionKernels attention;

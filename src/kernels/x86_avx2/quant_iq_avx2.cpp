@@ -8,6 +8,7 @@
 #include <immintrin.h>
 
 #include <array>
+#include <cstddef>
 #include <cstring>
 
 #include "tensor/iq_grids.h"
@@ -169,40 +170,93 @@ int32_t iq3_s_sum(const BlockIQ3_S& b, const int8_t* q8) {
   return hsum_epi32(acc);
 }
 
-// IQ1: coordinates -1, 0, 1 (signed bytes) and a shift of +-1/8 per 8 values. Returns the
-// block's float as the reference forms it: isum + kIq1Delta * shift_sum.
-struct Iq1Group {
-  __m256i points;  // 32 signed coordinates
-  __m256i scales;  // scale_pairs of the 32 values
-  __m256i shifts;  // (2 s + 1) * shift as 16 int16: 4 for each group of 8 values
-};
-
-inline float iq1_block(const Iq1Group* groups, const int8_t* q8) {
-  const __m256i ones = _mm256_set1_epi8(1);
-  __m256i acc = _mm256_setzero_si256(), shift_acc = _mm256_setzero_si256();
-  for (int ib = 0; ib < 8; ++ib) {
-    const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q8 + 32 * ib));
-    const __m256i products = _mm256_maddubs_epi16(ones, _mm256_sign_epi8(a, groups[ib].points));
-    acc = _mm256_add_epi32(acc, _mm256_madd_epi16(products, groups[ib].scales));
-    const __m256i sums = _mm256_maddubs_epi16(ones, a);  // pairs of activations
-    shift_acc = _mm256_add_epi32(shift_acc, _mm256_madd_epi16(sums, groups[ib].shifts));
-  }
-  return static_cast<float>(hsum_epi32(acc)) +
-         kIq1Delta * static_cast<float>(hsum_epi32(shift_acc));
+// IQ1: 32 weights in units of kIq1Delta times their scale, 8 x coordinate + shift (-9..9),
+// from the four points' coordinates (int8 -1, 0, 1) and the groups' shift signs (byte g of
+// `negative` 0xFF for a shift of -1): the coordinates x 8 per byte (a 32-bit shift whose bits
+// crossing into the next byte are masked off), plus +-1 per byte.
+inline __m256i iq1_weights(uint64_t p0, uint64_t p1, uint64_t p2, uint64_t p3, uint32_t negative) {
+  const __m256i points = _mm256_set_epi64x(static_cast<long long>(p3), static_cast<long long>(p2),
+                                           static_cast<long long>(p1), static_cast<long long>(p0));
+  const __m256i eight =
+      _mm256_and_si256(_mm256_slli_epi32(points, 3), _mm256_set1_epi8(static_cast<char>(0xF8)));
+  return _mm256_add_epi8(eight, sign_bytes(negative));
 }
 
-// (2 s + 1) * shift for each of 4 groups of 8 values, as the 16 int16 pairs they cover.
-inline __m256i shift_pairs(int g0, int g1, int g2, int g3) {
-  return _mm256_setr_epi16(
-      static_cast<int16_t>(g0), static_cast<int16_t>(g0), static_cast<int16_t>(g0),
-      static_cast<int16_t>(g0), static_cast<int16_t>(g1), static_cast<int16_t>(g1),
-      static_cast<int16_t>(g1), static_cast<int16_t>(g1), static_cast<int16_t>(g2),
-      static_cast<int16_t>(g2), static_cast<int16_t>(g2), static_cast<int16_t>(g2),
-      static_cast<int16_t>(g3), static_cast<int16_t>(g3), static_cast<int16_t>(g3),
-      static_cast<int16_t>(g3));
+// The scaled products of 32 such weights with 32 activations: |w| times a with w's signs.
+inline __m256i iq1_products(__m256i w, const int8_t* q8, __m256i scales) {
+  const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q8));
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(w), _mm256_sign_epi8(a, w)),
+                           scales);
+}
+
+// The prompt tile for 8 rows (half h of the tile) and kTokens tokens. Per run of 16 columns and
+// token: 4 vpmaddubsw of the token's activations (q + 128, 4 bytes broadcast) with 8 rows x 4
+// columns (pairs of at most 2 x 255 x 62, inside int16), each vpmaddwd'ed with the rows' scale
+// repeated in both int16 halves of a lane, so the scale costs no multiply of its own.
+template <int kTokens>
+void half_tile(const IqTile& tile, int h, __m256i rows, const uint8_t* act, int64_t act_stride,
+               float* y, int64_t y_stride) {
+  const __m256i start =
+      _mm256_sub_epi32(_mm256_setzero_si256(),
+                       _mm256_loadu_si256(reinterpret_cast<const __m256i*>(tile.bias + 8 * h)));
+  __m256i isum[kTokens];
+  for (int t = 0; t < kTokens; ++t) isum[t] = start;
+  for (int k = 0; k < kIqTileRuns; ++k) {
+    __m256i w[4];
+    for (int c = 0; c < 4; ++c)
+      w[c] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(&tile.q[4 * k + c][32 * h]));
+    const __m256i s32 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(&tile.scale[k][8 * h]));
+    const __m256i scale = _mm256_or_si256(s32, _mm256_slli_epi32(s32, 16));
+    for (int t = 0; t < kTokens; ++t) {
+      const uint8_t* a = act + t * act_stride + offsetof(BlockQ8_K, qs) + 16 * k;
+      for (int c = 0; c < 4; ++c) {
+        const __m256i pairs =
+            _mm256_maddubs_epi16(_mm256_set1_epi32(static_cast<int>(load_u32(a + 4 * c))), w[c]);
+        isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(pairs, scale));
+      }
+    }
+  }
+  const __m256 d = _mm256_loadu_ps(tile.d + 8 * h);
+  for (int t = 0; t < kTokens; ++t) {
+    float a_d;
+    std::memcpy(&a_d, act + t * act_stride + offsetof(BlockQ8_K, d), sizeof(a_d));
+    const __m256 term =
+        _mm256_mul_ps(_mm256_mul_ps(d, _mm256_set1_ps(a_d)), _mm256_cvtepi32_ps(isum[t]));
+    float* out = y + t * y_stride + 8 * h;
+    _mm256_maskstore_ps(out, rows, _mm256_add_ps(_mm256_maskload_ps(out, rows), term));
+  }
 }
 
 }  // namespace
+
+void iq_tile_gemm(const IqTile& tile, int n_rows, const BlockQ8_K* act, int64_t act_stride,
+                  int64_t n_tokens, float* y, int64_t y_stride) {
+  const auto* a = reinterpret_cast<const uint8_t*>(act);
+  constexpr int kStep = 4;
+  for (int h = 0; h < 2 && 8 * h < n_rows; ++h) {
+    // Lane r of the mask is set for rows 8 h + r < n_rows.
+    const __m256i rows = _mm256_cmpgt_epi32(_mm256_set1_epi32(n_rows - 8 * h),
+                                            _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    int64_t t = 0;
+    for (; t + kStep <= n_tokens; t += kStep)
+      half_tile<kStep>(tile, h, rows, a + t * act_stride, act_stride, y + t * y_stride, y_stride);
+    const uint8_t* a_left = a + t * act_stride;
+    float* y_left = y + t * y_stride;
+    switch (n_tokens - t) {
+      case 3:
+        half_tile<3>(tile, h, rows, a_left, act_stride, y_left, y_stride);
+        break;
+      case 2:
+        half_tile<2>(tile, h, rows, a_left, act_stride, y_left, y_stride);
+        break;
+      case 1:
+        half_tile<1>(tile, h, rows, a_left, act_stride, y_left, y_stride);
+        break;
+      default:
+        break;
+    }
+  }
+}
 
 float dot_iq2_xxs_q8_k(int64_t n, const void* w, const void* a) {
   return dot_blocks<BlockIQ2_XXS>(n, w, a, 0.125f, iq2_xxs_sum);
@@ -220,23 +274,26 @@ float dot_iq3_s_q8_k(int64_t n, const void* w, const void* a) {
   return dot_blocks<BlockIQ3_S>(n, w, a, 1.0f, iq3_s_sum);
 }
 
+// The block's sum in those units is 8 x the reference's isum plus its shift sum, so kIq1Delta
+// x it is the reference's block float exactly (an integer below 2^24 over 8).
 float dot_iq1_s_q8_k(int64_t n, const void* w, const void* a) {
   const auto* wb = static_cast<const BlockIQ1_S*>(w);
   const auto* ab = static_cast<const BlockQ8_K*>(a);
   float sum = 0;
-  Iq1Group groups[8];
   for (int64_t b = 0; b < n / kQKK; ++b) {
     const BlockIQ1_S& x = wb[b];
+    __m256i acc = _mm256_setzero_si256();
     for (int ib = 0; ib < 8; ++ib) {
-      const int h = x.qh[ib], s = (h >> 12) & 7, ls = 2 * s + 1;
+      const int h = x.qh[ib], s = (h >> 12) & 7;
       const uint8_t* q = x.qs + 4 * ib;
-      groups[ib].points = grid8(kIq1SGrid, q[0] | ((h & 7) << 8), q[1] | (((h >> 3) & 7) << 8),
-                                q[2] | (((h >> 6) & 7) << 8), q[3] | (((h >> 9) & 7) << 8));
-      groups[ib].scales = scale_pairs(s, s);
-      const int shift = (h & 0x8000) != 0 ? -ls : ls;
-      groups[ib].shifts = _mm256_set1_epi16(static_cast<int16_t>(shift));
+      const __m256i wv = iq1_weights(
+          kIq1SGrid[q[0] | ((h & 7) << 8)], kIq1SGrid[q[1] | (((h >> 3) & 7) << 8)],
+          kIq1SGrid[q[2] | (((h >> 6) & 7) << 8)], kIq1SGrid[q[3] | (((h >> 9) & 7) << 8)],
+          (h & 0x8000) != 0 ? 0xFFFFFFFFu : 0u);
+      acc = _mm256_add_epi32(acc, iq1_products(wv, ab[b].qs + 32 * ib, scale_pairs(s, s)));
     }
-    sum += h2f(x.d) * ab[b].d * iq1_block(groups, ab[b].qs);
+    const float block = kIq1Delta * static_cast<float>(hsum_epi32(acc));
+    sum += h2f(x.d) * ab[b].d * block;
   }
   return sum;
 }
@@ -245,26 +302,28 @@ float dot_iq1_m_q8_k(int64_t n, const void* w, const void* a) {
   const auto* wb = static_cast<const BlockIQ1_M*>(w);
   const auto* ab = static_cast<const BlockQ8_K*>(a);
   float sum = 0;
-  Iq1Group groups[8];
   for (int64_t b = 0; b < n / kQKK; ++b) {
     const BlockIQ1_M& x = wb[b];
     uint16_t sc[4];
     std::memcpy(sc, x.scales, sizeof(sc));
     const auto d_bits = static_cast<uint16_t>((sc[0] >> 12) | ((sc[1] >> 8) & 0x00F0) |
                                               ((sc[2] >> 4) & 0x0F00) | (sc[3] & 0xF000));
+    __m256i acc = _mm256_setzero_si256();
     for (int ib = 0; ib < 8; ++ib) {
       const uint8_t* q = x.qs + 4 * ib;
-      const int h0 = x.qh[2 * ib], h1 = x.qh[2 * ib + 1];
-      groups[ib].points = grid8(kIq1SGrid, q[0] | ((h0 & 7) << 8), q[1] | (((h0 >> 4) & 7) << 8),
-                                q[2] | ((h1 & 7) << 8), q[3] | (((h1 >> 4) & 7) << 8));
-      const int s0 = (sc[ib / 2] >> (6 * (ib % 2))) & 7,
-                s1 = (sc[ib / 2] >> (6 * (ib % 2) + 3)) & 7;
-      groups[ib].scales = scale_pairs(s0, s1);
-      const int l0 = 2 * s0 + 1, l1 = 2 * s1 + 1;
-      groups[ib].shifts = shift_pairs((h0 & 0x08) != 0 ? -l0 : l0, (h0 & 0x80) != 0 ? -l0 : l0,
-                                      (h1 & 0x08) != 0 ? -l1 : l1, (h1 & 0x80) != 0 ? -l1 : l1);
+      const uint32_t h0 = x.qh[2 * ib], h1 = x.qh[2 * ib + 1];
+      // Byte g of `negative`: 0xFF when bit 3 of group g's nibble is set.
+      const uint32_t negative = ((h0 >> 3) & 1) * 0xFFu | ((h0 >> 7) & 1) * 0xFF00u |
+                                ((h1 >> 3) & 1) * 0xFF0000u | ((h1 >> 7) & 1) * 0xFF000000u;
+      const __m256i wv = iq1_weights(
+          kIq1SGrid[q[0] | ((h0 & 7) << 8)], kIq1SGrid[q[1] | (((h0 >> 4) & 7) << 8)],
+          kIq1SGrid[q[2] | ((h1 & 7) << 8)], kIq1SGrid[q[3] | (((h1 >> 4) & 7) << 8)], negative);
+      const __m256i scales =
+          scale_pairs((sc[ib / 2] >> (6 * (ib % 2))) & 7, (sc[ib / 2] >> (6 * (ib % 2) + 3)) & 7);
+      acc = _mm256_add_epi32(acc, iq1_products(wv, ab[b].qs + 32 * ib, scales));
     }
-    sum += h2f(d_bits) * ab[b].d * iq1_block(groups, ab[b].qs);
+    const float block = kIq1Delta * static_cast<float>(hsum_epi32(acc));
+    sum += h2f(d_bits) * ab[b].d * block;
   }
   return sum;
 }
