@@ -182,6 +182,9 @@ static const KernelTable& avx2_kernels() {
     t.f16.quantize_activation = avx2::quantize_row_f16;
     t.packed = avx2::packed_kernels();
     t.delta_net = avx2::delta_net_kernels();
+    for (WeightKernels* k : {&t.q2_k, &t.q3_k, &t.q4_k, &t.q5_k, &t.q6_k, &t.iq4_xs, &t.iq2_xxs,
+                             &t.iq2_xs, &t.iq2_s, &t.iq3_xxs, &t.iq3_s, &t.iq1_s, &t.iq1_m})
+      k->quantize_activation = avx2::quantize_row_q8_k;
     t.iq2_xxs.dot = avx2::dot_iq2_xxs_q8_k;
     t.iq2_xs.dot = avx2::dot_iq2_xs_q8_k;
     t.iq2_s.dot = avx2::dot_iq2_s_q8_k;

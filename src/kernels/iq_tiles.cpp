@@ -7,6 +7,7 @@
 
 #include <array>
 #include <cstring>
+#include <type_traits>
 
 #include "tensor/half.h"
 #include "tensor/iq_grids.h"
@@ -22,6 +23,18 @@ const std::array<uint64_t, 256> kSignMask = [] {
       if ((s >> j) & 1) t[static_cast<size_t>(s)] |= uint64_t{0xFF} << (8 * j);
   return t;
 }();
+
+// iq_signs_of for every 7-bit field: a table, since this file is built without POPCNT (a
+// library call a group otherwise).
+const std::array<uint8_t, 128> kSigns = [] {
+  std::array<uint8_t, 128> t{};
+  for (uint32_t i = 0; i < 128; ++i) t[i] = iq_signs_of(i);
+  return t;
+}();
+
+uint8_t signs_of(uint32_t seven_bits) {
+  return kSigns[seven_bits & 127];
+}
 
 uint64_t with_signs(uint64_t magnitudes, uint8_t signs) {
   const uint64_t m = kSignMask[signs];
@@ -77,7 +90,7 @@ void decode(const BlockIQ2_XXS& b, RowBlock& out) {
     const uint32_t indices = load_u32(b.qs + 4 * ib), fields = load_u32(b.qs + 4 * ib + 2);
     for (int l = 0; l < 4; ++l)
       out.words[4 * ib + l] =
-          with_signs(kIq2XxsGrid[(indices >> (8 * l)) & 0xFF], iq_signs_of(fields >> (7 * l)));
+          with_signs(kIq2XxsGrid[(indices >> (8 * l)) & 0xFF], signs_of(fields >> (7 * l)));
     out.scale[2 * ib] = out.scale[2 * ib + 1] = static_cast<int>(fields >> 28);
   }
 }
@@ -87,7 +100,7 @@ void decode(const BlockIQ2_XS& b, RowBlock& out) {
   for (int ib = 0; ib < 8; ++ib) {
     for (int l = 0; l < 4; ++l) {
       const uint16_t q = b.qs[4 * ib + l];
-      out.words[4 * ib + l] = with_signs(kIq2XsGrid[q & 511], iq_signs_of(q >> 9));
+      out.words[4 * ib + l] = with_signs(kIq2XsGrid[q & 511], signs_of(q >> 9));
     }
     out.scale[2 * ib] = b.scales[ib] & 0x0F;
     out.scale[2 * ib + 1] = b.scales[ib] >> 4;
@@ -117,7 +130,7 @@ void decode(const BlockIQ3_XXS& b, RowBlock& out) {
     const uint8_t* q = b.qs + 8 * ib;
     for (int l = 0; l < 4; ++l)
       out.words[4 * ib + l] = with_signs(halves(kIq3XxsGrid[q[2 * l]], kIq3XxsGrid[q[2 * l + 1]]),
-                                         iq_signs_of(fields >> (7 * l)));
+                                         signs_of(fields >> (7 * l)));
     out.scale[2 * ib] = out.scale[2 * ib + 1] = static_cast<int>(fields >> 28);
   }
 }
@@ -167,8 +180,15 @@ void decode(const BlockIQ1_M& b, RowBlock& out) {
   }
 }
 
+// The types whose scales cover 32 columns (the others': 16).
+template <typename Block>
+constexpr bool kScalePer32 =
+    !std::is_same_v<Block, BlockIQ2_XS> && !std::is_same_v<Block, BlockIQ2_S> &&
+    !std::is_same_v<Block, BlockIQ1_M>;
+
 template <typename Block>
 void decode_rows(const uint8_t* const* rows, int n_rows, int64_t block, IqTile& tile) {
+  tile.scale_per_32 = kScalePer32<Block>;
   RowBlock rb;
   for (int r = 0; r < kIqTileRows; ++r) {
     if (r >= n_rows) {

@@ -30,6 +30,9 @@ struct alignas(64) IqTile {
   int32_t bias[kIqTileRows];
   // The row's fp16 d as a float, times 1/8 for IQ1 (whose q are 8 x the value).
   float d[kIqTileRows];
+  // Whether runs 2j and 2j + 1 always share their scale (a scale per 32 columns: IQ2_XXS,
+  // IQ3_XXS, IQ3_S, IQ1_S), so a tile may multiply by it once per 32 columns.
+  bool scale_per_32;
 };
 
 // IQ1_S/IQ1_M's codebook points (tensor/iq_grids.h) as int8 bytes of 8 x coordinate + 1 (the

@@ -158,6 +158,33 @@ TEST(KernelsQuantIq, Iq1MSplitScaleWordsAndGroupShifts) {
   EXPECT_EQ(out[0], 2.0f * (static_cast<float>(c(0, 0)) + kIq1Delta));
 }
 
+// Every table's Q8_K quantizer gives the reference's bytes, on the edge cases of its rule: an
+// all-zero block, the largest magnitude twice with both signs (the first one sets the sign of
+// d), values that round to a half, and the largest value exactly at the end of a block.
+TEST(KernelsQuantIq, EveryQ8KQuantizerGivesTheReferenceBytes) {
+  std::vector<float> x(4 * kQKK);
+  const auto noise = random_floats(4 * kQKK, 91, 1.0f);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = noise[i];
+  for (int j = 0; j < kQKK; ++j) x[static_cast<size_t>(j)] = 0;  // block 0: zeros
+  x[kQKK + 40] = -5.0f;                                          // block 1: -5 first, then +5
+  x[kQKK + 200] = 5.0f;
+  for (int j = 0; j < kQKK; ++j) x[static_cast<size_t>(2 * kQKK + j)] = 0.5f * (j % 7 - 3);
+  x[2 * kQKK + 9] = 127.0f;  // block 2: halves of the step, 127 the largest
+  x[4 * kQKK - 1] = 9.0f;    // block 3: the largest value last
+  const WeightKernels& r = *reference_kernels().for_weight(DType::IQ2_XXS);
+  std::vector<BlockQ8_K> want(4), got(4);
+  r.quantize_activation(x.data(), want.data(), 4 * kQKK);
+  EXPECT_GT(want[1].d, 0.0f);  // -5 comes first: iscale = -127 / -5 > 0, so d > 0
+  for (const KernelTable* table : available_kernels()) {
+    for (DType type : {DType::Q4_K, DType::IQ2_XXS, DType::IQ1_M}) {
+      std::memset(got.data(), 0x55, got.size() * sizeof(BlockQ8_K));
+      table->for_weight(type)->quantize_activation(x.data(), got.data(), 4 * kQKK);
+      EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(BlockQ8_K)), 0)
+          << table->isa << " " << dtype_name(type);
+    }
+  }
+}
+
 // Every table's row dot gives the reference's bits: the integer sums are exact and the float
 // steps the same.
 TEST(KernelsQuantIq, EveryTableGivesTheReferenceDotBitForBit) {

@@ -2,6 +2,8 @@
 // (see src/CMakeLists.txt) and reached only through the dispatch table after a cpuid check.
 #include <immintrin.h>
 
+#include <cstring>
+
 #include "kernels/x86_avx2/quant_avx2.h"
 #include "kernels/x86_avx2/reduce_avx2.h"
 #include "tensor/quant_blocks.h"
@@ -85,6 +87,54 @@ void quantize_row_q8_1(const float* x, void* out, int64_t n) {
     const int sum = hsum_i32(quantize_block(x, amax != 0 ? 127.0f / amax : 0.0f, blocks[b].qs));
     blocks[b].d = f2h(d);
     blocks[b].s = f2h(d * static_cast<float>(sum));
+  }
+}
+
+// ref::quantize_row_q8_k's bytes: the first value of largest magnitude m (with its sign) gives
+// iscale = -127 / m, each q = nearest(iscale * x) (no fused operation), at most 127.
+void quantize_row_q8_k(const float* x, void* out, int64_t n) {
+  auto* blocks = static_cast<BlockQ8_K*>(out);
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  for (int64_t b = 0; b < n / kQKK; ++b, x += kQKK) {
+    BlockQ8_K& y = blocks[b];
+    __m256 m = _mm256_setzero_ps();
+    for (int j = 0; j < kQKK; j += 8)
+      m = _mm256_max_ps(m, _mm256_andnot_ps(sign, _mm256_loadu_ps(x + j)));
+    const float amax = hmax_ps(m);
+    if (amax == 0) {
+      std::memset(&y, 0, sizeof(y));
+      continue;
+    }
+    int first = 0;
+    for (int j = 0; j < kQKK; j += 8) {
+      const __m256 hit = _mm256_cmp_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(x + j)),
+                                       _mm256_set1_ps(amax), _CMP_EQ_OQ);
+      const int mask = _mm256_movemask_ps(hit);
+      if (mask != 0) {
+        first = j + __builtin_ctz(static_cast<unsigned>(mask));
+        break;
+      }
+    }
+    const float iscale = -127.0f / x[first];
+    const __m256 scale = _mm256_set1_ps(iscale), top = _mm256_set1_ps(127.0f);
+    for (int j = 0; j < kQKK; j += 32) {
+      __m256i q[4];
+      for (int k = 0; k < 4; ++k) {
+        const __m256 v = _mm256_round_ps(_mm256_mul_ps(_mm256_loadu_ps(x + j + 8 * k), scale),
+                                         _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        q[k] = _mm256_cvtps_epi32(_mm256_min_ps(v, top));
+      }
+      // Pack 32-bit -> 16-bit -> 8-bit; the packs interleave 128-bit lanes, so fix the order.
+      const __m256i p16 =
+          _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
+      const __m256i bytes =
+          _mm256_permutevar8x32_epi32(p16, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(y.qs + j), bytes);
+      // The sums of each 16: of q[0], q[1] and of q[2], q[3].
+      y.bsums[j / 16] = static_cast<int16_t>(hsum_i32(_mm256_add_epi32(q[0], q[1])));
+      y.bsums[j / 16 + 1] = static_cast<int16_t>(hsum_i32(_mm256_add_epi32(q[2], q[3])));
+    }
+    y.d = 1.0f / iscale;
   }
 }
 
