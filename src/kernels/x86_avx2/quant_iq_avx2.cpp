@@ -1,8 +1,10 @@
-// AVX2 row dots of the i-quants (quant_iq_avx2.h). Per 32 weights: the 32 codebook magnitudes
-// (4 or 8 table words) as unsigned bytes, the activations' signs flipped where a weight is
-// negative (vpsignb), vpmaddubsw into 16 pairs, then vpmaddwd by each 16 values' scale 2 s + 1
-// into int32 lanes. Nothing is rounded until a super-block's sum, so the result is the
-// reference's bit for bit. Compiled with AVX2 flags only (src/CMakeLists.txt).
+// AVX2 kernels of the i-quants (quant_iq_avx2.h): the row dots of decode steps and the prompt
+// tile. Row dots, per 32 weights: the 32 codebook magnitudes (4 or 8 table words) as unsigned
+// bytes, the activations' signs flipped where a weight is negative (vpsignb), vpmaddubsw into 16
+// pairs, then vpmaddwd by each 16 values' scale 2 s + 1 into int32 lanes (IQ1: signed weights in
+// units of the shift, |w| times the activations with w's signs). Nothing is rounded until a
+// super-block's sum, and the few float steps are the reference's, so the results are its bits.
+// Compiled with AVX2 flags and without contraction (src/CMakeLists.txt).
 #include "kernels/x86_avx2/quant_iq_avx2.h"
 
 #include <immintrin.h>
