@@ -193,15 +193,23 @@ int32_t iq3_s_sum(const BlockIQ3_S& b, const int8_t* q8) {
 }
 
 // IQ1: 32 weights in units of kIq1Delta times their scale, 8 x coordinate + shift (-9..9),
-// from the four points' coordinates (int8 -1, 0, 1) and the groups' shift signs (byte g of
-// `negative` 0xFF for a shift of -1): the coordinates x 8 per byte (a 32-bit shift whose bits
-// crossing into the next byte are masked off), plus +-1 per byte.
-inline __m256i iq1_weights(uint64_t p0, uint64_t p1, uint64_t p2, uint64_t p3, uint32_t negative) {
+// from the four points' coordinates (int8 -1, 0, 1) and `shifts`, +1 or -1 in every byte of
+// each group of 8: the coordinates x 8 per byte (a 32-bit shift whose bits crossing into the
+// next byte are masked off), plus the shifts.
+inline __m256i iq1_weights(uint64_t p0, uint64_t p1, uint64_t p2, uint64_t p3, __m256i shifts) {
   const __m256i points = _mm256_set_epi64x(static_cast<long long>(p3), static_cast<long long>(p2),
                                            static_cast<long long>(p1), static_cast<long long>(p0));
   const __m256i eight =
       _mm256_and_si256(_mm256_slli_epi32(points, 3), _mm256_set1_epi8(static_cast<char>(0xF8)));
-  return _mm256_add_epi8(eight, sign_bytes(negative));
+  return _mm256_add_epi8(eight, shifts);
+}
+
+// -1 in every byte where `flags` & the 16-bit lane's bit is set, else +1: the shifts of IQ1's
+// groups from their sign flags, without scalar work (each group of 8 bytes is 4 int16 lanes).
+inline __m256i shifts_of(uint16_t flags, __m256i lane_bits) {
+  const __m256i set = _mm256_cmpeq_epi16(
+      _mm256_and_si256(_mm256_set1_epi16(static_cast<int16_t>(flags)), lane_bits), lane_bits);
+  return _mm256_or_si256(set, _mm256_set1_epi8(1));
 }
 
 // The scaled products of 32 such weights with 32 activations: |w| times a with w's signs.
@@ -302,6 +310,8 @@ float dot_iq1_s_q8_k(int64_t n, const void* w, const void* a) {
   const auto* wb = static_cast<const BlockIQ1_S*>(w);
   const auto* ab = static_cast<const BlockQ8_K*>(a);
   const __m256i shift = _mm256_setr_epi32(0, 3, 6, 9, 0, 3, 6, 9), mask = _mm256_set1_epi32(0x700);
+  // qh's bit 15: the sign of every group's shift.
+  const __m256i sign_bit = _mm256_set1_epi16(static_cast<int16_t>(0x8000));
   float sum = 0;
   for (int64_t b = 0; b < n / kQKK; ++b) {
     const BlockIQ1_S& x = wb[b];
@@ -316,8 +326,9 @@ float dot_iq1_s_q8_k(int64_t n, const void* w, const void* a) {
     for (int ib = 0; ib < 8; ++ib) {
       const int h = x.qh[ib], s = (h >> 12) & 7;
       const uint32_t* i = idx + 4 * ib;
-      const __m256i wv = iq1_weights(kIq1SGrid[i[0]], kIq1SGrid[i[1]], kIq1SGrid[i[2]],
-                                     kIq1SGrid[i[3]], (h & 0x8000) != 0 ? 0xFFFFFFFFu : 0u);
+      const __m256i wv =
+          iq1_weights(kIq1SGrid[i[0]], kIq1SGrid[i[1]], kIq1SGrid[i[2]], kIq1SGrid[i[3]],
+                      shifts_of(static_cast<uint16_t>(h), sign_bit));
       acc = _mm256_add_epi32(acc, iq1_products(wv, ab[b].qs + 32 * ib, scale_pairs(s, s)));
     }
     const float block = kIq1Delta * static_cast<float>(hsum_epi32(acc));
@@ -330,6 +341,11 @@ float dot_iq1_m_q8_k(int64_t n, const void* w, const void* a) {
   const auto* wb = static_cast<const BlockIQ1_M*>(w);
   const auto* ab = static_cast<const BlockQ8_K*>(a);
   const __m256i shift = _mm256_setr_epi32(0, 4, 0, 4, 0, 4, 0, 4), mask = _mm256_set1_epi32(0x700);
+  // Group g's shift sign, bit 4 g + 3 of its two qh bytes, in the 4 int16 lanes of its 8 bytes.
+  const __m256i group_bits = _mm256_setr_epi16(
+      0x0008, 0x0008, 0x0008, 0x0008, 0x0080, 0x0080, 0x0080, 0x0080, 0x0800, 0x0800, 0x0800,
+      0x0800, static_cast<int16_t>(0x8000), static_cast<int16_t>(0x8000),
+      static_cast<int16_t>(0x8000), static_cast<int16_t>(0x8000));
   float sum = 0;
   for (int64_t b = 0; b < n / kQKK; ++b) {
     const BlockIQ1_M& x = wb[b];
@@ -349,12 +365,10 @@ float dot_iq1_m_q8_k(int64_t n, const void* w, const void* a) {
     __m256i acc = _mm256_setzero_si256();
     for (int ib = 0; ib < 8; ++ib) {
       const uint32_t* i = idx + 4 * ib;
-      const uint32_t h0 = x.qh[2 * ib], h1 = x.qh[2 * ib + 1];
-      // Byte g of `negative`: 0xFF when bit 3 of group g's nibble is set.
-      const uint32_t negative = ((h0 >> 3) & 1) * 0xFFu | ((h0 >> 7) & 1) * 0xFF00u |
-                                ((h1 >> 3) & 1) * 0xFF0000u | ((h1 >> 7) & 1) * 0xFF000000u;
-      const __m256i wv =
-          iq1_weights(kIq1SGrid[i[0]], kIq1SGrid[i[1]], kIq1SGrid[i[2]], kIq1SGrid[i[3]], negative);
+      uint16_t flags;  // qh[2 ib] and qh[2 ib + 1]: group g's shift sign is bit 4 g + 3
+      std::memcpy(&flags, x.qh + 2 * ib, sizeof(flags));
+      const __m256i wv = iq1_weights(kIq1SGrid[i[0]], kIq1SGrid[i[1]], kIq1SGrid[i[2]],
+                                     kIq1SGrid[i[3]], shifts_of(flags, group_bits));
       const __m256i scales =
           scale_pairs((sc[ib / 2] >> (6 * (ib % 2))) & 7, (sc[ib / 2] >> (6 * (ib % 2) + 3)) & 7);
       acc = _mm256_add_epi32(acc, iq1_products(wv, ab[b].qs + 32 * ib, scales));
