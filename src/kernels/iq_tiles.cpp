@@ -24,16 +24,8 @@ const std::array<uint64_t, 256> kSignMask = [] {
   return t;
 }();
 
-// iq_signs_of for every 7-bit field: a table, since this file is built without POPCNT (a
-// library call a group otherwise).
-const std::array<uint8_t, 128> kSigns = [] {
-  std::array<uint8_t, 128> t{};
-  for (uint32_t i = 0; i < 128; ++i) t[i] = iq_signs_of(i);
-  return t;
-}();
-
 uint8_t signs_of(uint32_t seven_bits) {
-  return kSigns[seven_bits & 127];
+  return kIqSigns[seven_bits & 127];
 }
 
 uint64_t with_signs(uint64_t magnitudes, uint8_t signs) {
@@ -41,7 +33,8 @@ uint64_t with_signs(uint64_t magnitudes, uint8_t signs) {
   return (magnitudes ^ m) + (m & 0x0101010101010101ULL);
 }
 
-// IQ1's points as 8 x coordinate + 1 (plus) or - 1 (minus).
+// IQ1's points as int8 bytes of 8 x coordinate + 1 (plus: the shift's sign bit clear) or - 1
+// (minus): a weight in units of its scale times kIq1Delta, so the shift is exact in integers.
 struct Iq1Words {
   std::array<uint64_t, 2048> plus, minus;
 };
@@ -62,14 +55,6 @@ const Iq1Words& iq1_words() {
   }();
   return words;
 }
-
-}  // namespace
-
-const uint64_t* iq1_shifted_points(bool minus) {
-  return minus ? iq1_words().minus.data() : iq1_words().plus.data();
-}
-
-namespace {
 
 uint32_t load_u32(const void* p) {
   uint32_t v;

@@ -35,11 +35,6 @@ struct alignas(64) IqTile {
   bool scale_per_32;
 };
 
-// IQ1_S/IQ1_M's codebook points (tensor/iq_grids.h) as int8 bytes of 8 x coordinate + 1 (the
-// shift's sign bit clear) or - 1 (set): a weight in units of its scale times kIq1Delta, so that
-// the shift is exact in integer sums. 2048 words each.
-const uint64_t* iq1_shifted_points(bool minus);
-
 // Whether `type` is one of the i-quants above.
 bool is_iq_tile_type(DType type);
 // What each row's sum over the blocks is multiplied by at the end (the reference's final step):

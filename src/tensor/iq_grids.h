@@ -28,6 +28,14 @@ constexpr uint8_t iq_signs_of(uint32_t seven_bits) {
   return static_cast<uint8_t>(bits | ((std::popcount(bits) & 1) << 7));
 }
 
+// iq_signs_of of every 7-bit field, computed at compile time: a table for the kernels (a
+// popcount a group would be a library call where POPCNT is not enabled).
+inline constexpr std::array<uint8_t, 128> kIqSigns = [] {
+  std::array<uint8_t, 128> t{};
+  for (uint32_t i = 0; i < 128; ++i) t[i] = iq_signs_of(i);
+  return t;
+}();
+
 // IQ1_S/IQ1_M's shift of every weight of a group, in units of the group's scale.
 constexpr float kIq1Delta = 0.125f;
 

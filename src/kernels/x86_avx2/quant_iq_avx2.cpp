@@ -25,17 +25,6 @@ inline float h2f(uint16_t h) {
   return _cvtsh_ss(h);
 }
 
-// iq_signs_of for every 7-bit field, computed at compile time (no shared inline code runs here).
-constexpr std::array<uint8_t, 128> kSigns = [] {
-  std::array<uint8_t, 128> t{};
-  for (int i = 0; i < 128; ++i) {
-    int odd = 0;
-    for (int b = 0; b < 7; ++b) odd ^= (i >> b) & 1;
-    t[static_cast<size_t>(i)] = static_cast<uint8_t>(i | (odd << 7));
-  }
-  return t;
-}();
-
 inline uint32_t load_u32(const void* p) {
   uint32_t v;
   std::memcpy(&v, p, sizeof(v));
@@ -90,7 +79,7 @@ inline __m256i grid4(const uint32_t* grid, const Index* idx) {
 inline uint32_t signs_of_fields(uint32_t word) {
   uint32_t s = 0;
   for (int l = 0; l < 4; ++l)
-    s |= static_cast<uint32_t>(kSigns[(word >> (7 * l)) & 127]) << (8 * l);
+    s |= static_cast<uint32_t>(kIqSigns[(word >> (7 * l)) & 127]) << (8 * l);
   return s;
 }
 
@@ -124,9 +113,9 @@ int32_t iq2_xs_sum(const BlockIQ2_XS& b, const int8_t* q8) {
   for (int ib = 0; ib < 8; ++ib) {
     const uint16_t* q = b.qs + 4 * ib;
     const __m256i g = grid8(kIq2XsGrid, q[0] & 511, q[1] & 511, q[2] & 511, q[3] & 511);
-    const uint32_t signs = kSigns[q[0] >> 9] | (kSigns[q[1] >> 9] << 8) |
-                           (kSigns[q[2] >> 9] << 16) |
-                           (static_cast<uint32_t>(kSigns[q[3] >> 9]) << 24);
+    const uint32_t signs = kIqSigns[q[0] >> 9] | (kIqSigns[q[1] >> 9] << 8) |
+                           (kIqSigns[q[2] >> 9] << 16) |
+                           (static_cast<uint32_t>(kIqSigns[q[3] >> 9]) << 24);
     acc = add_products(acc, g, signs, q8 + 32 * ib,
                        scale_pairs(b.scales[ib] & 0x0F, b.scales[ib] >> 4));
   }
