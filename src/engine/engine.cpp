@@ -264,7 +264,7 @@ Engine::Engine(const gguf::GgufFile& file, const EngineConfig& config)
   config.spec.validate();
   runner_ = std::make_unique<ModelRunner>(
       *model_, *cache_, *pool_, config.max_batched_tokens, config.max_seqs,
-      config.spec.enabled() ? config.spec.num_tokens : 0, prompt_rows);
+      config.spec.enabled() ? config.spec.num_tokens : 0, prompt_rows, config.bf16_prompts);
   drafts_.resize(SpecDecodeStats::kMaxPositions);
   if (config.spec.enabled() && config.spec.method == SpecMethod::kDraftModel) {
     draft_ = std::make_unique<DraftModel>(config.spec.draft_model, tokenizer_->vocab(),
@@ -293,8 +293,9 @@ Engine::Engine(const gguf::GgufFile& file, const EngineConfig& config)
     flights_[0].runner = std::move(runner_);  // (runner_ holds a flight's only while it is swapped in)
     for (Flight& f : flights_) {
       if (!f.runner)
-        f.runner = std::make_unique<ModelRunner>(
-            *model_, *cache_, *pool_, config.max_batched_tokens, config.max_seqs, 0, prompt_rows);
+        f.runner =
+            std::make_unique<ModelRunner>(*model_, *cache_, *pool_, config.max_batched_tokens,
+                                          config.max_seqs, 0, prompt_rows, config.bf16_prompts);
       f.scheduled.reserve(static_cast<size_t>(config.max_seqs));
     }
   }

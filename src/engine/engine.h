@@ -72,6 +72,12 @@ struct EngineConfig {
   // Automatic prefix caching (kv/prefix_cache.h): a request starts at its longest prefix whose
   // K/V are still in the cache.
   bool prefix_caching = true;
+  // The tokens of long prompts take the kernels' bf16 route where the CPU has one (AMX-BF16;
+  // model/batch.h): faster and more precise than the int8 kernels, which generated tokens take.
+  // Off: every row takes the int8 kernels, so a token's K/V has the same bits whether it was
+  // computed as a prompt token or generated, and a chat turn resumed from the prefix cache (whose
+  // history holds the earlier answers' generated K/V) equals the same turn computed from scratch.
+  bool bf16_prompts = true;
   // Hybrid models and quantized caches with exact copies, with prefix caching: slots of state
   // snapshots at block ends, one per running sequence and the rest for prefixes to resume from
   // (a chat's next turn). 0: as many as state_cache_bytes holds, at least twice max_seqs (with

@@ -9,8 +9,9 @@ namespace inferd::engine {
 
 ModelRunner::ModelRunner(model::Model& model, kv::KvCache& cache, ThreadPool& pool,
                          int64_t max_batch_tokens, int max_seqs, int max_draft,
-                         int64_t max_prompt_rows)
-    : model_(model),
+                         int64_t max_prompt_rows, bool bf16_prompts)
+    : bf16_prompts_(bf16_prompts),
+      model_(model),
       cache_(cache),
       pool_(pool),
       n_vocab_(model.config().n_vocab),
@@ -119,7 +120,7 @@ void ModelRunner::launch(std::span<const ScheduledSequence> scheduled, int slot)
   // computed on the bf16 route, the rest (generated tokens, short prompts) on the int8 kernels.
   const auto prompt_end = [&](size_t i, int64_t begin, int64_t end) {
     const Sequence& seq = *scheduled[i].seq;
-    if (seq.num_prompt_tokens < model::kBf16PromptTokens) return begin;
+    if (!bf16_prompts_ || seq.num_prompt_tokens < model::kBf16PromptTokens) return begin;
     return std::clamp(seq.num_prompt_tokens, begin, end);
   };
   // int8 rows first, then the long prompts' rows, so each matmul splits the batch in two; a

@@ -20,8 +20,10 @@ class ModelRunner {
   // of which needs a row of logits.
   // max_prompt_rows: the rows of logits a step has for prompt logprobs (the scheduler's
   // max_prompt_logit_rows), past those; their memory is touched only when used.
+  // bf16_prompts: the tokens of long prompts take the bf16 route (EngineConfig::bf16_prompts).
   ModelRunner(model::Model& model, kv::KvCache& cache, ThreadPool& pool, int64_t max_batch_tokens,
-              int max_seqs, int max_draft = 0, int64_t max_prompt_rows = 0);
+              int max_seqs, int max_draft = 0, int64_t max_prompt_rows = 0,
+              bool bf16_prompts = true);
 
   // Runs the step. Afterwards logits_for(i) holds the next-token logits of scheduled[i] when
   // that step computes its last uncomputed token (wants_logits(i)); with drafts, one row per
@@ -68,6 +70,7 @@ class ModelRunner {
   std::span<const float> token_hidden(size_t i, int64_t pos) const;
 
  private:
+  bool bf16_prompts_ = true;
   model::Model& model_;
   kv::KvCache& cache_;
   model::Batch batch_;  // the step launched last, over the arrays below

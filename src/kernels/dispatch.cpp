@@ -233,8 +233,7 @@ static const KernelTable& amx_kernels() {
     if (cpu_features().amx_bf16 && cpu_features().avx512bf16) {
       t.packed.bf16_route = true;
       t.packed.bf16_act = avx512::quantize_row_bf16;
-      t.packed.q4_bf16 = amx::q4_bf16_group;
-      t.packed.q8_0_bf16 = amx::q8_0_bf16_group;
+      amx::set_bf16_group_kernels(t.packed);
     }
     return t;
   }();

@@ -126,6 +126,13 @@ struct PackedKernels {
   QuantizeRowFn bf16_act = nullptr;
   GroupGemmBf16Fn q4_bf16 = nullptr;  // Q4_0 and Q4_1 (packed alike)
   GroupGemmBf16Fn q8_0_bf16 = nullptr;
+  // The 256-column layouts (`blocks` counts super-blocks), dequantized 32 columns at a time.
+  GroupGemmBf16Fn q4_k_bf16 = nullptr;
+  GroupGemmBf16Fn q5_k_bf16 = nullptr;
+  GroupGemmBf16Fn q6_k_bf16 = nullptr;
+  GroupGemmBf16Fn iq4_xs_bf16 = nullptr;
+  GroupGemmBf16Fn q3_k_bf16 = nullptr;
+  GroupGemmBf16Fn q2_k_bf16 = nullptr;
   // Tokens per activation panel: a multiple of every tile's token count, so that a tile reads
   // its activations in short runs close together rather than 512 bytes every 32 KiB (one
   // block-major panel of 512 tokens). On the AMD EPYC (Zen 4), `inferd bench -p 512` of the

@@ -59,8 +59,14 @@ void call_group_kernel(const PackedWeights& p, int64_t g, int64_t n_groups, cons
   if (format == PackedFormat::F16) {
     table.packed.f16(p.group(g), blocks, in.x + t0 * in.cols, in.cols, count, y, y_stride);
   } else if (t0 >= in.split) {
-    const GroupGemmBf16Fn kernel =
-        format == PackedFormat::Q8_0 ? table.packed.q8_0_bf16 : table.packed.q4_bf16;
+    const GroupGemmBf16Fn kernel = format == PackedFormat::Q8_0     ? table.packed.q8_0_bf16
+                                   : format == PackedFormat::Q4_K   ? table.packed.q4_k_bf16
+                                   : format == PackedFormat::Q5_K   ? table.packed.q5_k_bf16
+                                   : format == PackedFormat::Q6_K   ? table.packed.q6_k_bf16
+                                   : format == PackedFormat::IQ4_XS ? table.packed.iq4_xs_bf16
+                                   : format == PackedFormat::Q3_K   ? table.packed.q3_k_bf16
+                                   : format == PackedFormat::Q2_K   ? table.packed.q2_k_bf16
+                                                                    : table.packed.q4_bf16;
     kernel(p.group(g), n_groups, blocks, in.x_bf16 + (t0 - in.split) * in.cols, in.cols, count, y,
            y_stride);
   } else {

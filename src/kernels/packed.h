@@ -315,8 +315,8 @@ class PackedWeights {
   }
   // Whether the bf16 route (kernels.h) has kernels for this layout.
   bool has_bf16_route() const {
-    return format_ == PackedFormat::Q4_0 || format_ == PackedFormat::Q4_1 ||
-           format_ == PackedFormat::Q8_0;
+    return block_cols() == kPackSuperCols || format_ == PackedFormat::Q4_0 ||
+           format_ == PackedFormat::Q4_1 || format_ == PackedFormat::Q8_0;
   }
 
   // Repacks rows x cols weights stored as GGUF rows of `type` (Q4_0, Q4_1, Q8_0, Q5_0, Q5_1,

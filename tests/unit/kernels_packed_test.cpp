@@ -66,6 +66,11 @@ const DType kInt8Types[] = {DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::Q5_0,
                             DType::Q5_1, DType::IQ4_NL, DType::Q2_K, DType::Q3_K,
                             DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_XS};
 
+// The formats the bf16 route takes (Q5_0 and IQ4_NL pack as Q8_0).
+const DType kBf16RouteTypes[] = {DType::Q4_0,   DType::Q4_1, DType::Q8_0,  DType::Q5_0,
+                                 DType::IQ4_NL, DType::Q2_K, DType::Q3_K,  DType::Q4_K,
+                                 DType::Q5_K,   DType::Q6_K, DType::IQ4_XS};
+
 // A width the type packs: k-quants pack 256 columns at a time, so `cols` is rounded up.
 int64_t cols_for(DType type, int64_t cols) {
   const int64_t unit = dtype_info(type).block_size == 256 ? kPackSuperCols : kPackCols;
@@ -309,11 +314,12 @@ TEST(KernelsPacked, Bf16RouteMatchesItsReference) {
   ThreadPool pool(2);
   for (const KernelTable* table : available_kernels()) {
     if (!table->packed.bf16_route) continue;
-    for (DType type : {DType::Q4_0, DType::Q4_1, DType::Q8_0}) {
+    for (DType type : kBf16RouteTypes) {
       // 33 and 70 rows: groups taken in pairs and alone, the last one partial; 1088 columns
-      // are two chunks of dequantized weights.
-      for (const auto& [rows, cols] :
+      // (1280 for the 256-wide formats) are two chunks of dequantized weights.
+      for (const auto& [rows, narrow] :
            {std::pair<int64_t, int64_t>{33, 32}, {33, 1088}, {70, 160}}) {
+        const int64_t cols = cols_for(type, narrow);
         QuantMatrix m = make_matrix(type, rows, cols, static_cast<uint32_t>(cols));
         for (int64_t tokens : {1, 15, 16, 17, 32, 40}) {
           const TwoResults r = multiply_both(*table, with_bf16_route(reference_kernels()), m,
@@ -336,8 +342,8 @@ TEST(KernelsPacked, Bf16RouteMatchesItsReference) {
 // as its reference.
 TEST(KernelsPacked, Bf16RouteIsCloserToExactThanInt8Route) {
   ThreadPool pool(1);
-  for (DType type : {DType::Q4_0, DType::Q4_1, DType::Q8_0}) {
-    const int64_t rows = 32, cols = 576, tokens = 4;
+  for (DType type : kBf16RouteTypes) {
+    const int64_t rows = 32, cols = cols_for(type, 576), tokens = 4;
     QuantMatrix m = make_matrix(type, rows, cols, 3);
     auto x = random_floats(tokens * cols, 4, 3.0f);
     std::vector<float> bf16(static_cast<size_t>(tokens * rows)), int8(bf16.size());
@@ -365,6 +371,36 @@ TEST(KernelsPacked, Bf16RouteIsCloserToExactThanInt8Route) {
   }
 }
 
+// Each weight as the bf16 route multiplies it is the GGUF dequantization's value rounded once
+// to bf16: the inputs are the columns of the identity (1.0 is exact in bf16), so every result is
+// one weight, on every table with bf16 kernels. A format's field read from the wrong bits or
+// column, or a second rounding, changes some weight.
+TEST(KernelsPacked, Bf16RouteMultipliesEachWeightRoundedOnce) {
+  ThreadPool pool(2);
+  for (const KernelTable* table : available_kernels()) {
+    if (table->packed.q4_bf16 == nullptr) continue;
+    const KernelTable bf16 = with_bf16_route(*table);
+    for (DType type : kBf16RouteTypes) {
+      const int64_t rows = 17, cols = cols_for(type, 64);
+      QuantMatrix m = make_matrix(type, rows, cols, 41);
+      std::vector<float> x(static_cast<size_t>(cols * cols));
+      for (int64_t t = 0; t < cols; ++t) x[static_cast<size_t>(t * cols + t)] = 1.0f;
+      std::vector<float> y(static_cast<size_t>(cols * rows)), wrow(static_cast<size_t>(cols));
+      ActivationScratch scratch;
+      scratch.reserve(cols, cols);
+      matmul(m.w, x.data(), cols, y.data(), scratch, pool, bf16, 0);
+      for (int64_t r = 0; r < rows; ++r) {
+        dequantize(m.w, r, wrow.data());
+        for (int64_t c = 0; c < cols; ++c) {
+          const float want = bf16_to_fp32(fp32_to_bf16(wrow[static_cast<size_t>(c)]));
+          ASSERT_EQ(y[static_cast<size_t>(c * rows + r)], want)
+              << table->isa << " " << dtype_name(type) << " row " << r << " column " << c;
+        }
+      }
+    }
+  }
+}
+
 // One call with rows [0, split) on the int8 kernels and the rest on the bf16 route gives, row
 // for row, the bits of the two separate calls: marking rows changes nothing for the others.
 TEST(KernelsPacked, MarkedRowsTakeTheBf16RouteAndTheOthersDoNot) {
@@ -372,8 +408,8 @@ TEST(KernelsPacked, MarkedRowsTakeTheBf16RouteAndTheOthersDoNot) {
   for (const KernelTable* table : available_kernels()) {
     if (table->packed.q4_bf16 == nullptr) continue;  // no bf16 kernels in this table
     const KernelTable bf16 = with_bf16_route(*table);
-    for (DType type : {DType::Q4_1, DType::Q8_0}) {
-      const int64_t rows = 33, cols = 96, tokens = 45;
+    for (DType type : {DType::Q4_1, DType::Q8_0, DType::Q4_K, DType::Q6_K}) {
+      const int64_t rows = 33, cols = cols_for(type, 96), tokens = 45;
       QuantMatrix m = make_matrix(type, rows, cols, 31);
       auto x = random_floats(tokens * cols, 32, 3.0f);
       ActivationScratch scratch;

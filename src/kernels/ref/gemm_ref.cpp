@@ -269,8 +269,8 @@ void gemm_q3k_group(const uint8_t* group, int64_t blocks, const ActQ8Block* act,
             for (int i = 0; i < 4; ++i) {
               for (int k = 0; k < 4; ++k) {
                 const int g = 4 * p + i;  // the 4-column group within the 32 columns
-                const int v = ((sub.ql[p][r * 4 + k] >> (2 * i)) & 3) |
-                              ((sub.qh[r * 4 + k] >> g) & 1) << 2;
+                const int v =
+                    ((sub.ql[p][r * 4 + k] >> (2 * i)) & 3) | ((sub.qh[r * 4 + k] >> g) & 1) << 2;
                 isum += v * a.qs[4 * g + k];
               }
             }
@@ -352,8 +352,11 @@ void gemm_f16_group(const uint8_t* group, int64_t blocks, const float* x, int64_
   }
 }
 
-// Weight (row r, column col) of a packed block, as the bf16 route dequantizes it: d * q + m in
-// float (the product is exact, so one rounding) for Q4; d * q, exact, for Q8_0.
+// Weight (row r, column col) of a packed block, as the bf16 route dequantizes it: the format's
+// value in float, computed in an order whose products are exact (d times a 4-8 bit scale has at
+// most 19 significant bits, times a q of up to 5 bits at most 24), so each weight is rounded
+// once, where the SIMD dequantizers round it too. Q6_K's (d * scale) * (q - 32) may need 25 bits:
+// it is rounded at that product, in that order, by both.
 float q4_weight(const PackedQ4Block& block, int r, int col) {
   const uint8_t byte = block.qs[col / 8][r * 4 + col % 4];
   const int q = col % 8 < 4 ? byte & 0x0F : byte >> 4;
@@ -362,21 +365,83 @@ float q4_weight(const PackedQ4Block& block, int r, int col) {
 float q8_weight(const PackedQ8Block& block, int r, int col) {
   return fp16_to_fp32(block.d[r]) * static_cast<float>(block.qs[col / 4][r * 4 + col % 4] - 128);
 }
+// The nibble of column `col` (0..31) of 32 columns laid out as PackedQ4Block's qs, and the
+// position of its byte within qs[col / 8].
+struct NibbleAt {
+  int c, byte_index;
+  bool high;
+};
+NibbleAt nibble_at(int r, int col) {
+  return {col / 8, r * 4 + col % 4, col % 8 >= 4};
+}
+int nibble_value(const uint8_t (&qs)[4][64], const NibbleAt& at) {
+  const uint8_t byte = qs[at.c][at.byte_index];
+  return at.high ? byte >> 4 : byte & 0x0F;
+}
+float q4k_weight(const PackedQ4KBlock& block, int r, int col) {
+  const int j = col / kPackCols;
+  const int q = nibble_value(block.qs[j], nibble_at(r, col % kPackCols));
+  const float scale = fp16_to_fp32(block.d[r]) * static_cast<float>(block.scales[j][r]);
+  const float min = fp16_to_fp32(block.dmin[r]) * static_cast<float>(block.mins[j][r]);
+  return scale * static_cast<float>(q) - min;
+}
+float q5k_weight(const PackedQ5KBlock& block, int r, int col) {
+  const int j = col / kPackCols;
+  const NibbleAt at = nibble_at(r, col % kPackCols);
+  const auto [first, second] =
+      nibble_pair(block.sub[j].qs[at.c][at.byte_index], block.sub[j].qh[at.byte_index], at.c);
+  const int q = at.high ? second : first;
+  const float scale = fp16_to_fp32(block.d[r]) * static_cast<float>(block.scales[j][r]);
+  const float min = fp16_to_fp32(block.dmin[r]) * static_cast<float>(block.mins[j][r]);
+  return scale * static_cast<float>(q) - min;
+}
+float q6k_weight(const PackedQ6KBlock& block, int r, int col) {
+  const int j = col / kPackCols, within = col % kPackCols;
+  const NibbleAt at = nibble_at(r, within);
+  const int top = (block.sub[j].qh[at.c / 2][at.byte_index] >> (4 * (at.c % 2))) & 0x0F;
+  const int q = nibble_value(block.sub[j].ql, at) | (at.high ? top >> 2 : top & 3) << 4;
+  const float scale =
+      fp16_to_fp32(block.d[r]) * static_cast<float>(block.scales[2 * j + within / 16][r]);
+  return scale * static_cast<float>(q - 32);
+}
+float iq4xs_weight(const PackedIQ4XSBlock& block, int r, int col) {
+  const int j = col / kPackCols;
+  const int q = kIq4Values[nibble_value(block.qs[j], nibble_at(r, col % kPackCols))];
+  return fp16_to_fp32(block.d[r]) * static_cast<float>(block.scales[j][r]) * static_cast<float>(q);
+}
+// Q3_K and Q2_K: 2-bit fields of 4-column groups g (PackedQ3KBlock's ql).
+float q3k_weight(const PackedQ3KBlock& block, int r, int col) {
+  const int j = col / kPackCols, g = col % kPackCols / 4, p = g / 4, k = col % 4;
+  const auto& sub = block.sub[j];
+  const int v = ((sub.ql[p][r * 4 + k] >> (2 * (g % 4))) & 3) | ((sub.qh[r * 4 + k] >> g) & 1) << 2;
+  const float scale = fp16_to_fp32(block.d[r]) * static_cast<float>(block.scales[2 * j + p][r]);
+  return scale * static_cast<float>(v - 4);
+}
+float q2k_weight(const PackedQ2KBlock& block, int r, int col) {
+  const int j = col / kPackCols, g = col % kPackCols / 4, p = g / 4, k = col % 4;
+  const int q = (block.qs[j][p][r * 4 + k] >> (2 * (g % 4))) & 3;
+  const uint8_t byte = block.scales[j][r][p];
+  const float scale = fp16_to_fp32(block.d[r]) * static_cast<float>(byte & 0x0F);
+  const float min = fp16_to_fp32(block.dmin[r]) * static_cast<float>(byte >> 4);
+  return scale * static_cast<float>(q) - min;
+}
 
 // The bf16 route: weights rounded to bf16, times the bf16 activations (tiled as
-// bf16_tile_offset says), summed in double.
+// bf16_tile_offset says), summed in double. `blocks` counts the layout's blocks (32 or 256
+// columns each).
 template <typename Block, float (*weight)(const Block&, int, int)>
 void gemm_bf16_group(const uint8_t* group, int64_t n_groups, int64_t blocks, const uint16_t* x,
                      int64_t x_stride, int64_t n_tokens, float* y, int64_t y_stride) {
+  constexpr int kColumns = static_cast<int>(Block::kColumns);
   for (int64_t g = 0; g < n_groups; ++g) {
     const auto* w = reinterpret_cast<const Block*>(group) + g * blocks;
     for (int64_t t = 0; t < n_tokens; ++t) {
       for (int r = 0; r < kPackRows; ++r) {
         double acc = 0;
         for (int64_t b = 0; b < blocks; ++b) {
-          for (int col = 0; col < kPackCols; ++col) {
+          for (int col = 0; col < kColumns; ++col) {
             const float wv = bf16_to_fp32(fp32_to_bf16(weight(w[b], r, col)));
-            const uint16_t a = x[bf16_tile_offset(t, b * kPackCols + col, x_stride)];
+            const uint16_t a = x[bf16_tile_offset(t, b * kColumns + col, x_stride)];
             acc += double(wv) * bf16_to_fp32(a);
           }
         }
@@ -395,6 +460,12 @@ PackedKernels packed_kernels() {
   k.bf16_act = quantize_row_bf16;
   k.q4_bf16 = gemm_bf16_group<PackedQ4Block, q4_weight>;
   k.q8_0_bf16 = gemm_bf16_group<PackedQ8Block, q8_weight>;
+  k.q4_k_bf16 = gemm_bf16_group<PackedQ4KBlock, q4k_weight>;
+  k.q5_k_bf16 = gemm_bf16_group<PackedQ5KBlock, q5k_weight>;
+  k.q6_k_bf16 = gemm_bf16_group<PackedQ6KBlock, q6k_weight>;
+  k.iq4_xs_bf16 = gemm_bf16_group<PackedIQ4XSBlock, iq4xs_weight>;
+  k.q3_k_bf16 = gemm_bf16_group<PackedQ3KBlock, q3k_weight>;
+  k.q2_k_bf16 = gemm_bf16_group<PackedQ2KBlock, q2k_weight>;
   k.quantize_act_k = quantize_act_q8k;
   k.q5_1 = gemm_q4_group<&ActQ8Block::s, PackedQ5_1Block>;
   k.q4_k = gemm_q4k_group;

@@ -4,15 +4,12 @@
 // Reached only through the dispatch table, on CPUs with AMX-BF16 and AVX512_BF16.
 #pragma once
 
-#include <cstdint>
+#include "kernels/kernels.h"
 
 namespace inferd::kernels::amx {
 
-// x: bf16 activations tiled as kernels.h says (x_stride = cols); y: [n_tokens, y_stride] floats.
-// n_groups (1 or 2) adjacent groups, as GroupGemmBf16Fn says.
-void q4_bf16_group(const uint8_t* group, int64_t n_groups, int64_t blocks, const uint16_t* x,
-                   int64_t x_stride, int64_t n_tokens, float* y, int64_t y_stride);
-void q8_0_bf16_group(const uint8_t* group, int64_t n_groups, int64_t blocks, const uint16_t* x,
-                     int64_t x_stride, int64_t n_tokens, float* y, int64_t y_stride);
+// Sets the group kernels of the bf16 route (PackedKernels::q4_bf16 .. q2_k_bf16: every layout
+// that has the route) to the AMX ones.
+void set_bf16_group_kernels(PackedKernels& kernels);
 
 }  // namespace inferd::kernels::amx
