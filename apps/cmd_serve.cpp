@@ -43,6 +43,7 @@ struct ServeArgs {
   size_t max_queue = 256;
   double log_interval = 10;
   bool no_prefix_cache = false;
+  bool no_bf16_prompts = false;
   server::HttpLimits http;  // the transport's limits (server/http/transport.h)
   std::string api_key;
   bool no_webui = false;
@@ -395,6 +396,7 @@ void serve(ServeArgs args) {
   config.kv_exact_recent = args.kv_exact_recent;
   config.swa_full = args.swa_full;
   config.prefix_caching = !args.no_prefix_cache;
+  config.bf16_prompts = !args.no_bf16_prompts;
   if (args.cache_ram_mib >= 0) config.state_cache_bytes = args.cache_ram_mib << 20;
   config.spec = args.spec;
   config.device = args.device;
@@ -604,6 +606,10 @@ void register_serve(CLI::App& app) {
                   "rate (0: none)")
       ->check(CLI::NonNegativeNumber);
   add_prefix_cache_option(*cmd, args->no_prefix_cache);
+  cmd->add_flag("--no-bf16-prompts", args->no_bf16_prompts,
+                "On CPUs with AMX-BF16: compute long prompts with the int8 kernels too (slower "
+                "prefill), so a chat turn resumed from the prefix cache gives the same bits as "
+                "the turn computed from scratch");
   cmd->add_option("--max-queue", args->max_queue,
                   "Requests queued or running at most; more get HTTP 429")
       ->check(CLI::Range(1, 1 << 20));
