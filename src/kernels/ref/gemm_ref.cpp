@@ -76,6 +76,12 @@ NibblePair nibble_pair(uint8_t byte, uint8_t high, int c) {
   const int low_fifth = (high >> (2 * c)) & 1, high_fifth = (high >> (2 * c + 1)) & 1;
   return {(byte & 0x0F) | low_fifth << 4, (byte >> 4) | high_fifth << 4};
 }
+// Q6_K's two 6-bit values of the ql byte `low` of qs[c]'s position (PackedQ6KBlock): the top
+// two bits of each from the qh byte at that position, its low nibble for even c, else its high.
+NibblePair q6k_pair(uint8_t low, uint8_t qh, int c) {
+  const int top = (qh >> (4 * (c % 2))) & 0x0F;
+  return {(low & 0x0F) | (top & 3) << 4, (low >> 4) | (top >> 2) << 4};
+}
 
 // PackedQ4Block (Q4_0, Q4_1) or PackedQ5_1Block, w = d * q + m; `offset_sum` picks the
 // activation sum that the weights' offset m multiplies.
@@ -233,10 +239,8 @@ void gemm_q6k_group(const uint8_t* group, int64_t blocks, const ActQ8Block* act,
           int32_t isum[2] = {0, 0};
           for (int c = 0; c < 4; ++c) {
             for (int k = 0; k < 4; ++k) {
-              const uint8_t low = w[b].sub[j].ql[c][r * 4 + k];
-              const int top = (w[b].sub[j].qh[c / 2][r * 4 + k] >> (4 * (c % 2))) & 0x0F;
-              const int first = (low & 0x0F) | (top & 3) << 4;
-              const int second = (low >> 4) | (top >> 2) << 4;
+              const auto [first, second] =
+                  q6k_pair(w[b].sub[j].ql[c][r * 4 + k], w[b].sub[j].qh[c / 2][r * 4 + k], c);
               isum[c / 2] += first * a.qs[8 * c + k] + second * a.qs[8 * c + 4 + k];
             }
           }
@@ -357,16 +361,8 @@ void gemm_f16_group(const uint8_t* group, int64_t blocks, const float* x, int64_
 // most 19 significant bits, times a q of up to 5 bits at most 24), so each weight is rounded
 // once, where the SIMD dequantizers round it too. Q6_K's (d * scale) * (q - 32) may need 25 bits:
 // it is rounded at that product, in that order, by both.
-float q4_weight(const PackedQ4Block& block, int r, int col) {
-  const uint8_t byte = block.qs[col / 8][r * 4 + col % 4];
-  const int q = col % 8 < 4 ? byte & 0x0F : byte >> 4;
-  return fp16_to_fp32(block.d[r]) * static_cast<float>(q) + fp16_to_fp32(block.m[r]);
-}
-float q8_weight(const PackedQ8Block& block, int r, int col) {
-  return fp16_to_fp32(block.d[r]) * static_cast<float>(block.qs[col / 4][r * 4 + col % 4] - 128);
-}
-// The nibble of column `col` (0..31) of 32 columns laid out as PackedQ4Block's qs, and the
-// position of its byte within qs[col / 8].
+// The nibble of column `col` (0..31) of row r in 32 columns laid out as PackedQ4Block's qs, and
+// the position of its byte within qs[col / 8].
 struct NibbleAt {
   int c, byte_index;
   bool high;
@@ -377,6 +373,18 @@ NibbleAt nibble_at(int r, int col) {
 int nibble_value(const uint8_t (&qs)[4][64], const NibbleAt& at) {
   const uint8_t byte = qs[at.c][at.byte_index];
   return at.high ? byte >> 4 : byte & 0x0F;
+}
+// The 2-bit field of column `col` (0..15) of row r in 16 columns laid out as PackedQ3KBlock's
+// ql[p] (Q2_K's qs[j][p] alike): bits 2k, 2k + 1 of byte 4r + col % 4, k = col / 4.
+int two_bit_value(const uint8_t (&bits)[64], int r, int col) {
+  return (bits[r * 4 + col % 4] >> (2 * (col / 4))) & 3;
+}
+float q4_weight(const PackedQ4Block& block, int r, int col) {
+  const int q = nibble_value(block.qs, nibble_at(r, col));
+  return fp16_to_fp32(block.d[r]) * static_cast<float>(q) + fp16_to_fp32(block.m[r]);
+}
+float q8_weight(const PackedQ8Block& block, int r, int col) {
+  return fp16_to_fp32(block.d[r]) * static_cast<float>(block.qs[col / 4][r * 4 + col % 4] - 128);
 }
 float q4k_weight(const PackedQ4KBlock& block, int r, int col) {
   const int j = col / kPackCols;
@@ -398,8 +406,9 @@ float q5k_weight(const PackedQ5KBlock& block, int r, int col) {
 float q6k_weight(const PackedQ6KBlock& block, int r, int col) {
   const int j = col / kPackCols, within = col % kPackCols;
   const NibbleAt at = nibble_at(r, within);
-  const int top = (block.sub[j].qh[at.c / 2][at.byte_index] >> (4 * (at.c % 2))) & 0x0F;
-  const int q = nibble_value(block.sub[j].ql, at) | (at.high ? top >> 2 : top & 3) << 4;
+  const auto [first, second] = q6k_pair(block.sub[j].ql[at.c][at.byte_index],
+                                        block.sub[j].qh[at.c / 2][at.byte_index], at.c);
+  const int q = at.high ? second : first;
   const float scale =
       fp16_to_fp32(block.d[r]) * static_cast<float>(block.scales[2 * j + within / 16][r]);
   return scale * static_cast<float>(q - 32);
@@ -411,15 +420,15 @@ float iq4xs_weight(const PackedIQ4XSBlock& block, int r, int col) {
 }
 // Q3_K and Q2_K: 2-bit fields of 4-column groups g (PackedQ3KBlock's ql).
 float q3k_weight(const PackedQ3KBlock& block, int r, int col) {
-  const int j = col / kPackCols, g = col % kPackCols / 4, p = g / 4, k = col % 4;
+  const int j = col / kPackCols, g = col % kPackCols / 4, p = g / 4;
   const auto& sub = block.sub[j];
-  const int v = ((sub.ql[p][r * 4 + k] >> (2 * (g % 4))) & 3) | ((sub.qh[r * 4 + k] >> g) & 1) << 2;
+  const int v = two_bit_value(sub.ql[p], r, col % 16) | ((sub.qh[r * 4 + col % 4] >> g) & 1) << 2;
   const float scale = fp16_to_fp32(block.d[r]) * static_cast<float>(block.scales[2 * j + p][r]);
   return scale * static_cast<float>(v - 4);
 }
 float q2k_weight(const PackedQ2KBlock& block, int r, int col) {
-  const int j = col / kPackCols, g = col % kPackCols / 4, p = g / 4, k = col % 4;
-  const int q = (block.qs[j][p][r * 4 + k] >> (2 * (g % 4))) & 3;
+  const int j = col / kPackCols, p = col % kPackCols / 16;
+  const int q = two_bit_value(block.qs[j][p], r, col % 16);
   const uint8_t byte = block.scales[j][r][p];
   const float scale = fp16_to_fp32(block.d[r]) * static_cast<float>(byte & 0x0F);
   const float min = fp16_to_fp32(block.dmin[r]) * static_cast<float>(byte >> 4);

@@ -92,10 +92,12 @@ inline __m512i bytes_of_quarter(const uint8_t* qs, int q) {
 
 // 32 columns laid out as PackedQ4Block's qs: w = scale * v + offset per row, with v the integer
 // values values(c, q, low) gives for the nibbles of qs[c]'s quarter q (low: the low nibbles,
-// columns 8c..8c+3; else the high ones, 8c+4..8c+7).
+// columns 8c..8c+3; else the high ones, 8c+4..8c+7), and the rows' scales halves[c / 2] (the
+// same for both halves but in Q6_K, whose 16 columns have a scale each).
 template <typename Values>
-inline void dequantize_nibbles(const RowScales& rows, WeightTile& out, Values&& values) {
+inline void dequantize_nibbles(const RowScales (&halves)[2], WeightTile& out, Values&& values) {
   for (int c = 0; c < 4; ++c) {
+    const RowScales& rows = halves[c / 2];
     __m512 lo[4], hi[4];
     for (int q = 0; q < 4; ++q) {
       lo[q] =
@@ -106,6 +108,11 @@ inline void dequantize_nibbles(const RowScales& rows, WeightTile& out, Values&& 
     store_pair_rows(lo[0], lo[1], lo[2], lo[3], out[4 * c], out[4 * c + 1]);
     store_pair_rows(hi[0], hi[1], hi[2], hi[3], out[4 * c + 2], out[4 * c + 3]);
   }
+}
+template <typename Values>
+inline void dequantize_nibbles(const RowScales& rows, WeightTile& out, Values&& values) {
+  const RowScales halves[2] = {rows, rows};
+  dequantize_nibbles(halves, out, values);
 }
 
 inline __m512i nibble(__m512i bytes, bool low) {
@@ -130,6 +137,12 @@ inline void dequantize_groups(const RowScales (&rows)[2], WeightTile& out, Value
 inline __m512i two_bits(__m512i bytes, int g) {
   return _mm512_and_si512(_mm512_srl_epi32(bytes, _mm_cvtsi32_si128(2 * (g % 4))),
                           _mm512_set1_epi32(3));
+}
+
+// The offset of formats without one: v * scale + (-0) is v * scale exactly, the sign of a zero
+// product included (+0 would turn a -0 product into +0).
+inline __m512 no_offset() {
+  return _mm512_set1_ps(-0.0f);
 }
 
 // The dequantizers: 32 columns (sub-block j of the block) into the tile layout. Each computes
@@ -180,37 +193,25 @@ void dequantize_q5k(const PackedQ5KBlock& block, int j, WeightTile& out) {
 // (bits 0-1 for the low nibble's value, 2-3 for the high one's); the two 16-column halves have
 // scales of their own.
 void dequantize_q6k(const PackedQ6KBlock& block, int j, WeightTile& out) {
-  const __m512 d = load_fp16x16(block.d), zero = _mm512_setzero_ps();
-  const RowScales halves[2] = {RowScales(scaled_i8(d, block.scales[2 * j]), zero),
-                               RowScales(scaled_i8(d, block.scales[2 * j + 1]), zero)};
+  const __m512 d = load_fp16x16(block.d), none = no_offset();
+  const RowScales halves[2] = {RowScales(scaled_i8(d, block.scales[2 * j]), none),
+                               RowScales(scaled_i8(d, block.scales[2 * j + 1]), none)};
   const auto& sub = block.sub[j];
-  for (int c = 0; c < 4; ++c) {
-    const RowScales& rows = halves[c / 2];
-    __m512 lo[4], hi[4];
-    for (int q = 0; q < 4; ++q) {
-      const __m512i low = bytes_of_quarter(sub.ql[c], q);
-      const __m512i top =
-          _mm512_srl_epi32(bytes_of_quarter(sub.qh[c / 2], q), _mm_cvtsi32_si128(4 * (c % 2)));
-      const __m512i v_lo =
-          _mm512_or_si512(_mm512_and_si512(low, _mm512_set1_epi32(15)),
-                          _mm512_slli_epi32(_mm512_and_si512(top, _mm512_set1_epi32(3)), 4));
-      const __m512i v_hi =
-          _mm512_or_si512(_mm512_srli_epi32(low, 4),
-                          _mm512_slli_epi32(_mm512_and_si512(top, _mm512_set1_epi32(12)), 2));
-      const __m512i offset = _mm512_set1_epi32(32);
-      lo[q] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(v_lo, offset)), rows.scale[q]);
-      hi[q] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(v_hi, offset)), rows.scale[q]);
-    }
-    store_pair_rows(lo[0], lo[1], lo[2], lo[3], out[4 * c], out[4 * c + 1]);
-    store_pair_rows(hi[0], hi[1], hi[2], hi[3], out[4 * c + 2], out[4 * c + 3]);
-  }
+  dequantize_nibbles(halves, out, [&sub](int c, int q, bool low) {
+    const __m512i top = _mm512_srl_epi32(bytes_of_quarter(sub.qh[c / 2], q),
+                                         _mm_cvtsi32_si128(4 * (c % 2) + (low ? 0 : 2)));
+    const __m512i v =
+        _mm512_or_si512(nibble(bytes_of_quarter(sub.ql[c], q), low),
+                        _mm512_slli_epi32(_mm512_and_si512(top, _mm512_set1_epi32(3)), 4));
+    return _mm512_sub_epi32(v, _mm512_set1_epi32(32));
+  });
 }
 
 // IQ4_XS: w = (d * scale) * kIq4Values[q], looked up in 32-bit lanes.
 void dequantize_iq4xs(const PackedIQ4XSBlock& block, int j, WeightTile& out) {
   const __m512i table =
       _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4Values)));
-  const RowScales rows(scaled_i8(load_fp16x16(block.d), block.scales[j]), _mm512_setzero_ps());
+  const RowScales rows(scaled_i8(load_fp16x16(block.d), block.scales[j]), no_offset());
   const auto& qs = block.qs[j];
   dequantize_nibbles(rows, out, [&qs, table](int c, int q, bool low) {
     return _mm512_permutexvar_epi32(nibble(bytes_of_quarter(qs[c], q), low), table);
@@ -219,9 +220,9 @@ void dequantize_iq4xs(const PackedIQ4XSBlock& block, int j, WeightTile& out) {
 
 // Q3_K: w = (d * scale) * (v - 4), v's low 2 bits from ql and its third from qh (bit g).
 void dequantize_q3k(const PackedQ3KBlock& block, int j, WeightTile& out) {
-  const __m512 d = load_fp16x16(block.d), zero = _mm512_setzero_ps();
-  const RowScales halves[2] = {RowScales(scaled_i8(d, block.scales[2 * j]), zero),
-                               RowScales(scaled_i8(d, block.scales[2 * j + 1]), zero)};
+  const __m512 d = load_fp16x16(block.d), none = no_offset();
+  const RowScales halves[2] = {RowScales(scaled_i8(d, block.scales[2 * j]), none),
+                               RowScales(scaled_i8(d, block.scales[2 * j + 1]), none)};
   const auto& sub = block.sub[j];
   dequantize_groups(halves, out, [&sub](int g, int q) {
     const __m512i third = _mm512_and_si512(
