@@ -20,6 +20,9 @@ struct CpuFeatures {
   // The CPU has AMX tiles with int8 multiplies, the OS saves their state (XCR0), and it granted
   // this process the tile data (Linux asks each process to request it once).
   bool amx_usable = false;
+  // The vendor is Intel (cpuid's "GenuineIntel"): where the memory system differs, a kernel
+  // measured on both may choose by it (avx512::packed_kernels).
+  bool intel = false;
 
   bool has_avx2_set() const { return avx2 && fma && f16c; }
   bool has_avx512_vnni_set() const { return avx512f && avx512bw && avx512vl && avx512vnni; }

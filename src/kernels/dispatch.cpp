@@ -204,7 +204,7 @@ static const KernelTable& avx512_kernels() {
   static const KernelTable table = [] {
     KernelTable t = avx2_kernels();
     t.isa = "avx512";
-    t.packed = avx512::packed_kernels();
+    t.packed = avx512::packed_kernels(cpu_features().intel);
     t.attention = avx512::attention_kernels();
     t.silu_mul = avx512::silu_mul;
     t.lora_up = avx512::lora_up;

@@ -9,10 +9,12 @@
 
 #include <gtest/gtest.h>
 
+#include "kernels/cpu_features.h"
 #include "kernels/matmul.h"
 #include "kernels/packed.h"
 #include "kernels/ref/quant_k_ref.h"
 #include "kernels/ref/quant_ref.h"
+#include "kernels/x86_avx512/gemm_avx512.h"
 #include "random_data.h"
 #include "tensor/half.h"
 #include "tensor/quant_blocks.h"
@@ -303,6 +305,26 @@ TEST(KernelsPacked, AmxEqualsVnniBitForBit) {
   for (DType type : {DType::Q4_0, DType::Q4_1, DType::Q8_0}) {
     const TwoResults r = multiply_both(*amx, *vnni, make_matrix(type, 40, 1056, 9), 37, 10, pool);
     EXPECT_EQ(r.got, r.want) << dtype_name(type);
+  }
+}
+
+// The AVX-512 one-token tiles prefetch their weights themselves on Intel and not on AMD
+// (avx512::packed_kernels); the table this CPU does not choose must give the same bits as the
+// one it does, for every format and a partial last group.
+TEST(KernelsPacked, Avx512OneTokenTilesGiveTheSameBitsWithAndWithoutPrefetch) {
+  const KernelTable* chosen = nullptr;
+  for (const KernelTable* table : available_kernels())
+    if (table->isa == "avx512") chosen = table;
+  if (chosen == nullptr) GTEST_SKIP() << "this CPU has no AVX-512 VNNI";
+  KernelTable other = *chosen;
+  other.packed = avx512::packed_kernels(!cpu_features().intel);
+  ThreadPool pool(2);
+  for (DType type : kInt8Types) {
+    for (int64_t rows : {17, 48}) {
+      QuantMatrix m = make_matrix(type, rows, cols_for(type, 1056), 11);
+      const TwoResults r = multiply_both(other, *chosen, m, 1, 12, pool);
+      EXPECT_EQ(r.got, r.want) << dtype_name(type) << " rows=" << rows;
+    }
   }
 }
 

@@ -7,6 +7,9 @@
 namespace inferd::kernels::avx512 {
 
 // This ISA's packed-path kernels: the activation quantizer and one group kernel per format.
-PackedKernels packed_kernels();
+// stream_one_token: a group kernel called for one token (decode) prefetches the weights 1 KiB
+// ahead itself instead of leaving them to the hardware prefetcher (faster on Intel, slower on
+// AMD: gemm_avx512.cpp); the results are the same bits either way.
+PackedKernels packed_kernels(bool stream_one_token);
 
 }  // namespace inferd::kernels::avx512
