@@ -46,6 +46,14 @@ inline void run_group_tiles(const uint8_t* group, int64_t blocks, const Act* act
   // of a few sequences, or drafts being verified), where the group is read about once.
   const auto run_tile = [&]<int NT>(int64_t t) {
     const Act* a = tokens_on(act, t, act_stride, act_blocks_of<Block>(blocks));
+    // A kernel that can keep its unpacked operands does so in a prompt: the first tile unpacks
+    // and keeps them, the others load them.
+    if constexpr (requires { &Tile<NT>::run_store; }) {
+      if (n_tokens > kSmallStepTokens) {
+        if (t == 0) return Tile<NT>::run_store(w, blocks, a, act_stride, y, y_stride);
+        return Tile<NT>::run_load(w, blocks, a, act_stride, y + t * y_stride, y_stride);
+      }
+    }
     if constexpr (requires { &Tile<NT>::run_cached; }) {
       if (t > 0) return Tile<NT>::run_cached(w, blocks, a, act_stride, y + t * y_stride, y_stride);
     }

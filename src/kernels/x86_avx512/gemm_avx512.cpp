@@ -9,6 +9,7 @@
 
 #include <cstring>
 #include <type_traits>
+#include <vector>
 
 // GCC 12's AVX-512 conversion intrinsics start from _mm512_undefined_ps(), which its own
 // -Wmaybe-uninitialized (or, where inlined deeper, -Wuninitialized) then reports at every call
@@ -82,6 +83,24 @@ inline void prefetch_for(const Block* block, int64_t blocks) {
     const char* ahead = reinterpret_cast<const char*>(block) + kPrefetchAheadBytes;
     for (size_t line = 0; line < sizeof(Block); line += 64) _mm_prefetch(ahead + line, _MM_HINT_T1);
   }
+}
+
+// A prompt's tiles of 8 tokens each unpack every block of their group again; a kernel whose
+// unpacking costs a good share of its instructions (Q6_K: about 40 of each 136 vector
+// instructions per 32 columns of a tile) keeps the first tile's operands instead, and the
+// later tiles of the same call load them (UnpackedOnceTiles, from kSmallStepTokens + 1 tokens).
+// The operands are the same bits, so every result is too.
+enum class Operands { kUnpack, kStore, kLoad };
+
+// This thread's copy of a group's unpacked operands: `vectors` of them, grown as needed (a
+// prompt's first group of a wider matrix pays one allocation; decode never comes here).
+__m512i* unpacked_operands(size_t vectors) {
+  struct alignas(64) Vector {
+    uint8_t bytes[64];
+  };
+  thread_local std::vector<Vector> buffer;
+  if (buffer.size() < vectors) buffer.resize(vectors);
+  return reinterpret_cast<__m512i*>(buffer.data());
 }
 
 // One token (decode) reads each group once, straight from memory: every packed block is read
@@ -223,9 +242,9 @@ inline __m512i six_bits(__m512i nibbles, __m512i top_moved) {
 // here from its half sum (a shift and a broadcast from a general register, which on Zen 4 takes
 // most of a VNNI slot), the offset held the tile at 116 GMAC/s; read ready-made, with the add
 // above, 138-140 (inferd_kernels_bench, 2048 x 2048, 512 tokens, one thread).
-template <int NT, Prefetch P = Prefetch::kNextGroup>
+template <int NT, Prefetch P = Prefetch::kNextGroup, Operands O = Operands::kUnpack>
 void q6k_tile(const PackedQ6KBlock* w, int64_t blocks, const ActQ8Block* act, int64_t act_stride,
-              float* y, int64_t y_stride) {
+              float* y, int64_t y_stride, __m512i* unpacked = nullptr) {
   __m512 acc[NT];
   for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
   for (int64_t b = 0; b < blocks; ++b) {
@@ -239,13 +258,26 @@ void q6k_tile(const PackedQ6KBlock* w, int64_t blocks, const ActQ8Block* act, in
       for (int p = 0; p < 2; ++p) {  // columns 16p .. 16p + 15 of the sub-block
         __m512i isum[NT];
         for (int t = 0; t < NT; ++t) isum[t] = _mm512_set1_epi32(a[t].offset32[p]);
-        const __m512i high = _mm512_loadu_si512(w[b].sub[j].qh[p]);
+        // This 16-column run's 4 operands in the group's unpacked copy.
+        __m512i* run = unpacked + ((b * kSubBlocks + j) * 2 + p) * 4;
+        __m512i high = _mm512_setzero_si512();
+        if constexpr (O != Operands::kLoad) high = _mm512_loadu_si512(w[b].sub[j].qh[p]);
         for (int e = 0; e < 2; ++e) {
           const int c = 2 * p + e;
-          const __m512i raw = _mm512_loadu_si512(w[b].sub[j].ql[c]);
-          const __m512i top = e == 0 ? high : _mm512_srli_epi16(high, 4);
-          const __m512i lo = six_bits(raw, _mm512_slli_epi16(top, 4));
-          const __m512i hi = six_bits(_mm512_srli_epi16(raw, 4), _mm512_slli_epi16(top, 2));
+          __m512i lo, hi;
+          if constexpr (O == Operands::kLoad) {
+            lo = _mm512_load_si512(run + 2 * e);
+            hi = _mm512_load_si512(run + 2 * e + 1);
+          } else {
+            const __m512i raw = _mm512_loadu_si512(w[b].sub[j].ql[c]);
+            const __m512i top = e == 0 ? high : _mm512_srli_epi16(high, 4);
+            lo = six_bits(raw, _mm512_slli_epi16(top, 4));
+            hi = six_bits(_mm512_srli_epi16(raw, 4), _mm512_slli_epi16(top, 2));
+            if constexpr (O == Operands::kStore) {
+              _mm512_store_si512(run + 2 * e, lo);
+              _mm512_store_si512(run + 2 * e + 1, hi);
+            }
+          }
           for (int t = 0; t < NT; ++t) {
             const int8_t* q = a[t].qs + 8 * c;
             isum[t] = _mm512_dpbusd_epi32(isum[t], lo, broadcast_i32(q));
@@ -637,6 +669,29 @@ struct PrefetchTiles {
     }
   };
 };
+// PrefetchTiles plus the two entries run_group_tiles calls in a prompt of more than
+// kSmallStepTokens tokens: the first tile unpacks and keeps the operands (as `run` streams the
+// weights), the later ones load them. Kernel{}.operator()<NT, P, O> runs it; a block's
+// operands take kUnpackedVectors vectors.
+template <typename Block, typename Kernel, bool kStreamOneToken, int64_t kUnpackedVectors>
+struct UnpackedOnceTiles {
+  template <int NT>
+  struct Tile : PrefetchTiles<Block, Kernel, kStreamOneToken>::template Tile<NT> {
+    static void run_store(const Block* w, int64_t blocks, const ActQ8Block* act, int64_t act_stride,
+                          float* y, int64_t y_stride) {
+      Kernel{}.template operator()<NT, Prefetch::kNextGroup, Operands::kStore>(
+          w, blocks, act, act_stride, y, y_stride,
+          unpacked_operands(static_cast<size_t>(blocks * kUnpackedVectors)));
+    }
+    static void run_load(const Block* w, int64_t blocks, const ActQ8Block* act, int64_t act_stride,
+                         float* y, int64_t y_stride) {
+      Kernel{}.template operator()<NT, Prefetch::kNone, Operands::kLoad>(
+          w, blocks, act, act_stride, y, y_stride,
+          unpacked_operands(static_cast<size_t>(blocks * kUnpackedVectors)));
+    }
+  };
+};
+
 // The tile kernels, each as the generic lambda PrefetchTiles calls. Q4_0 and Q4_1 differ only
 // in which activation sum their offset m multiplies.
 template <float ActQ8Block::*offset_sum, typename Block = PackedQ4Block>
@@ -645,7 +700,9 @@ constexpr auto kQ4Kernel = []<int NT, Prefetch P>(auto... args) {
 };
 constexpr auto kQ4KKernel = []<int NT, Prefetch P>(auto... args) { q4k_tile<NT, P>(args...); };
 constexpr auto kQ5KKernel = []<int NT, Prefetch P>(auto... args) { q5k_tile<NT, P>(args...); };
-constexpr auto kQ6KKernel = []<int NT, Prefetch P>(auto... args) { q6k_tile<NT, P>(args...); };
+constexpr auto kQ6KKernel = []<int NT, Prefetch P, Operands O = Operands::kUnpack>(auto... args) {
+  q6k_tile<NT, P, O>(args...);
+};
 constexpr auto kQ3KKernel = []<int NT, Prefetch P>(auto... args) { q3k_tile<NT, P>(args...); };
 constexpr auto kQ2KKernel = []<int NT, Prefetch P>(auto... args) { q2k_tile<NT, P>(args...); };
 constexpr auto kIQ4XSKernel = []<int NT, Prefetch P>(auto... args) { iq4xs_tile<NT, P>(args...); };
@@ -750,7 +807,9 @@ PackedKernels packed_kernels_with() {
   k.q5_k =
       run_group_tiles<PackedQ5KBlock, TilesOf<PackedQ5KBlock, kQ5KKernel, kStream>::template Tile>;
   k.q6_k =
-      run_group_tiles<PackedQ6KBlock, TilesOf<PackedQ6KBlock, kQ6KKernel, kStream>::template Tile>;
+      run_group_tiles<PackedQ6KBlock,
+                      UnpackedOnceTiles<PackedQ6KBlock, std::remove_cvref_t<decltype(kQ6KKernel)>,
+                                        kStream, 4 * 2 * kSubBlocks>::template Tile>;
   k.q3_k =
       run_group_tiles<PackedQ3KBlock, TilesOf<PackedQ3KBlock, kQ3KKernel, kStream>::template Tile>;
   k.q2_k =
