@@ -103,6 +103,26 @@ __m512i* unpacked_operands(size_t vectors) {
   return reinterpret_cast<__m512i*>(buffer.data());
 }
 
+// A block's operands (16 rows x 256 columns, a VNNI operand of 4 columns each) in the copy.
+constexpr int64_t kUnpackedVectors = kPackSuperCols / 4;
+
+// Block b's part of the copy (none when the kernel only unpacks).
+template <Operands O>
+inline __m512i* block_copy(__m512i* unpacked, int64_t b) {
+  if constexpr (O == Operands::kUnpack) return nullptr;
+  return unpacked + b * kUnpackedVectors;
+}
+
+// Operand i of a block: `v` as unpacked (kUnpack), `v` kept in the block's copy (kStore), or
+// the copy's (kLoad: `v` and the loads it was made from then go unused, and the compiler
+// drops them).
+template <Operands O>
+inline __m512i operand(__m512i* copy, int i, __m512i v) {
+  if constexpr (O == Operands::kLoad) return _mm512_load_si512(copy + i);
+  if constexpr (O == Operands::kStore) _mm512_store_si512(copy + i, v);
+  return v;
+}
+
 // One token (decode) reads each group once, straight from memory: every packed block is read
 // front to back (packed.h). How far the hardware prefetcher alone gets differs by vendor:
 //  - AMD: the one-token k-quant tiles used to prefetch 2 KiB ahead themselves, which Q6_K
@@ -174,15 +194,16 @@ inline __m512 load_u8x16(const uint8_t* p) {
 
 // Q4_K: q4_tile's VNNI loop per 32-column sub-block, with the sub-block's scale and min for
 // the 16 rows made from their bytes once and shared by the tile's tokens.
-template <int NT, Prefetch P = Prefetch::kNextGroup>
+template <int NT, Prefetch P = Prefetch::kNextGroup, Operands O = Operands::kUnpack>
 void q4k_tile(const PackedQ4KBlock* w, int64_t blocks, const ActQ8Block* act, int64_t act_stride,
-              float* y, int64_t y_stride) {
+              float* y, int64_t y_stride, __m512i* unpacked = nullptr) {
   constexpr int kAcc = NT < 4 ? 2 : 1;
   const __m512i low_nibble = _mm512_set1_epi8(0x0F);
   __m512 acc[NT];
   for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
   for (int64_t b = 0; b < blocks; ++b) {
     prefetch_for<P, NT>(w + b, blocks);
+    __m512i* copy = block_copy<O>(unpacked, b);
     const __m512 dmin = load_fp16x16(w[b].dmin);
     // The super-block's sub-blocks share each token's activation scale (Q8_K): their scaled
     // sums gather without it, and it multiplies once at the end (the mins fold through d x sum,
@@ -196,8 +217,9 @@ void q4k_tile(const PackedQ4KBlock* w, int64_t blocks, const ActQ8Block* act, in
         for (int i = 0; i < kAcc; ++i) isum[t][i] = _mm512_setzero_si512();
       for (int c = 0; c < 4; ++c) {
         const __m512i raw = _mm512_loadu_si512(w[b].qs[j][c]);
-        const __m512i lo = _mm512_and_si512(raw, low_nibble);
-        const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), low_nibble);
+        const __m512i lo = operand<O>(copy, 8 * j + 2 * c, _mm512_and_si512(raw, low_nibble));
+        const __m512i hi = operand<O>(copy, 8 * j + 2 * c + 1,
+                                      _mm512_and_si512(_mm512_srli_epi16(raw, 4), low_nibble));
         for (int t = 0; t < NT; ++t) {
           const int8_t* q = a[t].qs + 8 * c;
           isum[t][0] = _mm512_dpbusd_epi32(isum[t][0], lo, broadcast_i32(q));
@@ -249,6 +271,7 @@ void q6k_tile(const PackedQ6KBlock* w, int64_t blocks, const ActQ8Block* act, in
   for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
   for (int64_t b = 0; b < blocks; ++b) {
     prefetch_for<P, NT>(w + b, blocks);
+    __m512i* copy = block_copy<O>(unpacked, b);
     // The super-block's 16 sub-blocks share each token's activation scale (Q8_K), so their
     // scaled sums gather without it and it multiplies once at the end.
     __m512 block_sum[NT];
@@ -258,26 +281,15 @@ void q6k_tile(const PackedQ6KBlock* w, int64_t blocks, const ActQ8Block* act, in
       for (int p = 0; p < 2; ++p) {  // columns 16p .. 16p + 15 of the sub-block
         __m512i isum[NT];
         for (int t = 0; t < NT; ++t) isum[t] = _mm512_set1_epi32(a[t].offset32[p]);
-        // This 16-column run's 4 operands in the group's unpacked copy.
-        __m512i* run = unpacked + ((b * kSubBlocks + j) * 2 + p) * 4;
-        __m512i high = _mm512_setzero_si512();
-        if constexpr (O != Operands::kLoad) high = _mm512_loadu_si512(w[b].sub[j].qh[p]);
+        const __m512i high = _mm512_loadu_si512(w[b].sub[j].qh[p]);
         for (int e = 0; e < 2; ++e) {
           const int c = 2 * p + e;
-          __m512i lo, hi;
-          if constexpr (O == Operands::kLoad) {
-            lo = _mm512_load_si512(run + 2 * e);
-            hi = _mm512_load_si512(run + 2 * e + 1);
-          } else {
-            const __m512i raw = _mm512_loadu_si512(w[b].sub[j].ql[c]);
-            const __m512i top = e == 0 ? high : _mm512_srli_epi16(high, 4);
-            lo = six_bits(raw, _mm512_slli_epi16(top, 4));
-            hi = six_bits(_mm512_srli_epi16(raw, 4), _mm512_slli_epi16(top, 2));
-            if constexpr (O == Operands::kStore) {
-              _mm512_store_si512(run + 2 * e, lo);
-              _mm512_store_si512(run + 2 * e + 1, hi);
-            }
-          }
+          const __m512i raw = _mm512_loadu_si512(w[b].sub[j].ql[c]);
+          const __m512i top = e == 0 ? high : _mm512_srli_epi16(high, 4);
+          const int i = 8 * j + 2 * c;  // the operands' place in the block's copy
+          const __m512i lo = operand<O>(copy, i, six_bits(raw, _mm512_slli_epi16(top, 4)));
+          const __m512i hi = operand<O>(
+              copy, i + 1, six_bits(_mm512_srli_epi16(raw, 4), _mm512_slli_epi16(top, 2)));
           for (int t = 0; t < NT; ++t) {
             const int8_t* q = a[t].qs + 8 * c;
             isum[t] = _mm512_dpbusd_epi32(isum[t], lo, broadcast_i32(q));
@@ -321,14 +333,17 @@ inline __m512i q3k_operand(__m512i ql, __m512i qh) {
 
 // Columns 16p .. 16p + 15 of a Q3_K sub-block for NT tokens, added to block_sum times the
 // rows' scales.
-template <int NT, int p>
+template <int NT, int p, Operands O>
 inline void q3k_half(const PackedQ3KBlock::SubBlock& sub, __m512i qh, const int8_t* scales,
-                     const ActQ8Block* a, __m512 (&block_sum)[NT]) {
+                     const ActQ8Block* a, __m512 (&block_sum)[NT], __m512i* copy) {
   __m512i isum[NT];
   for (int t = 0; t < NT; ++t) isum[t] = _mm512_set1_epi32(a[t].offset32[p]);
   const __m512i ql = _mm512_loadu_si512(sub.ql[p]);
-  const __m512i v8[4] = {q3k_operand<4 * p>(ql, qh), q3k_operand<4 * p + 1>(ql, qh),
-                         q3k_operand<4 * p + 2>(ql, qh), q3k_operand<4 * p + 3>(ql, qh)};
+  // copy: the sub-block's 8 operands in the block's copy
+  const __m512i v8[4] = {operand<O>(copy, 4 * p, q3k_operand<4 * p>(ql, qh)),
+                         operand<O>(copy, 4 * p + 1, q3k_operand<4 * p + 1>(ql, qh)),
+                         operand<O>(copy, 4 * p + 2, q3k_operand<4 * p + 2>(ql, qh)),
+                         operand<O>(copy, 4 * p + 3, q3k_operand<4 * p + 3>(ql, qh))};
   for (int i = 0; i < 4; ++i) {
     for (int t = 0; t < NT; ++t)
       isum[t] = _mm512_dpbusd_epi32(isum[t], v8[i], broadcast_i32(a[t].qs + 16 * p + 4 * i));
@@ -338,20 +353,22 @@ inline void q3k_half(const PackedQ3KBlock::SubBlock& sub, __m512i qh, const int8
     block_sum[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[t]), scale, block_sum[t]);
 }
 
-template <int NT, Prefetch P = Prefetch::kNextGroup>
+template <int NT, Prefetch P = Prefetch::kNextGroup, Operands O = Operands::kUnpack>
 void q3k_tile(const PackedQ3KBlock* w, int64_t blocks, const ActQ8Block* act, int64_t act_stride,
-              float* y, int64_t y_stride) {
+              float* y, int64_t y_stride, __m512i* unpacked = nullptr) {
   __m512 acc[NT];
   for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
   for (int64_t b = 0; b < blocks; ++b) {
     prefetch_for<P, NT>(w + b, blocks);
+    __m512i* copy = block_copy<O>(unpacked, b);
     __m512 block_sum[NT];
     for (int t = 0; t < NT; ++t) block_sum[t] = _mm512_setzero_ps();
     for (int j = 0; j < kSubBlocks; ++j) {
       const ActQ8Block* a = act + (b * kSubBlocks + j) * act_stride;
       const __m512i qh = _mm512_loadu_si512(w[b].sub[j].qh);
-      q3k_half<NT, 0>(w[b].sub[j], qh, w[b].scales[2 * j], a, block_sum);
-      q3k_half<NT, 1>(w[b].sub[j], qh, w[b].scales[2 * j + 1], a, block_sum);
+      __m512i* sub_copy = O == Operands::kUnpack ? nullptr : copy + 8 * j;
+      q3k_half<NT, 0, O>(w[b].sub[j], qh, w[b].scales[2 * j], a, block_sum, sub_copy);
+      q3k_half<NT, 1, O>(w[b].sub[j], qh, w[b].scales[2 * j + 1], a, block_sum, sub_copy);
     }
     const __m512 d = _mm512_mul_ps(load_fp16x16(w[b].d), _mm512_set1_ps(0.125f));  // exact
     const ActQ8Block* a = act + b * kSubBlocks * act_stride;
@@ -365,14 +382,15 @@ void q3k_tile(const PackedQ3KBlock* w, int64_t blocks, const ActQ8Block* act, in
 // times its 4-bit scale gathers in floats (exact: under 2^21 a row over the super-block); the
 // mins gather in integers, one int16 multiply-add a sub-block taking a row's two mins (the
 // scale bytes widened to int16, packed.h) with the activation's two half sums.
-template <int NT, Prefetch P = Prefetch::kNextGroup>
+template <int NT, Prefetch P = Prefetch::kNextGroup, Operands O = Operands::kUnpack>
 void q2k_tile(const PackedQ2KBlock* w, int64_t blocks, const ActQ8Block* act, int64_t act_stride,
-              float* y, int64_t y_stride) {
+              float* y, int64_t y_stride, __m512i* unpacked = nullptr) {
   const __m512i two_bits = _mm512_set1_epi8(0x03), nibble = _mm512_set1_epi32(0x0F);
   __m512 acc[NT];
   for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
   for (int64_t b = 0; b < blocks; ++b) {
     prefetch_for<P, NT>(w + b, blocks);
+    __m512i* copy = block_copy<O>(unpacked, b);
     __m512 block_sum[NT];
     __m512i min_sum[NT];
     for (int t = 0; t < NT; ++t) {
@@ -395,7 +413,8 @@ void q2k_tile(const PackedQ2KBlock* w, int64_t blocks, const ActQ8Block* act, in
         for (int t = 0; t < NT; ++t) isum[t] = _mm512_setzero_si512();
         const __m512i raw = _mm512_loadu_si512(w[b].qs[j][p]);
         for (int i = 0; i < 4; ++i) {
-          const __m512i q = _mm512_and_si512(_mm512_srli_epi16(raw, 2 * i), two_bits);
+          const __m512i q = operand<O>(copy, 8 * j + 4 * p + i,
+                                       _mm512_and_si512(_mm512_srli_epi16(raw, 2 * i), two_bits));
           for (int t = 0; t < NT; ++t)
             isum[t] = _mm512_dpbusd_epi32(isum[t], q, broadcast_i32(a[t].qs + 16 * p + 4 * i));
         }
@@ -416,15 +435,16 @@ void q2k_tile(const PackedQ2KBlock* w, int64_t blocks, const ActQ8Block* act, in
 
 // Q5_K: q4k_tile with each nibble's fifth bit from qh (bits 2c and 2c + 1 of the byte at the
 // nibble byte's position).
-template <int NT, Prefetch P = Prefetch::kNextGroup>
+template <int NT, Prefetch P = Prefetch::kNextGroup, Operands O = Operands::kUnpack>
 void q5k_tile(const PackedQ5KBlock* w, int64_t blocks, const ActQ8Block* act, int64_t act_stride,
-              float* y, int64_t y_stride) {
+              float* y, int64_t y_stride, __m512i* unpacked = nullptr) {
   constexpr int kAcc = NT < 4 ? 2 : 1;
   const __m512i low_nibble = _mm512_set1_epi8(0x0F);
   __m512 acc[NT];
   for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
   for (int64_t b = 0; b < blocks; ++b) {
     prefetch_for<P, NT>(w + b, blocks);
+    __m512i* copy = block_copy<O>(unpacked, b);
     const __m512 dmin = load_fp16x16(w[b].dmin);
     // The super-block's sub-blocks share each token's activation scale (Q8_K): their scaled
     // sums gather without it, and it multiplies once at the end (the mins fold through d x sum,
@@ -442,6 +462,8 @@ void q5k_tile(const PackedQ5KBlock* w, int64_t blocks, const ActQ8Block* act, in
         __m512i lo = _mm512_and_si512(raw, low_nibble);
         __m512i hi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), low_nibble);
         add_fifth_bits(high, c, lo, hi);
+        lo = operand<O>(copy, 8 * j + 2 * c, lo);
+        hi = operand<O>(copy, 8 * j + 2 * c + 1, hi);
         for (int t = 0; t < NT; ++t) {
           const int8_t* q = a[t].qs + 8 * c;
           isum[t][0] = _mm512_dpbusd_epi32(isum[t][0], lo, broadcast_i32(q));
@@ -467,9 +489,9 @@ void q5k_tile(const PackedQ5KBlock* w, int64_t blocks, const ActQ8Block* act, in
 
 // IQ4_XS: each nibble becomes its table value + 128 by a byte shuffle (VNNI's unsigned
 // operand); the offset comes off as 128 * sum(activation) per 32 columns, in integers.
-template <int NT, Prefetch P = Prefetch::kNextGroup>
+template <int NT, Prefetch P = Prefetch::kNextGroup, Operands O = Operands::kUnpack>
 void iq4xs_tile(const PackedIQ4XSBlock* w, int64_t blocks, const ActQ8Block* act,
-                int64_t act_stride, float* y, int64_t y_stride) {
+                int64_t act_stride, float* y, int64_t y_stride, __m512i* unpacked = nullptr) {
   const __m512i low_nibble = _mm512_set1_epi8(0x0F);
   // The 16 table entries in each 128-bit lane (the shuffle looks up within lanes).
   alignas(64) uint8_t shifted[64];
@@ -479,6 +501,7 @@ void iq4xs_tile(const PackedIQ4XSBlock* w, int64_t blocks, const ActQ8Block* act
   for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
   for (int64_t b = 0; b < blocks; ++b) {
     prefetch_for<P, NT>(w + b, blocks);
+    __m512i* copy = block_copy<O>(unpacked, b);
     // The super-block's sub-blocks share each token's activation scale (Q8_K): their scaled
     // sums gather without it, and it multiplies once at the end.
     __m512 block_sum[NT];
@@ -489,9 +512,11 @@ void iq4xs_tile(const PackedIQ4XSBlock* w, int64_t blocks, const ActQ8Block* act
       for (int t = 0; t < NT; ++t) isum[t] = _mm512_setzero_si512();
       for (int c = 0; c < 4; ++c) {
         const __m512i raw = _mm512_loadu_si512(w[b].qs[j][c]);
-        const __m512i lo = _mm512_shuffle_epi8(table, _mm512_and_si512(raw, low_nibble));
-        const __m512i hi =
-            _mm512_shuffle_epi8(table, _mm512_and_si512(_mm512_srli_epi16(raw, 4), low_nibble));
+        const __m512i lo = operand<O>(
+            copy, 8 * j + 2 * c, _mm512_shuffle_epi8(table, _mm512_and_si512(raw, low_nibble)));
+        const __m512i hi = operand<O>(
+            copy, 8 * j + 2 * c + 1,
+            _mm512_shuffle_epi8(table, _mm512_and_si512(_mm512_srli_epi16(raw, 4), low_nibble)));
         for (int t = 0; t < NT; ++t) {
           const int8_t* q = a[t].qs + 8 * c;
           isum[t] = _mm512_dpbusd_epi32(isum[t], lo, broadcast_i32(q));
@@ -671,9 +696,8 @@ struct PrefetchTiles {
 };
 // PrefetchTiles plus the two entries run_group_tiles calls in a prompt of more than
 // kSmallStepTokens tokens: the first tile unpacks and keeps the operands (as `run` streams the
-// weights), the later ones load them. Kernel{}.operator()<NT, P, O> runs it; a block's
-// operands take kUnpackedVectors vectors.
-template <typename Block, typename Kernel, bool kStreamOneToken, int64_t kUnpackedVectors>
+// weights), the later ones load them. Kernel{}.operator()<NT, P, O> runs it.
+template <typename Block, typename Kernel, bool kStreamOneToken>
 struct UnpackedOnceTiles {
   template <int NT>
   struct Tile : PrefetchTiles<Block, Kernel, kStreamOneToken>::template Tile<NT> {
@@ -698,19 +722,33 @@ template <float ActQ8Block::*offset_sum, typename Block = PackedQ4Block>
 constexpr auto kQ4Kernel = []<int NT, Prefetch P>(auto... args) {
   q4_tile<NT, offset_sum, Block, P>(args...);
 };
-constexpr auto kQ4KKernel = []<int NT, Prefetch P>(auto... args) { q4k_tile<NT, P>(args...); };
-constexpr auto kQ5KKernel = []<int NT, Prefetch P>(auto... args) { q5k_tile<NT, P>(args...); };
+constexpr auto kQ4KKernel = []<int NT, Prefetch P, Operands O = Operands::kUnpack>(auto... args) {
+  q4k_tile<NT, P, O>(args...);
+};
+constexpr auto kQ5KKernel = []<int NT, Prefetch P, Operands O = Operands::kUnpack>(auto... args) {
+  q5k_tile<NT, P, O>(args...);
+};
 constexpr auto kQ6KKernel = []<int NT, Prefetch P, Operands O = Operands::kUnpack>(auto... args) {
   q6k_tile<NT, P, O>(args...);
 };
-constexpr auto kQ3KKernel = []<int NT, Prefetch P>(auto... args) { q3k_tile<NT, P>(args...); };
-constexpr auto kQ2KKernel = []<int NT, Prefetch P>(auto... args) { q2k_tile<NT, P>(args...); };
-constexpr auto kIQ4XSKernel = []<int NT, Prefetch P>(auto... args) { iq4xs_tile<NT, P>(args...); };
+constexpr auto kQ3KKernel = []<int NT, Prefetch P, Operands O = Operands::kUnpack>(auto... args) {
+  q3k_tile<NT, P, O>(args...);
+};
+constexpr auto kQ2KKernel = []<int NT, Prefetch P, Operands O = Operands::kUnpack>(auto... args) {
+  q2k_tile<NT, P, O>(args...);
+};
+constexpr auto kIQ4XSKernel = []<int NT, Prefetch P, Operands O = Operands::kUnpack>(auto... args) {
+  iq4xs_tile<NT, P, O>(args...);
+};
 constexpr auto kMXFP4Kernel = []<int NT, Prefetch P>(auto... args) { mxfp4_tile<NT, P>(args...); };
 constexpr auto kQ8Kernel = []<int NT, Prefetch P>(auto... args) { q8_tile<NT, P>(args...); };
 // The tiles run_group_tiles takes for Block's kernel.
 template <typename Block, const auto& kernel, bool kStreamOneToken>
 using TilesOf = PrefetchTiles<Block, std::remove_cvref_t<decltype(kernel)>, kStreamOneToken>;
+// The same with the operands unpacked once per prompt (the 256-column formats).
+template <typename Block, const auto& kernel, bool kStreamOneToken>
+using OnceTilesOf =
+    UnpackedOnceTiles<Block, std::remove_cvref_t<decltype(kernel)>, kStreamOneToken>;
 
 // Fills an activation block from its 32 values (columns 0..15 in q0, 16..31 in q1, each within
 // int8), the scale the kernels multiply by (`d`) and the one q was computed with (`exact_d`).
@@ -802,20 +840,18 @@ PackedKernels packed_kernels_with() {
   k.q5_1 = run_group_tiles<
       PackedQ5_1Block,
       TilesOf<PackedQ5_1Block, kQ4Kernel<&ActQ8Block::s, PackedQ5_1Block>, kStream>::template Tile>;
-  k.q4_k =
-      run_group_tiles<PackedQ4KBlock, TilesOf<PackedQ4KBlock, kQ4KKernel, kStream>::template Tile>;
-  k.q5_k =
-      run_group_tiles<PackedQ5KBlock, TilesOf<PackedQ5KBlock, kQ5KKernel, kStream>::template Tile>;
-  k.q6_k =
-      run_group_tiles<PackedQ6KBlock,
-                      UnpackedOnceTiles<PackedQ6KBlock, std::remove_cvref_t<decltype(kQ6KKernel)>,
-                                        kStream, 4 * 2 * kSubBlocks>::template Tile>;
-  k.q3_k =
-      run_group_tiles<PackedQ3KBlock, TilesOf<PackedQ3KBlock, kQ3KKernel, kStream>::template Tile>;
-  k.q2_k =
-      run_group_tiles<PackedQ2KBlock, TilesOf<PackedQ2KBlock, kQ2KKernel, kStream>::template Tile>;
+  k.q4_k = run_group_tiles<PackedQ4KBlock,
+                           OnceTilesOf<PackedQ4KBlock, kQ4KKernel, kStream>::template Tile>;
+  k.q5_k = run_group_tiles<PackedQ5KBlock,
+                           OnceTilesOf<PackedQ5KBlock, kQ5KKernel, kStream>::template Tile>;
+  k.q6_k = run_group_tiles<PackedQ6KBlock,
+                           OnceTilesOf<PackedQ6KBlock, kQ6KKernel, kStream>::template Tile>;
+  k.q3_k = run_group_tiles<PackedQ3KBlock,
+                           OnceTilesOf<PackedQ3KBlock, kQ3KKernel, kStream>::template Tile>;
+  k.q2_k = run_group_tiles<PackedQ2KBlock,
+                           OnceTilesOf<PackedQ2KBlock, kQ2KKernel, kStream>::template Tile>;
   k.iq4_xs = run_group_tiles<PackedIQ4XSBlock,
-                             TilesOf<PackedIQ4XSBlock, kIQ4XSKernel, kStream>::template Tile>;
+                             OnceTilesOf<PackedIQ4XSBlock, kIQ4XSKernel, kStream>::template Tile>;
   k.mxfp4 = run_group_tiles<PackedMXFP4Block,
                             TilesOf<PackedMXFP4Block, kMXFP4Kernel, kStream>::template Tile>;
   return k;
