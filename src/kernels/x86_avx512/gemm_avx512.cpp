@@ -331,19 +331,19 @@ inline __m512i q3k_operand(__m512i ql, __m512i qh) {
       _mm512_and_si512(shift_bits<5 - g>(qh), _mm512_set1_epi8(0x20)));
 }
 
-// Columns 16p .. 16p + 15 of a Q3_K sub-block for NT tokens, added to block_sum times the
-// rows' scales.
+// Columns 16p .. 16p + 15 of sub-block j of a Q3_K block for NT tokens, added to block_sum
+// times the rows' scales; `copy` is the block's (block_copy).
 template <int NT, int p, Operands O>
-inline void q3k_half(const PackedQ3KBlock::SubBlock& sub, __m512i qh, const int8_t* scales,
+inline void q3k_half(const PackedQ3KBlock::SubBlock& sub, int j, __m512i qh, const int8_t* scales,
                      const ActQ8Block* a, __m512 (&block_sum)[NT], __m512i* copy) {
   __m512i isum[NT];
   for (int t = 0; t < NT; ++t) isum[t] = _mm512_set1_epi32(a[t].offset32[p]);
   const __m512i ql = _mm512_loadu_si512(sub.ql[p]);
-  // copy: the sub-block's 8 operands in the block's copy
-  const __m512i v8[4] = {operand<O>(copy, 4 * p, q3k_operand<4 * p>(ql, qh)),
-                         operand<O>(copy, 4 * p + 1, q3k_operand<4 * p + 1>(ql, qh)),
-                         operand<O>(copy, 4 * p + 2, q3k_operand<4 * p + 2>(ql, qh)),
-                         operand<O>(copy, 4 * p + 3, q3k_operand<4 * p + 3>(ql, qh))};
+  const int i = 8 * j + 4 * p;  // the operands' place in the block's copy
+  const __m512i v8[4] = {operand<O>(copy, i, q3k_operand<4 * p>(ql, qh)),
+                         operand<O>(copy, i + 1, q3k_operand<4 * p + 1>(ql, qh)),
+                         operand<O>(copy, i + 2, q3k_operand<4 * p + 2>(ql, qh)),
+                         operand<O>(copy, i + 3, q3k_operand<4 * p + 3>(ql, qh))};
   for (int i = 0; i < 4; ++i) {
     for (int t = 0; t < NT; ++t)
       isum[t] = _mm512_dpbusd_epi32(isum[t], v8[i], broadcast_i32(a[t].qs + 16 * p + 4 * i));
@@ -366,9 +366,8 @@ void q3k_tile(const PackedQ3KBlock* w, int64_t blocks, const ActQ8Block* act, in
     for (int j = 0; j < kSubBlocks; ++j) {
       const ActQ8Block* a = act + (b * kSubBlocks + j) * act_stride;
       const __m512i qh = _mm512_loadu_si512(w[b].sub[j].qh);
-      __m512i* sub_copy = O == Operands::kUnpack ? nullptr : copy + 8 * j;
-      q3k_half<NT, 0, O>(w[b].sub[j], qh, w[b].scales[2 * j], a, block_sum, sub_copy);
-      q3k_half<NT, 1, O>(w[b].sub[j], qh, w[b].scales[2 * j + 1], a, block_sum, sub_copy);
+      q3k_half<NT, 0, O>(w[b].sub[j], j, qh, w[b].scales[2 * j], a, block_sum, copy);
+      q3k_half<NT, 1, O>(w[b].sub[j], j, qh, w[b].scales[2 * j + 1], a, block_sum, copy);
     }
     const __m512 d = _mm512_mul_ps(load_fp16x16(w[b].d), _mm512_set1_ps(0.125f));  // exact
     const ActQ8Block* a = act + b * kSubBlocks * act_stride;
